@@ -1,0 +1,1 @@
+//! germline policy core (placeholder, filled by issue 2).
