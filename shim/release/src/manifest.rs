@@ -1,0 +1,277 @@
+//! The release manifest: what the publisher signs together with the code (paper Section VI,
+//! first paragraph). It declares, per tool function, the destination hosts `D_f` that Plan
+//! groups (Definition 2), or the rule "the host of argument `url`" (A5). Parsing is strict:
+//! unknown fields are refused and every error names the file and the field path.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use crate::error::{Error, Result};
+
+/// The fixed place of the manifest and its signature inside a release's rootfs. Both are
+/// excluded from the rootfs tree digest (the manifest pins the digest of everything else).
+pub const GERMLINE_DIR: &str = ".germline";
+/// `rootfs/.germline/manifest.json`.
+pub const MANIFEST_PATH: &str = ".germline/manifest.json";
+/// `rootfs/.germline/manifest.sigstore.json`: a sigstore bundle over the manifest's bytes.
+pub const SIGNATURE_PATH: &str = ".germline/manifest.sigstore.json";
+/// The only schema this version reads.
+pub const SCHEMA: &str = "germline.release.manifest/v1";
+
+/// A release manifest (docs/manifest.schema.json).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub schema: String,
+    pub name: String,
+    /// Semantic version; rollback protection compares these.
+    pub version: String,
+    pub language: Language,
+    /// argv of the server inside the rootfs, e.g. `["python3", "-m", "mcp_server_time"]`.
+    pub entry: Vec<String>,
+    /// What the germline runs before its fork point (DESIGN.md: bootstrap).
+    pub initialisation: Initialisation,
+    /// Tool function name -> its declaration.
+    pub tools: BTreeMap<String, Tool>,
+    /// Absolute paths inside the rootfs the server may read (the Landlock allowlist).
+    pub readable_paths: Vec<String>,
+    /// Private tmpfs per copy, in MiB; 0 = none.
+    #[serde(default)]
+    pub scratch_mb: u32,
+    /// Whether the publisher declares the server deterministic under twin inputs (SPEC: evidence).
+    pub deterministic: bool,
+    /// The pinned digest of the rootfs; `pack` fills it in, `verify` requires it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rootfs: Option<RootfsPin>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Language {
+    Python,
+    Node,
+    Native,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Initialisation {
+    /// Modules (or files) the bootstrap imports before the fork point.
+    pub imports: Vec<String>,
+    /// Run one synthetic MCP session on public data before the fork point.
+    #[serde(default)]
+    pub warm: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tool {
+    /// `D_f`: the destination hosts this function may contact. Required: a missing list is an
+    /// error, an empty list means "no network".
+    pub destinations: Destinations,
+}
+
+/// Either a fixed list of host names, or a rule deriving the host from an argument.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Destinations {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<Vec<String>>,
+    /// "The host of argument `url`" (A5): the destination is the host of that argument's URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_of_argument: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RootfsPin {
+    /// `sha256:<hex>` of the tree digest (crate::digest).
+    pub digest: String,
+    /// Always `germline-tree-v1`.
+    pub algorithm: String,
+}
+
+impl Manifest {
+    /// Parses and validates manifest bytes; `file` names the source in errors.
+    pub fn parse(bytes: &[u8], file: &str) -> Result<Manifest> {
+        let de = &mut serde_json::Deserializer::from_slice(bytes);
+        let manifest: Manifest = serde_path_to_error::deserialize(de).map_err(|e| {
+            let field = e.path().to_string();
+            Error::Manifest {
+                file: file.to_string(),
+                field: if field == "." { "(top level)".into() } else { field },
+                message: e.into_inner().to_string(),
+            }
+        })?;
+        manifest.validate(file)?;
+        Ok(manifest)
+    }
+
+    /// The checks serde cannot express.
+    pub fn validate(&self, file: &str) -> Result<()> {
+        let err = |field: &str, message: String| Error::Manifest {
+            file: file.to_string(),
+            field: field.to_string(),
+            message,
+        };
+        if self.schema != SCHEMA {
+            return Err(err("schema", format!("expected \"{SCHEMA}\", found {:?}", self.schema)));
+        }
+        if self.name.is_empty()
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            || self.name.starts_with('.')
+        {
+            return Err(err(
+                "name",
+                format!("expected [A-Za-z0-9._-]+ not starting with '.', found {:?}", self.name),
+            ));
+        }
+        semver::Version::parse(&self.version)
+            .map_err(|e| err("version", format!("expected a semantic version: {e}")))?;
+        if self.entry.is_empty() || self.entry.iter().any(String::is_empty) {
+            return Err(err("entry", "expected a non-empty argv of non-empty strings".into()));
+        }
+        if self.tools.is_empty() {
+            return Err(err("tools", "expected at least one tool".into()));
+        }
+        for (tool, decl) in &self.tools {
+            let field = format!("tools.{tool}.destinations");
+            match (&decl.destinations.hosts, &decl.destinations.host_of_argument) {
+                (Some(_), Some(_)) => {
+                    return Err(err(&field, "expected either `hosts` or `host_of_argument`, not both".into()))
+                }
+                (None, None) => {
+                    return Err(err(
+                        &field,
+                        "missing destination list: declare `hosts` (a list, [] for none) or `host_of_argument`".into(),
+                    ))
+                }
+                (Some(hosts), None) => {
+                    for (i, h) in hosts.iter().enumerate() {
+                        if !valid_host(h) {
+                            return Err(err(
+                                &format!("{field}.hosts[{i}]"),
+                                format!("expected a lower-case DNS host name, found {h:?}"),
+                            ));
+                        }
+                    }
+                }
+                (None, Some(arg)) if arg.is_empty() => {
+                    return Err(err(&format!("{field}.host_of_argument"), "expected an argument name".into()))
+                }
+                (None, Some(_)) => {}
+            }
+        }
+        for (i, p) in self.readable_paths.iter().enumerate() {
+            if !p.starts_with('/') || p.split('/').any(|c| c == "..") {
+                return Err(err(
+                    &format!("readable_paths[{i}]"),
+                    format!("expected an absolute path without `..`, found {p:?}"),
+                ));
+            }
+        }
+        if let Some(pin) = &self.rootfs {
+            if pin.algorithm != crate::digest::ALGORITHM {
+                return Err(err(
+                    "rootfs.algorithm",
+                    format!("expected \"{}\", found {:?}", crate::digest::ALGORITHM, pin.algorithm),
+                ));
+            }
+            if !is_sha256_digest(&pin.digest) {
+                return Err(err("rootfs.digest", format!("expected sha256:<64 hex>, found {:?}", pin.digest)));
+            }
+        }
+        Ok(())
+    }
+
+    /// The parsed semantic version (validated by `parse`).
+    pub fn semver(&self) -> Result<semver::Version> {
+        semver::Version::parse(&self.version).map_err(|e| Error::Manifest {
+            file: "manifest".into(),
+            field: "version".into(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Canonical bytes written into the rootfs (pretty, stable field order, trailing newline).
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let mut v = serde_json::to_vec_pretty(self).map_err(|e| Error::Usage(e.to_string()))?;
+        v.push(b'\n');
+        Ok(v)
+    }
+}
+
+fn valid_host(h: &str) -> bool {
+    !h.is_empty()
+        && h.len() <= 253
+        && h.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        })
+}
+
+pub(crate) fn is_sha256_digest(s: &str) -> bool {
+    s.strip_prefix("sha256:")
+        .is_some_and(|h| h.len() == 64 && h.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> serde_json::Value {
+        serde_json::json!({
+            "schema": SCHEMA, "name": "mcp-server-fetch", "version": "2025.4.7",
+            "language": "python", "entry": ["python3", "-m", "mcp_server_fetch"],
+            "initialisation": {"imports": ["mcp_server_fetch.server"], "warm": true},
+            "tools": {"fetch": {"destinations": {"host_of_argument": "url"}}},
+            "readable_paths": ["/usr"], "deterministic": false
+        })
+    }
+
+    fn parse(v: &serde_json::Value) -> Result<Manifest> {
+        Manifest::parse(&serde_json::to_vec(v).expect("json"), "m.json")
+    }
+
+    #[test]
+    fn accepts_a_valid_manifest() {
+        let m = parse(&base()).expect("valid");
+        assert_eq!(m.tools["fetch"].destinations.host_of_argument.as_deref(), Some("url"));
+        assert_eq!(m.scratch_mb, 0);
+    }
+
+    #[test]
+    fn unknown_field_is_named_with_its_path() {
+        let mut v = base();
+        v["tools"]["fetch"]["egress"] = serde_json::json!(true);
+        let e = parse(&v).expect_err("unknown field").to_string();
+        assert!(e.contains("m.json") && e.contains("tools.fetch") && e.contains("unknown field `egress`"), "{e}");
+    }
+
+    #[test]
+    fn missing_destination_list_is_refused() {
+        let mut v = base();
+        v["tools"]["fetch"] = serde_json::json!({});
+        let e = parse(&v).expect_err("missing").to_string();
+        assert!(e.contains("tools.fetch") && e.contains("missing field `destinations`"), "{e}");
+        v["tools"]["fetch"] = serde_json::json!({"destinations": {}});
+        let e = parse(&v).expect_err("empty").to_string();
+        assert!(e.contains("tools.fetch.destinations") && e.contains("missing destination list"), "{e}");
+    }
+
+    #[test]
+    fn bad_version_and_host_are_named() {
+        let mut v = base();
+        v["version"] = serde_json::json!("1.0");
+        assert!(parse(&v).expect_err("v").to_string().contains("field `version`"));
+        let mut v = base();
+        v["tools"]["fetch"]["destinations"] = serde_json::json!({"hosts": ["Example.COM"]});
+        assert!(parse(&v).expect_err("h").to_string().contains("tools.fetch.destinations.hosts[0]"));
+    }
+}
