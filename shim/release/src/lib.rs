@@ -6,6 +6,9 @@ pub mod bundle;
 pub mod digest;
 pub mod error;
 pub mod keys;
+pub mod layer;
 pub mod manifest;
+pub mod oci;
+pub mod release;
 
 pub use error::{Error, Result};

@@ -1,0 +1,324 @@
+//! OCI formats: the runtime bundle (`config.json` + `rootfs/`) and the image layout
+//! (`oci-layout`, `index.json`, `blobs/sha256/`) with one deterministic gzip'd tar layer
+//! (sorted entries, uid/gid 0, mtime 0, no user names).
+
+use flate2::write::GzEncoder;
+use serde_json::json;
+use sha2::{Digest as _, Sha256};
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::manifest::Manifest;
+
+pub const MT_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+pub const MT_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+pub const MT_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+pub const MT_LAYER_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+pub const MT_LAYER_TAR: &str = "application/vnd.oci.image.layer.v1.tar";
+/// Annotation carrying the signed rootfs digest (informative; the signed manifest decides).
+pub const ANN_ROOTFS: &str = "dev.germline.rootfs.digest";
+const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The OCI runtime `config.json` for a release. Engines rewrite it; germline takes the
+/// germline's process from the signed manifest, never from this file (DESIGN.md).
+pub fn runtime_config(m: &Manifest) -> serde_json::Value {
+    json!({
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": false,
+            "user": {"uid": 0, "gid": 0},
+            "args": m.entry,
+            "env": [DEFAULT_PATH],
+            "cwd": "/",
+            "noNewPrivileges": true,
+            "capabilities": {"bounding": [], "effective": [], "permitted": []}
+        },
+        "root": {"path": "rootfs", "readonly": true},
+        "hostname": m.name,
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+            {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", format!("size={}m", m.scratch_mb.max(1))]}
+        ],
+        "annotations": {
+            "org.opencontainers.image.title": m.name,
+            "org.opencontainers.image.version": m.version,
+            ANN_ROOTFS: m.rootfs.as_ref().map(|p| p.digest.clone()).unwrap_or_default()
+        },
+        "linux": {
+            "namespaces": [{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}],
+            "maskedPaths": ["/proc/kcore", "/proc/keys", "/proc/timer_list"],
+            "readonlyPaths": ["/proc/sys", "/proc/sysrq-trigger"]
+        }
+    })
+}
+
+/// Every path under `root` (including `.germline/`), sorted by bytes: parents come first.
+fn sorted_paths(root: &Path) -> Result<Vec<(Vec<u8>, PathBuf)>> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for ent in std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))? {
+            let ent = ent.map_err(|e| Error::io(&dir, e))?;
+            let p = ent.path();
+            let rel = p.strip_prefix(root).map_err(|_| Error::Usage("walk".into()))?.as_os_str().as_bytes().to_vec();
+            let ft = ent.file_type().map_err(|e| Error::io(&p, e))?;
+            if ft.is_dir() {
+                stack.push(p.clone());
+            }
+            out.push((rel, p));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+struct HashingWriter<W> {
+    inner: W,
+    hash: Sha256,
+    len: u64,
+}
+impl<W: Write> Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hash.update(&buf[..n]);
+        self.len += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// A content descriptor.
+#[derive(Debug, Clone)]
+pub struct Descriptor {
+    pub digest: String,
+    pub size: u64,
+}
+
+fn write_blob(blobs: &Path, bytes: &[u8]) -> Result<Descriptor> {
+    let hexd = hex::encode(Sha256::digest(bytes));
+    let p = blobs.join(&hexd);
+    std::fs::write(&p, bytes).map_err(|e| Error::io(&p, e))?;
+    Ok(Descriptor { digest: format!("sha256:{hexd}"), size: bytes.len() as u64 })
+}
+
+/// Writes a deterministic gzip'd tar of `rootfs` into `blobs/`; returns (layer, diff_id).
+pub fn write_layer(rootfs: &Path, blobs: &Path) -> Result<(Descriptor, String)> {
+    let tmp = blobs.join(".layer.tmp");
+    let f = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    let outer = HashingWriter { inner: BufWriter::new(f), hash: Sha256::new(), len: 0 };
+    let gz = GzEncoder::new(outer, flate2::Compression::new(6));
+    let inner = HashingWriter { inner: gz, hash: Sha256::new(), len: 0 };
+    let mut b = tar::Builder::new(inner);
+    for (rel, p) in sorted_paths(rootfs)? {
+        let md = std::fs::symlink_metadata(&p).map_err(|e| Error::io(&p, e))?;
+        let mut h = tar::Header::new_gnu();
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(0);
+        h.set_mode(md.permissions().mode() & 0o7777);
+        let name = Path::new(OsStr::from_bytes(&rel));
+        let io = |e| Error::io(&p, e);
+        if md.is_dir() {
+            h.set_entry_type(tar::EntryType::Directory);
+            h.set_size(0);
+            b.append_data(&mut h, name, std::io::empty()).map_err(io)?;
+        } else if md.file_type().is_symlink() {
+            let target = std::fs::read_link(&p).map_err(io)?;
+            h.set_entry_type(tar::EntryType::Symlink);
+            h.set_size(0);
+            b.append_link(&mut h, name, &target).map_err(io)?;
+        } else if md.is_file() {
+            h.set_entry_type(tar::EntryType::Regular);
+            h.set_size(md.len());
+            let f = File::open(&p).map_err(io)?;
+            b.append_data(&mut h, name, BufReader::new(f).take(md.len())).map_err(io)?;
+        } else {
+            return Err(Error::Rootfs { path: p, message: "special file in a release rootfs".into() });
+        }
+    }
+    let inner = b.into_inner().map_err(|e| Error::io(&tmp, e))?;
+    let diff_id = format!("sha256:{}", hex::encode(inner.hash.finalize()));
+    let mut outer = inner.inner.finish().map_err(|e| Error::io(&tmp, e))?;
+    outer.flush().map_err(|e| Error::io(&tmp, e))?;
+    let digest = hex::encode(outer.hash.finalize());
+    let size = outer.len;
+    let fin = blobs.join(&digest);
+    std::fs::rename(&tmp, &fin).map_err(|e| Error::io(&fin, e))?;
+    Ok((Descriptor { digest: format!("sha256:{digest}"), size }, diff_id))
+}
+
+/// Writes an OCI image layout of a packed rootfs (its `.germline/` included) into `out`.
+pub fn write_image_layout(rootfs: &Path, m: &Manifest, out: &Path) -> Result<Descriptor> {
+    let blobs = out.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).map_err(|e| Error::io(&blobs, e))?;
+    let (layer, diff_id) = write_layer(rootfs, &blobs)?;
+    let rootfs_digest = m.rootfs.as_ref().map(|p| p.digest.clone()).unwrap_or_default();
+    let config = json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {"Env": [DEFAULT_PATH], "Entrypoint": m.entry, "WorkingDir": "/",
+                   "Labels": {"org.opencontainers.image.title": m.name, "org.opencontainers.image.version": m.version, ANN_ROOTFS: rootfs_digest}},
+        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+        "history": [{"created_by": "germline release pack"}]
+    });
+    let config = write_blob(&blobs, &to_vec(&config)?)?;
+    let manifest = json!({
+        "schemaVersion": 2,
+        "mediaType": MT_MANIFEST,
+        "config": {"mediaType": MT_CONFIG, "digest": config.digest, "size": config.size},
+        "layers": [{"mediaType": MT_LAYER_GZIP, "digest": layer.digest, "size": layer.size}],
+        "annotations": {"org.opencontainers.image.title": m.name, "org.opencontainers.image.version": m.version, ANN_ROOTFS: rootfs_digest}
+    });
+    let mdesc = write_blob(&blobs, &to_vec(&manifest)?)?;
+    let index = json!({
+        "schemaVersion": 2,
+        "mediaType": MT_INDEX,
+        "manifests": [{"mediaType": MT_MANIFEST, "digest": mdesc.digest, "size": mdesc.size,
+                       "annotations": {"org.opencontainers.image.ref.name": m.version}}]
+    });
+    let write = |name: &str, bytes: Vec<u8>| {
+        let p = out.join(name);
+        std::fs::write(&p, bytes).map_err(|e| Error::io(&p, e))
+    };
+    write("index.json", to_vec(&index)?)?;
+    write("oci-layout", to_vec(&json!({"imageLayoutVersion": "1.0.0"}))?)?;
+    Ok(mdesc)
+}
+
+fn to_vec(v: &serde_json::Value) -> Result<Vec<u8>> {
+    serde_json::to_vec(v).map_err(|e| Error::Usage(e.to_string()))
+}
+
+/// An image layout opened for reading: every blob is checked against its digest and size.
+#[derive(Debug)]
+pub struct Image {
+    pub layout: PathBuf,
+    pub manifest: serde_json::Value,
+    pub config: serde_json::Value,
+    /// (media type, descriptor) of each layer, in order.
+    pub layers: Vec<(String, Descriptor)>,
+}
+
+const MAX_JSON_BLOB: u64 = 4 << 20;
+
+impl Image {
+    fn err(&self, message: String) -> Error {
+        Error::Image { layout: self.layout.clone(), message }
+    }
+
+    /// Reads index.json, the (first) manifest and the config, checking digests and sizes.
+    pub fn open(layout: &Path) -> Result<Image> {
+        let ierr = |message: String| Error::Image { layout: layout.to_path_buf(), message };
+        let idx_path = layout.join("index.json");
+        let idx_bytes = std::fs::read(&idx_path).map_err(|e| Error::io(&idx_path, e))?;
+        let mut node: serde_json::Value = serde_json::from_slice(&idx_bytes)
+            .map_err(|e| ierr(format!("index.json: not valid JSON: {e}")))?;
+        // Follow nested indexes (podman and skopeo may write one per platform).
+        for _ in 0..4 {
+            let first = node
+                .get("manifests")
+                .and_then(|m| m.get(0))
+                .ok_or_else(|| ierr("index: field `manifests`: expected at least one descriptor".into()))?
+                .clone();
+            let (mt, desc) = descriptor(&first).map_err(|m| ierr(format!("index: manifests[0]: {m}")))?;
+            let bytes = read_json_blob(layout, &desc)?;
+            let v: serde_json::Value = serde_json::from_slice(&bytes)
+                .map_err(|e| ierr(format!("blob {}: not valid JSON: {e}", desc.digest)))?;
+            if mt == MT_INDEX || v.get("manifests").is_some() {
+                node = v;
+                continue;
+            }
+            let config_desc = v.get("config").ok_or_else(|| ierr("manifest: missing field `config`".into()))?;
+            let (_, cdesc) = descriptor(config_desc).map_err(|m| ierr(format!("manifest: config: {m}")))?;
+            let config: serde_json::Value = serde_json::from_slice(&read_json_blob(layout, &cdesc)?)
+                .map_err(|e| ierr(format!("config blob: not valid JSON: {e}")))?;
+            let mut layers = Vec::new();
+            for (i, l) in v.get("layers").and_then(|l| l.as_array()).ok_or_else(|| ierr("manifest: missing field `layers`".into()))?.iter().enumerate() {
+                layers.push(descriptor(l).map_err(|m| ierr(format!("manifest: layers[{i}]: {m}")))?);
+            }
+            return Ok(Image { layout: layout.to_path_buf(), manifest: v, config, layers });
+        }
+        Err(ierr("index nesting deeper than 4".into()))
+    }
+
+    pub fn blob_path(&self, d: &Descriptor) -> Result<PathBuf> {
+        blob_path(&self.layout, d)
+    }
+
+    /// Checks a layer blob's size and sha256 (streamed), before anything reads its contents.
+    pub fn check_blob(&self, d: &Descriptor) -> Result<()> {
+        let p = self.blob_path(d)?;
+        let f = File::open(&p).map_err(|e| Error::io(&p, e))?;
+        let size = f.metadata().map_err(|e| Error::io(&p, e))?.len();
+        if size != d.size {
+            return Err(Error::BlobMismatch { layout: self.layout.clone(), digest: d.digest.clone(), expected: format!("{} bytes", d.size), actual: format!("{size} bytes") });
+        }
+        let (_, h) = crate::digest::hash_file(&p)?;
+        let actual = format!("sha256:{}", hex::encode(h));
+        if actual != d.digest {
+            return Err(Error::BlobMismatch { layout: self.layout.clone(), digest: d.digest.clone(), expected: d.digest.clone(), actual });
+        }
+        Ok(())
+    }
+
+    /// A reader of a layer's uncompressed tar stream.
+    pub fn layer_reader(&self, mt: &str, d: &Descriptor) -> Result<Box<dyn Read>> {
+        let p = self.blob_path(d)?;
+        let f = BufReader::with_capacity(1 << 20, File::open(&p).map_err(|e| Error::io(&p, e))?);
+        match mt {
+            MT_LAYER_GZIP | "application/vnd.docker.image.rootfs.diff.tar.gzip" => Ok(Box::new(flate2::read::GzDecoder::new(f))),
+            MT_LAYER_TAR | "application/vnd.docker.image.rootfs.diff.tar" => Ok(Box::new(f)),
+            other => Err(self.err(format!("layer {}: unsupported media type {other:?} (expected {MT_LAYER_GZIP} or {MT_LAYER_TAR})", d.digest))),
+        }
+    }
+
+    /// The config's `rootfs.diff_ids`.
+    pub fn diff_ids(&self) -> Vec<String> {
+        self.config
+            .pointer("/rootfs/diff_ids")
+            .and_then(|v| v.as_array())
+            .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+            .unwrap_or_default()
+    }
+}
+
+fn descriptor(v: &serde_json::Value) -> std::result::Result<(String, Descriptor), String> {
+    let mt = v.get("mediaType").and_then(|m| m.as_str()).unwrap_or("").to_string();
+    let digest = v.get("digest").and_then(|d| d.as_str()).ok_or("missing field `digest`")?.to_string();
+    if !crate::manifest::is_sha256_digest(&digest) {
+        return Err(format!("field `digest`: expected sha256:<64 hex>, found {digest:?}"));
+    }
+    let size = v.get("size").and_then(|s| s.as_u64()).ok_or("missing field `size`")?;
+    Ok((mt, Descriptor { digest, size }))
+}
+
+fn blob_path(layout: &Path, d: &Descriptor) -> Result<PathBuf> {
+    let hexd = d.digest.strip_prefix("sha256:").ok_or_else(|| Error::Image { layout: layout.to_path_buf(), message: format!("unsupported digest {}", d.digest) })?;
+    Ok(layout.join("blobs/sha256").join(hexd))
+}
+
+fn read_json_blob(layout: &Path, d: &Descriptor) -> Result<Vec<u8>> {
+    if d.size > MAX_JSON_BLOB {
+        return Err(Error::Image { layout: layout.to_path_buf(), message: format!("blob {}: {} bytes is too large for JSON", d.digest, d.size) });
+    }
+    let p = blob_path(layout, d)?;
+    let bytes = std::fs::read(&p).map_err(|e| Error::io(&p, e))?;
+    let actual = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
+    if bytes.len() as u64 != d.size || actual != d.digest {
+        return Err(Error::BlobMismatch {
+            layout: layout.to_path_buf(),
+            digest: d.digest.clone(),
+            expected: format!("{} ({} bytes)", d.digest, d.size),
+            actual: format!("{actual} ({} bytes)", bytes.len()),
+        });
+    }
+    Ok(bytes)
+}
