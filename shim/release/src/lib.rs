@@ -10,5 +10,6 @@ pub mod layer;
 pub mod manifest;
 pub mod oci;
 pub mod release;
+pub mod tuf;
 
 pub use error::{Error, Result};
