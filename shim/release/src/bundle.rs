@@ -151,6 +151,14 @@ pub fn verify(bundle_bytes: &[u8], artifact: &[u8], key: &PublicKey, file: &str)
     Ok(Verified { media_type: bundle.media_type, hint, fingerprint })
 }
 
+/// The publisher key fingerprint (`sha256:<hex>` of its SPKI) a bundle's hint names, unverified.
+pub fn hint_fingerprint(bundle_bytes: &[u8]) -> Option<String> {
+    let b: Bundle = serde_json::from_slice(bundle_bytes).ok()?;
+    let h = b.verification_material.public_key?.hint?;
+    let raw = B64.decode(h).ok()?;
+    (raw.len() == 32).then(|| format!("sha256:{}", hex::encode(raw)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -131,7 +131,7 @@ impl SigningKey {
             ciphertext: B64.encode(ct),
         };
         let json = serde_json::to_vec(&body).map_err(|e| Error::Usage(e.to_string()))?;
-        Ok(pem::encode(&pem::Pem::new(PRIVATE_PEM, json)))
+        Ok(pem_lf(&pem::Pem::new(PRIVATE_PEM, json)))
     }
 
     /// Reads a cosign private key file; `password` as given in `COSIGN_PASSWORD`.
@@ -181,6 +181,11 @@ impl SigningKey {
     }
 }
 
+/// PEM with `\n` line endings, as Go's encoding/pem (and so cosign) writes it.
+fn pem_lf(p: &pem::Pem) -> String {
+    pem::encode_config(p, pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF))
+}
+
 fn scrypt_key(password: &[u8], salt: &[u8], n: u32, r: u32, p: u32) -> Result<[u8; 32]> {
     let log_n = u8::try_from(n.trailing_zeros()).map_err(|_| Error::Usage("scrypt N".into()))?;
     let params = scrypt::Params::new(log_n, r, p, 32).map_err(|e| Error::Usage(format!("scrypt params: {e}")))?;
@@ -202,7 +207,7 @@ impl PublicKey {
 
     /// `PUBLIC KEY` PEM text, as cosign's `cosign.pub`.
     pub fn to_pem(&self) -> Result<String> {
-        Ok(pem::encode(&pem::Pem::new("PUBLIC KEY", self.to_spki_der()?)))
+        Ok(pem_lf(&pem::Pem::new("PUBLIC KEY", self.to_spki_der()?)))
     }
 
     pub fn from_pem(text: &[u8], file: &str) -> Result<PublicKey> {

@@ -250,6 +250,28 @@ pub fn verify_path(path: &Path, key: &PublicKey, extract_to: Option<&Path>) -> R
     }
 }
 
+/// Reads a release's manifest without a key (for `inspect`): (manifest, signed?, publisher key
+/// fingerprint named by the bundle's hint). Image layers are still read with every check.
+pub fn read_unverified(path: &Path) -> Result<(Manifest, bool, Option<String>)> {
+    let (mbytes, sig, where_) = if path.join("index.json").exists() {
+        let img = Image::open(path)?;
+        let [(mt, d)] = img.layers.as_slice() else {
+            return Err(Error::Image { layout: path.to_path_buf(), message: format!("expected exactly one layer, found {}", img.layers.len()) });
+        };
+        img.check_blob(d)?;
+        let scan = layer::scan(img.layer_reader(mt, d)?, &d.digest, Mode::Check)?;
+        let m = scan.germline.get(MANIFEST_PATH.as_bytes()).cloned().ok_or_else(|| Error::Rootfs { path: path.to_path_buf(), message: format!("missing {MANIFEST_PATH}") })?;
+        (m, scan.germline.get(SIGNATURE_PATH.as_bytes()).cloned(), path.display().to_string())
+    } else {
+        let rootfs = path.join("rootfs");
+        let (m, s) = read_germline_files(&rootfs, false)?;
+        (m, s, rootfs.display().to_string())
+    };
+    let manifest = Manifest::parse(&mbytes, &format!("{where_}/{MANIFEST_PATH}"))?;
+    let fp = sig.as_deref().and_then(bundle::hint_fingerprint);
+    Ok((manifest, sig.is_some(), fp))
+}
+
 /// Copies a rootfs, making absolute symlinks relative and refusing special files.
 fn copy_tree(src: &Path, dst: &Path) -> Result<()> {
     let md = std::fs::metadata(src).map_err(|e| Error::io(src, e))?;

@@ -53,19 +53,25 @@ pub fn target_name(m: &Manifest) -> String {
     format!("{}-{}.manifest.json", m.name, m.version)
 }
 
+/// TUF's `expires` is `YYYY-MM-DDTHH:MM:SSZ`: python-tuf refuses fractional seconds, which
+/// tough would otherwise write.
+fn whole_seconds(t: jiff::Timestamp) -> Result<jiff::Timestamp> {
+    jiff::Timestamp::from_second(t.as_second()).map_err(|e| Error::Usage(format!("expiry: {e}")))
+}
+
 fn nz(v: u64) -> Result<NonZeroU64> {
     NonZeroU64::new(v).ok_or_else(|| Error::Usage("version 0".into()))
 }
 
-/// Writes an unencrypted PKCS#8 Ed25519 key (tough's and python-tuf's usual format), mode 0600.
+/// Writes an unencrypted Ed25519 key as PKCS#8 DER (v1), the form tough's `LocalKeySource`
+/// reads for Ed25519 (it reads PEM only for RSA), mode 0600.
 pub fn generate_key(path: &Path) -> Result<()> {
     use ed25519_dalek::pkcs8::EncodePrivateKey as _;
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let k = ed25519_dalek::SigningKey::generate(&mut rand_core::OsRng);
-    let pem = k
-        .to_pkcs8_pem(Default::default())
-        .map_err(|e| Error::Usage(format!("encoding key: {e}")))?;
+    let kp = ed25519_dalek::pkcs8::KeypairBytes { secret_key: k.to_bytes(), public_key: None };
+    let pem = kp.to_pkcs8_der().map_err(|e| Error::Usage(format!("encoding key: {e}")))?;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -101,6 +107,7 @@ fn dir_url(p: &Path) -> Result<url::Url> {
 /// `germline release tuf-init`: a new repository whose four top-level roles share one key
 /// (`key`, generated if missing), version 1 of every role, no targets.
 pub fn init(repo: &Path, key: &Path, expires: jiff::Timestamp) -> Result<()> {
+    let expires = whole_seconds(expires)?;
     if !key.exists() {
         generate_key(key)?;
     }
@@ -146,6 +153,7 @@ pub fn init(repo: &Path, key: &Path, expires: jiff::Timestamp) -> Result<()> {
 /// `germline release publish`: adds (or replaces) the release's target and writes the next
 /// version of targets, snapshot and timestamp, signed with `key`.
 pub fn publish(repo: &Path, key: &Path, manifest_bytes: &[u8], m: &Manifest, expires: jiff::Timestamp, timestamp_expires: jiff::Timestamp) -> Result<String> {
+    let (expires, timestamp_expires) = (whole_seconds(expires)?, whole_seconds(timestamp_expires)?);
     let md = repo.join("metadata");
     let root_path = latest_root(repo)?;
     let root_bytes = std::fs::read(&root_path).map_err(|e| Error::io(&root_path, e))?;
@@ -202,7 +210,9 @@ pub struct TufChecked {
 pub fn check_release(repo: &Path, trusted_root: &Path, state: &Path, manifest_bytes: &[u8], m: &Manifest) -> Result<TufChecked> {
     let root_bytes = std::fs::read(trusted_root).map_err(|e| Error::io(trusted_root, e))?;
     std::fs::create_dir_all(state).map_err(|e| Error::io(state, e))?;
-    let datastore = state.join("tuf-datastore");
+    // One datastore per pinned root, so repositories do not share rollback state.
+    let datastore = state.join("tuf-datastore").join(&hex::encode(Sha256::digest(&root_bytes))[..16]);
+    std::fs::create_dir_all(&datastore).map_err(|e| Error::io(&datastore, e))?;
     let name = target_name(m);
     let rt = runtime()?;
     let (tv, tsv) = rt.block_on(async {
