@@ -251,7 +251,7 @@ mod tests {
         let mut v = base();
         v["tools"]["fetch"]["egress"] = serde_json::json!(true);
         let e = parse(&v).expect_err("unknown field").to_string();
-        assert!(e.contains("m.json") && e.contains("tools.fetch") && e.contains("unknown field `egress`"), "{e}");
+        assert!(e.contains("m.json: field `tools.fetch.egress`: unknown field `egress`"), "{e}");
     }
 
     #[test]

@@ -160,7 +160,10 @@ pub fn publish(repo: &Path, key: &Path, manifest_bytes: &[u8], m: &Manifest, exp
     let name = target_name(m);
     let rt = runtime()?;
     rt.block_on(async {
+        // The publisher may be renewing expired metadata: read it without enforcing expiry
+        // (signatures and versions are still checked); what it writes gets fresh expiries.
         let loaded = RepositoryLoader::new(&root_bytes, dir_url(&md)?, dir_url(&repo.join("targets"))?)
+            .expiration_enforcement(tough::ExpirationEnforcement::Unsafe)
             .load()
             .await
             .map_err(|e| terr(repo, chain(&e)))?;
