@@ -52,7 +52,11 @@ pub struct PackArgs {
     #[arg(long)]
     pub manifest: PathBuf,
     /// The rootfs directory.
-    #[arg(long, conflicts_with = "from_image", required_unless_present = "from_image")]
+    #[arg(
+        long,
+        conflicts_with = "from_image",
+        required_unless_present = "from_image"
+    )]
     pub rootfs: Option<PathBuf>,
     /// An OCI image layout to take the rootfs from (layers flattened).
     #[arg(long)]
@@ -171,14 +175,22 @@ fn finish(r: Result<()>, what: &str) -> ExitCode {
 }
 
 fn print_json(v: &serde_json::Value) {
-    println!("{}", serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string()));
+    println!(
+        "{}",
+        serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+    );
 }
 
 /// `germline keygen`.
 pub fn run_keygen(a: &KeygenArgs) -> ExitCode {
     finish(
         (|| {
-            let public = keys::keygen(&a.dir, &a.output_key_prefix, a.algorithm, &keys::password_from_env())?;
+            let public = keys::keygen(
+                &a.dir,
+                &a.output_key_prefix,
+                a.algorithm,
+                &keys::password_from_env(),
+            )?;
             println!(
                 "Private key written to {}\nPublic key written to {}\nfingerprint {}",
                 a.dir.join(format!("{}.key", a.output_key_prefix)).display(),
@@ -214,10 +226,20 @@ fn pack(a: &PackArgs) -> Result<()> {
     let source = match (&a.rootfs, &a.from_image) {
         (Some(r), None) => Source::RootfsDir(r.clone()),
         (None, Some(i)) => Source::ImageLayout(i.clone()),
-        _ => return Err(Error::Usage("give exactly one of --rootfs and --from-image".into())),
+        _ => {
+            return Err(Error::Usage(
+                "give exactly one of --rootfs and --from-image".into(),
+            ))
+        }
     };
     let key = a.key.as_deref().map(keys::load_signing_key).transpose()?;
-    let p = release::pack(&a.manifest, &source, key.as_ref(), &a.out, a.image.as_deref())?;
+    let p = release::pack(
+        &a.manifest,
+        &source,
+        key.as_ref(),
+        &a.out,
+        a.image.as_deref(),
+    )?;
     print_json(&json!({
         "name": p.manifest.name, "version": p.manifest.version, "rootfs_digest": p.rootfs_digest,
         "signed": p.signed, "bundle": a.out, "image": a.image,
@@ -230,12 +252,21 @@ fn sign(a: &SignArgs) -> Result<()> {
     let key = keys::load_signing_key(&a.key)?;
     if let Some(dir) = &a.release {
         release::sign_bundle_dir(dir, &key)?;
-        println!("signed {}", dir.join("rootfs").join(MANIFEST_PATH).display());
+        println!(
+            "signed {}",
+            dir.join("rootfs").join(MANIFEST_PATH).display()
+        );
         return Ok(());
     }
-    let blob = a.blob.as_ref().ok_or_else(|| Error::Usage("nothing to sign".into()))?;
+    let blob = a
+        .blob
+        .as_ref()
+        .ok_or_else(|| Error::Usage("nothing to sign".into()))?;
     let bytes = std::fs::read(blob).map_err(|e| Error::io(blob, e))?;
-    let out = a.bundle.clone().unwrap_or_else(|| PathBuf::from(format!("{}.sigstore.json", blob.display())));
+    let out = a
+        .bundle
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("{}.sigstore.json", blob.display())));
     std::fs::write(&out, bundle::sign(&key, &bytes)?).map_err(|e| Error::io(&out, e))?;
     println!("Wrote bundle to file {}", out.display());
     Ok(())
@@ -251,10 +282,19 @@ fn publish(a: &PublishArgs) -> Result<()> {
     let key = keys::load_public_key(&a.key)?;
     let v = release::verify_path(&a.release, &key, None)?;
     let ts = match &a.timestamp_expires {
-        Some(s) => s.parse::<jiff::Timestamp>().map_err(|e| Error::Usage(format!("--timestamp-expires {s:?}: {e}")))?,
+        Some(s) => s
+            .parse::<jiff::Timestamp>()
+            .map_err(|e| Error::Usage(format!("--timestamp-expires {s:?}: {e}")))?,
         None => days(7)?,
     };
-    let name = tuf::publish(&a.repo, &a.tuf_key, &v.manifest_bytes, &v.manifest, days(a.expires_days)?, ts)?;
+    let name = tuf::publish(
+        &a.repo,
+        &a.tuf_key,
+        &v.manifest_bytes,
+        &v.manifest,
+        days(a.expires_days)?,
+        ts,
+    )?;
     print_json(&json!({"published": name, "repo": a.repo, "rootfs_digest": v.rootfs_digest}));
     Ok(())
 }
@@ -298,7 +338,12 @@ fn inspect(a: &InspectArgs) -> Result<()> {
         Some(k) => {
             let key: PublicKey = keys::load_public_key(k)?;
             match release::verify_path(&a.release, &key, None) {
-                Ok(v) => (v.manifest, "verified".to_string(), Some(v.signature.fingerprint), Some(true)),
+                Ok(v) => (
+                    v.manifest,
+                    "verified".to_string(),
+                    Some(v.signature.fingerprint),
+                    Some(true),
+                ),
                 Err(e) => {
                     let (m, _, fp) = release::read_unverified(&a.release)?;
                     (m, format!("REFUSED: {e}"), fp, None)
@@ -307,11 +352,19 @@ fn inspect(a: &InspectArgs) -> Result<()> {
         }
         None => {
             let (m, signed, fp) = release::read_unverified(&a.release)?;
-            let s = if signed { "signed, not checked (no --key given)" } else { "UNSIGNED" };
+            let s = if signed {
+                "signed, not checked (no --key given)"
+            } else {
+                "UNSIGNED"
+            };
             (m, s.to_string(), fp, None)
         }
     };
-    let digest = manifest.rootfs.as_ref().map(|p| p.digest.clone()).unwrap_or_default();
+    let digest = manifest
+        .rootfs
+        .as_ref()
+        .map(|p| p.digest.clone())
+        .unwrap_or_default();
     if a.json {
         print_json(&json!({
             "name": manifest.name, "version": manifest.version, "rootfs_digest": digest,
@@ -324,9 +377,19 @@ fn inspect(a: &InspectArgs) -> Result<()> {
     println!("name:          {}", manifest.name);
     println!("version:       {}", manifest.version);
     println!("rootfs digest: {digest}");
-    println!("publisher key: {}", fingerprint.as_deref().unwrap_or("(none)"));
+    println!(
+        "publisher key: {}",
+        fingerprint.as_deref().unwrap_or("(none)")
+    );
     println!("entry:         {}", manifest.entry.join(" "));
-    println!("deterministic: {}", if manifest.deterministic { "declared" } else { "not declared" });
+    println!(
+        "deterministic: {}",
+        if manifest.deterministic {
+            "declared"
+        } else {
+            "not declared"
+        }
+    );
     println!("scratch:       {} MiB", manifest.scratch_mb);
     println!("readable:      {}", manifest.readable_paths.join(", "));
     println!("tools:");
@@ -359,7 +422,14 @@ fn bench(a: &BenchArgs) -> Result<()> {
     let src = dir.path().join("src");
     // A rootfs-like mix: many small files and some large ones, in nested directories.
     let total = a.size_mb << 20;
-    let sizes = [4usize << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20];
+    let sizes = [
+        4usize << 10,
+        16 << 10,
+        64 << 10,
+        256 << 10,
+        1 << 20,
+        4 << 20,
+    ];
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let (mut written, mut files) = (0u64, 0u64);
     let mut buf = Vec::new();
@@ -382,7 +452,13 @@ fn bench(a: &BenchArgs) -> Result<()> {
     let key = keys::SigningKey::generate(Algorithm::EcdsaP256);
     let out = dir.path().join("bundle");
     let img = dir.path().join("image");
-    release::pack(&m, &Source::RootfsDir(src), Some(&key), &out, a.image.then_some(img.as_path()))?;
+    release::pack(
+        &m,
+        &Source::RootfsDir(src),
+        Some(&key),
+        &out,
+        a.image.then_some(img.as_path()),
+    )?;
     let public = key.public();
     let mut times = Vec::new();
     for _ in 0..a.runs.max(1) {
@@ -417,7 +493,10 @@ fn bench(a: &BenchArgs) -> Result<()> {
         times.first().copied().unwrap_or(f64::NAN)
     );
     if a.image {
-        println!("verified its image layout in {:.3} s (median)", median(&image_times).unwrap_or(f64::NAN));
+        println!(
+            "verified its image layout in {:.3} s (median)",
+            median(&image_times).unwrap_or(f64::NAN)
+        );
     }
     let bytes = serde_json::to_vec_pretty(&result).map_err(|e| Error::Usage(e.to_string()))?;
     std::fs::write(&a.json, bytes).map_err(|e| Error::io(&a.json, e))?;
@@ -427,5 +506,8 @@ fn bench(a: &BenchArgs) -> Result<()> {
 
 /// Used by tests: where the manifest and signature sit in a bundle.
 pub fn germline_paths(bundle: &Path) -> (PathBuf, PathBuf) {
-    (bundle.join("rootfs").join(MANIFEST_PATH), bundle.join("rootfs").join(SIGNATURE_PATH))
+    (
+        bundle.join("rootfs").join(MANIFEST_PATH),
+        bundle.join("rootfs").join(SIGNATURE_PATH),
+    )
 }

@@ -26,9 +26,17 @@ pub const ALGORITHM: &str = "germline-tree-v1";
 /// One entry of the tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Entry {
-    Dir { mode: u32 },
-    File { mode: u32, size: u64, sha256: [u8; 32] },
-    Symlink { target: Vec<u8> },
+    Dir {
+        mode: u32,
+    },
+    File {
+        mode: u32,
+        size: u64,
+        sha256: [u8; 32],
+    },
+    Symlink {
+        target: Vec<u8>,
+    },
 }
 
 /// An ordered tree of entries keyed by their path relative to the rootfs (no leading `/`).
@@ -150,7 +158,10 @@ pub fn tree_of_dir(root: &Path) -> Result<Tree> {
             let path = ent.path();
             let rel = path
                 .strip_prefix(root)
-                .map_err(|_| Error::Rootfs { path: path.clone(), message: "outside the rootfs".into() })?
+                .map_err(|_| Error::Rootfs {
+                    path: path.clone(),
+                    message: "outside the rootfs".into(),
+                })?
                 .as_os_str()
                 .as_bytes()
                 .to_vec();
@@ -166,7 +177,10 @@ pub fn tree_of_dir(root: &Path) -> Result<Tree> {
             } else if ft.is_symlink() {
                 let target = std::fs::read_link(&path).map_err(|e| Error::io(&path, e))?;
                 let target = target.as_os_str().as_bytes().to_vec();
-                check_symlink(&rel, &target).map_err(|message| Error::Rootfs { path: path.clone(), message })?;
+                check_symlink(&rel, &target).map_err(|message| Error::Rootfs {
+                    path: path.clone(),
+                    message,
+                })?;
                 tree.entries.insert(rel, Entry::Symlink { target });
             } else if ft.is_file() {
                 files.push((rel, path, mode));
@@ -185,16 +199,23 @@ pub fn tree_of_dir(root: &Path) -> Result<Tree> {
     Ok(tree)
 }
 
-fn hash_parallel(files: &[(Vec<u8>, PathBuf, u32)]) -> Result<Vec<(u64, [u8; 32])>> {
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(files.len().max(1));
+/// (size, sha256) of one file.
+type FileHash = (u64, [u8; 32]);
+
+fn hash_parallel(files: &[(Vec<u8>, PathBuf, u32)]) -> Result<Vec<FileHash>> {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(files.len().max(1));
     let next = AtomicUsize::new(0);
-    let out: Mutex<Vec<Option<(u64, [u8; 32])>>> = Mutex::new(vec![None; files.len()]);
+    let out: Mutex<Vec<Option<FileHash>>> = Mutex::new(vec![None; files.len()]);
     let first_err: Mutex<Option<Error>> = Mutex::new(None);
     std::thread::scope(|s| {
         for _ in 0..workers {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some((_, path, _)) = files.get(i) else { break };
+                let Some((_, path, _)) = files.get(i) else {
+                    break;
+                };
                 match hash_file(path) {
                     Ok(r) => {
                         if let Ok(mut o) = out.lock() {
@@ -216,10 +237,17 @@ fn hash_parallel(files: &[(Vec<u8>, PathBuf, u32)]) -> Result<Vec<(u64, [u8; 32]
     if let Some(e) = first_err.into_inner().ok().flatten() {
         return Err(e);
     }
-    let out = out.into_inner().map_err(|_| Error::Usage("hash worker panicked".into()))?;
+    let out = out
+        .into_inner()
+        .map_err(|_| Error::Usage("hash worker panicked".into()))?;
     out.into_iter()
         .zip(files)
-        .map(|(r, (_, p, _))| r.ok_or_else(|| Error::Rootfs { path: p.clone(), message: "not hashed".into() }))
+        .map(|(r, (_, p, _))| {
+            r.ok_or_else(|| Error::Rootfs {
+                path: p.clone(),
+                message: "not hashed".into(),
+            })
+        })
         .collect()
 }
 
@@ -232,8 +260,12 @@ mod tests {
         assert!(check_symlink(b"usr/bin/python3", b"python3.11").is_ok());
         assert!(check_symlink(b"lib", b"usr/lib").is_ok());
         assert!(check_symlink(b"etc/x", b"../usr/lib/x").is_ok());
-        assert!(check_symlink(b"etc/x", b"../../etc/shadow").expect_err("escape").contains("escapes"));
-        assert!(check_symlink(b"etc/x", b"/etc/shadow").expect_err("abs").contains("absolute"));
+        assert!(check_symlink(b"etc/x", b"../../etc/shadow")
+            .expect_err("escape")
+            .contains("escapes"));
+        assert!(check_symlink(b"etc/x", b"/etc/shadow")
+            .expect_err("abs")
+            .contains("absolute"));
     }
 
     #[test]
@@ -253,7 +285,8 @@ mod tests {
         std::fs::write(r.join("a/f"), b"hellp").map_err(|e| Error::io(r, e))?;
         let d2 = tree_of_dir(r)?.digest();
         assert_ne!(d1, d2);
-        std::fs::set_permissions(r.join("a/f"), std::fs::Permissions::from_mode(0o755)).map_err(|e| Error::io(r, e))?;
+        std::fs::set_permissions(r.join("a/f"), std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| Error::io(r, e))?;
         assert_ne!(d2, tree_of_dir(r)?.digest());
         Ok(())
     }

@@ -66,7 +66,9 @@ pub enum Error {
     },
     #[error("TUF repository {repo}: {message}")]
     Tuf { repo: String, message: String },
-    #[error("rollback refused: {name} {offered} is older than {seen}, already seen (state {state})")]
+    #[error(
+        "rollback refused: {name} {offered} is older than {seen}, already seen (state {state})"
+    )]
     Rollback {
         name: String,
         offered: String,

@@ -8,7 +8,9 @@
 use base64::{engine::general_purpose::STANDARD as B64, Engine as _};
 use crypto_secretbox::aead::{Aead, KeyInit};
 use crypto_secretbox::XSalsa20Poly1305;
-use ed25519_dalek::pkcs8::{DecodePrivateKey as _, DecodePublicKey as _, EncodePrivateKey as _, EncodePublicKey as _};
+use ed25519_dalek::pkcs8::{
+    DecodePrivateKey as _, DecodePublicKey as _, EncodePrivateKey as _, EncodePublicKey as _,
+};
 use rand_core::{OsRng, RngCore};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
@@ -75,8 +77,12 @@ impl SigningKey {
     /// A fresh key from the OS's random source.
     pub fn generate(alg: Algorithm) -> SigningKey {
         match alg {
-            Algorithm::EcdsaP256 => SigningKey::EcdsaP256(p256::ecdsa::SigningKey::random(&mut OsRng)),
-            Algorithm::Ed25519 => SigningKey::Ed25519(ed25519_dalek::SigningKey::generate(&mut OsRng)),
+            Algorithm::EcdsaP256 => {
+                SigningKey::EcdsaP256(p256::ecdsa::SigningKey::random(&mut OsRng))
+            }
+            Algorithm::Ed25519 => {
+                SigningKey::Ed25519(ed25519_dalek::SigningKey::generate(&mut OsRng))
+            }
         }
     }
 
@@ -92,7 +98,10 @@ impl SigningKey {
         let der = match self {
             SigningKey::EcdsaP256(k) => p256::pkcs8::EncodePrivateKey::to_pkcs8_der(k),
             SigningKey::Ed25519(k) => {
-                let kp = ed25519_dalek::pkcs8::KeypairBytes { secret_key: k.to_bytes(), public_key: None };
+                let kp = ed25519_dalek::pkcs8::KeypairBytes {
+                    secret_key: k.to_bytes(),
+                    public_key: None,
+                };
                 kp.to_pkcs8_der()
             }
         }
@@ -101,7 +110,9 @@ impl SigningKey {
     }
 
     pub fn from_pkcs8_der(der: &[u8], file: &str) -> Result<SigningKey> {
-        if let Ok(k) = <p256::ecdsa::SigningKey as p256::pkcs8::DecodePrivateKey>::from_pkcs8_der(der) {
+        if let Ok(k) =
+            <p256::ecdsa::SigningKey as p256::pkcs8::DecodePrivateKey>::from_pkcs8_der(der)
+        {
             return Ok(SigningKey::EcdsaP256(k));
         }
         if let Ok(k) = ed25519_dalek::SigningKey::from_pkcs8_der(der) {
@@ -126,8 +137,19 @@ impl SigningKey {
             .encrypt(&nonce.into(), der.as_slice())
             .map_err(|_| Error::Usage("secretbox encryption failed".into()))?;
         let body = Encrypted {
-            kdf: Kdf { name: "scrypt".into(), params: ScryptParams { n: SCRYPT_N, r: SCRYPT_R, p: SCRYPT_P }, salt: B64.encode(salt) },
-            cipher: Cipher { name: "nacl/secretbox".into(), nonce: B64.encode(nonce) },
+            kdf: Kdf {
+                name: "scrypt".into(),
+                params: ScryptParams {
+                    n: SCRYPT_N,
+                    r: SCRYPT_R,
+                    p: SCRYPT_P,
+                },
+                salt: B64.encode(salt),
+            },
+            cipher: Cipher {
+                name: "nacl/secretbox".into(),
+                nonce: B64.encode(nonce),
+            },
             ciphertext: B64.encode(ct),
         };
         let json = serde_json::to_vec(&body).map_err(|e| Error::Usage(e.to_string()))?;
@@ -136,31 +158,52 @@ impl SigningKey {
 
     /// Reads a cosign private key file; `password` as given in `COSIGN_PASSWORD`.
     pub fn from_encrypted_pem(text: &[u8], password: &[u8], file: &str) -> Result<SigningKey> {
-        let kerr = |message: String| Error::Key { file: file.into(), message };
+        let kerr = |message: String| Error::Key {
+            file: file.into(),
+            message,
+        };
         let block = pem::parse(text).map_err(|e| kerr(format!("not a PEM file: {e}")))?;
         if block.tag() != PRIVATE_PEM && block.tag() != PRIVATE_PEM_OLD {
-            return Err(kerr(format!("expected a PEM block \"{PRIVATE_PEM}\", found \"{}\"", block.tag())));
+            return Err(kerr(format!(
+                "expected a PEM block \"{PRIVATE_PEM}\", found \"{}\"",
+                block.tag()
+            )));
         }
         let enc: Encrypted = serde_json::from_slice(block.contents())
             .map_err(|e| kerr(format!("encrypted key body is not the expected JSON: {e}")))?;
         if enc.kdf.name != "scrypt" {
-            return Err(kerr(format!("kdf.name: expected \"scrypt\", found {:?}", enc.kdf.name)));
+            return Err(kerr(format!(
+                "kdf.name: expected \"scrypt\", found {:?}",
+                enc.kdf.name
+            )));
         }
         if enc.cipher.name != "nacl/secretbox" {
-            return Err(kerr(format!("cipher.name: expected \"nacl/secretbox\", found {:?}", enc.cipher.name)));
+            return Err(kerr(format!(
+                "cipher.name: expected \"nacl/secretbox\", found {:?}",
+                enc.cipher.name
+            )));
         }
         let p = &enc.kdf.params;
         // Like cosign, accept only the standard parameters: a key file must not make us spend
         // unbounded memory or time.
         if (p.n, p.r, p.p) != (SCRYPT_N, SCRYPT_R, SCRYPT_P) {
-            return Err(kerr(format!("kdf.params: expected N=32768 r=8 p=1, found N={} r={} p={}", p.n, p.r, p.p)));
+            return Err(kerr(format!(
+                "kdf.params: expected N=32768 r=8 p=1, found N={} r={} p={}",
+                p.n, p.r, p.p
+            )));
         }
-        let salt = B64.decode(&enc.kdf.salt).map_err(|e| kerr(format!("kdf.salt: {e}")))?;
-        let nonce = B64.decode(&enc.cipher.nonce).map_err(|e| kerr(format!("cipher.nonce: {e}")))?;
+        let salt = B64
+            .decode(&enc.kdf.salt)
+            .map_err(|e| kerr(format!("kdf.salt: {e}")))?;
+        let nonce = B64
+            .decode(&enc.cipher.nonce)
+            .map_err(|e| kerr(format!("cipher.nonce: {e}")))?;
         let nonce: [u8; 24] = nonce
             .try_into()
             .map_err(|_| kerr("cipher.nonce: expected 24 bytes".into()))?;
-        let ct = B64.decode(&enc.ciphertext).map_err(|e| kerr(format!("ciphertext: {e}")))?;
+        let ct = B64
+            .decode(&enc.ciphertext)
+            .map_err(|e| kerr(format!("ciphertext: {e}")))?;
         let key = scrypt_key(password, &salt, p.n, p.r, p.p)?;
         let der = XSalsa20Poly1305::new(&key.into())
             .decrypt(&nonce.into(), ct.as_slice())
@@ -183,14 +226,19 @@ impl SigningKey {
 
 /// PEM with `\n` line endings, as Go's encoding/pem (and so cosign) writes it.
 fn pem_lf(p: &pem::Pem) -> String {
-    pem::encode_config(p, pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF))
+    pem::encode_config(
+        p,
+        pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF),
+    )
 }
 
 fn scrypt_key(password: &[u8], salt: &[u8], n: u32, r: u32, p: u32) -> Result<[u8; 32]> {
     let log_n = u8::try_from(n.trailing_zeros()).map_err(|_| Error::Usage("scrypt N".into()))?;
-    let params = scrypt::Params::new(log_n, r, p, 32).map_err(|e| Error::Usage(format!("scrypt params: {e}")))?;
+    let params = scrypt::Params::new(log_n, r, p, 32)
+        .map_err(|e| Error::Usage(format!("scrypt params: {e}")))?;
     let mut out = [0u8; 32];
-    scrypt::scrypt(password, salt, &params, &mut out).map_err(|e| Error::Usage(format!("scrypt: {e}")))?;
+    scrypt::scrypt(password, salt, &params, &mut out)
+        .map_err(|e| Error::Usage(format!("scrypt: {e}")))?;
     Ok(out)
 }
 
@@ -211,22 +259,33 @@ impl PublicKey {
     }
 
     pub fn from_pem(text: &[u8], file: &str) -> Result<PublicKey> {
-        let kerr = |message: String| Error::Key { file: file.into(), message };
+        let kerr = |message: String| Error::Key {
+            file: file.into(),
+            message,
+        };
         let block = pem::parse(text).map_err(|e| kerr(format!("not a PEM file: {e}")))?;
         if block.tag() != "PUBLIC KEY" {
-            return Err(kerr(format!("expected a PEM block \"PUBLIC KEY\", found \"{}\"", block.tag())));
+            return Err(kerr(format!(
+                "expected a PEM block \"PUBLIC KEY\", found \"{}\"",
+                block.tag()
+            )));
         }
         Self::from_spki_der(block.contents(), file)
     }
 
     pub fn from_spki_der(der: &[u8], file: &str) -> Result<PublicKey> {
-        if let Ok(k) = <p256::ecdsa::VerifyingKey as p256::pkcs8::DecodePublicKey>::from_public_key_der(der) {
+        if let Ok(k) =
+            <p256::ecdsa::VerifyingKey as p256::pkcs8::DecodePublicKey>::from_public_key_der(der)
+        {
             return Ok(PublicKey::EcdsaP256(k));
         }
         if let Ok(k) = ed25519_dalek::VerifyingKey::from_public_key_der(der) {
             return Ok(PublicKey::Ed25519(k));
         }
-        Err(Error::Key { file: file.into(), message: "expected an ECDSA P-256 or Ed25519 public key (SPKI)".into() })
+        Err(Error::Key {
+            file: file.into(),
+            message: "expected an ECDSA P-256 or Ed25519 public key (SPKI)".into(),
+        })
     }
 
     /// The sigstore bundle's `publicKey.hint`: base64 of sha256(SPKI DER), as cosign writes it.
@@ -236,7 +295,10 @@ impl PublicKey {
 
     /// `sha256:<hex>` of the SPKI DER: the publisher key fingerprint `inspect` shows.
     pub fn fingerprint(&self) -> Result<String> {
-        Ok(format!("sha256:{}", hex::encode(Sha256::digest(self.to_spki_der()?))))
+        Ok(format!(
+            "sha256:{}",
+            hex::encode(Sha256::digest(self.to_spki_der()?))
+        ))
     }
 
     pub fn algorithm(&self) -> &'static str {
@@ -282,7 +344,10 @@ pub fn keygen(dir: &Path, prefix: &str, alg: Algorithm, password: &[u8]) -> Resu
     let pp = dir.join(format!("{prefix}.pub"));
     for p in [&kp, &pp] {
         if p.exists() {
-            return Err(Error::Usage(format!("{} already exists; refusing to overwrite", p.display())));
+            return Err(Error::Usage(format!(
+                "{} already exists; refusing to overwrite",
+                p.display()
+            )));
         }
     }
     let mut f = std::fs::OpenOptions::new()
@@ -323,10 +388,14 @@ mod tests {
             let sig = back.sign(b"msg");
             k.public().verify(b"msg", &sig).map_err(Error::Usage)?;
             assert!(k.public().verify(b"msh", &sig).is_err());
-            let e = SigningKey::from_encrypted_pem(pem.as_bytes(), b"other", "k").expect_err("wrong pw");
+            let e = SigningKey::from_encrypted_pem(pem.as_bytes(), b"other", "k")
+                .expect_err("wrong pw");
             assert!(matches!(e, Error::KeyPassword { .. }));
             let pubpem = k.public().to_pem()?;
-            assert_eq!(PublicKey::from_pem(pubpem.as_bytes(), "p")?.hint()?, k.public().hint()?);
+            assert_eq!(
+                PublicKey::from_pem(pubpem.as_bytes(), "p")?.hint()?,
+                k.public().hint()?
+            );
         }
         Ok(())
     }

@@ -94,7 +94,10 @@ fn check_parents_on_disk(root: &Path, rel: &[u8]) -> std::result::Result<(), Str
         match std::fs::symlink_metadata(&cur) {
             Ok(md) if md.file_type().is_dir() => {}
             Ok(md) if md.file_type().is_symlink() => {
-                return Err(format!("parent `{}` is a symlink: refusing to write through it", cur.display()))
+                return Err(format!(
+                    "parent `{}` is a symlink: refusing to write through it",
+                    cur.display()
+                ))
             }
             Ok(_) => return Err(format!("parent `{}` is not a directory", cur.display())),
             Err(e) => return Err(format!("parent `{}`: {e}", cur.display())),
@@ -106,17 +109,27 @@ fn check_parents_on_disk(root: &Path, rel: &[u8]) -> std::result::Result<(), Str
 /// Walks one layer. `layer` names it in errors.
 pub fn scan<R: Read>(reader: R, layer: &str, mode: Mode<'_>) -> Result<Scan> {
     let strict = !matches!(mode, Mode::Apply(_));
-    let lerr = |entry: &[u8], message: String| Error::LayerEntry { layer: layer.into(), entry: lossy(entry), message };
-    let mut hr = HashingReader { inner: reader, hash: Sha256::new() };
+    let lerr = |entry: &[u8], message: String| Error::LayerEntry {
+        layer: layer.into(),
+        entry: lossy(entry),
+        message,
+    };
+    let mut hr = HashingReader {
+        inner: reader,
+        hash: Sha256::new(),
+    };
     let mut out = Scan::default();
     // Every path seen (germline files included), for parent and duplicate checks.
     let mut seen: BTreeMap<Vec<u8>, Entry> = BTreeMap::new();
     let mut dirs: Vec<(PathBuf, u32)> = Vec::new();
     {
         let mut archive = tar::Archive::new(&mut hr);
-        let entries = archive.entries().map_err(|e| lerr(b"", format!("not a tar stream: {e}")))?;
+        let entries = archive
+            .entries()
+            .map_err(|e| lerr(b"", format!("not a tar stream: {e}")))?;
         for ent in entries {
-            let mut ent = ent.map_err(|e| lerr(b"", format!("corrupt or truncated tar stream: {e}")))?;
+            let mut ent =
+                ent.map_err(|e| lerr(b"", format!("corrupt or truncated tar stream: {e}")))?;
             let raw = ent.path_bytes().into_owned();
             let ty = ent.header().entry_type();
             if matches!(ty, tar::EntryType::XGlobalHeader | tar::EntryType::XHeader) {
@@ -129,12 +142,20 @@ pub fn scan<R: Read>(reader: R, layer: &str, mode: Mode<'_>) -> Result<Scan> {
                 }
                 return Err(lerr(&raw, "empty path".into()));
             }
-            let mode_bits = ent.header().mode().map_err(|e| lerr(&raw, format!("bad mode: {e}")))? & 0o7777;
+            let mode_bits = ent
+                .header()
+                .mode()
+                .map_err(|e| lerr(&raw, format!("bad mode: {e}")))?
+                & 0o7777;
             let base = rel.rsplit(|b| *b == b'/').next().unwrap_or(&rel);
             // Whiteouts (OCI image spec, layer changesets).
             if base.starts_with(b".wh.") {
                 let Mode::Apply(root) = mode else {
-                    return Err(lerr(&raw, "whiteout in a germline release layer (expected exactly one flat layer)".into()));
+                    return Err(lerr(
+                        &raw,
+                        "whiteout in a germline release layer (expected exactly one flat layer)"
+                            .into(),
+                    ));
                 };
                 check_parents_on_disk(root, &rel).map_err(|m| lerr(&raw, m))?;
                 let dir = match rel.iter().rposition(|b| *b == b'/') {
@@ -162,8 +183,22 @@ pub fn scan<R: Read>(reader: R, layer: &str, mode: Mode<'_>) -> Result<Scan> {
                     let parent = &rel[..i + off];
                     match seen.get(parent) {
                         Some(Entry::Dir { .. }) => {}
-                        Some(_) => return Err(lerr(&raw, format!("parent `{}` is not a directory (path traversal through a link)", lossy(parent)))),
-                        None => return Err(lerr(&raw, format!("parent `{}` is not a directory entry earlier in the layer", lossy(parent)))),
+                        Some(_) => return Err(lerr(
+                            &raw,
+                            format!(
+                                "parent `{}` is not a directory (path traversal through a link)",
+                                lossy(parent)
+                            ),
+                        )),
+                        None => {
+                            return Err(lerr(
+                                &raw,
+                                format!(
+                                    "parent `{}` is not a directory entry earlier in the layer",
+                                    lossy(parent)
+                                ),
+                            ))
+                        }
                     }
                     i += off + 1;
                 }
@@ -175,7 +210,8 @@ pub fn scan<R: Read>(reader: R, layer: &str, mode: Mode<'_>) -> Result<Scan> {
             let dest = target_root.map(|r| r.join(OsStr::from_bytes(&rel)));
             if let (Some(root), Some(dest)) = (target_root, &dest) {
                 if !strict {
-                    std::fs::create_dir_all(dest.parent().unwrap_or(root)).map_err(|e| Error::io(dest, e))?;
+                    std::fs::create_dir_all(dest.parent().unwrap_or(root))
+                        .map_err(|e| Error::io(dest, e))?;
                 }
                 check_parents_on_disk(root, &rel).map_err(|m| lerr(&raw, m))?;
                 if !strict {
@@ -292,7 +328,10 @@ pub fn scan<R: Read>(reader: R, layer: &str, mode: Mode<'_>) -> Result<Scan> {
                     Entry::Symlink { .. } => false,
                 };
                 if !ok && strict {
-                    return Err(lerr(&raw, "only regular files may live in .germline/".into()));
+                    return Err(lerr(
+                        &raw,
+                        "only regular files may live in .germline/".into(),
+                    ));
                 }
             } else {
                 out.tree.entries.insert(rel.clone(), entry.clone());
@@ -301,10 +340,12 @@ pub fn scan<R: Read>(reader: R, layer: &str, mode: Mode<'_>) -> Result<Scan> {
         }
         // Drain the padding after the end-of-archive marker so the diff_id covers the stream.
     }
-    std::io::copy(&mut hr, &mut std::io::sink()).map_err(|e| lerr(b"", format!("reading layer: {e}")))?;
+    std::io::copy(&mut hr, &mut std::io::sink())
+        .map_err(|e| lerr(b"", format!("reading layer: {e}")))?;
     // Directory modes last, deepest first, so a read-only directory does not block its children.
     for (d, m) in dirs.iter().rev() {
-        std::fs::set_permissions(d, std::fs::Permissions::from_mode(*m)).map_err(|e| Error::io(d, e))?;
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(*m))
+            .map_err(|e| Error::io(d, e))?;
     }
     out.diff_id = format!("sha256:{}", hex::encode(hr.hash.finalize()));
     Ok(out)
@@ -324,10 +365,16 @@ mod tests {
 
     #[test]
     fn entry_paths() {
-        assert_eq!(entry_path(b"./usr/bin/", true).as_deref(), Ok(&b"usr/bin"[..]));
+        assert_eq!(
+            entry_path(b"./usr/bin/", true).as_deref(),
+            Ok(&b"usr/bin"[..])
+        );
         assert!(entry_path(b"../etc/passwd", true).is_err());
         assert!(entry_path(b"usr/../../x", true).is_err());
         assert!(entry_path(b"/etc/passwd", true).is_err());
-        assert_eq!(entry_path(b"/etc/passwd", false).as_deref(), Ok(&b"etc/passwd"[..]));
+        assert_eq!(
+            entry_path(b"/etc/passwd", false).as_deref(),
+            Ok(&b"etc/passwd"[..])
+        );
     }
 }

@@ -99,7 +99,11 @@ impl Manifest {
             let field = e.path().to_string();
             Error::Manifest {
                 file: file.to_string(),
-                field: if field == "." { "(top level)".into() } else { field },
+                field: if field == "." {
+                    "(top level)".into()
+                } else {
+                    field
+                },
                 message: e.into_inner().to_string(),
             }
         })?;
@@ -115,7 +119,10 @@ impl Manifest {
             message,
         };
         if self.schema != SCHEMA {
-            return Err(err("schema", format!("expected \"{SCHEMA}\", found {:?}", self.schema)));
+            return Err(err(
+                "schema",
+                format!("expected \"{SCHEMA}\", found {:?}", self.schema),
+            ));
         }
         if self.name.is_empty()
             || !self
@@ -126,13 +133,19 @@ impl Manifest {
         {
             return Err(err(
                 "name",
-                format!("expected [A-Za-z0-9._-]+ not starting with '.', found {:?}", self.name),
+                format!(
+                    "expected [A-Za-z0-9._-]+ not starting with '.', found {:?}",
+                    self.name
+                ),
             ));
         }
         semver::Version::parse(&self.version)
             .map_err(|e| err("version", format!("expected a semantic version: {e}")))?;
         if self.entry.is_empty() || self.entry.iter().any(String::is_empty) {
-            return Err(err("entry", "expected a non-empty argv of non-empty strings".into()));
+            return Err(err(
+                "entry",
+                "expected a non-empty argv of non-empty strings".into(),
+            ));
         }
         if self.tools.is_empty() {
             return Err(err("tools", "expected at least one tool".into()));
@@ -177,11 +190,18 @@ impl Manifest {
             if pin.algorithm != crate::digest::ALGORITHM {
                 return Err(err(
                     "rootfs.algorithm",
-                    format!("expected \"{}\", found {:?}", crate::digest::ALGORITHM, pin.algorithm),
+                    format!(
+                        "expected \"{}\", found {:?}",
+                        crate::digest::ALGORITHM,
+                        pin.algorithm
+                    ),
                 ));
             }
             if !is_sha256_digest(&pin.digest) {
-                return Err(err("rootfs.digest", format!("expected sha256:<64 hex>, found {:?}", pin.digest)));
+                return Err(err(
+                    "rootfs.digest",
+                    format!("expected sha256:<64 hex>, found {:?}", pin.digest),
+                ));
             }
         }
         Ok(())
@@ -212,13 +232,17 @@ fn valid_host(h: &str) -> bool {
                 && l.len() <= 63
                 && !l.starts_with('-')
                 && !l.ends_with('-')
-                && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && l.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         })
 }
 
 pub(crate) fn is_sha256_digest(s: &str) -> bool {
-    s.strip_prefix("sha256:")
-        .is_some_and(|h| h.len() == 64 && h.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()))
+    s.strip_prefix("sha256:").is_some_and(|h| {
+        h.len() == 64
+            && h.chars()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+    })
 }
 
 #[cfg(test)]
@@ -242,7 +266,10 @@ mod tests {
     #[test]
     fn accepts_a_valid_manifest() {
         let m = parse(&base()).expect("valid");
-        assert_eq!(m.tools["fetch"].destinations.host_of_argument.as_deref(), Some("url"));
+        assert_eq!(
+            m.tools["fetch"].destinations.host_of_argument.as_deref(),
+            Some("url")
+        );
         assert_eq!(m.scratch_mb, 0);
     }
 
@@ -251,7 +278,10 @@ mod tests {
         let mut v = base();
         v["tools"]["fetch"]["egress"] = serde_json::json!(true);
         let e = parse(&v).expect_err("unknown field").to_string();
-        assert!(e.contains("m.json: field `tools.fetch.egress`: unknown field `egress`"), "{e}");
+        assert!(
+            e.contains("m.json: field `tools.fetch.egress`: unknown field `egress`"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -259,19 +289,31 @@ mod tests {
         let mut v = base();
         v["tools"]["fetch"] = serde_json::json!({});
         let e = parse(&v).expect_err("missing").to_string();
-        assert!(e.contains("tools.fetch") && e.contains("missing field `destinations`"), "{e}");
+        assert!(
+            e.contains("tools.fetch") && e.contains("missing field `destinations`"),
+            "{e}"
+        );
         v["tools"]["fetch"] = serde_json::json!({"destinations": {}});
         let e = parse(&v).expect_err("empty").to_string();
-        assert!(e.contains("tools.fetch.destinations") && e.contains("missing destination list"), "{e}");
+        assert!(
+            e.contains("tools.fetch.destinations") && e.contains("missing destination list"),
+            "{e}"
+        );
     }
 
     #[test]
     fn bad_version_and_host_are_named() {
         let mut v = base();
         v["version"] = serde_json::json!("1.0");
-        assert!(parse(&v).expect_err("v").to_string().contains("field `version`"));
+        assert!(parse(&v)
+            .expect_err("v")
+            .to_string()
+            .contains("field `version`"));
         let mut v = base();
         v["tools"]["fetch"]["destinations"] = serde_json::json!({"hosts": ["Example.COM"]});
-        assert!(parse(&v).expect_err("h").to_string().contains("tools.fetch.destinations.hosts[0]"));
+        assert!(parse(&v)
+            .expect_err("h")
+            .to_string()
+            .contains("tools.fetch.destinations.hosts[0]"));
     }
 }

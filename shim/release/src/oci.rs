@@ -66,7 +66,12 @@ fn sorted_paths(root: &Path) -> Result<Vec<(Vec<u8>, PathBuf)>> {
         for ent in std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))? {
             let ent = ent.map_err(|e| Error::io(&dir, e))?;
             let p = ent.path();
-            let rel = p.strip_prefix(root).map_err(|_| Error::Usage("walk".into()))?.as_os_str().as_bytes().to_vec();
+            let rel = p
+                .strip_prefix(root)
+                .map_err(|_| Error::Usage("walk".into()))?
+                .as_os_str()
+                .as_bytes()
+                .to_vec();
             let ft = ent.file_type().map_err(|e| Error::io(&p, e))?;
             if ft.is_dir() {
                 stack.push(p.clone());
@@ -106,16 +111,27 @@ fn write_blob(blobs: &Path, bytes: &[u8]) -> Result<Descriptor> {
     let hexd = hex::encode(Sha256::digest(bytes));
     let p = blobs.join(&hexd);
     std::fs::write(&p, bytes).map_err(|e| Error::io(&p, e))?;
-    Ok(Descriptor { digest: format!("sha256:{hexd}"), size: bytes.len() as u64 })
+    Ok(Descriptor {
+        digest: format!("sha256:{hexd}"),
+        size: bytes.len() as u64,
+    })
 }
 
 /// Writes a deterministic gzip'd tar of `rootfs` into `blobs/`; returns (layer, diff_id).
 pub fn write_layer(rootfs: &Path, blobs: &Path) -> Result<(Descriptor, String)> {
     let tmp = blobs.join(".layer.tmp");
     let f = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-    let outer = HashingWriter { inner: BufWriter::new(f), hash: Sha256::new(), len: 0 };
+    let outer = HashingWriter {
+        inner: BufWriter::new(f),
+        hash: Sha256::new(),
+        len: 0,
+    };
     let gz = GzEncoder::new(outer, flate2::Compression::new(6));
-    let inner = HashingWriter { inner: gz, hash: Sha256::new(), len: 0 };
+    let inner = HashingWriter {
+        inner: gz,
+        hash: Sha256::new(),
+        len: 0,
+    };
     let mut b = tar::Builder::new(inner);
     for (rel, p) in sorted_paths(rootfs)? {
         let md = std::fs::symlink_metadata(&p).map_err(|e| Error::io(&p, e))?;
@@ -139,9 +155,13 @@ pub fn write_layer(rootfs: &Path, blobs: &Path) -> Result<(Descriptor, String)> 
             h.set_entry_type(tar::EntryType::Regular);
             h.set_size(md.len());
             let f = File::open(&p).map_err(io)?;
-            b.append_data(&mut h, name, BufReader::new(f).take(md.len())).map_err(io)?;
+            b.append_data(&mut h, name, BufReader::new(f).take(md.len()))
+                .map_err(io)?;
         } else {
-            return Err(Error::Rootfs { path: p, message: "special file in a release rootfs".into() });
+            return Err(Error::Rootfs {
+                path: p,
+                message: "special file in a release rootfs".into(),
+            });
         }
     }
     let inner = b.into_inner().map_err(|e| Error::io(&tmp, e))?;
@@ -152,7 +172,13 @@ pub fn write_layer(rootfs: &Path, blobs: &Path) -> Result<(Descriptor, String)> 
     let size = outer.len;
     let fin = blobs.join(&digest);
     std::fs::rename(&tmp, &fin).map_err(|e| Error::io(&fin, e))?;
-    Ok((Descriptor { digest: format!("sha256:{digest}"), size }, diff_id))
+    Ok((
+        Descriptor {
+            digest: format!("sha256:{digest}"),
+            size,
+        },
+        diff_id,
+    ))
 }
 
 /// Writes an OCI image layout of a packed rootfs (its `.germline/` included) into `out`.
@@ -160,7 +186,11 @@ pub fn write_image_layout(rootfs: &Path, m: &Manifest, out: &Path) -> Result<Des
     let blobs = out.join("blobs/sha256");
     std::fs::create_dir_all(&blobs).map_err(|e| Error::io(&blobs, e))?;
     let (layer, diff_id) = write_layer(rootfs, &blobs)?;
-    let rootfs_digest = m.rootfs.as_ref().map(|p| p.digest.clone()).unwrap_or_default();
+    let rootfs_digest = m
+        .rootfs
+        .as_ref()
+        .map(|p| p.digest.clone())
+        .unwrap_or_default();
     let config = json!({
         "architecture": "amd64",
         "os": "linux",
@@ -189,7 +219,10 @@ pub fn write_image_layout(rootfs: &Path, m: &Manifest, out: &Path) -> Result<Des
         std::fs::write(&p, bytes).map_err(|e| Error::io(&p, e))
     };
     write("index.json", to_vec(&index)?)?;
-    write("oci-layout", to_vec(&json!({"imageLayoutVersion": "1.0.0"}))?)?;
+    write(
+        "oci-layout",
+        to_vec(&json!({"imageLayoutVersion": "1.0.0"}))?,
+    )?;
     Ok(mdesc)
 }
 
@@ -211,12 +244,18 @@ const MAX_JSON_BLOB: u64 = 4 << 20;
 
 impl Image {
     fn err(&self, message: String) -> Error {
-        Error::Image { layout: self.layout.clone(), message }
+        Error::Image {
+            layout: self.layout.clone(),
+            message,
+        }
     }
 
     /// Reads index.json, the (first) manifest and the config, checking digests and sizes.
     pub fn open(layout: &Path) -> Result<Image> {
-        let ierr = |message: String| Error::Image { layout: layout.to_path_buf(), message };
+        let ierr = |message: String| Error::Image {
+            layout: layout.to_path_buf(),
+            message,
+        };
         let idx_path = layout.join("index.json");
         let idx_bytes = std::fs::read(&idx_path).map_err(|e| Error::io(&idx_path, e))?;
         let mut node: serde_json::Value = serde_json::from_slice(&idx_bytes)
@@ -226,9 +265,12 @@ impl Image {
             let first = node
                 .get("manifests")
                 .and_then(|m| m.get(0))
-                .ok_or_else(|| ierr("index: field `manifests`: expected at least one descriptor".into()))?
+                .ok_or_else(|| {
+                    ierr("index: field `manifests`: expected at least one descriptor".into())
+                })?
                 .clone();
-            let (mt, desc) = descriptor(&first).map_err(|m| ierr(format!("index: manifests[0]: {m}")))?;
+            let (mt, desc) =
+                descriptor(&first).map_err(|m| ierr(format!("index: manifests[0]: {m}")))?;
             let bytes = read_json_blob(layout, &desc)?;
             let v: serde_json::Value = serde_json::from_slice(&bytes)
                 .map_err(|e| ierr(format!("blob {}: not valid JSON: {e}", desc.digest)))?;
@@ -236,15 +278,31 @@ impl Image {
                 node = v;
                 continue;
             }
-            let config_desc = v.get("config").ok_or_else(|| ierr("manifest: missing field `config`".into()))?;
-            let (_, cdesc) = descriptor(config_desc).map_err(|m| ierr(format!("manifest: config: {m}")))?;
-            let config: serde_json::Value = serde_json::from_slice(&read_json_blob(layout, &cdesc)?)
-                .map_err(|e| ierr(format!("config blob: not valid JSON: {e}")))?;
+            let config_desc = v
+                .get("config")
+                .ok_or_else(|| ierr("manifest: missing field `config`".into()))?;
+            let (_, cdesc) =
+                descriptor(config_desc).map_err(|m| ierr(format!("manifest: config: {m}")))?;
+            let config: serde_json::Value =
+                serde_json::from_slice(&read_json_blob(layout, &cdesc)?)
+                    .map_err(|e| ierr(format!("config blob: not valid JSON: {e}")))?;
             let mut layers = Vec::new();
-            for (i, l) in v.get("layers").and_then(|l| l.as_array()).ok_or_else(|| ierr("manifest: missing field `layers`".into()))?.iter().enumerate() {
-                layers.push(descriptor(l).map_err(|m| ierr(format!("manifest: layers[{i}]: {m}")))?);
+            for (i, l) in v
+                .get("layers")
+                .and_then(|l| l.as_array())
+                .ok_or_else(|| ierr("manifest: missing field `layers`".into()))?
+                .iter()
+                .enumerate()
+            {
+                layers
+                    .push(descriptor(l).map_err(|m| ierr(format!("manifest: layers[{i}]: {m}")))?);
             }
-            return Ok(Image { layout: layout.to_path_buf(), manifest: v, config, layers });
+            return Ok(Image {
+                layout: layout.to_path_buf(),
+                manifest: v,
+                config,
+                layers,
+            });
         }
         Err(ierr("index nesting deeper than 4".into()))
     }
@@ -259,12 +317,22 @@ impl Image {
         let f = File::open(&p).map_err(|e| Error::io(&p, e))?;
         let size = f.metadata().map_err(|e| Error::io(&p, e))?.len();
         if size != d.size {
-            return Err(Error::BlobMismatch { layout: self.layout.clone(), digest: d.digest.clone(), expected: format!("{} bytes", d.size), actual: format!("{size} bytes") });
+            return Err(Error::BlobMismatch {
+                layout: self.layout.clone(),
+                digest: d.digest.clone(),
+                expected: format!("{} bytes", d.size),
+                actual: format!("{size} bytes"),
+            });
         }
         let (_, h) = crate::digest::hash_file(&p)?;
         let actual = format!("sha256:{}", hex::encode(h));
         if actual != d.digest {
-            return Err(Error::BlobMismatch { layout: self.layout.clone(), digest: d.digest.clone(), expected: d.digest.clone(), actual });
+            return Err(Error::BlobMismatch {
+                layout: self.layout.clone(),
+                digest: d.digest.clone(),
+                expected: d.digest.clone(),
+                actual,
+            });
         }
         Ok(())
     }
@@ -285,29 +353,55 @@ impl Image {
         self.config
             .pointer("/rootfs/diff_ids")
             .and_then(|v| v.as_array())
-            .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(String::from))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 }
 
 fn descriptor(v: &serde_json::Value) -> std::result::Result<(String, Descriptor), String> {
-    let mt = v.get("mediaType").and_then(|m| m.as_str()).unwrap_or("").to_string();
-    let digest = v.get("digest").and_then(|d| d.as_str()).ok_or("missing field `digest`")?.to_string();
+    let mt = v
+        .get("mediaType")
+        .and_then(|m| m.as_str())
+        .unwrap_or("")
+        .to_string();
+    let digest = v
+        .get("digest")
+        .and_then(|d| d.as_str())
+        .ok_or("missing field `digest`")?
+        .to_string();
     if !crate::manifest::is_sha256_digest(&digest) {
-        return Err(format!("field `digest`: expected sha256:<64 hex>, found {digest:?}"));
+        return Err(format!(
+            "field `digest`: expected sha256:<64 hex>, found {digest:?}"
+        ));
     }
-    let size = v.get("size").and_then(|s| s.as_u64()).ok_or("missing field `size`")?;
+    let size = v
+        .get("size")
+        .and_then(|s| s.as_u64())
+        .ok_or("missing field `size`")?;
     Ok((mt, Descriptor { digest, size }))
 }
 
 fn blob_path(layout: &Path, d: &Descriptor) -> Result<PathBuf> {
-    let hexd = d.digest.strip_prefix("sha256:").ok_or_else(|| Error::Image { layout: layout.to_path_buf(), message: format!("unsupported digest {}", d.digest) })?;
+    let hexd = d
+        .digest
+        .strip_prefix("sha256:")
+        .ok_or_else(|| Error::Image {
+            layout: layout.to_path_buf(),
+            message: format!("unsupported digest {}", d.digest),
+        })?;
     Ok(layout.join("blobs/sha256").join(hexd))
 }
 
 fn read_json_blob(layout: &Path, d: &Descriptor) -> Result<Vec<u8>> {
     if d.size > MAX_JSON_BLOB {
-        return Err(Error::Image { layout: layout.to_path_buf(), message: format!("blob {}: {} bytes is too large for JSON", d.digest, d.size) });
+        return Err(Error::Image {
+            layout: layout.to_path_buf(),
+            message: format!("blob {}: {} bytes is too large for JSON", d.digest, d.size),
+        });
     }
     let p = blob_path(layout, d)?;
     let bytes = std::fs::read(&p).map_err(|e| Error::io(&p, e))?;

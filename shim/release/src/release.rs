@@ -53,7 +53,10 @@ fn sibling_tmp(dest: &Path) -> Result<tempfile::TempDir> {
         _ => PathBuf::from("."),
     };
     std::fs::create_dir_all(&parent).map_err(|e| Error::io(&parent, e))?;
-    let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = dest
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     tempfile::Builder::new()
         .prefix(&format!(".{name}.partial-"))
         .tempdir_in(&parent)
@@ -62,7 +65,10 @@ fn sibling_tmp(dest: &Path) -> Result<tempfile::TempDir> {
 
 fn refuse_existing(dest: &Path) -> Result<()> {
     if std::fs::symlink_metadata(dest).is_ok() {
-        return Err(Error::Usage(format!("{} already exists; refusing to overwrite", dest.display())));
+        return Err(Error::Usage(format!(
+            "{} already exists; refusing to overwrite",
+            dest.display()
+        )));
     }
     Ok(())
 }
@@ -70,7 +76,13 @@ fn refuse_existing(dest: &Path) -> Result<()> {
 /// `germline release pack`: stages the rootfs into `bundle_out/rootfs` (absolute symlinks made
 /// relative), pins its digest in the manifest, signs the manifest with `key` (if given), writes
 /// `config.json`, and optionally an image layout at `image_out`. Nothing is left behind on error.
-pub fn pack(manifest_path: &Path, source: &Source, key: Option<&SigningKey>, bundle_out: &Path, image_out: Option<&Path>) -> Result<Packed> {
+pub fn pack(
+    manifest_path: &Path,
+    source: &Source,
+    key: Option<&SigningKey>,
+    bundle_out: &Path,
+    image_out: Option<&Path>,
+) -> Result<Packed> {
     let mbytes = std::fs::read(manifest_path).map_err(|e| Error::io(manifest_path, e))?;
     let mut manifest = Manifest::parse(&mbytes, &manifest_path.display().to_string())?;
     refuse_existing(bundle_out)?;
@@ -97,10 +109,14 @@ pub fn pack(manifest_path: &Path, source: &Source, key: Option<&SigningKey>, bun
     }
     let tree = digest::tree_of_dir(&rootfs)?;
     let rootfs_digest = tree.digest();
-    manifest.rootfs = Some(RootfsPin { digest: rootfs_digest.clone(), algorithm: digest::ALGORITHM.into() });
+    manifest.rootfs = Some(RootfsPin {
+        digest: rootfs_digest.clone(),
+        algorithm: digest::ALGORITHM.into(),
+    });
     let g = rootfs.join(GERMLINE_DIR);
     std::fs::create_dir(&g).map_err(|e| Error::io(&g, e))?;
-    std::fs::set_permissions(&g, std::fs::Permissions::from_mode(0o755)).map_err(|e| Error::io(&g, e))?;
+    std::fs::set_permissions(&g, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| Error::io(&g, e))?;
     let bytes = manifest.to_bytes()?;
     let mp = rootfs.join(MANIFEST_PATH);
     std::fs::write(&mp, &bytes).map_err(|e| Error::io(&mp, e))?;
@@ -110,11 +126,13 @@ pub fn pack(manifest_path: &Path, source: &Source, key: Option<&SigningKey>, bun
     }
     for f in [&mp, &rootfs.join(SIGNATURE_PATH)] {
         if f.exists() {
-            std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o644)).map_err(|e| Error::io(f, e))?;
+            std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o644))
+                .map_err(|e| Error::io(f, e))?;
         }
     }
     let cfg = tmp.path().join("config.json");
-    let cfg_bytes = serde_json::to_vec_pretty(&oci::runtime_config(&manifest)).map_err(|e| Error::Usage(e.to_string()))?;
+    let cfg_bytes = serde_json::to_vec_pretty(&oci::runtime_config(&manifest))
+        .map_err(|e| Error::Usage(e.to_string()))?;
     std::fs::write(&cfg, cfg_bytes).map_err(|e| Error::io(&cfg, e))?;
     let image_manifest = match image_out {
         Some(out) => {
@@ -126,7 +144,12 @@ pub fn pack(manifest_path: &Path, source: &Source, key: Option<&SigningKey>, bun
         None => None,
     };
     std::fs::rename(tmp.keep(), bundle_out).map_err(|e| Error::io(bundle_out, e))?;
-    Ok(Packed { manifest, rootfs_digest, image_manifest, signed: key.is_some() })
+    Ok(Packed {
+        manifest,
+        rootfs_digest,
+        image_manifest,
+        signed: key.is_some(),
+    })
 }
 
 /// Re-signs the manifest of an unpacked bundle in place (a publisher may instead run
@@ -143,7 +166,10 @@ fn read_germline_files(rootfs: &Path, need_sig: bool) -> Result<(Vec<u8>, Option
     let regular = |p: &Path, what: &str| -> Result<Option<Vec<u8>>> {
         match std::fs::symlink_metadata(p) {
             Ok(md) if md.is_file() => std::fs::read(p).map(Some).map_err(|e| Error::io(p, e)),
-            Ok(_) => Err(Error::Rootfs { path: p.to_path_buf(), message: format!("{what} must be a regular file (not a symlink or directory)") }),
+            Ok(_) => Err(Error::Rootfs {
+                path: p.to_path_buf(),
+                message: format!("{what} must be a regular file (not a symlink or directory)"),
+            }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(Error::io(p, e)),
         }
@@ -151,46 +177,88 @@ fn read_germline_files(rootfs: &Path, need_sig: bool) -> Result<(Vec<u8>, Option
     let g = rootfs.join(GERMLINE_DIR);
     match std::fs::symlink_metadata(&g) {
         Ok(md) if md.is_dir() => {}
-        Ok(_) => return Err(Error::Rootfs { path: g, message: "must be a directory".into() }),
-        Err(e) => return Err(Error::Rootfs { path: g, message: format!("missing: not a germline release ({e})") }),
+        Ok(_) => {
+            return Err(Error::Rootfs {
+                path: g,
+                message: "must be a directory".into(),
+            })
+        }
+        Err(e) => {
+            return Err(Error::Rootfs {
+                path: g,
+                message: format!("missing: not a germline release ({e})"),
+            })
+        }
     }
     let mp = rootfs.join(MANIFEST_PATH);
-    let m = regular(&mp, "the manifest")?.ok_or_else(|| Error::Rootfs { path: mp.clone(), message: "missing manifest".into() })?;
+    let m = regular(&mp, "the manifest")?.ok_or_else(|| Error::Rootfs {
+        path: mp.clone(),
+        message: "missing manifest".into(),
+    })?;
     let sp = rootfs.join(SIGNATURE_PATH);
     let s = regular(&sp, "the signature")?;
     if need_sig && s.is_none() {
-        return Err(Error::Rootfs { path: sp, message: "missing signature: unsigned manifest refused".into() });
+        return Err(Error::Rootfs {
+            path: sp,
+            message: "missing signature: unsigned manifest refused".into(),
+        });
     }
     Ok((m, s))
 }
 
 /// Verifies the signature over the manifest bytes, then parses the manifest.
-pub fn verify_signed_manifest(mbytes: &[u8], sig: Option<&[u8]>, key: &PublicKey, where_: &str) -> Result<(Manifest, bundle::Verified)> {
+pub fn verify_signed_manifest(
+    mbytes: &[u8],
+    sig: Option<&[u8]>,
+    key: &PublicKey,
+    where_: &str,
+) -> Result<(Manifest, bundle::Verified)> {
     let sig_file = format!("{where_}/{SIGNATURE_PATH}");
-    let sig = sig.ok_or_else(|| Error::Rootfs { path: PathBuf::from(&sig_file), message: "missing signature: unsigned manifest refused".into() })?;
+    let sig = sig.ok_or_else(|| Error::Rootfs {
+        path: PathBuf::from(&sig_file),
+        message: "missing signature: unsigned manifest refused".into(),
+    })?;
     let v = bundle::verify(sig, mbytes, key, &sig_file)?;
     let manifest = Manifest::parse(mbytes, &format!("{where_}/{MANIFEST_PATH}"))?;
     if manifest.rootfs.is_none() {
-        return Err(Error::Manifest { file: format!("{where_}/{MANIFEST_PATH}"), field: "rootfs".into(), message: "missing: a release manifest must pin its rootfs digest".into() });
+        return Err(Error::Manifest {
+            file: format!("{where_}/{MANIFEST_PATH}"),
+            field: "rootfs".into(),
+            message: "missing: a release manifest must pin its rootfs digest".into(),
+        });
     }
     Ok((manifest, v))
 }
 
 fn pinned(m: &Manifest) -> String {
-    m.rootfs.as_ref().map(|p| p.digest.clone()).unwrap_or_default()
+    m.rootfs
+        .as_ref()
+        .map(|p| p.digest.clone())
+        .unwrap_or_default()
 }
 
 /// Verifies an unpacked OCI bundle (`dir/rootfs`), as podman and containerd hand it over.
 pub fn verify_bundle_dir(dir: &Path, key: &PublicKey) -> Result<Verified> {
     let rootfs = dir.join("rootfs");
     let (mbytes, sig) = read_germline_files(&rootfs, false)?;
-    let (manifest, signature) = verify_signed_manifest(&mbytes, sig.as_deref(), key, &rootfs.display().to_string())?;
+    let (manifest, signature) =
+        verify_signed_manifest(&mbytes, sig.as_deref(), key, &rootfs.display().to_string())?;
     let tree = digest::tree_of_dir(&rootfs)?;
     let actual = tree.digest();
     if actual != pinned(&manifest) {
-        return Err(Error::RootfsDigest { root: rootfs, expected: pinned(&manifest), actual });
+        return Err(Error::RootfsDigest {
+            root: rootfs,
+            expected: pinned(&manifest),
+            actual,
+        });
     }
-    Ok(Verified { manifest, manifest_bytes: mbytes, signature, rootfs_digest: actual, file_bytes: tree.file_bytes() })
+    Ok(Verified {
+        manifest,
+        manifest_bytes: mbytes,
+        signature,
+        rootfs_digest: actual,
+        file_bytes: tree.file_bytes(),
+    })
 }
 
 /// Verifies an OCI image layout before extraction and, if `extract_to` is given, extracts it
@@ -201,20 +269,44 @@ pub fn verify_image(layout: &Path, key: &PublicKey, extract_to: Option<&Path>) -
     }
     let img = Image::open(layout)?;
     let [(mt, ldesc)] = img.layers.as_slice() else {
-        return Err(Error::Image { layout: layout.to_path_buf(), message: format!("expected exactly one layer in a germline release image, found {}", img.layers.len()) });
+        return Err(Error::Image {
+            layout: layout.to_path_buf(),
+            message: format!(
+                "expected exactly one layer in a germline release image, found {}",
+                img.layers.len()
+            ),
+        });
     };
     img.check_blob(ldesc)?;
     let scan = layer::scan(img.layer_reader(mt, ldesc)?, &ldesc.digest, Mode::Check)?;
     if img.diff_ids() != [scan.diff_id.clone()] {
-        return Err(Error::Image { layout: layout.to_path_buf(), message: format!("config rootfs.diff_ids {:?} does not match the layer's uncompressed digest {}", img.diff_ids(), scan.diff_id) });
+        return Err(Error::Image {
+            layout: layout.to_path_buf(),
+            message: format!(
+                "config rootfs.diff_ids {:?} does not match the layer's uncompressed digest {}",
+                img.diff_ids(),
+                scan.diff_id
+            ),
+        });
     }
     let where_ = format!("{} layer {}", layout.display(), ldesc.digest);
-    let mbytes = scan.germline.get(MANIFEST_PATH.as_bytes()).ok_or_else(|| Error::Rootfs { path: PathBuf::from(&where_), message: format!("missing {MANIFEST_PATH}: not a germline release") })?;
+    let mbytes = scan
+        .germline
+        .get(MANIFEST_PATH.as_bytes())
+        .ok_or_else(|| Error::Rootfs {
+            path: PathBuf::from(&where_),
+            message: format!("missing {MANIFEST_PATH}: not a germline release"),
+        })?;
     let sig = scan.germline.get(SIGNATURE_PATH.as_bytes());
-    let (manifest, signature) = verify_signed_manifest(mbytes, sig.map(|s| s.as_slice()), key, &where_)?;
+    let (manifest, signature) =
+        verify_signed_manifest(mbytes, sig.map(|s| s.as_slice()), key, &where_)?;
     let actual = scan.tree.digest();
     if actual != pinned(&manifest) {
-        return Err(Error::RootfsDigest { root: PathBuf::from(&where_), expected: pinned(&manifest), actual });
+        return Err(Error::RootfsDigest {
+            root: PathBuf::from(&where_),
+            expected: pinned(&manifest),
+            actual,
+        });
     }
     if let Some(dest) = extract_to {
         let tmp = sibling_tmp(dest)?;
@@ -222,18 +314,34 @@ pub fn verify_image(layout: &Path, key: &PublicKey, extract_to: Option<&Path>) -
         std::fs::create_dir(&rootfs).map_err(|e| Error::io(&rootfs, e))?;
         // The blob may have changed since it was checked: extraction checks everything again
         // and the result must match the signed pin before it is renamed into place.
-        let again = layer::scan(img.layer_reader(mt, ldesc)?, &ldesc.digest, Mode::Extract(&rootfs))?;
+        let again = layer::scan(
+            img.layer_reader(mt, ldesc)?,
+            &ldesc.digest,
+            Mode::Extract(&rootfs),
+        )?;
         let digest2 = again.tree.digest();
         if digest2 != actual || again.germline.get(MANIFEST_PATH.as_bytes()) != Some(mbytes) {
-            return Err(Error::RootfsDigest { root: rootfs, expected: actual, actual: digest2 });
+            return Err(Error::RootfsDigest {
+                root: rootfs,
+                expected: actual,
+                actual: digest2,
+            });
         }
-        std::fs::set_permissions(&rootfs, std::fs::Permissions::from_mode(0o755)).map_err(|e| Error::io(&rootfs, e))?;
+        std::fs::set_permissions(&rootfs, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| Error::io(&rootfs, e))?;
         let cfg = tmp.path().join("config.json");
-        let cfg_bytes = serde_json::to_vec_pretty(&oci::runtime_config(&manifest)).map_err(|e| Error::Usage(e.to_string()))?;
+        let cfg_bytes = serde_json::to_vec_pretty(&oci::runtime_config(&manifest))
+            .map_err(|e| Error::Usage(e.to_string()))?;
         std::fs::write(&cfg, cfg_bytes).map_err(|e| Error::io(&cfg, e))?;
         std::fs::rename(tmp.keep(), dest).map_err(|e| Error::io(dest, e))?;
     }
-    Ok(Verified { manifest, manifest_bytes: mbytes.clone(), signature, rootfs_digest: actual, file_bytes: scan.tree.file_bytes() })
+    Ok(Verified {
+        manifest,
+        manifest_bytes: mbytes.clone(),
+        signature,
+        rootfs_digest: actual,
+        file_bytes: scan.tree.file_bytes(),
+    })
 }
 
 /// Verifies whichever `path` is: an image layout (has `index.json`) or a bundle (has `rootfs/`).
@@ -242,11 +350,16 @@ pub fn verify_path(path: &Path, key: &PublicKey, extract_to: Option<&Path>) -> R
         verify_image(path, key, extract_to)
     } else if path.join("rootfs").is_dir() {
         if extract_to.is_some() {
-            return Err(Error::Usage("--extract-to needs an image layout, not an unpacked bundle".into()));
+            return Err(Error::Usage(
+                "--extract-to needs an image layout, not an unpacked bundle".into(),
+            ));
         }
         verify_bundle_dir(path, key)
     } else {
-        Err(Error::Usage(format!("{}: neither an OCI image layout (index.json) nor an OCI bundle (rootfs/)", path.display())))
+        Err(Error::Usage(format!(
+            "{}: neither an OCI image layout (index.json) nor an OCI bundle (rootfs/)",
+            path.display()
+        )))
     }
 }
 
@@ -256,12 +369,26 @@ pub fn read_unverified(path: &Path) -> Result<(Manifest, bool, Option<String>)> 
     let (mbytes, sig, where_) = if path.join("index.json").exists() {
         let img = Image::open(path)?;
         let [(mt, d)] = img.layers.as_slice() else {
-            return Err(Error::Image { layout: path.to_path_buf(), message: format!("expected exactly one layer, found {}", img.layers.len()) });
+            return Err(Error::Image {
+                layout: path.to_path_buf(),
+                message: format!("expected exactly one layer, found {}", img.layers.len()),
+            });
         };
         img.check_blob(d)?;
         let scan = layer::scan(img.layer_reader(mt, d)?, &d.digest, Mode::Check)?;
-        let m = scan.germline.get(MANIFEST_PATH.as_bytes()).cloned().ok_or_else(|| Error::Rootfs { path: path.to_path_buf(), message: format!("missing {MANIFEST_PATH}") })?;
-        (m, scan.germline.get(SIGNATURE_PATH.as_bytes()).cloned(), path.display().to_string())
+        let m = scan
+            .germline
+            .get(MANIFEST_PATH.as_bytes())
+            .cloned()
+            .ok_or_else(|| Error::Rootfs {
+                path: path.to_path_buf(),
+                message: format!("missing {MANIFEST_PATH}"),
+            })?;
+        (
+            m,
+            scan.germline.get(SIGNATURE_PATH.as_bytes()).cloned(),
+            path.display().to_string(),
+        )
     } else {
         let rootfs = path.join("rootfs");
         let (m, s) = read_germline_files(&rootfs, false)?;
@@ -276,7 +403,10 @@ pub fn read_unverified(path: &Path) -> Result<(Manifest, bool, Option<String>)> 
 fn copy_tree(src: &Path, dst: &Path) -> Result<()> {
     let md = std::fs::metadata(src).map_err(|e| Error::io(src, e))?;
     if !md.is_dir() {
-        return Err(Error::Rootfs { path: src.to_path_buf(), message: "expected a directory".into() });
+        return Err(Error::Rootfs {
+            path: src.to_path_buf(),
+            message: "expected a directory".into(),
+        });
     }
     let mut dirs = vec![(dst.to_path_buf(), 0o755)];
     let mut stack = vec![PathBuf::new()];
@@ -299,17 +429,25 @@ fn copy_tree(src: &Path, dst: &Path) -> Result<()> {
             } else if ft.is_symlink() {
                 let t = std::fs::read_link(&s).map_err(|e| Error::io(&s, e))?;
                 let t = relative_target(r.as_os_str().as_bytes(), t.as_os_str().as_bytes());
-                check_symlink(r.as_os_str().as_bytes(), &t).map_err(|message| Error::Rootfs { path: s.clone(), message })?;
-                std::os::unix::fs::symlink(OsStr::from_bytes(&t), &d).map_err(|e| Error::io(&d, e))?;
+                check_symlink(r.as_os_str().as_bytes(), &t).map_err(|message| Error::Rootfs {
+                    path: s.clone(),
+                    message,
+                })?;
+                std::os::unix::fs::symlink(OsStr::from_bytes(&t), &d)
+                    .map_err(|e| Error::io(&d, e))?;
             } else if ft.is_file() {
                 std::fs::copy(&s, &d).map_err(|e| Error::io(&s, e))?;
             } else {
-                return Err(Error::Rootfs { path: s, message: "special file (device, fifo or socket) in a release rootfs".into() });
+                return Err(Error::Rootfs {
+                    path: s,
+                    message: "special file (device, fifo or socket) in a release rootfs".into(),
+                });
             }
         }
     }
     for (d, m) in dirs.iter().rev() {
-        std::fs::set_permissions(d, std::fs::Permissions::from_mode(*m)).map_err(|e| Error::io(d, e))?;
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(*m))
+            .map_err(|e| Error::io(d, e))?;
     }
     Ok(())
 }
@@ -319,8 +457,15 @@ fn relative_target(rel: &[u8], target: &[u8]) -> Vec<u8> {
     if !target.starts_with(b"/") {
         return target.to_vec();
     }
-    let depth = rel.split(|b| *b == b'/').filter(|c| !c.is_empty()).count().saturating_sub(1);
-    let stripped: Vec<&[u8]> = target.split(|b| *b == b'/').filter(|c| !c.is_empty() && *c != b".").collect();
+    let depth = rel
+        .split(|b| *b == b'/')
+        .filter(|c| !c.is_empty())
+        .count()
+        .saturating_sub(1);
+    let stripped: Vec<&[u8]> = target
+        .split(|b| *b == b'/')
+        .filter(|c| !c.is_empty() && *c != b".")
+        .collect();
     let mut out: Vec<u8> = Vec::new();
     for _ in 0..depth {
         out.extend_from_slice(b"../");
@@ -343,13 +488,19 @@ fn normalise_symlinks(root: &Path) -> Result<()> {
             if ft.is_dir() {
                 stack.push(p);
             } else if ft.is_symlink() {
-                let rel = p.strip_prefix(root).map_err(|_| Error::Usage("walk".into()))?.as_os_str().as_bytes().to_vec();
+                let rel = p
+                    .strip_prefix(root)
+                    .map_err(|_| Error::Usage("walk".into()))?
+                    .as_os_str()
+                    .as_bytes()
+                    .to_vec();
                 let t = std::fs::read_link(&p).map_err(|e| Error::io(&p, e))?;
                 let t = t.as_os_str().as_bytes();
                 if t.starts_with(b"/") {
                     let nt = relative_target(&rel, t);
                     std::fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
-                    std::os::unix::fs::symlink(OsStr::from_bytes(&nt), &p).map_err(|e| Error::io(&p, e))?;
+                    std::os::unix::fs::symlink(OsStr::from_bytes(&nt), &p)
+                        .map_err(|e| Error::io(&p, e))?;
                 }
             }
         }
@@ -363,7 +514,10 @@ mod tests {
 
     #[test]
     fn absolute_links_become_relative() {
-        assert_eq!(relative_target(b"etc/a/link", b"/usr/lib/x"), b"../../usr/lib/x".to_vec());
+        assert_eq!(
+            relative_target(b"etc/a/link", b"/usr/lib/x"),
+            b"../../usr/lib/x".to_vec()
+        );
         assert_eq!(relative_target(b"bin", b"/usr/bin"), b"usr/bin".to_vec());
         assert_eq!(relative_target(b"etc/x", b"y"), b"y".to_vec());
         assert_eq!(relative_target(b"root", b"/"), b".".to_vec());

@@ -24,7 +24,10 @@ use crate::error::{Error, Result};
 use crate::manifest::Manifest;
 
 fn terr(repo: &Path, message: impl std::fmt::Display) -> Error {
-    Error::Tuf { repo: repo.display().to_string(), message: message.to_string() }
+    Error::Tuf {
+        repo: repo.display().to_string(),
+        message: message.to_string(),
+    }
 }
 
 /// Full error chain of a tough error (its top-level text alone often lacks the cause).
@@ -70,8 +73,13 @@ pub fn generate_key(path: &Path) -> Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let k = ed25519_dalek::SigningKey::generate(&mut rand_core::OsRng);
-    let kp = ed25519_dalek::pkcs8::KeypairBytes { secret_key: k.to_bytes(), public_key: None };
-    let pem = kp.to_pkcs8_der().map_err(|e| Error::Usage(format!("encoding key: {e}")))?;
+    let kp = ed25519_dalek::pkcs8::KeypairBytes {
+        secret_key: k.to_bytes(),
+        public_key: None,
+    };
+    let pem = kp
+        .to_pkcs8_der()
+        .map_err(|e| Error::Usage(format!("encoding key: {e}")))?;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -82,26 +90,36 @@ pub fn generate_key(path: &Path) -> Result<()> {
 }
 
 fn keys(path: &Path) -> Vec<Box<dyn KeySource>> {
-    vec![Box::new(LocalKeySource { path: path.to_path_buf() })]
+    vec![Box::new(LocalKeySource {
+        path: path.to_path_buf(),
+    })]
 }
 
 fn latest_root(repo: &Path) -> Result<PathBuf> {
     let md = repo.join("metadata");
     let mut best: Option<(u64, PathBuf)> = None;
-    for e in std::fs::read_dir(&md).map_err(|e| Error::io(&md, e))?.flatten() {
+    for e in std::fs::read_dir(&md)
+        .map_err(|e| Error::io(&md, e))?
+        .flatten()
+    {
         let n = e.file_name().to_string_lossy().into_owned();
-        if let Some(v) = n.strip_suffix(".root.json").and_then(|v| v.parse::<u64>().ok()) {
+        if let Some(v) = n
+            .strip_suffix(".root.json")
+            .and_then(|v| v.parse::<u64>().ok())
+        {
             if best.as_ref().is_none_or(|(b, _)| v > *b) {
                 best = Some((v, e.path()));
             }
         }
     }
-    best.map(|(_, p)| p).ok_or_else(|| terr(repo, "no N.root.json in metadata/"))
+    best.map(|(_, p)| p)
+        .ok_or_else(|| terr(repo, "no N.root.json in metadata/"))
 }
 
 fn dir_url(p: &Path) -> Result<url::Url> {
     let abs = std::path::absolute(p).map_err(|e| Error::io(p, e))?;
-    url::Url::from_directory_path(&abs).map_err(|_| Error::Usage(format!("{}: not an absolute path", abs.display())))
+    url::Url::from_directory_path(&abs)
+        .map_err(|_| Error::Usage(format!("{}: not an absolute path", abs.display())))
 }
 
 /// `germline release tuf-init`: a new repository whose four top-level roles share one key
@@ -113,19 +131,37 @@ pub fn init(repo: &Path, key: &Path, expires: jiff::Timestamp) -> Result<()> {
     }
     let md = repo.join("metadata");
     if md.exists() {
-        return Err(Error::Usage(format!("{} already exists; refusing to overwrite", md.display())));
+        return Err(Error::Usage(format!(
+            "{} already exists; refusing to overwrite",
+            md.display()
+        )));
     }
     std::fs::create_dir_all(&md).map_err(|e| Error::io(&md, e))?;
     std::fs::create_dir_all(repo.join("targets")).map_err(|e| Error::io(repo, e))?;
     let rt = runtime()?;
     rt.block_on(async {
         let ks = keys(key);
-        let sign = ks[0].as_sign().await.map_err(|e| terr(repo, format!("key {}: {}", key.display(), chain(&*e))))?;
+        let sign = ks[0]
+            .as_sign()
+            .await
+            .map_err(|e| terr(repo, format!("key {}: {}", key.display(), chain(&*e))))?;
         let tuf_key = sign.tuf_key();
         let keyid = tuf_key.key_id().map_err(|e| terr(repo, chain(&e)))?;
         let mut roles = HashMap::new();
-        for r in [RoleType::Root, RoleType::Targets, RoleType::Snapshot, RoleType::Timestamp] {
-            roles.insert(r, RoleKeys { keyids: vec![keyid.clone()], threshold: nz(1)?, _extra: HashMap::new() });
+        for r in [
+            RoleType::Root,
+            RoleType::Targets,
+            RoleType::Snapshot,
+            RoleType::Timestamp,
+        ] {
+            roles.insert(
+                r,
+                RoleKeys {
+                    keyids: vec![keyid.clone()],
+                    threshold: nz(1)?,
+                    _extra: HashMap::new(),
+                },
+            );
         }
         let root = Root {
             spec_version: "1.0.31".into(),
@@ -140,11 +176,21 @@ pub fn init(repo: &Path, key: &Path, expires: jiff::Timestamp) -> Result<()> {
         let signed = SignedRole::new(root, &holder, &ks, &aws_lc_rs::rand::SystemRandom::new())
             .await
             .map_err(|e| terr(repo, chain(&e)))?;
-        signed.write(&md, true).await.map_err(|e| terr(repo, chain(&e)))?;
-        let mut ed = RepositoryEditor::new(md.join("1.root.json")).await.map_err(|e| terr(repo, chain(&e)))?;
-        ed.targets_version(nz(1)?).map_err(|e| terr(repo, chain(&e)))?;
-        ed.targets_expires(expires).map_err(|e| terr(repo, chain(&e)))?;
-        ed.snapshot_version(nz(1)?).snapshot_expires(expires).timestamp_version(nz(1)?).timestamp_expires(expires);
+        signed
+            .write(&md, true)
+            .await
+            .map_err(|e| terr(repo, chain(&e)))?;
+        let mut ed = RepositoryEditor::new(md.join("1.root.json"))
+            .await
+            .map_err(|e| terr(repo, chain(&e)))?;
+        ed.targets_version(nz(1)?)
+            .map_err(|e| terr(repo, chain(&e)))?;
+        ed.targets_expires(expires)
+            .map_err(|e| terr(repo, chain(&e)))?;
+        ed.snapshot_version(nz(1)?)
+            .snapshot_expires(expires)
+            .timestamp_version(nz(1)?)
+            .timestamp_expires(expires);
         let signed = ed.sign(&ks).await.map_err(|e| terr(repo, chain(&e)))?;
         signed.write(&md).await.map_err(|e| terr(repo, chain(&e)))
     })
@@ -152,7 +198,14 @@ pub fn init(repo: &Path, key: &Path, expires: jiff::Timestamp) -> Result<()> {
 
 /// `germline release publish`: adds (or replaces) the release's target and writes the next
 /// version of targets, snapshot and timestamp, signed with `key`.
-pub fn publish(repo: &Path, key: &Path, manifest_bytes: &[u8], m: &Manifest, expires: jiff::Timestamp, timestamp_expires: jiff::Timestamp) -> Result<String> {
+pub fn publish(
+    repo: &Path,
+    key: &Path,
+    manifest_bytes: &[u8],
+    m: &Manifest,
+    expires: jiff::Timestamp,
+    timestamp_expires: jiff::Timestamp,
+) -> Result<String> {
     let (expires, timestamp_expires) = (whole_seconds(expires)?, whole_seconds(timestamp_expires)?);
     let md = repo.join("metadata");
     let root_path = latest_root(repo)?;
@@ -162,15 +215,18 @@ pub fn publish(repo: &Path, key: &Path, manifest_bytes: &[u8], m: &Manifest, exp
     rt.block_on(async {
         // The publisher may be renewing expired metadata: read it without enforcing expiry
         // (signatures and versions are still checked); what it writes gets fresh expiries.
-        let loaded = RepositoryLoader::new(&root_bytes, dir_url(&md)?, dir_url(&repo.join("targets"))?)
-            .expiration_enforcement(tough::ExpirationEnforcement::Unsafe)
-            .load()
-            .await
-            .map_err(|e| terr(repo, chain(&e)))?;
+        let loaded =
+            RepositoryLoader::new(&root_bytes, dir_url(&md)?, dir_url(&repo.join("targets"))?)
+                .expiration_enforcement(tough::ExpirationEnforcement::Unsafe)
+                .load()
+                .await
+                .map_err(|e| terr(repo, chain(&e)))?;
         let tv = loaded.targets().signed.version.get() + 1;
         let sv = loaded.snapshot().signed.version.get() + 1;
         let tsv = loaded.timestamp().signed.version.get() + 1;
-        let mut ed = RepositoryEditor::from_repo(&root_path, loaded).await.map_err(|e| terr(repo, chain(&e)))?;
+        let mut ed = RepositoryEditor::from_repo(&root_path, loaded)
+            .await
+            .map_err(|e| terr(repo, chain(&e)))?;
         let sha = Sha256::digest(manifest_bytes).to_vec();
         let custom = HashMap::from([(
             "germline".to_string(),
@@ -179,20 +235,37 @@ pub fn publish(repo: &Path, key: &Path, manifest_bytes: &[u8], m: &Manifest, exp
         )]);
         let target = Target {
             length: manifest_bytes.len() as u64,
-            hashes: Hashes { sha256: sha.clone().into(), _extra: HashMap::new() },
+            hashes: Hashes {
+                sha256: sha.clone().into(),
+                _extra: HashMap::new(),
+            },
             custom,
             _extra: HashMap::new(),
         };
         let tn = TargetName::new(name.clone()).map_err(|e| terr(repo, chain(&e)))?;
-        ed.add_target(tn, target).map_err(|e| terr(repo, chain(&e)))?;
-        ed.targets_version(nz(tv)?).map_err(|e| terr(repo, chain(&e)))?;
-        ed.targets_expires(expires).map_err(|e| terr(repo, chain(&e)))?;
-        ed.snapshot_version(nz(sv)?).snapshot_expires(expires).timestamp_version(nz(tsv)?).timestamp_expires(timestamp_expires);
-        let signed = ed
-            .sign(&keys(key))
-            .await
-            .map_err(|e| terr(repo, format!("signing with {}: {} (is it a key the root trusts?)", key.display(), chain(&e))))?;
-        let tfile = repo.join("targets").join(format!("{}.{name}", hex::encode(&sha)));
+        ed.add_target(tn, target)
+            .map_err(|e| terr(repo, chain(&e)))?;
+        ed.targets_version(nz(tv)?)
+            .map_err(|e| terr(repo, chain(&e)))?;
+        ed.targets_expires(expires)
+            .map_err(|e| terr(repo, chain(&e)))?;
+        ed.snapshot_version(nz(sv)?)
+            .snapshot_expires(expires)
+            .timestamp_version(nz(tsv)?)
+            .timestamp_expires(timestamp_expires);
+        let signed = ed.sign(&keys(key)).await.map_err(|e| {
+            terr(
+                repo,
+                format!(
+                    "signing with {}: {} (is it a key the root trusts?)",
+                    key.display(),
+                    chain(&e)
+                ),
+            )
+        })?;
+        let tfile = repo
+            .join("targets")
+            .join(format!("{}.{name}", hex::encode(&sha)));
         std::fs::write(&tfile, manifest_bytes).map_err(|e| Error::io(&tfile, e))?;
         signed.write(&md).await.map_err(|e| terr(repo, chain(&e)))?;
         Ok(name)
@@ -210,11 +283,19 @@ pub struct TufChecked {
 
 /// Checks a verified release's manifest against a TUF repository loaded from `trusted_root`,
 /// then the rollback state in `state` (created if missing), which it updates on success.
-pub fn check_release(repo: &Path, trusted_root: &Path, state: &Path, manifest_bytes: &[u8], m: &Manifest) -> Result<TufChecked> {
+pub fn check_release(
+    repo: &Path,
+    trusted_root: &Path,
+    state: &Path,
+    manifest_bytes: &[u8],
+    m: &Manifest,
+) -> Result<TufChecked> {
     let root_bytes = std::fs::read(trusted_root).map_err(|e| Error::io(trusted_root, e))?;
     std::fs::create_dir_all(state).map_err(|e| Error::io(state, e))?;
     // One datastore per pinned root, so repositories do not share rollback state.
-    let datastore = state.join("tuf-datastore").join(&hex::encode(Sha256::digest(&root_bytes))[..16]);
+    let datastore = state
+        .join("tuf-datastore")
+        .join(&hex::encode(Sha256::digest(&root_bytes))[..16]);
     std::fs::create_dir_all(&datastore).map_err(|e| Error::io(&datastore, e))?;
     let name = target_name(m);
     let rt = runtime()?;
@@ -252,23 +333,41 @@ pub fn check_release(repo: &Path, trusted_root: &Path, state: &Path, manifest_by
         Ok((loaded.targets().signed.version.get(), loaded.timestamp().signed.version.get()))
     })?;
     let seen_before = check_rollback(state, m)?;
-    Ok(TufChecked { target: name, targets_version: tv, timestamp_version: tsv, highest_seen_before: seen_before })
+    Ok(TufChecked {
+        target: name,
+        targets_version: tv,
+        timestamp_version: tsv,
+        highest_seen_before: seen_before,
+    })
 }
 
 /// Refuses a version lower than the highest seen for this name; records the new highest.
 pub fn check_rollback(state: &Path, m: &Manifest) -> Result<Option<String>> {
     let path = state.join("seen-versions.json");
     let mut seen: BTreeMap<String, String> = match std::fs::read(&path) {
-        Ok(b) => serde_json::from_slice(&b).map_err(|e| Error::Json { file: path.display().to_string(), what: "rollback state", message: e.to_string() })?,
+        Ok(b) => serde_json::from_slice(&b).map_err(|e| Error::Json {
+            file: path.display().to_string(),
+            what: "rollback state",
+            message: e.to_string(),
+        })?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
         Err(e) => return Err(Error::io(&path, e)),
     };
     let offered = m.semver()?;
     let before = seen.get(&m.name).cloned();
     if let Some(s) = &before {
-        let sv = semver::Version::parse(s).map_err(|e| Error::Json { file: path.display().to_string(), what: "rollback state", message: e.to_string() })?;
+        let sv = semver::Version::parse(s).map_err(|e| Error::Json {
+            file: path.display().to_string(),
+            what: "rollback state",
+            message: e.to_string(),
+        })?;
         if offered < sv {
-            return Err(Error::Rollback { name: m.name.clone(), offered: m.version.clone(), seen: s.clone(), state: path });
+            return Err(Error::Rollback {
+                name: m.name.clone(),
+                offered: m.version.clone(),
+                seen: s.clone(),
+                state: path,
+            });
         }
         if offered == sv {
             return Ok(before);

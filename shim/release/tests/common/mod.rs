@@ -23,9 +23,15 @@ pub fn have(path: &Path, what: &str) -> bool {
         return true;
     }
     if required() {
-        panic!("{what} missing at {} (run scripts/setup.sh)", path.display());
+        panic!(
+            "{what} missing at {} (run scripts/setup.sh)",
+            path.display()
+        );
     }
-    eprintln!("SKIP: {what} missing at {} (run scripts/setup.sh)", path.display());
+    eprintln!(
+        "SKIP: {what} missing at {} (run scripts/setup.sh)",
+        path.display()
+    );
     false
 }
 
@@ -34,7 +40,10 @@ pub fn node_dir() -> PathBuf {
 }
 
 pub fn node_ready() -> bool {
-    let ok = Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
+    let ok = Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
     if !ok {
         if required() {
             panic!("node not found (run scripts/setup.sh)");
@@ -42,8 +51,13 @@ pub fn node_ready() -> bool {
         eprintln!("SKIP: node not found");
         return false;
     }
-    have(&node_dir().join("node_modules/@sigstore/verify"), "@sigstore/verify")
-        && have(&node_dir().join("node_modules/@sigstore/sign"), "@sigstore/sign")
+    have(
+        &node_dir().join("node_modules/@sigstore/verify"),
+        "@sigstore/verify",
+    ) && have(
+        &node_dir().join("node_modules/@sigstore/sign"),
+        "@sigstore/sign",
+    )
 }
 
 pub fn venv_python() -> PathBuf {
@@ -59,7 +73,9 @@ pub fn python_script(name: &str) -> PathBuf {
 
 /// Runs a command, returns (success, stdout, stderr).
 pub fn run(cmd: &mut Command) -> (bool, String, String) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -85,15 +101,38 @@ pub fn manifest_json(version: &str) -> serde_json::Value {
 /// A small rootfs: nested directories, an executable, a large-ish file, relative and absolute
 /// symlinks (pack makes the latter relative).
 pub fn make_rootfs(root: &Path, salt: &str) {
-    for d in ["usr/bin", "usr/lib/python3/demo", "etc/ssl/certs", "var/empty"] {
+    for d in [
+        "usr/bin",
+        "usr/lib/python3/demo",
+        "etc/ssl/certs",
+        "var/empty",
+    ] {
         std::fs::create_dir_all(root.join(d)).unwrap();
     }
-    std::fs::write(root.join("usr/bin/python3"), format!("#!/bin/sh\necho {salt}\n")).unwrap();
-    std::fs::set_permissions(root.join("usr/bin/python3"), std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::write(root.join("usr/lib/python3/demo/__init__.py"), "print('demo')\n").unwrap();
-    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
+    std::fs::write(
+        root.join("usr/bin/python3"),
+        format!("#!/bin/sh\necho {salt}\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        root.join("usr/bin/python3"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("usr/lib/python3/demo/__init__.py"),
+        "print('demo')\n",
+    )
+    .unwrap();
+    let big: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
+        .collect();
     std::fs::write(root.join("usr/lib/python3/demo/data.bin"), big).unwrap();
-    std::fs::write(root.join("etc/ssl/certs/ca.pem"), "-----BEGIN CERTIFICATE-----\n").unwrap();
+    std::fs::write(
+        root.join("etc/ssl/certs/ca.pem"),
+        "-----BEGIN CERTIFICATE-----\n",
+    )
+    .unwrap();
     std::fs::write(root.join("etc/hostname"), "demo\n").unwrap();
     std::os::unix::fs::symlink("python3", root.join("usr/bin/python")).unwrap();
     std::os::unix::fs::symlink("/etc/ssl/certs/ca.pem", root.join("etc/ssl/cert.pem")).unwrap();
@@ -106,7 +145,10 @@ pub struct Fixture {
 
 impl Fixture {
     pub fn new() -> Fixture {
-        Fixture { dir: tempfile::tempdir().unwrap(), key: SigningKey::generate(Algorithm::EcdsaP256) }
+        Fixture {
+            dir: tempfile::tempdir().unwrap(),
+            key: SigningKey::generate(Algorithm::EcdsaP256),
+        }
     }
     pub fn path(&self, p: &str) -> PathBuf {
         self.dir.path().join(p)
@@ -128,7 +170,14 @@ impl Fixture {
         std::fs::write(&m, manifest_json(version).to_string()).unwrap();
         let b = self.path(name);
         let i = self.path(&format!("{name}.oci"));
-        release::pack(&m, &Source::RootfsDir(src), signed.then_some(&self.key), &b, Some(&i)).unwrap();
+        release::pack(
+            &m,
+            &Source::RootfsDir(src),
+            signed.then_some(&self.key),
+            &b,
+            Some(&i),
+        )
+        .unwrap();
         (b, i)
     }
 }
@@ -173,10 +222,30 @@ pub fn raw_tar(entries: &[Raw<'_>]) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
     for e in entries {
         match e {
-            Raw::Dir(n) => b.append(&header(n, tar::EntryType::Directory, 0, 0o755, b""), std::io::empty()).unwrap(),
-            Raw::File(n, d) => b.append(&header(n, tar::EntryType::Regular, d.len() as u64, 0o644, b""), *d).unwrap(),
-            Raw::Symlink(n, t) => b.append(&header(n, tar::EntryType::Symlink, 0, 0o777, t), std::io::empty()).unwrap(),
-            Raw::Hardlink(n, t) => b.append(&header(n, tar::EntryType::Link, 0, 0o644, t), std::io::empty()).unwrap(),
+            Raw::Dir(n) => b
+                .append(
+                    &header(n, tar::EntryType::Directory, 0, 0o755, b""),
+                    std::io::empty(),
+                )
+                .unwrap(),
+            Raw::File(n, d) => b
+                .append(
+                    &header(n, tar::EntryType::Regular, d.len() as u64, 0o644, b""),
+                    *d,
+                )
+                .unwrap(),
+            Raw::Symlink(n, t) => b
+                .append(
+                    &header(n, tar::EntryType::Symlink, 0, 0o777, t),
+                    std::io::empty(),
+                )
+                .unwrap(),
+            Raw::Hardlink(n, t) => b
+                .append(
+                    &header(n, tar::EntryType::Link, 0, 0o644, t),
+                    std::io::empty(),
+                )
+                .unwrap(),
         }
     }
     b.into_inner().unwrap()
