@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Builds the example releases from PyPI with a Python runtime in their rootfs, taken from the
+# host's Debian python3.11 (interpreter, stdlib, and the shared libraries ldd finds), signs them
+# with a test key made here, and writes bundles/out/<name>/{bundle,image}. No binary is committed:
+# everything under bundles/out is made by this script.
+#   usage: bundles/build.sh [name...]     (default: every bundles/*/manifest.json)
+# Needs root only for the chroot smoke test; idempotent (skips a release already built from the
+# same manifest).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(dirname "$here")"
+out="$here/out"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/germline-target}"
+venv="${GERMLINE_RELEASE_VENV:-/var/tmp/germline-venv-release}"
+germline="$CARGO_TARGET_DIR/debug/germline"
+export COSIGN_PASSWORD="${COSIGN_PASSWORD:-germline-example-test-key}"
+PY=/usr/bin/python3.11
+[ -x "$PY" ] || { echo "bundles: $PY (Debian's python3.11) is required" >&2; exit 1; }
+[ -x "$venv/bin/pip" ] || { echo "bundles: venv $venv missing (run scripts/setup.d/30-release.sh)" >&2; exit 1; }
+(cd "$root" && cargo build -q -p germline)
+
+mkdir -p "$out/keys"
+if [ ! -f "$out/keys/cosign.key" ]; then
+    "$germline" keygen --dir "$out/keys" >/dev/null
+fi
+
+copy_with_libs() { # copy an ELF file and every shared library it needs into the rootfs
+    local rootfs="$1"; shift
+    for f in "$@"; do
+        ldd "$f" 2>/dev/null | awk '/=> \//{print $3} /^\s*\/lib/{print $1}' | while read -r lib; do
+            local real; real="$(readlink -f "$lib")"
+            local dest="$rootfs/usr${lib#/usr}"
+            [ -e "$dest" ] && continue
+            mkdir -p "$(dirname "$dest")"
+            cp -L "$real" "$dest"
+        done
+    done
+}
+
+make_runtime() { # a minimal Debian python3.11 runtime
+    local rootfs="$1"
+    mkdir -p "$rootfs"/usr/{bin,lib,lib64} "$rootfs"/etc/ssl/certs "$rootfs"/tmp "$rootfs"/usr/lib/python3/dist-packages
+    ln -s usr/bin "$rootfs/bin"; ln -s usr/lib "$rootfs/lib"; ln -s usr/lib64 "$rootfs/lib64"
+    cp -L "$PY" "$rootfs/usr/bin/python3.11"
+    ln -s python3.11 "$rootfs/usr/bin/python3"
+    tar -C / --exclude='python3.11/test' --exclude='python3.11/idlelib' --exclude='python3.11/tkinter' \
+        --exclude='python3.11/ensurepip' --exclude='python3.11/lib2to3' -cf - usr/lib/python3.11 \
+        | tar -C "$rootfs" -xf -
+    [ -d /etc/python3.11 ] && cp -rL /etc/python3.11 "$rootfs/etc/python3.11"
+    cp -L /etc/ssl/certs/ca-certificates.crt "$rootfs/etc/ssl/certs/ca-certificates.crt"
+    [ -d /usr/share/zoneinfo ] && mkdir -p "$rootfs/usr/share" && cp -r /usr/share/zoneinfo "$rootfs/usr/share/zoneinfo"
+    copy_with_libs "$rootfs" "$PY" /usr/lib/python3.11/lib-dynload/*.so
+    # ld.so at its ABI path
+    mkdir -p "$rootfs/usr/lib64"
+    [ -e "$rootfs/usr/lib64/ld-linux-x86-64.so.2" ] || cp -L /lib64/ld-linux-x86-64.so.2 "$rootfs/usr/lib64/ld-linux-x86-64.so.2"
+}
+
+names=("$@")
+if [ ${#names[@]} -eq 0 ]; then
+    for m in "$here"/*/manifest.json; do names+=("$(basename "$(dirname "$m")")"); done
+fi
+for name in "${names[@]}"; do
+    manifest="$here/$name/manifest.json"
+    version="$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["version"])' "$manifest")"
+    stamp="$(cat "$manifest" "$here/build.sh" | sha256sum | cut -c1-16)"
+    dest="$out/$name"
+    if [ -f "$dest/stamp" ] && [ "$(cat "$dest/stamp")" = "$stamp" ] && [ -d "$dest/image" ]; then
+        echo "bundles: $name $version already built"
+        continue
+    fi
+    rm -rf "$dest"; mkdir -p "$dest"
+    work="$(mktemp -d "$out/.work-$name.XXXXXX")"
+    trap 'rm -rf "$work"' EXIT
+    rootfs="$work/rootfs"
+    make_runtime "$rootfs"
+    "$venv/bin/pip" install -q --no-compile --disable-pip-version-check \
+        --target "$rootfs/usr/lib/python3/dist-packages" "$name==$version"
+    # Extension modules of the installed packages need their libraries too.
+    mapfile -t sos < <(find "$rootfs/usr/lib/python3/dist-packages" -name '*.so')
+    [ ${#sos[@]} -gt 0 ] && copy_with_libs "$rootfs" "${sos[@]}"
+    module="$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["initialisation"]["imports"][0])' "$manifest")"
+    if [ "$(id -u)" = 0 ]; then  # smoke test: the rootfs's own Python imports the server
+        chroot "$rootfs" /usr/bin/python3 -c "import $module; print('import ok: $module')"
+    fi
+    "$germline" release pack --manifest "$manifest" --rootfs "$rootfs" --key "$out/keys/cosign.key" \
+        --out "$dest/bundle" --image "$dest/image" > "$dest/pack.json"
+    "$germline" release verify --key "$out/keys/cosign.pub" "$dest/image" > "$dest/verify.json"
+    echo "$stamp" > "$dest/stamp"
+    rm -rf "$work"; trap - EXIT
+    echo "bundles: built $name $version: $(grep -o '"rootfs_digest": "[^"]*"' "$dest/pack.json")"
+done
