@@ -183,13 +183,15 @@ pub fn scan<R: Read>(reader: R, layer: &str, mode: Mode<'_>) -> Result<Scan> {
                     let parent = &rel[..i + off];
                     match seen.get(parent) {
                         Some(Entry::Dir { .. }) => {}
-                        Some(_) => return Err(lerr(
-                            &raw,
-                            format!(
+                        Some(_) => {
+                            return Err(lerr(
+                                &raw,
+                                format!(
                                 "parent `{}` is not a directory (path traversal through a link)",
                                 lossy(parent)
                             ),
-                        )),
+                            ))
+                        }
                         None => {
                             return Err(lerr(
                                 &raw,
