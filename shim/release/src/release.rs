@@ -63,6 +63,15 @@ fn sibling_tmp(dest: &Path) -> Result<tempfile::TempDir> {
         .map_err(|e| Error::io(&parent, e))
 }
 
+/// Renames a finished temporary directory into place, removing it if the rename fails.
+fn commit_dir(tmp: tempfile::TempDir, dest: &Path) -> Result<()> {
+    let kept = tmp.keep();
+    std::fs::rename(&kept, dest).map_err(|e| {
+        let _ = std::fs::remove_dir_all(&kept);
+        Error::io(dest, e)
+    })
+}
+
 fn refuse_existing(dest: &Path) -> Result<()> {
     if std::fs::symlink_metadata(dest).is_ok() {
         return Err(Error::Usage(format!(
@@ -138,12 +147,12 @@ pub fn pack(
         Some(out) => {
             let itmp = sibling_tmp(out)?;
             let d = oci::write_image_layout(&rootfs, &manifest, itmp.path())?;
-            std::fs::rename(itmp.keep(), out).map_err(|e| Error::io(out, e))?;
+            commit_dir(itmp, out)?;
             Some(d)
         }
         None => None,
     };
-    std::fs::rename(tmp.keep(), bundle_out).map_err(|e| Error::io(bundle_out, e))?;
+    commit_dir(tmp, bundle_out)?;
     Ok(Packed {
         manifest,
         rootfs_digest,
@@ -333,7 +342,7 @@ pub fn verify_image(layout: &Path, key: &PublicKey, extract_to: Option<&Path>) -
         let cfg_bytes = serde_json::to_vec_pretty(&oci::runtime_config(&manifest))
             .map_err(|e| Error::Usage(e.to_string()))?;
         std::fs::write(&cfg, cfg_bytes).map_err(|e| Error::io(&cfg, e))?;
-        std::fs::rename(tmp.keep(), dest).map_err(|e| Error::io(dest, e))?;
+        commit_dir(tmp, dest)?;
     }
     Ok(Verified {
         manifest,
