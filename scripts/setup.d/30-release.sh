@@ -2,7 +2,7 @@
 # Release component (shim/release): what its interop tests and example bundles need.
 #  - Node.js + npm and the pinned npm packages @sigstore/verify, @sigstore/sign (tests/interop/node)
 #  - Debian's python3.11 and a venv with python-tuf, PyNaCl, cryptography (tests/interop/python)
-#  - skopeo (reads and copies our OCI image layouts in the tests)
+#  - skopeo (reads and copies our OCI image layouts) and runc (runs an example bundle) for the tests
 #  - the example releases bundles/out/{mcp-server-time,mcp-server-fetch} (bundles/build.sh, from PyPI)
 # Idempotent: each part is skipped when its inputs have not changed.
 set -euo pipefail
@@ -16,6 +16,7 @@ command -v npm >/dev/null || need+=(npm)
 [ -e /usr/share/zoneinfo/UTC ] || need+=(tzdata)
 command -v chroot >/dev/null || need+=(coreutils)
 command -v skopeo >/dev/null || need+=(skopeo)
+command -v runc >/dev/null || need+=(runc)
 if [ ${#need[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"

@@ -87,3 +87,95 @@ fn mcp_server_fetch_example_verifies_and_runs() {
     );
     assert!(!v.manifest.deterministic);
 }
+
+/// The verified, extracted OCI bundle runs under runc as it is (config.json from `pack`), and the
+/// MCP server inside answers `initialize` and a `tools/call` over stdio.
+#[test]
+fn mcp_server_time_runs_under_runc_from_the_verified_bundle() {
+    use std::io::{BufRead, Write};
+    let Some((image, key)) = example("mcp-server-time") else {
+        return;
+    };
+    let have_runc = Command::new("runc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_runc {
+        assert!(!required(), "runc not found (run scripts/setup.sh)");
+        eprintln!("SKIP: runc not found");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("bundle");
+    release::verify_image(&image, &key, Some(&dest)).unwrap();
+    let id = format!("germline-release-test-{}", std::process::id());
+    let mut child = Command::new("runc")
+        .args(["run", "--bundle"])
+        .arg(&dest)
+        .arg(&id)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let wait_for = |id: u64| -> serde_json::Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = rx
+                .recv_timeout(left)
+                .unwrap_or_else(|e| panic!("no answer to request {id}: {e}"));
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
+                if v["id"] == id {
+                    return v;
+                }
+            }
+        }
+    };
+    let send = |stdin: &mut std::process::ChildStdin, v: serde_json::Value| {
+        writeln!(stdin, "{v}").unwrap();
+        stdin.flush().unwrap();
+    };
+    send(
+        &mut stdin,
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "germline-test", "version": "1"}}}),
+    );
+    let init = wait_for(1);
+    assert_eq!(
+        init["result"]["serverInfo"]["version"], "2026.10.19",
+        "{init}"
+    );
+    send(
+        &mut stdin,
+        serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    send(
+        &mut stdin,
+        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "get_current_time", "arguments": {"timezone": "UTC"}}}),
+    );
+    let call = wait_for(2);
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = Command::new("runc").args(["delete", "-f", &id]).output();
+    assert_eq!(call["result"]["isError"], false, "{call}");
+    assert_eq!(
+        call["result"]["structuredContent"]["timezone"], "UTC",
+        "{call}"
+    );
+}
