@@ -1,5 +1,9 @@
 //! The `germline` command: parses arguments and calls the component crates.
 
+mod plan_cmd;
+
+use std::process::ExitCode;
+
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
@@ -15,13 +19,23 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Print the groups Plan forms for a call.
-    Plan,
+    /// Print the groups Plan forms for a call, in the order their copies run.
+    Plan(plan_cmd::PlanArgs),
+    /// Check a deployer policy file and print what it defines.
+    Policy(plan_cmd::PolicyArgs),
 }
 
-fn main() -> std::process::ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Plan => std::process::ExitCode::SUCCESS,
+    let result = match cli.command {
+        Command::Plan(args) => plan_cmd::run_plan(&args),
+        Command::Policy(args) => plan_cmd::run_policy(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("germline: error: {e}");
+            ExitCode::from(2)
+        }
     }
 }

@@ -99,6 +99,16 @@ pub struct Plan {
     pub fork_rules: Vec<ForkRule>,
 }
 
+impl std::fmt::Display for PlanMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PlanMode::Split => "declared-destination splitting",
+            PlanMode::NoSplit => "no-split ablation",
+            PlanMode::Lazy => "lazy-splitting ablation",
+        })
+    }
+}
+
 impl Plan {
     /// Index of the group that serves destination host `host`, if it is declared.
     pub fn group_of_host(&self, host: &str) -> Option<usize> {
@@ -242,7 +252,7 @@ fn lazy(items: &[&ItemMeta], hosts: &[&Member], consumers: &[&Member]) -> Plan {
         .into_iter()
         .partition(|g| g.view.len() == full.len());
     // The full-view run serves the members that may see everything; if there are none it is a
-    // scout that holds every item and whose horizon is the meet of all clearances.
+    // scout that holds every item, serves nobody and writes only a slot of everything it holds.
     let mut first = match no_split(items, hosts, consumers) {
         Some(g) => g,
         None => {
@@ -261,6 +271,15 @@ fn lazy(items: &[&ItemMeta], hosts: &[&Member], consumers: &[&Member]) -> Plan {
         .iter()
         .flat_map(|g| g.consumers.iter().cloned())
         .collect();
+    first.horizon = match full_view
+        .iter()
+        .map(|g| g.horizon.clone())
+        .reduce(|a, b| a.meet(&b))
+    {
+        Some(h) => h,
+        // A scout serves nobody and returns nothing: it only decides which copies to fork.
+        None => first.view_label.clone(),
+    };
     let fork_rules = rest
         .iter()
         .map(|g| {
