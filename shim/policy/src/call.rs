@@ -36,16 +36,16 @@ impl Default for LabelRules {
 }
 
 /// The call's static context: the Plan and the clearance of every declared host.
-#[derive(Debug)]
-pub struct CallContext<'p> {
-    plan: &'p Plan,
+#[derive(Debug, Clone)]
+pub struct CallContext {
+    plan: Plan,
     hosts: BTreeMap<String, (Label, usize)>,
     rules: LabelRules,
 }
 
-impl<'p> CallContext<'p> {
+impl CallContext {
     /// `hosts` are `D_f` with clearances; each must be served by a group of `plan`.
-    pub fn new(plan: &'p Plan, hosts: &[Member], rules: LabelRules) -> Result<Self, CallError> {
+    pub fn new(plan: Plan, hosts: &[Member], rules: LabelRules) -> Result<Self, CallError> {
         let mut map = BTreeMap::new();
         for h in hosts {
             let g = plan
@@ -61,7 +61,17 @@ impl<'p> CallContext<'p> {
     }
 
     pub fn plan(&self) -> &Plan {
-        self.plan
+        &self.plan
+    }
+
+    /// `c(e)` of a declared host, or `None` if `host` is not declared.
+    pub fn host_clearance(&self, host: &str) -> Option<&Label> {
+        self.hosts.get(host).map(|(c, _)| c)
+    }
+
+    /// `true` if `host` is in `D_f`.
+    pub fn is_declared(&self, host: &str) -> bool {
+        self.hosts.contains_key(host)
     }
 
     fn group(&self, g: usize) -> &Group {
@@ -162,11 +172,14 @@ pub struct CopyTracker {
 pub struct CopyOutcome {
     pub label: Label,
     pub triggers: Vec<Trigger>,
+    /// Declared hosts outside the copy's group it sent requests to, with counts (what a lazy
+    /// plan's fork rule reads).
+    pub contacted: BTreeMap<String, usize>,
 }
 
 impl CopyTracker {
     /// A copy of group `g` starts with `L ← ℓ(V(g)) ⊔ ℓ(σ)`.
-    pub fn start(cx: &CallContext<'_>, g: usize, slot_label: &Label) -> Self {
+    pub fn start(cx: &CallContext, g: usize, slot_label: &Label) -> Self {
         let mut label = cx.group(g).view_label.clone();
         if cx.rules.slot_label {
             label.join(slot_label);
@@ -192,7 +205,7 @@ impl CopyTracker {
     /// The positional rule for a request to `host` with digest `q`.
     pub fn request<'r, R>(
         &mut self,
-        cx: &CallContext<'_>,
+        cx: &CallContext,
         records: &'r CallRecords<R>,
         host: &str,
         q: &Digest,
@@ -235,7 +248,7 @@ impl CopyTracker {
     /// Records a delivered request and its reply: `Rel[e] += (q, ρ)`, `L ← L ⊔ c(e)`.
     pub fn delivered<R>(
         &mut self,
-        cx: &CallContext<'_>,
+        cx: &CallContext,
         records: &mut CallRecords<R>,
         host: &str,
         q: Digest,
@@ -253,7 +266,7 @@ impl CopyTracker {
 
     /// Ends the copy: a comparable host with a strictly smaller view whose record is longer
     /// than what this copy sent raises an `absent` trigger, unless it already has one.
-    pub fn finish<R>(mut self, cx: &CallContext<'_>, records: &CallRecords<R>) -> CopyOutcome {
+    pub fn finish<R>(mut self, cx: &CallContext, records: &CallRecords<R>) -> CopyOutcome {
         let g = self.group;
         for (host, rel) in &records.rel {
             let sent = self.sent.get(host).copied().unwrap_or(0);
@@ -275,6 +288,7 @@ impl CopyTracker {
         CopyOutcome {
             label: self.label,
             triggers: self.triggers,
+            contacted: self.sent,
         }
     }
 }
@@ -317,7 +331,7 @@ mod tests {
             PlanMode::Split,
         )
         .expect("plan");
-        let cx = CallContext::new(&p, &hosts, LabelRules::default()).expect("cx");
+        let cx = CallContext::new(p.clone(), &hosts, LabelRules::default()).expect("cx");
         let mut rec: CallRecords<&str> = CallRecords::default();
 
         let mut ocr = CopyTracker::start(&cx, 0, &Label::public());

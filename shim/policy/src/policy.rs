@@ -89,6 +89,22 @@ struct PolicyFile {
     consumers: BTreeMap<String, Spanned<Vec<Spanned<String>>>>,
     #[serde(default)]
     dampening: Option<Spanned<DampeningFile>>,
+    /// Declared host -> fixed address (`ip` or `ip:port`), resolved by the broker only.
+    #[serde(default)]
+    pins: BTreeMap<String, Spanned<String>>,
+    /// Declared host -> the credential the broker adds to requests it delivers there.
+    #[serde(default)]
+    credentials: BTreeMap<String, Spanned<CredentialFile>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CredentialFile {
+    header: Option<String>,
+    query: Option<String>,
+    value: Option<String>,
+    value_env: Option<String>,
+    value_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -137,6 +153,46 @@ struct ItemRule {
     label: Label,
 }
 
+/// Where a pinned host is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pin {
+    pub ip: std::net::IpAddr,
+    /// `None`: the port of the request's URL (80 / 443 by default).
+    pub port: Option<u16>,
+}
+
+/// How the broker adds a credential to the requests it delivers to one host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CredentialPlace {
+    Header(String),
+    Query(String),
+}
+
+/// Where the credential's value comes from; the broker reads it at start.
+#[derive(Clone, PartialEq, Eq)]
+pub enum CredentialSource {
+    Inline(String),
+    Env(String),
+    File(PathBuf),
+}
+
+impl fmt::Debug for CredentialSource {
+    // Never print an inline secret.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CredentialSource::Inline(_) => f.write_str("Inline(<redacted>)"),
+            CredentialSource::Env(v) => write!(f, "Env({v:?})"),
+            CredentialSource::File(p) => write!(f, "File({p:?})"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credential {
+    pub place: CredentialPlace,
+    pub source: CredentialSource,
+}
+
 /// A loaded, validated deployer policy.
 #[derive(Debug)]
 pub struct Policy {
@@ -149,6 +205,8 @@ pub struct Policy {
     default_host_clearance: Label,
     default_consumer_clearance: Label,
     dampening: DampeningParams,
+    pins: BTreeMap<String, Pin>,
+    credentials: BTreeMap<String, Credential>,
 }
 
 struct Ctx<'a> {
@@ -362,7 +420,60 @@ impl Policy {
             }
         }
 
+        let mut pins = BTreeMap::new();
+        for (host, addr) in &raw.pins {
+            let at = cx.at(addr.span());
+            if !hosts.contains_key(host) {
+                return Err(PolicyError::Invalid {
+                    at,
+                    field: format!("pins.{host:?}"),
+                    message: "a pin must name a host listed in [destinations]".into(),
+                });
+            }
+            let text = addr.get_ref();
+            let pin = if let Ok(sa) = text.parse::<std::net::SocketAddr>() {
+                Pin { ip: sa.ip(), port: Some(sa.port()) }
+            } else if let Ok(ip) = text.parse::<std::net::IpAddr>() {
+                Pin { ip, port: None }
+            } else {
+                return Err(PolicyError::Invalid {
+                    at,
+                    field: format!("pins.{host:?}"),
+                    message: format!("expected an IP address or IP:port, found {text:?}"),
+                });
+            };
+            pins.insert(host.clone(), pin);
+        }
+        let mut credentials = BTreeMap::new();
+        for (host, c) in &raw.credentials {
+            let at = cx.at(c.span());
+            let field = format!("credentials.{host:?}");
+            let invalid = |message: &str| PolicyError::Invalid {
+                at: at.clone(),
+                field: field.clone(),
+                message: message.to_string(),
+            };
+            if !hosts.contains_key(host) {
+                return Err(invalid("a credential must name a host listed in [destinations]"));
+            }
+            let c = c.get_ref();
+            let place = match (&c.header, &c.query) {
+                (Some(h), None) if !h.is_empty() => CredentialPlace::Header(h.to_ascii_lowercase()),
+                (None, Some(q)) if !q.is_empty() => CredentialPlace::Query(q.clone()),
+                _ => return Err(invalid("expected exactly one of `header` or `query`")),
+            };
+            let source = match (&c.value, &c.value_env, &c.value_file) {
+                (Some(v), None, None) => CredentialSource::Inline(v.clone()),
+                (None, Some(e), None) => CredentialSource::Env(e.clone()),
+                (None, None, Some(f)) => CredentialSource::File(f.clone()),
+                _ => return Err(invalid("expected exactly one of `value`, `value_env` or `value_file`")),
+            };
+            credentials.insert(host.clone(), Credential { place, source });
+        }
+
         Ok(Policy {
+            pins,
+            credentials,
             file: file.to_path_buf(),
             tags,
             rules,
@@ -423,6 +534,20 @@ impl Policy {
 
     pub fn dampening(&self) -> &DampeningParams {
         &self.dampening
+    }
+
+    /// The fixed address of a declared host, if the policy pins it.
+    pub fn pin(&self, host: &str) -> Option<Pin> {
+        self.pins.get(host).copied()
+    }
+
+    /// The credential the broker adds to requests delivered to `host`.
+    pub fn credential(&self, host: &str) -> Option<&Credential> {
+        self.credentials.get(host)
+    }
+
+    pub fn credentials(&self) -> &BTreeMap<String, Credential> {
+        &self.credentials
     }
 
     /// Patterns of the item rules, for display.
@@ -685,6 +810,23 @@ agent = ["hr", "finance"]
             s.contains("duplicate key") && s.contains("`agent = []`"),
             "{s}"
         );
+    }
+
+    #[test]
+    fn pins_and_credentials() {
+        let text = format!(
+            "{GOOD}\n[pins]\n\"ocr.example\" = \"127.0.0.1:8080\"\n\n[credentials.\"ocr.example\"]\nheader = \"X-Api-Key\"\nvalue_env = \"OCR_KEY\"\n"
+        );
+        let p = parse(&text).expect("policy");
+        assert_eq!(p.pin("ocr.example").map(|x| x.port), Some(Some(8080)));
+        let c = p.credential("ocr.example").expect("credential");
+        assert_eq!(c.place, CredentialPlace::Header("x-api-key".into()));
+        let bad = text.replace("[pins]\n\"ocr.example\"", "[pins]\n\"evil.example\"");
+        let s = parse(&bad).expect_err("undeclared pin").to_string();
+        assert!(s.contains("pins.\"evil.example\""), "{s}");
+        let bad = text.replace("value_env = \"OCR_KEY\"", "value = \"k\"\nvalue_env = \"OCR_KEY\"");
+        let s = parse(&bad).expect_err("two sources").to_string();
+        assert!(s.contains("exactly one of `value`"), "{s}");
     }
 
     #[test]

@@ -35,7 +35,7 @@ fn agent_call(
     )
     .expect("plan");
     assert_eq!(p.groups.len(), 1);
-    let cx = CallContext::new(&p, &[], rules).expect("context");
+    let cx = CallContext::new(p.clone(), &[], rules).expect("context");
     let key = SlotKey {
         release: RELEASE.into(),
         user: String::new(),
@@ -137,7 +137,7 @@ fn mismatched_copy_label_includes_the_host_clearance() {
             false,
         ),
     ] {
-        let cx = CallContext::new(&p, &hosts2, rules).expect("cx");
+        let cx = CallContext::new(p.clone(), &hosts2, rules).expect("cx");
         let mut rec = CallRecords::default();
         let (first, second) = if ocr_g < log_g {
             (ocr_g, log_g)
@@ -200,7 +200,7 @@ proptest! {
             let consumers: Vec<Member> = consumers.iter().enumerate()
                 .map(|(i, &b)| Member { name: format!("u{i}"), clearance: lab(b) }).collect();
             let p = plan(PlanInput { items: &items, hosts: &hosts, consumers: &consumers }, PlanMode::Split).expect("plan");
-            let cx = CallContext::new(&p, &hosts, LabelRules::default()).expect("cx");
+            let cx = CallContext::new(p.clone(), &hosts, LabelRules::default()).expect("cx");
             let mut rec = CallRecords::default();
             for (g, group) in p.groups.iter().enumerate() {
                 let key = SlotKey { release: RELEASE.into(), user: String::new(), horizon: group.horizon.clone() };
