@@ -432,7 +432,10 @@ impl Policy {
             }
             let text = addr.get_ref();
             let pin = if let Ok(sa) = text.parse::<std::net::SocketAddr>() {
-                Pin { ip: sa.ip(), port: Some(sa.port()) }
+                Pin {
+                    ip: sa.ip(),
+                    port: Some(sa.port()),
+                }
             } else if let Ok(ip) = text.parse::<std::net::IpAddr>() {
                 Pin { ip, port: None }
             } else {
@@ -454,7 +457,9 @@ impl Policy {
                 message: message.to_string(),
             };
             if !hosts.contains_key(host) {
-                return Err(invalid("a credential must name a host listed in [destinations]"));
+                return Err(invalid(
+                    "a credential must name a host listed in [destinations]",
+                ));
             }
             let c = c.get_ref();
             let place = match (&c.header, &c.query) {
@@ -466,7 +471,11 @@ impl Policy {
                 (Some(v), None, None) => CredentialSource::Inline(v.clone()),
                 (None, Some(e), None) => CredentialSource::Env(e.clone()),
                 (None, None, Some(f)) => CredentialSource::File(f.clone()),
-                _ => return Err(invalid("expected exactly one of `value`, `value_env` or `value_file`")),
+                _ => {
+                    return Err(invalid(
+                        "expected exactly one of `value`, `value_env` or `value_file`",
+                    ))
+                }
             };
             credentials.insert(host.clone(), Credential { place, source });
         }
@@ -824,7 +833,10 @@ agent = ["hr", "finance"]
         let bad = text.replace("[pins]\n\"ocr.example\"", "[pins]\n\"evil.example\"");
         let s = parse(&bad).expect_err("undeclared pin").to_string();
         assert!(s.contains("pins.\"evil.example\""), "{s}");
-        let bad = text.replace("value_env = \"OCR_KEY\"", "value = \"k\"\nvalue_env = \"OCR_KEY\"");
+        let bad = text.replace(
+            "value_env = \"OCR_KEY\"",
+            "value = \"k\"\nvalue_env = \"OCR_KEY\"",
+        );
         let s = parse(&bad).expect_err("two sources").to_string();
         assert!(s.contains("exactly one of `value`"), "{s}");
     }
