@@ -416,6 +416,7 @@ async fn exchange(
                 tokio::time::Instant::now() + inner.cfg.request_timeout,
                 env.deadline,
             );
+            let mut verdict = "delivered";
             let reply = match tokio::time::timeout_at(
                 until,
                 deliver(inner, scheme, &host, port, &parts, &path, body.clone()),
@@ -423,6 +424,23 @@ async fn exchange(
             .await
             {
                 Ok(Ok(r)) => r,
+                // A declared name that resolves only to internal addresses, or not at all, is
+                // refused like an undeclared one, with the same fixed answer.
+                Ok(Err(UpstreamError::Resolve(e))) => {
+                    verdict = "denied";
+                    inner.stats.denied.fetch_add(1, Ordering::Relaxed);
+                    inner.audit.event(
+                        "resolve",
+                        json!({"call": env.call.id, "group": env.group, "host": host, "refused": e.to_string()}),
+                    );
+                    Reply {
+                        status: 403,
+                        headers: vec![("x-germline".into(), "denied".into())],
+                        body: Bytes::from_static(
+                            b"germline: destination not declared for this call\n",
+                        ),
+                    }
+                }
                 // A failure is recorded like a reply so that positions stay aligned; its text
                 // is fixed.
                 Ok(Err(e)) => Reply {
@@ -449,8 +467,10 @@ async fn exchange(
                     );
                 }
             }
-            inner.stats.delivered.fetch_add(1, Ordering::Relaxed);
-            log("delivered", Some(reply.status));
+            if verdict == "delivered" {
+                inner.stats.delivered.fetch_add(1, Ordering::Relaxed);
+            }
+            log(verdict, Some(reply.status));
             respond(&reply)
         }
     }
