@@ -14,7 +14,9 @@
 //! interception), [`proxy`] (HTTP handling), [`audit`] (JSON lines).
 
 pub mod audit;
+pub mod bench;
 pub mod ca;
+pub mod control;
 pub mod netns;
 pub mod proxy;
 pub mod resolve;
@@ -126,7 +128,7 @@ impl BrokerConfig {
 }
 
 /// Twin inputs `τ = (t, s)` of a call (A4): chosen without reading item contents.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct Twin {
     /// Frozen wall clock, nanoseconds since the Unix epoch.
     pub time_ns: u128,

@@ -1,5 +1,6 @@
 //! The `germline` command: parses arguments and calls the component crates.
 
+mod broker_cmd;
 mod plan_cmd;
 
 use std::process::ExitCode;
@@ -23,6 +24,8 @@ enum Command {
     Plan(plan_cmd::PlanArgs),
     /// Check a deployer policy file and print what it defines.
     Policy(plan_cmd::PolicyArgs),
+    /// The broker sidecar, and its benchmark.
+    Broker(broker_cmd::BrokerArgs),
 }
 
 fn main() -> ExitCode {
@@ -30,6 +33,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Plan(args) => plan_cmd::run_plan(&args),
         Command::Policy(args) => plan_cmd::run_policy(&args),
+        Command::Broker(args) => broker_cmd::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

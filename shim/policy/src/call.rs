@@ -17,7 +17,8 @@ pub type Digest = [u8; 32];
 
 /// Which terms of Eq. (2) are joined. Both on is germline execution; switching one off is the
 /// ablation the label regression tests (Table VI) compare against.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct LabelRules {
     /// Join `ℓ(σ)` of the delivered slot.
     pub slot_label: bool,
@@ -139,7 +140,7 @@ pub enum Verdict<'a, R> {
 }
 
 /// Why a trigger fired.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TriggerKind {
     /// The copy's `position`-th request (1-based) differs from the recorded one (or there is
@@ -150,7 +151,7 @@ pub enum TriggerKind {
 }
 
 /// An online mismatch between a copy and a host's record (Section IV-F).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Trigger {
     pub group: usize,
     pub host: String,
@@ -168,7 +169,7 @@ pub struct CopyTracker {
 }
 
 /// What a finished copy leaves: its output label `ℓ(g)` and its triggers.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct CopyOutcome {
     pub label: Label,
     pub triggers: Vec<Trigger>,

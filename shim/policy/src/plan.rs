@@ -12,14 +12,14 @@ use serde::Serialize;
 use crate::label::Label;
 
 /// What Plan knows of an item: its name (public metadata, A5) and its label. No contents.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ItemMeta {
     pub name: String,
     pub label: Label,
 }
 
 /// A destination host or consumer with its clearance, from the deployer's policy.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Member {
     pub name: String,
     pub clearance: Label,
@@ -49,7 +49,7 @@ pub enum PlanMode {
 }
 
 /// One group `g ⊆ D_f ∪ C`, served by one copy.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Group {
     /// Destination hosts in `g`, sorted by name. All share one clearance (P2).
     pub hosts: Vec<String>,
@@ -80,7 +80,7 @@ impl Group {
 }
 
 /// When a group of a lazy plan is forked.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ForkRule {
     Always,
@@ -89,13 +89,13 @@ pub enum ForkRule {
 }
 
 /// The groups of a call, in the order their copies run.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Plan {
     pub mode: PlanMode,
     pub groups: Vec<Group>,
     /// For [`PlanMode::Lazy`], one rule per group after the first (the full-view run);
     /// empty otherwise.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fork_rules: Vec<ForkRule>,
 }
 
