@@ -129,3 +129,127 @@ impl DeploymentCa {
         Ok(cfg)
     }
 }
+
+/// What a copy needs so that its TLS clients trust the deployment CA: files to bind-mount
+/// read-only over the rootfs's CA bundles, and environment variables (DESIGN "Egress"). The
+/// signed rootfs is never changed; the bundles are new files outside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyTrust {
+    /// (bundle on the host, path inside the rootfs it covers)
+    pub mounts: Vec<(PathBuf, PathBuf)>,
+    pub env: Vec<(String, String)>,
+}
+
+/// Debian's bundle; certifi's (used by httpx, which ignores the system store) is found under
+/// any site-packages or dist-packages of the rootfs.
+const DEBIAN_BUNDLE: &str = "etc/ssl/certs/ca-certificates.crt";
+
+fn certifi_bundles(rootfs: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![rootfs.join("usr"), rootfs.join("opt")];
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            let Ok(ft) = e.file_type() else { continue };
+            if ft.is_symlink() {
+                continue;
+            }
+            if ft.is_dir() {
+                if p.ends_with("certifi") && p.join("cacert.pem").is_file() {
+                    if let Ok(rel) = p.join("cacert.pem").strip_prefix(rootfs) {
+                        out.push(rel.to_path_buf());
+                    }
+                } else if p.components().count() < rootfs.components().count() + 8 {
+                    stack.push(p);
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Writes, under `out`, one bundle per CA file of `rootfs` (its own roots plus the deployment
+/// CA) and says where each must be mounted.
+pub fn copy_trust(rootfs: &Path, ca_pem: &str, out: &Path) -> Result<CopyTrust, CaError> {
+    std::fs::create_dir_all(out).map_err(io(out))?;
+    let mut targets = Vec::new();
+    if rootfs.join(DEBIAN_BUNDLE).is_file() {
+        targets.push(PathBuf::from(DEBIAN_BUNDLE));
+    }
+    targets.extend(certifi_bundles(rootfs));
+    let mut mounts = Vec::new();
+    for (i, rel) in targets.iter().enumerate() {
+        let src = rootfs.join(rel);
+        let mut bundle = std::fs::read_to_string(&src).map_err(io(&src))?;
+        if !bundle.ends_with('\n') {
+            bundle.push('\n');
+        }
+        bundle.push_str("# germline deployment CA\n");
+        bundle.push_str(ca_pem);
+        let dst = out.join(format!("bundle-{i}.pem"));
+        std::fs::write(&dst, bundle).map_err(io(&dst))?;
+        mounts.push((dst, rel.clone()));
+    }
+    // Clients that read a variable get a path that exists in every copy: the Debian bundle if
+    // the rootfs has one, otherwise a bundle of the deployment CA alone mounted at a fixed path.
+    let ca_only = out.join("germline-ca.pem");
+    std::fs::write(&ca_only, ca_pem).map_err(io(&ca_only))?;
+    let in_copy = if targets
+        .first()
+        .is_some_and(|t| t == Path::new(DEBIAN_BUNDLE))
+    {
+        format!("/{DEBIAN_BUNDLE}")
+    } else {
+        mounts.push((ca_only.clone(), PathBuf::from("run/germline/ca.pem")));
+        "/run/germline/ca.pem".to_string()
+    };
+    let env = ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"]
+        .into_iter()
+        .map(|k| (k.to_string(), in_copy.clone()))
+        .collect();
+    Ok(CopyTrust { mounts, env })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bundles_cover_debian_and_certifi() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let r = root.path();
+        std::fs::create_dir_all(r.join("etc/ssl/certs")).expect("mkdir");
+        std::fs::write(r.join(DEBIAN_BUNDLE), "DEBIAN-ROOTS").expect("write");
+        let certifi = r.join("usr/lib/python3/dist-packages/certifi");
+        std::fs::create_dir_all(&certifi).expect("mkdir");
+        std::fs::write(certifi.join("cacert.pem"), "CERTIFI-ROOTS\n").expect("write");
+        let out = tempfile::tempdir().expect("out");
+        let t = copy_trust(r, "-----BEGIN CERTIFICATE-----\nX\n", out.path()).expect("trust");
+        assert_eq!(t.mounts.len(), 2);
+        assert_eq!(t.mounts[0].1, PathBuf::from(DEBIAN_BUNDLE));
+        assert_eq!(
+            t.mounts[1].1,
+            PathBuf::from("usr/lib/python3/dist-packages/certifi/cacert.pem")
+        );
+        for (src, _) in &t.mounts {
+            let s = std::fs::read_to_string(src).expect("bundle");
+            assert!(
+                s.contains("-ROOTS") && s.contains("BEGIN CERTIFICATE"),
+                "{s}"
+            );
+        }
+        assert!(t
+            .env
+            .iter()
+            .all(|(_, v)| v == "/etc/ssl/certs/ca-certificates.crt"));
+        // The signed rootfs is untouched.
+        assert_eq!(
+            std::fs::read_to_string(r.join(DEBIAN_BUNDLE)).expect("read"),
+            "DEBIAN-ROOTS"
+        );
+    }
+}

@@ -439,3 +439,62 @@ fn state_slots() {
     assert_eq!(r.status, 404, "another horizon's slot is out of reach");
     assert_eq!(out.label, Label::public());
 }
+
+/// No copy's traffic can stall another call: while one call's copy waits on a slow host,
+/// another call's copy is served at once.
+#[test]
+fn a_slow_call_does_not_stall_another() {
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let slow = Sink::with(Arc::new(|_r: &Received| {
+        std::thread::sleep(Duration::from_secs(3));
+        (200, vec![], b"late".to_vec())
+    }));
+    let fast = Sink::ok();
+    let p = policy(
+        dir.path(),
+        &[
+            ("slow.example", &[], Some(slow.addr)),
+            ("fast.example", &[], Some(fast.addr)),
+        ],
+        "",
+    );
+    let w = Arc::new(broker(dir, p, |_| {}));
+    let (c1, _) = begin(
+        &w,
+        &[],
+        &[m("slow.example", &[])],
+        &[],
+        PlanMode::Split,
+        LabelRules::default(),
+    );
+    let (c2, _) = begin(
+        &w,
+        &[],
+        &[m("fast.example", &[])],
+        &[],
+        PlanMode::Split,
+        LabelRules::default(),
+    );
+    let w1 = w.clone();
+    let slow_call = std::thread::spawn(move || {
+        copy(&w1, c1, 0, DL, |p| {
+            http(p, "GET", "http://slow.example/", &[], b"").map(|r| r.status)
+        })
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    let (r, _) = copy(&w, c2, 0, DL, |p| {
+        http(p, "GET", "http://fast.example/", &[], b"").expect("fast")
+    });
+    let took = t0.elapsed();
+    assert_eq!(r.status, 200);
+    assert!(
+        took < Duration::from_millis(1500),
+        "the fast call waited {took:?}"
+    );
+    let (slow_status, _) = slow_call.join().expect("slow call");
+    assert_eq!(slow_status.ok(), Some(200));
+}
