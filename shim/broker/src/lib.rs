@@ -48,7 +48,8 @@ use crate::ca::DeploymentCa;
 pub const STATE_HOST: &str = "state.germline";
 
 /// Where a copy's proxy listens inside its own network namespace.
-pub const COPY_PROXY_ADDR: &str = "127.0.0.1:3128";
+pub const COPY_PROXY_ADDR: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 3128);
 
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
@@ -440,8 +441,7 @@ impl Broker {
         netns: BorrowedFd<'_>,
         deadline: Instant,
     ) -> Result<SocketAddr, BrokerError> {
-        let addr: SocketAddr = COPY_PROXY_ADDR.parse().map_err(|_| BrokerError::Poisoned)?;
-        let listener = netns::listener_in(netns, addr)?;
+        let listener = netns::listener_in(netns, COPY_PROXY_ADDR)?;
         self.start_copy_on(call, group, listener, deadline)
     }
 

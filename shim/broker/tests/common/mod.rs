@@ -111,6 +111,17 @@ impl Sink {
     }
 }
 
+fn content_length(head: &str) -> usize {
+    head.lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().to_string())
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 fn serve_one<S: Read + Write>(stream: S, got: &Mutex<Vec<Received>>, h: &Handler) {
     let mut r = BufReader::new(stream);
     let mut head = String::new();
@@ -125,15 +136,7 @@ fn serve_one<S: Read + Write>(stream: S, got: &Mutex<Vec<Received>>, h: &Handler
             break;
         }
     }
-    let len = head
-        .lines()
-        .find_map(|l| {
-            l.to_ascii_lowercase()
-                .strip_prefix("content-length:")
-                .map(|v| v.trim().to_string())
-        })
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(0);
+    let len = content_length(&head);
     let mut body = vec![0; len];
     if r.read_exact(&mut body).is_err() {
         return;
@@ -224,15 +227,7 @@ pub fn read_response<R: Read>(s: R) -> std::io::Result<Resp> {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let len = head
-        .lines()
-        .find_map(|l| {
-            l.to_ascii_lowercase()
-                .strip_prefix("content-length:")
-                .map(|v| v.trim().to_string())
-        })
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(0);
+    let len = content_length(&head);
     let mut body = vec![0; len];
     r.read_exact(&mut body)?;
     Ok(Resp { status, head, body })
