@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
-# The whole test suite, from nothing: set up, build, run every test (root tests included).
+# The whole test suite, from nothing: set up, build, lint, run every test (root tests included).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$(dirname "$here")"
 bash scripts/setup.sh
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/germline-target}"
 export GERMLINE_REQUIRE_ROOT_TESTS=1   # tests that need root fail instead of skipping
-cargo build --workspace --all-targets
+echo "== lint"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+echo "== test"
+set +e
 cargo test --workspace --no-fail-fast 2>&1 | tee /var/tmp/germline-test.log
+status=${PIPESTATUS[0]}
+# One closing line over every test binary (cargo prints one per binary, the last often a
+# doc-test run with nothing in it).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
+     END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, s }' /var/tmp/germline-test.log
+exit "$status"

@@ -1,5 +1,10 @@
 //! The `germline` command: parses arguments and calls the component crates.
 
+mod broker_cmd;
+mod plan_cmd;
+
+use std::process::ExitCode;
+
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
@@ -15,8 +20,12 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Print the groups Plan forms for a call.
-    Plan,
+    /// Print the groups Plan forms for a call, in the order their copies run.
+    Plan(plan_cmd::PlanArgs),
+    /// Check a deployer policy file and print what it defines.
+    Policy(plan_cmd::PolicyArgs),
+    /// The broker sidecar, and its benchmark.
+    Broker(broker_cmd::BrokerArgs),
     /// Write a cosign-compatible key pair (cosign.key, cosign.pub).
     Keygen(germline_release::cli::KeygenArgs),
     /// Pack, sign, publish, verify and inspect signed releases.
@@ -26,11 +35,21 @@ enum Command {
     },
 }
 
-fn main() -> std::process::ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Plan => std::process::ExitCode::SUCCESS,
-        Command::Keygen(a) => germline_release::cli::run_keygen(&a),
-        Command::Release { cmd } => germline_release::cli::run_release(&cmd),
+    let result = match cli.command {
+        Command::Plan(args) => plan_cmd::run_plan(&args),
+        Command::Policy(args) => plan_cmd::run_policy(&args),
+        Command::Broker(args) => broker_cmd::run(&args),
+        // The release commands print their own refusals and choose their exit code.
+        Command::Keygen(args) => return germline_release::cli::run_keygen(&args),
+        Command::Release { cmd } => return germline_release::cli::run_release(&cmd),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("germline: error: {e}");
+            ExitCode::from(2)
+        }
     }
 }

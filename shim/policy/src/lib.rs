@@ -1,1 +1,23 @@
-//! germline policy core (placeholder, filled by issue 2).
+//! germline's policy core: the pure logic every other part calls.
+//!
+//! - [`label`]: labels and clearances (Definition 1).
+//! - [`policy`]: the deployer's policy file and call descriptions (Definitions 1-2).
+//! - [`plan`]: Plan and its ablations (Algorithm 1 lines 1-4, Theorem 3).
+//! - [`call`]: the per-call records, the positional rule and each copy's label `L`
+//!   (Algorithm 1 lines 5-28, Definition 4, Eq. (2)).
+//! - [`slots`]: per-horizon state slots with entry labels, durable in SQLite (Definition 3,
+//!   Lemma 1).
+//! - [`dampening`]: the per-release penalty (Appendix B-E).
+//!
+//! Nothing here forks, confines or talks to the network; only [`slots`] touches the disk.
+
+pub mod call;
+pub mod dampening;
+pub mod label;
+pub mod plan;
+pub mod policy;
+pub mod slots;
+
+pub use label::Label;
+pub use plan::{plan, Group, ItemMeta, Member, Plan, PlanInput, PlanMode};
+pub use policy::{CallSpec, Policy, PolicyError};

@@ -1,0 +1,580 @@
+//! germline's broker: the only part of germline with network access (paper Sections IV-C to
+//! IV-E, VI "Broker"; Algorithm 1 lines 12-28; A3, A6, O4).
+//!
+//! For each copy the broker serves an HTTP proxy endpoint inside the copy's own network
+//! namespace. Every request is answered by the positional rule of the policy core
+//! ([`germline_policy::call`]): delivered if the copy serves its destination, replayed or
+//! answered with the placeholder if it is a declared host of another group, denied otherwise.
+//! HTTPS is terminated with a per-deployment CA so that comparison works on contents. The
+//! broker resolves declared names itself, never follows redirects, adds credentials only to
+//! requests it delivers, keeps each copy's label `L`, serves its horizon's state slot, and
+//! writes an audit log of declared names, digests and sizes.
+//!
+//! Module map: [`netns`] (listeners in a copy's namespace), [`resolve`] (names), [`ca`] (TLS
+//! interception), [`proxy`] (HTTP handling), [`audit`] (JSON lines).
+
+pub mod audit;
+pub mod bench;
+pub mod ca;
+pub mod control;
+pub mod netns;
+pub mod proxy;
+pub mod resolve;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::os::fd::BorrowedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use germline_policy::call::{
+    CallContext, CallRecords, CopyOutcome, CopyTracker, LabelRules, Trigger,
+};
+use germline_policy::policy::{CredentialPlace, CredentialSource};
+use germline_policy::slots::{Slot, SlotKey, SlotStore};
+use germline_policy::{Label, Member, Plan, Policy};
+use serde::Serialize;
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::audit::Audit;
+use crate::ca::DeploymentCa;
+
+/// The reserved pseudo-destination through which copies reach their state slot and twin
+/// inputs (DESIGN "Egress": any language can use it with plain HTTP).
+pub const STATE_HOST: &str = "state.germline";
+
+/// Where a copy's proxy listens inside its own network namespace.
+pub const COPY_PROXY_ADDR: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 3128);
+
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error("cannot start the broker's runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error(transparent)]
+    Ca(#[from] ca::CaError),
+    #[error("audit log {}: {source}", path.display())]
+    Audit {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Slots(#[from] germline_policy::slots::SlotError),
+    #[error("credential for {host:?}: {reason}")]
+    Credential { host: String, reason: String },
+    #[error("upstream trust root {}: {reason}", path.display())]
+    UpstreamRoot { path: PathBuf, reason: String },
+    #[error(transparent)]
+    Plan(#[from] germline_policy::call::CallError),
+    #[error(transparent)]
+    Netns(#[from] netns::NetnsError),
+    #[error("cannot serve the copy's listener: {0}")]
+    Listener(std::io::Error),
+    #[error("no call {0}")]
+    NoCall(u64),
+    #[error("call {call} has no group {group}")]
+    NoGroup { call: u64, group: usize },
+    #[error("call {call}: group {group}'s copy already started")]
+    CopyExists { call: u64, group: usize },
+    #[error("call {call}: group {group} has no live copy")]
+    NoCopy { call: u64, group: usize },
+    #[error("broker state lock poisoned")]
+    Poisoned,
+}
+
+/// How the broker is set up. Everything here comes from the deployer, never from a release.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub policy: Arc<Policy>,
+    /// Holds the deployment CA (created 0700 on first start).
+    pub state_dir: PathBuf,
+    /// JSON-lines audit log; `None` logs nowhere.
+    pub audit_log: Option<PathBuf>,
+    /// The slot store; `None` keeps slots in memory.
+    pub slots: Option<PathBuf>,
+    /// Trust the host's CA store for upstream TLS.
+    pub native_roots: bool,
+    /// Extra PEM CA files trusted for upstream TLS (tests use one for their HTTPS sink).
+    pub extra_roots: Vec<PathBuf>,
+    /// A broker request times out after this or at the copy's deadline, whichever is first.
+    pub request_timeout: Duration,
+    /// Largest request or reply body the broker buffers.
+    pub max_body: usize,
+    /// Reference behaviour only: follow redirects as an ordinary proxy would. germline never
+    /// does; tests switch it on to show what that would leak.
+    pub follow_redirects: bool,
+    /// Worker threads of the broker's runtime.
+    pub workers: usize,
+}
+
+impl BrokerConfig {
+    pub fn new(policy: Arc<Policy>, state_dir: &Path) -> Self {
+        Self {
+            policy,
+            state_dir: state_dir.to_path_buf(),
+            audit_log: None,
+            slots: None,
+            native_roots: true,
+            extra_roots: Vec::new(),
+            request_timeout: Duration::from_secs(10),
+            max_body: 16 << 20,
+            follow_redirects: false,
+            workers: 2,
+        }
+    }
+}
+
+/// Twin inputs `τ = (t, s)` of a call (A4): chosen without reading item contents.
+#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct Twin {
+    /// Frozen wall clock, nanoseconds since the Unix epoch.
+    pub time_ns: u128,
+    pub seed: u64,
+}
+
+/// A reply as the broker recorded it, for replay and for the evidence layer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    #[serde(serialize_with = "ser_hex")]
+    pub body: Bytes,
+}
+
+fn ser_hex<S: serde::Serializer>(b: &Bytes, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&hex::encode(b))
+}
+
+/// Counters a test or metrics endpoint can read.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Name lookups actually sent to the system resolver.
+    pub dns_lookups: AtomicU64,
+    pub delivered: AtomicU64,
+    pub replayed: AtomicU64,
+    pub placeholders: AtomicU64,
+    pub denied: AtomicU64,
+    pub malformed: AtomicU64,
+}
+
+/// What a call leaves for the evidence layer (issue 5, item 7).
+#[derive(Debug, Clone, Serialize)]
+pub struct CallRecord {
+    pub call: u64,
+    pub release: String,
+    pub twin: Twin,
+    /// `Rel[e]`: delivered (request digest, reply) per host, in order.
+    pub delivered: BTreeMap<String, Vec<(String, Reply)>>,
+    /// Per group: its slot snapshot at start (key -> (value digest, label)) and its outcome.
+    pub copies: BTreeMap<usize, CopyRecord>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CopyRecord {
+    pub horizon: Label,
+    pub slot_snapshot: BTreeMap<String, (String, Label)>,
+    pub outcome: Option<CopyOutcome>,
+    pub triggers: Vec<Trigger>,
+}
+
+pub(crate) struct Credential {
+    place: CredentialPlace,
+    value: String,
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Credential({:?}, <redacted>)", self.place)
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) cfg: BrokerConfig,
+    pub(crate) ca: DeploymentCa,
+    pub(crate) audit: Audit,
+    pub(crate) stats: Stats,
+    pub(crate) upstream_tls: Arc<rustls::ClientConfig>,
+    pub(crate) credentials: HashMap<String, Credential>,
+    slots: Mutex<SlotStore>,
+    calls: Mutex<HashMap<u64, Arc<CallState>>>,
+    next_call: AtomicU64,
+}
+
+#[derive(Debug)]
+pub(crate) struct CallState {
+    pub(crate) id: u64,
+    pub(crate) release: String,
+    user: String,
+    pub(crate) cx: CallContext,
+    pub(crate) twin: Twin,
+    pub(crate) m: Mutex<CallMut>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct CallMut {
+    pub(crate) records: CallRecords<Arc<Reply>>,
+    pub(crate) copies: HashMap<usize, CopyMut>,
+    done: BTreeMap<usize, CopyRecord>,
+}
+
+#[derive(Debug)]
+pub(crate) struct CopyMut {
+    pub(crate) tracker: CopyTracker,
+    pub(crate) slot_key: SlotKey,
+    pub(crate) snapshot: Slot,
+    pub(crate) writes: BTreeMap<String, Vec<u8>>,
+    cancel: watch::Sender<()>,
+}
+
+/// Per-copy context the proxy tasks hold.
+#[derive(Debug)]
+pub(crate) struct CopyEnv {
+    pub(crate) call: Arc<CallState>,
+    pub(crate) group: usize,
+    pub(crate) deadline: tokio::time::Instant,
+    pub(crate) cancel: watch::Receiver<()>,
+}
+
+impl CallState {
+    pub(crate) fn lock(&self) -> Result<MutexGuard<'_, CallMut>, BrokerError> {
+        self.m.lock().map_err(|_| BrokerError::Poisoned)
+    }
+}
+
+impl Inner {
+    pub(crate) fn slots(&self) -> Result<MutexGuard<'_, SlotStore>, BrokerError> {
+        self.slots.lock().map_err(|_| BrokerError::Poisoned)
+    }
+}
+
+/// The broker: owns its runtime; every method may be called from plain threads.
+#[derive(Debug)]
+pub struct Broker {
+    inner: Arc<Inner>,
+    rt: tokio::runtime::Runtime,
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn upstream_tls(cfg: &BrokerConfig) -> Result<rustls::ClientConfig, BrokerError> {
+    let mut roots = rustls::RootCertStore::empty();
+    if cfg.native_roots {
+        for c in rustls_native_certs::load_native_certs().certs {
+            let _ = roots.add(c);
+        }
+    }
+    for path in &cfg.extra_roots {
+        let bad = |reason: String| BrokerError::UpstreamRoot {
+            path: path.clone(),
+            reason,
+        };
+        let pem = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+        let mut n = 0;
+        for c in rustls_pemfile::certs(&mut pem.as_slice()) {
+            roots
+                .add(c.map_err(|e| bad(e.to_string()))?)
+                .map_err(|e| bad(e.to_string()))?;
+            n += 1;
+        }
+        if n == 0 {
+            return Err(bad("no certificate in the file".into()));
+        }
+    }
+    let mut c = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(ca::CaError::from)?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    c.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(c)
+}
+
+fn load_credentials(policy: &Policy) -> Result<HashMap<String, Credential>, BrokerError> {
+    let mut out = HashMap::new();
+    for (host, c) in policy.credentials() {
+        let err = |reason: String| BrokerError::Credential {
+            host: host.clone(),
+            reason,
+        };
+        let value = match &c.source {
+            CredentialSource::Inline(v) => v.clone(),
+            CredentialSource::Env(name) => std::env::var(name)
+                .map_err(|_| err(format!("environment variable {name} is not set")))?,
+            CredentialSource::File(p) => std::fs::read_to_string(p)
+                .map_err(|e| err(format!("cannot read {}: {e}", p.display())))?
+                .trim_end_matches(['\n', '\r'])
+                .to_string(),
+        };
+        if value.is_empty() || value.contains(['\r', '\n']) {
+            return Err(err("the value is empty or spans lines".into()));
+        }
+        out.insert(
+            host.clone(),
+            Credential {
+                place: c.place.clone(),
+                value,
+            },
+        );
+    }
+    Ok(out)
+}
+
+fn random_seed() -> u64 {
+    let mut b = [0u8; 8];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        let _ = std::io::Read::read_exact(&mut f, &mut b);
+    }
+    u64::from_le_bytes(b)
+}
+
+impl Broker {
+    pub fn start(cfg: BrokerConfig) -> Result<Self, BrokerError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(cfg.workers.max(1))
+            .thread_name("germline-broker")
+            .enable_all()
+            .build()
+            .map_err(BrokerError::Runtime)?;
+        let ca = DeploymentCa::load_or_create(&cfg.state_dir.join("ca"), provider())?;
+        let audit = Audit::open(cfg.audit_log.as_deref()).map_err(|source| BrokerError::Audit {
+            path: cfg.audit_log.clone().unwrap_or_default(),
+            source,
+        })?;
+        let slots = match &cfg.slots {
+            Some(p) => SlotStore::open(p)?,
+            None => SlotStore::in_memory()?,
+        };
+        let inner = Inner {
+            upstream_tls: Arc::new(upstream_tls(&cfg)?),
+            credentials: load_credentials(&cfg.policy)?,
+            cfg,
+            ca,
+            audit,
+            stats: Stats::default(),
+            slots: Mutex::new(slots),
+            calls: Mutex::new(HashMap::new()),
+            next_call: AtomicU64::new(1),
+        };
+        Ok(Self {
+            inner: Arc::new(inner),
+            rt,
+        })
+    }
+
+    /// The deployment CA certificate copies must trust (PEM).
+    pub fn ca_cert_pem(&self) -> &str {
+        self.inner.ca.cert_pem()
+    }
+
+    pub fn ca_cert_path(&self) -> &Path {
+        self.inner.ca.cert_path()
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.inner.stats
+    }
+
+    /// Registers a call: its release digest, user, plan and declared hosts with clearances.
+    pub fn begin_call(
+        &self,
+        release: &str,
+        user: &str,
+        plan: Plan,
+        hosts: &[Member],
+        rules: LabelRules,
+    ) -> Result<(u64, Twin), BrokerError> {
+        let cx = CallContext::new(plan, hosts, rules)?;
+        let id = self.inner.next_call.fetch_add(1, Ordering::Relaxed);
+        let time_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let twin = Twin {
+            time_ns,
+            seed: random_seed(),
+        };
+        let groups = cx.plan().groups.len();
+        let state = Arc::new(CallState {
+            id,
+            release: release.to_string(),
+            user: user.to_string(),
+            cx,
+            twin,
+            m: Mutex::new(CallMut::default()),
+        });
+        self.inner
+            .calls
+            .lock()
+            .map_err(|_| BrokerError::Poisoned)?
+            .insert(id, state);
+        self.inner.audit.event(
+            "call",
+            json!({"call": id, "release": release, "groups": groups, "hosts": hosts.iter().map(|h| &h.name).collect::<Vec<_>>()}),
+        );
+        Ok((id, twin))
+    }
+
+    fn call(&self, id: u64) -> Result<Arc<CallState>, BrokerError> {
+        self.inner
+            .calls
+            .lock()
+            .map_err(|_| BrokerError::Poisoned)?
+            .get(&id)
+            .cloned()
+            .ok_or(BrokerError::NoCall(id))
+    }
+
+    /// Starts serving group `group`'s copy inside the network namespace `netns`, until
+    /// `deadline` (absolute, monotonic, fixed at the copy's fork). Returns the address the
+    /// copy's `HTTP_PROXY` names inside its namespace.
+    pub fn start_copy(
+        &self,
+        call: u64,
+        group: usize,
+        netns: BorrowedFd<'_>,
+        deadline: Instant,
+    ) -> Result<SocketAddr, BrokerError> {
+        let listener = netns::listener_in(netns, COPY_PROXY_ADDR)?;
+        self.start_copy_on(call, group, listener, deadline)
+    }
+
+    /// Like [`Broker::start_copy`] with a listener the caller created (and checked).
+    pub fn start_copy_on(
+        &self,
+        call: u64,
+        group: usize,
+        listener: std::net::TcpListener,
+        deadline: Instant,
+    ) -> Result<SocketAddr, BrokerError> {
+        let state = self.call(call)?;
+        let g = state
+            .cx
+            .plan()
+            .groups
+            .get(group)
+            .ok_or(BrokerError::NoGroup { call, group })?;
+        let slot_key = SlotKey {
+            release: state.release.clone(),
+            user: state.user.clone(),
+            horizon: g.horizon.clone(),
+        };
+        let snapshot = self.inner.slots()?.snapshot(&slot_key)?;
+        let tracker = CopyTracker::start(&state.cx, group, &snapshot.label());
+        let (tx, rx) = watch::channel(());
+        {
+            let mut m = state.lock()?;
+            if m.copies.contains_key(&group) || m.done.contains_key(&group) {
+                return Err(BrokerError::CopyExists { call, group });
+            }
+            m.copies.insert(
+                group,
+                CopyMut {
+                    tracker,
+                    slot_key,
+                    snapshot,
+                    writes: BTreeMap::new(),
+                    cancel: tx,
+                },
+            );
+        }
+        let local = listener.local_addr().map_err(BrokerError::Listener)?;
+        let _guard = self.rt.enter();
+        let listener =
+            tokio::net::TcpListener::from_std(listener).map_err(BrokerError::Listener)?;
+        let env = Arc::new(CopyEnv {
+            call: state,
+            group,
+            deadline: deadline.into(),
+            cancel: rx,
+        });
+        self.inner
+            .audit
+            .event("copy_start", json!({"call": call, "group": group}));
+        self.rt
+            .spawn(proxy::serve_copy(self.inner.clone(), env, listener));
+        Ok(local)
+    }
+
+    /// Ends a copy: closes its endpoint (cutting anything in flight) and returns its output
+    /// label `ℓ(g)` and triggers.
+    pub fn end_copy(&self, call: u64, group: usize) -> Result<CopyOutcome, BrokerError> {
+        let state = self.call(call)?;
+        let mut m = state.lock()?;
+        let copy = m
+            .copies
+            .remove(&group)
+            .ok_or(BrokerError::NoCopy { call, group })?;
+        drop(copy.cancel);
+        let outcome = copy.tracker.finish(&state.cx, &m.records);
+        let snapshot = copy
+            .snapshot
+            .entries
+            .iter()
+            .map(|(k, e)| (k.clone(), (audit::digest_hex(&e.value), e.label.clone())))
+            .collect();
+        for t in &outcome.triggers {
+            self.inner.audit.event(
+                "trigger",
+                json!({"call": call, "group": group, "host": t.host, "release": state.release, "kind": t.kind}),
+            );
+        }
+        self.inner.audit.event(
+            "copy_end",
+            json!({"call": call, "group": group, "label": outcome.label, "triggers": outcome.triggers.len()}),
+        );
+        m.done.insert(
+            group,
+            CopyRecord {
+                horizon: copy.slot_key.horizon.clone(),
+                slot_snapshot: snapshot,
+                triggers: outcome.triggers.clone(),
+                outcome: Some(outcome.clone()),
+            },
+        );
+        Ok(outcome)
+    }
+
+    /// Ends a call (ending any copy still live) and returns its record.
+    pub fn end_call(&self, call: u64) -> Result<CallRecord, BrokerError> {
+        let state = self.call(call)?;
+        let live: Vec<usize> = state.lock()?.copies.keys().copied().collect();
+        for g in live {
+            self.end_copy(call, g)?;
+        }
+        self.inner
+            .calls
+            .lock()
+            .map_err(|_| BrokerError::Poisoned)?
+            .remove(&call);
+        let m = state.lock()?;
+        let mut delivered = BTreeMap::new();
+        for h in state.cx.plan().groups.iter().flat_map(|g| g.hosts.iter()) {
+            let rel = m.records.record(h);
+            if !rel.is_empty() {
+                delivered.insert(
+                    h.clone(),
+                    rel.iter()
+                        .map(|(d, r)| (hex::encode(d), Reply::clone(r)))
+                        .collect::<Vec<_>>(),
+                );
+            }
+        }
+        self.inner
+            .audit
+            .event("call_end", json!({"call": call, "release": state.release}));
+        Ok(CallRecord {
+            call,
+            release: state.release.clone(),
+            twin: state.twin,
+            delivered,
+            copies: m.done.clone(),
+        })
+    }
+}

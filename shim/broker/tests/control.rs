@@ -1,0 +1,133 @@
+//! The shim's control channel to the broker: a root-only SOCK_SEQPACKET socket, the peer
+//! checked with SO_PEERCRED, the copy's namespace passed as a descriptor.
+
+mod common;
+
+use std::os::fd::AsFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use germline_broker::control::{self, BeginCall, BrokerClient};
+use germline_broker::{Broker, BrokerConfig};
+use germline_policy::call::LabelRules;
+use germline_policy::plan::PlanMode;
+use germline_policy::Label;
+
+#[test]
+fn a_call_through_the_control_socket() {
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sink = Sink::ok();
+    let p = policy(
+        dir.path(),
+        &[("ocr.example", &["finance"], Some(sink.addr))],
+        "",
+    );
+    let broker =
+        Arc::new(Broker::start(BrokerConfig::new(p, &dir.path().join("state"))).expect("broker"));
+    let sock = dir.path().join("run/broker.sock");
+    let listener = control::bind(&sock).expect("bind");
+    let mode = std::fs::metadata(dir.path().join("run"))
+        .expect("dir")
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o700, "the socket's directory is root-only");
+    let b = broker.clone();
+    std::thread::spawn(move || {
+        while let Ok(fd) = nix::sys::socket::accept(std::os::fd::AsRawFd::as_raw_fd(&listener)) {
+            // SAFETY: accept returned a fresh descriptor owned by nobody else.
+            let conn = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+            let b = b.clone();
+            std::thread::spawn(move || control::connection(&b, conn));
+        }
+    });
+
+    let c = BrokerClient::connect(&sock).expect("connect");
+    assert!(c.ca_cert().expect("ca").contains("BEGIN CERTIFICATE"));
+    let (call, _twin, plan) = c
+        .begin_call(BeginCall {
+            release: "sha256:r".into(),
+            user: String::new(),
+            items: vec![item("invoice", &["finance"]), item("salary", &["hr"])],
+            hosts: vec![m("ocr.example", &["finance"])],
+            consumers: vec![m("agent", &["finance", "hr"])],
+            mode: PlanMode::Split,
+            rules: LabelRules::default(),
+        })
+        .expect("begin");
+    assert_eq!(plan.groups.len(), 2);
+    let ns = TestNetns::new();
+    let proxy = c
+        .start_copy(
+            call,
+            0,
+            ns.fd.as_fd(),
+            Instant::now() + Duration::from_secs(10),
+        )
+        .expect("start");
+    let addr = proxy.parse().expect("addr");
+    let r = ns.run(move || {
+        http(addr, "POST", "http://ocr.example/ocr", &[], b"invoice").expect("request")
+    });
+    assert_eq!(r.status, 200);
+    let out = c.end_copy(call, 0).expect("end copy");
+    assert_eq!(out.label, Label::of(["finance"]));
+    // A copy's namespace is required, and a malformed request is answered without closing.
+    let err = c.end_copy(call, 0).expect_err("no live copy");
+    assert!(err.to_string().contains("no live copy"), "{err}");
+    let rec = c.end_call(call).expect("record");
+    assert_eq!(
+        rec["delivered"]["ocr.example"].as_array().map(Vec::len),
+        Some(1)
+    );
+    assert_eq!(sink.count(), 1);
+
+    // A peer that is neither root nor the broker's user is refused, even if it reaches the
+    // socket (here the test opens the directory to let it try).
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::set_permissions(
+        dir.path().join("run"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .expect("chmod");
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let exe = std::env::current_exe().expect("exe");
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["--exact", "peer_child", "--nocapture"])
+        .env("GERMLINE_PEER_SOCKET", &sock);
+    // SAFETY: setuid(2) is async-signal-safe; it runs in the child between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let o = cmd.output().expect("run peer");
+    let text =
+        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert!(
+        text.contains("PEER-RESULT: refused: broker refused: peer uid 65534 refused"),
+        "{text}"
+    );
+}
+
+/// Runs as uid 65534 under the test above; does nothing otherwise.
+#[test]
+fn peer_child() {
+    let Some(sock) = std::env::var_os("GERMLINE_PEER_SOCKET") else {
+        return;
+    };
+    let r = BrokerClient::connect(std::path::Path::new(&sock)).and_then(|c| c.ca_cert());
+    match r {
+        Ok(_) => println!("PEER-RESULT: accepted"),
+        Err(e) => println!("PEER-RESULT: refused: {e}"),
+    }
+}

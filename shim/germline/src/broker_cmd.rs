@@ -1,0 +1,96 @@
+//! `germline broker serve` and `germline broker bench`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Args, Subcommand};
+use germline_broker::{bench, control, Broker, BrokerConfig};
+use germline_policy::Policy;
+
+type Error = Box<dyn std::error::Error>;
+
+#[derive(Debug, Args)]
+pub struct BrokerArgs {
+    #[command(subcommand)]
+    cmd: BrokerCmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum BrokerCmd {
+    /// Run the broker sidecar: the only germline process with network access.
+    Serve {
+        /// The deployer's policy (destinations, pins, credentials).
+        #[arg(long)]
+        policy: PathBuf,
+        /// Control socket for the shim (its directory is made root-only).
+        #[arg(long, default_value = "/run/germline/broker.sock")]
+        socket: PathBuf,
+        /// State directory: the deployment CA lives here, outside every container.
+        #[arg(long, default_value = "/var/lib/germline/broker")]
+        state: PathBuf,
+        /// JSON-lines audit log.
+        #[arg(long)]
+        audit: Option<PathBuf>,
+        /// Slot store (SQLite). Default: <state>/slots.db.
+        #[arg(long)]
+        slots: Option<PathBuf>,
+    },
+    /// Measure the broker's added latency per delivered request against a direct request.
+    Bench {
+        #[arg(long, default_value_t = 2000)]
+        requests: usize,
+        /// Also write the figures as JSON here.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+pub fn run(args: &BrokerArgs) -> Result<(), Error> {
+    match &args.cmd {
+        BrokerCmd::Serve {
+            policy,
+            socket,
+            state,
+            audit,
+            slots,
+        } => {
+            let policy = Arc::new(Policy::load(policy)?);
+            let mut cfg = BrokerConfig::new(policy, state);
+            cfg.audit_log = audit.clone();
+            cfg.slots = Some(slots.clone().unwrap_or_else(|| state.join("slots.db")));
+            let broker = Arc::new(Broker::start(cfg)?);
+            eprintln!(
+                "germline broker: serving {} (CA {})",
+                socket.display(),
+                broker.ca_cert_path().display()
+            );
+            control::serve(broker, socket)?;
+            Ok(())
+        }
+        BrokerCmd::Bench { requests, out } => {
+            let dir = tempfile::tempdir()?;
+            let r = bench::run(*requests, dir.path())?;
+            println!(
+                "broker bench: {} requests per side, client in {}",
+                r.requests, r.client
+            );
+            println!(
+                "  direct to sink:   p50 {:8.1} us   p99 {:8.1} us",
+                r.direct_p50_us, r.direct_p99_us
+            );
+            println!(
+                "  through broker:   p50 {:8.1} us   p99 {:8.1} us",
+                r.broker_p50_us, r.broker_p99_us
+            );
+            println!(
+                "  added by broker:  p50 {:8.1} us   p99 {:8.1} us",
+                r.added_p50_us, r.added_p99_us
+            );
+            if let Some(path) = out {
+                std::fs::write(path, serde_json::to_string_pretty(&r)?)?;
+                println!("  written to {}", path.display());
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! `germline plan` and `germline policy check`.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use germline_policy::plan::{plan, ForkRule, ItemMeta, PlanInput, PlanMode};
+use germline_policy::policy::Source;
+use germline_policy::{CallSpec, Plan, Policy};
+use serde_json::json;
+
+type Error = Box<dyn std::error::Error>;
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The deployer's policy file (TOML).
+    #[arg(long)]
+    policy: PathBuf,
+    /// The call to plan (JSON: function, items, destinations, consumers).
+    #[arg(long)]
+    call: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Run selection: declared-destination splitting, or one of the evaluation's ablations.
+    #[arg(long, value_enum, default_value = "split")]
+    mode: Mode,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Mode {
+    Split,
+    Nosplit,
+    Lazy,
+}
+
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
+    #[command(subcommand)]
+    cmd: PolicyCmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum PolicyCmd {
+    /// Load a policy, report the first error with file, line and field, or summarise it.
+    Check { file: PathBuf },
+}
+
+pub fn run_plan(args: &PlanArgs) -> Result<(), Error> {
+    let policy = Policy::load(&args.policy)?;
+    let call = CallSpec::load(&args.call)?;
+    let resolved = call.resolve(&policy, &args.call)?;
+    let mode = match args.mode {
+        Mode::Split => PlanMode::Split,
+        Mode::Nosplit => PlanMode::NoSplit,
+        Mode::Lazy => PlanMode::Lazy,
+    };
+    let input = PlanInput {
+        items: &resolved.items,
+        hosts: &resolved.hosts,
+        consumers: &resolved.consumers,
+    };
+    let p = plan(input, mode)?;
+    if args.json {
+        let out = json!({
+            "release": call.release,
+            "function": call.function,
+            "items": resolved.items,
+            "destinations": resolved.hosts,
+            "consumers": resolved.consumers,
+            "plan": p,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        print!("{}", render(&call, &resolved.items, &p));
+    }
+    Ok(())
+}
+
+fn render(call: &CallSpec, items: &[ItemMeta], p: &Plan) -> String {
+    let mut s = String::new();
+    let release = call
+        .release
+        .as_deref()
+        .map(|r| format!(" of {r}"))
+        .unwrap_or_default();
+    let n = p.groups.len();
+    let _ = writeln!(
+        s,
+        "Plan for {}{release}: {n} group{}, run in this order ({})",
+        call.function,
+        if n == 1 { "" } else { "s" },
+        p.mode
+    );
+    for (i, g) in p.groups.iter().enumerate() {
+        let mut members: Vec<String> = g.hosts.iter().map(|h| format!("{h} (host)")).collect();
+        members.extend(g.consumers.iter().map(|u| format!("{u} (consumer)")));
+        let members = if members.is_empty() {
+            "none (full-view scout)".to_string()
+        } else {
+            members.join(", ")
+        };
+        let view = if g.view.is_empty() {
+            "no items".to_string()
+        } else {
+            g.view.join(", ")
+        };
+        let _ = writeln!(s, "  {}. members: {members}", i + 1);
+        let _ = writeln!(s, "     view:    {view}  (label {})", g.view_label);
+        let hidden: Vec<&str> = items
+            .iter()
+            .map(|x| x.name.as_str())
+            .filter(|x| !g.view.iter().any(|v| v == x))
+            .collect();
+        if !hidden.is_empty() {
+            let _ = writeln!(
+                s,
+                "     hidden:  {}  (names only, empty contents)",
+                hidden.join(", ")
+            );
+        }
+        let _ = writeln!(s, "     horizon: {}", g.horizon);
+        if let Some(rule) = i.checked_sub(1).and_then(|k| p.fork_rules.get(k)) {
+            let when = match rule {
+                ForkRule::Always => "always".to_string(),
+                ForkRule::IfContacted(h) => format!("only if run 1 contacted {}", h.join(" or ")),
+            };
+            let _ = writeln!(s, "     forked:  {when}");
+        }
+    }
+    s
+}
+
+pub fn run_policy(args: &PolicyArgs) -> Result<(), Error> {
+    match &args.cmd {
+        PolicyCmd::Check { file } => {
+            let p = Policy::load(file)?;
+            println!("{}: ok", file.display());
+            println!(
+                "  labels: {}",
+                p.tags().keys().cloned().collect::<Vec<_>>().join(", ")
+            );
+            for (source, pattern, label) in p.rule_patterns() {
+                let kind = match source {
+                    Source::Path => "path",
+                    Source::Uri => "uri ",
+                };
+                println!("  {kind} {pattern} -> {label}");
+            }
+            println!("  unlabelled items get {}", p.default_item_label());
+            let d = p.dampening();
+            println!(
+                "  dampening: h={} w={} verified={} S={} R={} (p* = {:.1}%)",
+                d.half_life,
+                d.unverified_weight,
+                d.verified_weight,
+                d.suppress_at,
+                d.reuse_below,
+                d.threshold_rate() * 100.0
+            );
+            Ok(())
+        }
+    }
+}

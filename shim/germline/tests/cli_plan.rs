@@ -1,0 +1,137 @@
+//! `germline plan` and `germline policy check` as a user runs them.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn germline(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_germline"))
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .expect("run germline")
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+}
+
+/// Fig. 2c: two groups in the paper's order, the OCR host first with the invoice alone.
+#[test]
+fn fig_2c_text_and_json() {
+    let args = [
+        "plan",
+        "--policy",
+        "config/policy.example.toml",
+        "--call",
+        "config/call.fig2c.json",
+    ];
+    let o = germline(&args);
+    assert!(o.status.success(), "{}", text(&o));
+    let t = text(&o);
+    assert!(t.contains("2 groups"), "{t}");
+    let first = t
+        .find("1. members: ocr.example (host)")
+        .expect("OCR group first");
+    let second = t
+        .find("2. members: agent (consumer)")
+        .expect("agent group second");
+    assert!(first < second);
+    assert!(t.contains("hidden:  salary.xlsx"), "{t}");
+
+    let mut json_args = args.to_vec();
+    json_args.push("--json");
+    let o = germline(&json_args);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let groups = v["plan"]["groups"].as_array().expect("groups");
+    assert_eq!(groups.len(), 2);
+    assert_eq!(groups[0]["hosts"], serde_json::json!(["ocr.example"]));
+    assert_eq!(groups[0]["view"], serde_json::json!(["invoice.pdf"]));
+    assert_eq!(groups[0]["horizon"], serde_json::json!(["finance"]));
+    assert_eq!(groups[1]["consumers"], serde_json::json!(["agent"]));
+    assert_eq!(
+        groups[1]["view"],
+        serde_json::json!(["invoice.pdf", "salary.xlsx"])
+    );
+}
+
+#[test]
+fn nosplit_gives_one_group() {
+    let o = germline(&[
+        "plan",
+        "--policy",
+        "config/policy.example.toml",
+        "--call",
+        "config/call.fig2c.json",
+        "--mode",
+        "nosplit",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["plan"]["groups"].as_array().map(Vec::len), Some(1));
+}
+
+/// A typo in a policy names the file, the line and the field, exits 2, and prints no plan.
+#[test]
+fn policy_typo_is_reported_with_location() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("policy.toml");
+    let good = std::fs::read_to_string(repo().join("config/policy.example.toml")).expect("example");
+    std::fs::write(
+        &bad,
+        good.replace("reuse_below = 750", "reuse_bellow = 750"),
+    )
+    .expect("write");
+    let line = good
+        .lines()
+        .position(|l| l.starts_with("reuse_below"))
+        .expect("line")
+        + 1;
+    let bad_s = bad.to_string_lossy().into_owned();
+    let o = germline(&[
+        "plan",
+        "--policy",
+        &bad_s,
+        "--call",
+        "config/call.fig2c.json",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(&format!("{bad_s}:{line}:")), "{err}");
+    assert!(err.contains("unknown field `reuse_bellow`"), "{err}");
+    assert!(o.stdout.is_empty());
+
+    let o = germline(&["policy", "check", "config/policy.example.toml"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("p* = 11.0%"));
+}
+
+#[test]
+fn call_with_undefined_label_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let call = dir.path().join("call.json");
+    std::fs::write(
+        &call,
+        r#"{"function":"f","destinations":["ocr.example"],"items":[{"name":"x","label":["secret"]}]}"#,
+    )
+    .expect("write");
+    let call_s = call.to_string_lossy().into_owned();
+    let o = germline(&[
+        "plan",
+        "--policy",
+        "config/policy.example.toml",
+        "--call",
+        &call_s,
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("items[0]") && err.contains("\"secret\""),
+        "{err}"
+    );
+}

@@ -1,0 +1,390 @@
+//! One germline call's records and each copy's label (paper Algorithm 1 lines 5-28,
+//! Definition 4, Eq. (2) and the Remark after Corollary 2).
+//!
+//! This is the pure half of the broker: given the Plan, it decides what a copy's request gets
+//! (delivered, replayed, placeholder or denied), keeps the delivered log `Rel[e]`, raises
+//! triggers, and tracks the label `L` of each copy. The broker does the I/O around it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use crate::label::Label;
+use crate::plan::{Group, Member, Plan};
+
+/// A request digest (SHA-256 of the canonical request, computed by the broker).
+pub type Digest = [u8; 32];
+
+/// Which terms of Eq. (2) are joined. Both on is germline execution; switching one off is the
+/// ablation the label regression tests (Table VI) compare against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct LabelRules {
+    /// Join `ℓ(σ)` of the delivered slot.
+    pub slot_label: bool,
+    /// Join `c(e)` whenever the copy sends a request to an admissible host with a non-empty
+    /// record, matched or not (the match bit).
+    pub match_bit: bool,
+}
+
+impl Default for LabelRules {
+    fn default() -> Self {
+        Self {
+            slot_label: true,
+            match_bit: true,
+        }
+    }
+}
+
+/// The call's static context: the Plan and the clearance of every declared host.
+#[derive(Debug, Clone)]
+pub struct CallContext {
+    plan: Plan,
+    hosts: BTreeMap<String, (Label, usize)>,
+    rules: LabelRules,
+}
+
+impl CallContext {
+    /// `hosts` are `D_f` with clearances; each must be served by a group of `plan`.
+    pub fn new(plan: Plan, hosts: &[Member], rules: LabelRules) -> Result<Self, CallError> {
+        let mut map = BTreeMap::new();
+        for h in hosts {
+            let g = plan
+                .group_of_host(&h.name)
+                .ok_or_else(|| CallError::Unplanned(h.name.clone()))?;
+            map.insert(h.name.clone(), (h.clearance.clone(), g));
+        }
+        Ok(Self {
+            plan,
+            hosts: map,
+            rules,
+        })
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// `c(e)` of a declared host, or `None` if `host` is not declared.
+    pub fn host_clearance(&self, host: &str) -> Option<&Label> {
+        self.hosts.get(host).map(|(c, _)| c)
+    }
+
+    /// `true` if `host` is in `D_f`.
+    pub fn is_declared(&self, host: &str) -> bool {
+        self.hosts.contains_key(host)
+    }
+
+    fn group(&self, g: usize) -> &Group {
+        &self.plan.groups[g]
+    }
+
+    /// `e` admissible for `g`: `c(e) ⊆ c(d)` for every `d ∈ g`, i.e. `c(e) ⊆ κ(g)`.
+    pub fn admissible(&self, host: &str, g: usize) -> bool {
+        self.hosts
+            .get(host)
+            .is_some_and(|(c, _)| c.flows_to(&self.group(g).horizon))
+    }
+
+    /// `e` comparable for `g`: `e`'s group ran before `g` and `V(e) ⊆ V(g)`.
+    pub fn comparable(&self, host: &str, g: usize) -> bool {
+        self.hosts
+            .get(host)
+            .is_some_and(|&(_, ge)| ge < g && self.group(g).view_contains(self.group(ge)))
+    }
+
+    fn strictly_smaller_view(&self, host: &str, g: usize) -> bool {
+        self.hosts
+            .get(host)
+            .is_some_and(|&(_, ge)| self.group(ge).view.len() < self.group(g).view.len())
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CallError {
+    #[error("declared host {0:?} is served by no group of the plan")]
+    Unplanned(String),
+}
+
+/// `Rel[e]`: the (request digest, reply) pairs delivered to each host in this call.
+#[derive(Debug)]
+pub struct CallRecords<R> {
+    rel: BTreeMap<String, Vec<(Digest, R)>>,
+}
+
+impl<R> Default for CallRecords<R> {
+    fn default() -> Self {
+        Self {
+            rel: BTreeMap::new(),
+        }
+    }
+}
+
+impl<R> CallRecords<R> {
+    pub fn record(&self, host: &str) -> &[(Digest, R)] {
+        self.rel.get(host).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// What the broker answers a copy's request with.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict<'a, R> {
+    /// The copy serves this host: deliver, then report the reply with [`CopyTracker::delivered`].
+    Deliver,
+    /// Positional match with an admissible host: answer the recorded reply.
+    Replay(&'a R),
+    /// Answer the placeholder `⊥`.
+    Placeholder,
+    /// The host is not declared for this function: deny.
+    Deny,
+}
+
+/// Why a trigger fired.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TriggerKind {
+    /// The copy's `position`-th request (1-based) differs from the recorded one (or there is
+    /// none recorded at that position).
+    Mismatch { position: usize, digest: Digest },
+    /// The copy ended having sent `sent` requests where `recorded` were delivered.
+    Absent { sent: usize, recorded: usize },
+}
+
+/// An online mismatch between a copy and a host's record (Section IV-F).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Trigger {
+    pub group: usize,
+    pub host: String,
+    pub kind: TriggerKind,
+}
+
+/// The broker's state for one live copy.
+#[derive(Debug)]
+pub struct CopyTracker {
+    group: usize,
+    label: Label,
+    sent: BTreeMap<String, usize>,
+    triggered: BTreeSet<String>,
+    triggers: Vec<Trigger>,
+}
+
+/// What a finished copy leaves: its output label `ℓ(g)` and its triggers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct CopyOutcome {
+    pub label: Label,
+    pub triggers: Vec<Trigger>,
+    /// Declared hosts outside the copy's group it sent requests to, with counts (what a lazy
+    /// plan's fork rule reads).
+    pub contacted: BTreeMap<String, usize>,
+}
+
+impl CopyTracker {
+    /// A copy of group `g` starts with `L ← ℓ(V(g)) ⊔ ℓ(σ)`.
+    pub fn start(cx: &CallContext, g: usize, slot_label: &Label) -> Self {
+        let mut label = cx.group(g).view_label.clone();
+        if cx.rules.slot_label {
+            label.join(slot_label);
+        }
+        Self {
+            group: g,
+            label,
+            sent: BTreeMap::new(),
+            triggered: BTreeSet::new(),
+            triggers: Vec::new(),
+        }
+    }
+
+    /// The copy's current label: what a slot write made now is stored with.
+    pub fn label(&self) -> &Label {
+        &self.label
+    }
+
+    pub fn group(&self) -> usize {
+        self.group
+    }
+
+    /// The positional rule for a request to `host` with digest `q`.
+    pub fn request<'r, R>(
+        &mut self,
+        cx: &CallContext,
+        records: &'r CallRecords<R>,
+        host: &str,
+        q: &Digest,
+    ) -> Verdict<'r, R> {
+        let g = self.group;
+        if !cx.hosts.contains_key(host) {
+            return Verdict::Deny;
+        }
+        if cx.group(g).has_host(host) {
+            return Verdict::Deliver;
+        }
+        let n = self.sent.entry(host.to_string()).or_insert(0);
+        *n += 1;
+        let position = *n;
+        let rel = records.record(host);
+        let admissible = cx.admissible(host, g);
+        if admissible && !rel.is_empty() && cx.rules.match_bit {
+            // Whether it matches is information about data inside c(e).
+            let c = &cx.hosts[host].0;
+            self.label.join(c);
+        }
+        let recorded = rel.get(position - 1);
+        let matched = recorded.is_some_and(|(q2, _)| q2 == q);
+        if let (true, true, Some((_, reply))) = (matched, admissible, recorded) {
+            return Verdict::Replay(reply);
+        }
+        if !matched && cx.comparable(host, g) && self.triggered.insert(host.to_string()) {
+            self.triggers.push(Trigger {
+                group: g,
+                host: host.to_string(),
+                kind: TriggerKind::Mismatch {
+                    position,
+                    digest: *q,
+                },
+            });
+        }
+        Verdict::Placeholder
+    }
+
+    /// Records a delivered request and its reply: `Rel[e] += (q, ρ)`, `L ← L ⊔ c(e)`.
+    pub fn delivered<R>(
+        &mut self,
+        cx: &CallContext,
+        records: &mut CallRecords<R>,
+        host: &str,
+        q: Digest,
+        reply: R,
+    ) {
+        if let Some((c, _)) = cx.hosts.get(host) {
+            self.label.join(c);
+            records
+                .rel
+                .entry(host.to_string())
+                .or_default()
+                .push((q, reply));
+        }
+    }
+
+    /// Ends the copy: a comparable host with a strictly smaller view whose record is longer
+    /// than what this copy sent raises an `absent` trigger, unless it already has one.
+    pub fn finish<R>(mut self, cx: &CallContext, records: &CallRecords<R>) -> CopyOutcome {
+        let g = self.group;
+        for (host, rel) in &records.rel {
+            let sent = self.sent.get(host).copied().unwrap_or(0);
+            if sent < rel.len()
+                && cx.comparable(host, g)
+                && cx.strictly_smaller_view(host, g)
+                && !self.triggered.contains(host)
+            {
+                self.triggers.push(Trigger {
+                    group: g,
+                    host: host.clone(),
+                    kind: TriggerKind::Absent {
+                        sent,
+                        recorded: rel.len(),
+                    },
+                });
+            }
+        }
+        CopyOutcome {
+            label: self.label,
+            triggers: self.triggers,
+            contacted: self.sent,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{plan, ItemMeta, PlanInput, PlanMode};
+
+    fn m(name: &str, c: &[&str]) -> Member {
+        Member {
+            name: name.into(),
+            clearance: Label::of(c),
+        }
+    }
+
+    /// Fig. 2c with a Trojan that adds the salary sheet to the OCR request in the full-view
+    /// copy: the delivered request comes from the OCR copy; the agent's copy gets a
+    /// placeholder and raises one trigger.
+    #[test]
+    fn fig_2c_mismatch_triggers_once() {
+        let items = [
+            ItemMeta {
+                name: "invoice".into(),
+                label: Label::of(["finance"]),
+            },
+            ItemMeta {
+                name: "salary".into(),
+                label: Label::of(["hr"]),
+            },
+        ];
+        let hosts = [m("ocr.example", &["finance"])];
+        let consumers = [m("agent", &["finance", "hr"])];
+        let p = plan(
+            PlanInput {
+                items: &items,
+                hosts: &hosts,
+                consumers: &consumers,
+            },
+            PlanMode::Split,
+        )
+        .expect("plan");
+        let cx = CallContext::new(p.clone(), &hosts, LabelRules::default()).expect("cx");
+        let mut rec: CallRecords<&str> = CallRecords::default();
+
+        let mut ocr = CopyTracker::start(&cx, 0, &Label::public());
+        assert_eq!(
+            ocr.request(&cx, &rec, "ocr.example", &[1; 32]),
+            Verdict::Deliver
+        );
+        ocr.delivered(&cx, &mut rec, "ocr.example", [1; 32], "text");
+        assert_eq!(
+            ocr.request(&cx, &rec, "evil.example", &[9; 32]),
+            Verdict::Deny
+        );
+        let out = ocr.finish(&cx, &rec);
+        assert_eq!(out.label, Label::of(["finance"]));
+        assert!(out.triggers.is_empty());
+
+        let mut agent = CopyTracker::start(&cx, 1, &Label::public());
+        assert_eq!(
+            agent.request(&cx, &rec, "ocr.example", &[2; 32]),
+            Verdict::Placeholder
+        );
+        assert_eq!(
+            agent.request(&cx, &rec, "ocr.example", &[3; 32]),
+            Verdict::Placeholder
+        );
+        let out = agent.finish(&cx, &rec);
+        assert_eq!(out.triggers.len(), 1, "one trigger per copy and host");
+        assert_eq!(
+            out.triggers[0].kind,
+            TriggerKind::Mismatch {
+                position: 1,
+                digest: [2; 32]
+            }
+        );
+
+        // A flow-compliant full-view copy sends the same request and gets the recorded reply.
+        let mut agent = CopyTracker::start(&cx, 1, &Label::public());
+        assert_eq!(
+            agent.request(&cx, &rec, "ocr.example", &[1; 32]),
+            Verdict::Replay(&"text")
+        );
+        assert!(agent.finish(&cx, &rec).triggers.is_empty());
+
+        // One that omits the request raises an `absent` trigger.
+        let agent = CopyTracker::start(&cx, 1, &Label::public());
+        let out = agent.finish(&cx, &rec);
+        assert_eq!(
+            out.triggers[0].kind,
+            TriggerKind::Absent {
+                sent: 0,
+                recorded: 1
+            }
+        );
+    }
+}

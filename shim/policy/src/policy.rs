@@ -1,0 +1,866 @@
+//! The deployer's policy file (paper Definitions 1-2; DESIGN "Front end and labels").
+//!
+//! Labels and clearances come from the deployer, never from the release. The file, in TOML,
+//! defines the tags, maps item sources (path globs, resource URI globs) to labels and
+//! destination hosts and consumers to clearances, and sets the dampening parameters. Every
+//! error names the file, the line and the field, and says what was expected.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use globset::{Glob, GlobBuilder, GlobMatcher};
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::dampening::DampeningParams;
+use crate::label::Label;
+use crate::plan::{ItemMeta, Member};
+
+/// Where in a policy (or call) file something is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Location {
+    pub file: PathBuf,
+    pub line: usize,
+    pub column: usize,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}", self.file.display(), self.line, self.column)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("cannot read {}: {source}", file.display())]
+    Read {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{at}: {message}")]
+    Syntax { at: Location, message: String },
+    #[error("{at}: field `{field}`: label {tag:?} is used but never defined in [labels] (defined: {defined})")]
+    UndefinedLabel {
+        at: Location,
+        field: String,
+        tag: String,
+        defined: String,
+    },
+    #[error("{at}: field `{field}`: bad glob {pattern:?}: {reason}")]
+    BadGlob {
+        at: Location,
+        field: String,
+        pattern: String,
+        reason: String,
+    },
+    #[error("{at}: field `{field}`: rule {pattern:?} duplicates the rule at line {first_line}")]
+    DuplicateRule {
+        at: Location,
+        field: String,
+        pattern: String,
+        first_line: usize,
+    },
+    #[error("{at}: [[item]] rule needs exactly one of `path` or `uri`, found {found}")]
+    RuleSource { at: Location, found: &'static str },
+    #[error("{at}: field `{field}`: {message}")]
+    Invalid {
+        at: Location,
+        field: String,
+        message: String,
+    },
+}
+
+// ---- the file as written -------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyFile {
+    /// Tag name -> description.
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    defaults: DefaultsFile,
+    #[serde(default, rename = "item")]
+    items: Vec<Spanned<ItemRuleFile>>,
+    #[serde(default)]
+    destinations: BTreeMap<String, Spanned<Vec<Spanned<String>>>>,
+    #[serde(default)]
+    consumers: BTreeMap<String, Spanned<Vec<Spanned<String>>>>,
+    #[serde(default)]
+    dampening: Option<Spanned<DampeningFile>>,
+    /// Declared host -> fixed address (`ip` or `ip:port`), resolved by the broker only.
+    #[serde(default)]
+    pins: BTreeMap<String, Spanned<String>>,
+    /// Declared host -> the credential the broker adds to requests it delivers there.
+    #[serde(default)]
+    credentials: BTreeMap<String, Spanned<CredentialFile>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CredentialFile {
+    header: Option<String>,
+    query: Option<String>,
+    value: Option<String>,
+    value_env: Option<String>,
+    value_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DefaultsFile {
+    /// Label of an inline value or item no rule labels. Absent: every defined tag (fails closed).
+    item_label: Option<Vec<Spanned<String>>>,
+    /// Clearance of a declared host the policy does not list. Absent: public only.
+    host_clearance: Option<Vec<Spanned<String>>>,
+    /// Clearance of a consumer the policy does not list. Absent: public only.
+    consumer_clearance: Option<Vec<Spanned<String>>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ItemRuleFile {
+    path: Option<Spanned<String>>,
+    uri: Option<Spanned<String>>,
+    label: Vec<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DampeningFile {
+    half_life: Option<f64>,
+    unverified_weight: Option<f64>,
+    verified_weight: Option<f64>,
+    suppress_at: Option<f64>,
+    reuse_below: Option<f64>,
+}
+
+// ---- the policy as used ----------------------------------------------------------------------
+
+/// What an item rule matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Path,
+    Uri,
+}
+
+#[derive(Debug)]
+struct ItemRule {
+    source: Source,
+    pattern: String,
+    matcher: GlobMatcher,
+    label: Label,
+}
+
+/// Where a pinned host is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pin {
+    pub ip: std::net::IpAddr,
+    /// `None`: the port of the request's URL (80 / 443 by default).
+    pub port: Option<u16>,
+}
+
+/// How the broker adds a credential to the requests it delivers to one host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CredentialPlace {
+    Header(String),
+    Query(String),
+}
+
+/// Where the credential's value comes from; the broker reads it at start.
+#[derive(Clone, PartialEq, Eq)]
+pub enum CredentialSource {
+    Inline(String),
+    Env(String),
+    File(PathBuf),
+}
+
+impl fmt::Debug for CredentialSource {
+    // Never print an inline secret.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CredentialSource::Inline(_) => f.write_str("Inline(<redacted>)"),
+            CredentialSource::Env(v) => write!(f, "Env({v:?})"),
+            CredentialSource::File(p) => write!(f, "File({p:?})"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credential {
+    pub place: CredentialPlace,
+    pub source: CredentialSource,
+}
+
+/// A loaded, validated deployer policy.
+#[derive(Debug)]
+pub struct Policy {
+    file: PathBuf,
+    tags: BTreeMap<String, String>,
+    rules: Vec<ItemRule>,
+    hosts: BTreeMap<String, Label>,
+    consumers: BTreeMap<String, Label>,
+    default_item_label: Label,
+    default_host_clearance: Label,
+    default_consumer_clearance: Label,
+    dampening: DampeningParams,
+    pins: BTreeMap<String, Pin>,
+    credentials: BTreeMap<String, Credential>,
+}
+
+struct Ctx<'a> {
+    file: &'a Path,
+    text: &'a str,
+}
+
+impl Ctx<'_> {
+    fn at(&self, span: Range<usize>) -> Location {
+        let upto = &self.text[..span.start.min(self.text.len())];
+        let line = upto.matches('\n').count() + 1;
+        let column = upto.rfind('\n').map_or(upto.len(), |n| upto.len() - n - 1) + 1;
+        Location {
+            file: self.file.to_path_buf(),
+            line,
+            column,
+        }
+    }
+
+    fn label(
+        &self,
+        tags: &BTreeMap<String, String>,
+        field: &str,
+        raw: &[Spanned<String>],
+    ) -> Result<Label, PolicyError> {
+        for t in raw {
+            if !tags.contains_key(t.get_ref()) {
+                return Err(PolicyError::UndefinedLabel {
+                    at: self.at(t.span()),
+                    field: field.to_string(),
+                    tag: t.get_ref().clone(),
+                    defined: tags.keys().cloned().collect::<Vec<_>>().join(", "),
+                });
+            }
+        }
+        Ok(Label::of(raw.iter().map(|t| t.get_ref().as_str())))
+    }
+}
+
+impl Policy {
+    /// Loads and validates a policy file.
+    pub fn load(file: &Path) -> Result<Self, PolicyError> {
+        let text = std::fs::read_to_string(file).map_err(|source| PolicyError::Read {
+            file: file.to_path_buf(),
+            source,
+        })?;
+        Self::parse(file, &text)
+    }
+
+    /// Parses policy text; `file` names it in errors.
+    pub fn parse(file: &Path, text: &str) -> Result<Self, PolicyError> {
+        let cx = Ctx { file, text };
+        let raw: PolicyFile = toml::from_str(text).map_err(|e| {
+            let span = e.span().unwrap_or(0..0);
+            let at = cx.at(span.clone());
+            let line = text.lines().nth(at.line - 1).unwrap_or("").trim();
+            PolicyError::Syntax {
+                at,
+                message: format!("{} (in: `{line}`)", e.message().trim()),
+            }
+        })?;
+        let tags = raw.labels;
+        for name in tags.keys() {
+            let ok = !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+            if !ok {
+                return Err(PolicyError::Invalid {
+                    at: cx.at(0..0),
+                    field: format!("labels.{name}"),
+                    message: "a label name must be lowercase ASCII letters, digits, '_' or '-'"
+                        .into(),
+                });
+            }
+        }
+        let all = Label::of(tags.keys());
+        let default_item_label = match &raw.defaults.item_label {
+            Some(l) => cx.label(&tags, "defaults.item_label", l)?,
+            None => all,
+        };
+        let default_host_clearance = match &raw.defaults.host_clearance {
+            Some(l) => cx.label(&tags, "defaults.host_clearance", l)?,
+            None => Label::public(),
+        };
+        let default_consumer_clearance = match &raw.defaults.consumer_clearance {
+            Some(l) => cx.label(&tags, "defaults.consumer_clearance", l)?,
+            None => Label::public(),
+        };
+
+        let mut rules: Vec<ItemRule> = Vec::new();
+        let mut seen: BTreeMap<(u8, String), usize> = BTreeMap::new();
+        for (i, rule) in raw.items.iter().enumerate() {
+            let at = cx.at(rule.span());
+            let r = rule.get_ref();
+            let (source, pat, field) = match (&r.path, &r.uri) {
+                (Some(p), None) => (Source::Path, p, format!("item[{i}].path")),
+                (None, Some(u)) => (Source::Uri, u, format!("item[{i}].uri")),
+                (None, None) => {
+                    return Err(PolicyError::RuleSource {
+                        at,
+                        found: "neither",
+                    })
+                }
+                (Some(_), Some(_)) => return Err(PolicyError::RuleSource { at, found: "both" }),
+            };
+            let pattern = pat.get_ref().clone();
+            if source == Source::Path && !pattern.starts_with('/') {
+                return Err(PolicyError::Invalid {
+                    at: cx.at(pat.span()),
+                    field,
+                    message: format!("path rule {pattern:?} must be absolute (start with '/')"),
+                });
+            }
+            let glob: Glob = GlobBuilder::new(&pattern)
+                .literal_separator(source == Source::Path)
+                .backslash_escape(true)
+                .build()
+                .map_err(|e| PolicyError::BadGlob {
+                    at: cx.at(pat.span()),
+                    field: field.clone(),
+                    pattern: pattern.clone(),
+                    reason: e.kind().to_string(),
+                })?;
+            let line = cx.at(pat.span()).line;
+            if let Some(first_line) = seen.insert((source as u8, pattern.clone()), line) {
+                return Err(PolicyError::DuplicateRule {
+                    at: cx.at(pat.span()),
+                    field,
+                    pattern,
+                    first_line,
+                });
+            }
+            let label = cx.label(&tags, &format!("item[{i}].label"), &r.label)?;
+            rules.push(ItemRule {
+                source,
+                pattern,
+                matcher: glob.compile_matcher(),
+                label,
+            });
+        }
+
+        let clearances = |table: &BTreeMap<String, Spanned<Vec<Spanned<String>>>>, what: &str| {
+            let mut out = BTreeMap::new();
+            for (name, c) in table {
+                if name.is_empty() {
+                    return Err(PolicyError::Invalid {
+                        at: cx.at(c.span()),
+                        field: what.to_string(),
+                        message: "an empty name".into(),
+                    });
+                }
+                out.insert(
+                    name.clone(),
+                    cx.label(&tags, &format!("{what}.{name:?}"), c.get_ref())?,
+                );
+            }
+            Ok(out)
+        };
+        let hosts = clearances(&raw.destinations, "destinations")?;
+        let consumers = clearances(&raw.consumers, "consumers")?;
+        for host in hosts.keys() {
+            if host.contains(['/', ':', ' ']) || host != &host.to_ascii_lowercase() {
+                return Err(PolicyError::Invalid {
+                    at: cx.at(raw.destinations[host].span()),
+                    field: format!("destinations.{host:?}"),
+                    message: "expected a lowercase host name (no scheme, port or path)".into(),
+                });
+            }
+        }
+
+        let mut dampening = DampeningParams::default();
+        if let Some(d) = &raw.dampening {
+            let at = cx.at(d.span());
+            let d = d.get_ref();
+            let set = |v: Option<f64>, slot: &mut f64, field: &str| -> Result<(), PolicyError> {
+                if let Some(v) = v {
+                    if !(v.is_finite() && v > 0.0) {
+                        return Err(PolicyError::Invalid {
+                            at: at.clone(),
+                            field: format!("dampening.{field}"),
+                            message: format!("expected a positive number, found {v}"),
+                        });
+                    }
+                    *slot = v;
+                }
+                Ok(())
+            };
+            set(d.half_life, &mut dampening.half_life, "half_life")?;
+            set(
+                d.unverified_weight,
+                &mut dampening.unverified_weight,
+                "unverified_weight",
+            )?;
+            set(
+                d.verified_weight,
+                &mut dampening.verified_weight,
+                "verified_weight",
+            )?;
+            set(d.suppress_at, &mut dampening.suppress_at, "suppress_at")?;
+            set(d.reuse_below, &mut dampening.reuse_below, "reuse_below")?;
+            if dampening.reuse_below >= dampening.suppress_at {
+                return Err(PolicyError::Invalid {
+                    at,
+                    field: "dampening.reuse_below".into(),
+                    message: format!(
+                        "expected reuse_below < suppress_at for hysteresis, found {} >= {}",
+                        dampening.reuse_below, dampening.suppress_at
+                    ),
+                });
+            }
+        }
+
+        let mut pins = BTreeMap::new();
+        for (host, addr) in &raw.pins {
+            let at = cx.at(addr.span());
+            if !hosts.contains_key(host) {
+                return Err(PolicyError::Invalid {
+                    at,
+                    field: format!("pins.{host:?}"),
+                    message: "a pin must name a host listed in [destinations]".into(),
+                });
+            }
+            let text = addr.get_ref();
+            let pin = if let Ok(sa) = text.parse::<std::net::SocketAddr>() {
+                Pin {
+                    ip: sa.ip(),
+                    port: Some(sa.port()),
+                }
+            } else if let Ok(ip) = text.parse::<std::net::IpAddr>() {
+                Pin { ip, port: None }
+            } else {
+                return Err(PolicyError::Invalid {
+                    at,
+                    field: format!("pins.{host:?}"),
+                    message: format!("expected an IP address or IP:port, found {text:?}"),
+                });
+            };
+            pins.insert(host.clone(), pin);
+        }
+        let mut credentials = BTreeMap::new();
+        for (host, c) in &raw.credentials {
+            let at = cx.at(c.span());
+            let field = format!("credentials.{host:?}");
+            let invalid = |message: &str| PolicyError::Invalid {
+                at: at.clone(),
+                field: field.clone(),
+                message: message.to_string(),
+            };
+            if !hosts.contains_key(host) {
+                return Err(invalid(
+                    "a credential must name a host listed in [destinations]",
+                ));
+            }
+            let c = c.get_ref();
+            let place = match (&c.header, &c.query) {
+                (Some(h), None) if !h.is_empty() => CredentialPlace::Header(h.to_ascii_lowercase()),
+                (None, Some(q)) if !q.is_empty() => CredentialPlace::Query(q.clone()),
+                _ => return Err(invalid("expected exactly one of `header` or `query`")),
+            };
+            let source = match (&c.value, &c.value_env, &c.value_file) {
+                (Some(v), None, None) => CredentialSource::Inline(v.clone()),
+                (None, Some(e), None) => CredentialSource::Env(e.clone()),
+                (None, None, Some(f)) => CredentialSource::File(f.clone()),
+                _ => {
+                    return Err(invalid(
+                        "expected exactly one of `value`, `value_env` or `value_file`",
+                    ))
+                }
+            };
+            credentials.insert(host.clone(), Credential { place, source });
+        }
+
+        Ok(Policy {
+            pins,
+            credentials,
+            file: file.to_path_buf(),
+            tags,
+            rules,
+            hosts,
+            consumers,
+            default_item_label,
+            default_host_clearance,
+            default_consumer_clearance,
+            dampening,
+        })
+    }
+
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// The defined tags with their descriptions.
+    pub fn tags(&self) -> &BTreeMap<String, String> {
+        &self.tags
+    }
+
+    pub fn is_defined(&self, tag: &str) -> bool {
+        self.tags.contains_key(tag)
+    }
+
+    /// Join of the labels of every rule matching `value`, or `None` if no rule matches.
+    pub fn rule_label(&self, source: Source, value: &str) -> Option<Label> {
+        let mut out: Option<Label> = None;
+        for r in self
+            .rules
+            .iter()
+            .filter(|r| r.source == source && r.matcher.is_match(value))
+        {
+            out.get_or_insert_with(Label::public).join(&r.label);
+        }
+        out
+    }
+
+    /// The label of something no rule labels (fails closed by default: every tag).
+    pub fn default_item_label(&self) -> &Label {
+        &self.default_item_label
+    }
+
+    pub fn host_clearance(&self, host: &str) -> Label {
+        let host = host.to_ascii_lowercase();
+        self.hosts
+            .get(&host)
+            .cloned()
+            .unwrap_or_else(|| self.default_host_clearance.clone())
+    }
+
+    pub fn consumer_clearance(&self, name: &str) -> Label {
+        self.consumers
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| self.default_consumer_clearance.clone())
+    }
+
+    pub fn dampening(&self) -> &DampeningParams {
+        &self.dampening
+    }
+
+    /// The fixed address of a declared host, if the policy pins it.
+    pub fn pin(&self, host: &str) -> Option<Pin> {
+        self.pins.get(host).copied()
+    }
+
+    /// The credential the broker adds to requests delivered to `host`.
+    pub fn credential(&self, host: &str) -> Option<&Credential> {
+        self.credentials.get(host)
+    }
+
+    pub fn credentials(&self) -> &BTreeMap<String, Credential> {
+        &self.credentials
+    }
+
+    /// Patterns of the item rules, for display.
+    pub fn rule_patterns(&self) -> impl Iterator<Item = (Source, &str, &Label)> {
+        self.rules
+            .iter()
+            .map(|r| (r.source, r.pattern.as_str(), &r.label))
+    }
+}
+
+// ---- a call as the front end describes it ----------------------------------------------------
+
+/// A call's public description (paper Definition 2, `k = (r, f, m, X, D_f, C)` without item
+/// contents), as `germline plan --call` reads it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallSpec {
+    #[serde(default)]
+    pub release: Option<String>,
+    pub function: String,
+    #[serde(default)]
+    pub items: Vec<CallItem>,
+    pub destinations: Vec<String>,
+    #[serde(default = "default_consumers")]
+    pub consumers: Vec<String>,
+}
+
+fn default_consumers() -> Vec<String> {
+    vec!["agent".into()]
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallItem {
+    pub name: String,
+    #[serde(default)]
+    pub path: Option<String>,
+    #[serde(default)]
+    pub uri: Option<String>,
+    /// Labels from the call's `_meta`: they may raise the item's label, never lower it.
+    #[serde(default)]
+    pub label: Vec<String>,
+}
+
+/// A call with labels and clearances resolved from the policy: Plan's input.
+#[derive(Debug, Clone)]
+pub struct ResolvedCall {
+    pub items: Vec<ItemMeta>,
+    pub hosts: Vec<Member>,
+    pub consumers: Vec<Member>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("cannot read {}: {source}", file.display())]
+    Read {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}:{line}:{column}: {message}", file.display())]
+    Syntax {
+        file: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{}: items[{index}] ({name:?}): label {tag:?} is not defined by the policy {}", file.display(), policy.display())]
+    UndefinedLabel {
+        file: PathBuf,
+        index: usize,
+        name: String,
+        tag: String,
+        policy: PathBuf,
+    },
+    #[error("{}: items[{index}] ({name:?}): {message}", file.display())]
+    Item {
+        file: PathBuf,
+        index: usize,
+        name: String,
+        message: String,
+    },
+}
+
+impl CallSpec {
+    pub fn load(file: &Path) -> Result<Self, CallError> {
+        let text = std::fs::read_to_string(file).map_err(|source| CallError::Read {
+            file: file.to_path_buf(),
+            source,
+        })?;
+        serde_json::from_str(&text).map_err(|e| CallError::Syntax {
+            file: file.to_path_buf(),
+            line: e.line(),
+            column: e.column(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Labels the items and looks up clearances. An item's label is the join of every rule
+    /// matching its path or URI, or the policy's default if none does, joined with the labels
+    /// the call itself gives (which can only raise it).
+    pub fn resolve(&self, policy: &Policy, file: &Path) -> Result<ResolvedCall, CallError> {
+        let mut items = Vec::with_capacity(self.items.len());
+        for (index, it) in self.items.iter().enumerate() {
+            let err = |message: String| CallError::Item {
+                file: file.to_path_buf(),
+                index,
+                name: it.name.clone(),
+                message,
+            };
+            if it.path.is_some() && it.uri.is_some() {
+                return Err(err("give `path` or `uri`, not both".into()));
+            }
+            if let Some(p) = &it.path {
+                if !p.starts_with('/') {
+                    return Err(err(format!("path {p:?} must be absolute")));
+                }
+            }
+            let ruled = match (&it.path, &it.uri) {
+                (Some(p), _) => policy.rule_label(Source::Path, p),
+                (_, Some(u)) => policy.rule_label(Source::Uri, u),
+                _ => None,
+            };
+            let mut label = ruled.unwrap_or_else(|| policy.default_item_label().clone());
+            for tag in &it.label {
+                if !policy.is_defined(tag) {
+                    return Err(CallError::UndefinedLabel {
+                        file: file.to_path_buf(),
+                        index,
+                        name: it.name.clone(),
+                        tag: tag.clone(),
+                        policy: policy.file().to_path_buf(),
+                    });
+                }
+            }
+            label.join(&Label::of(&it.label));
+            items.push(ItemMeta {
+                name: it.name.clone(),
+                label,
+            });
+        }
+        let hosts = self
+            .destinations
+            .iter()
+            .map(|h| Member {
+                name: h.to_ascii_lowercase(),
+                clearance: policy.host_clearance(h),
+            })
+            .collect();
+        let consumers = self
+            .consumers
+            .iter()
+            .map(|u| Member {
+                name: u.clone(),
+                clearance: policy.consumer_clearance(u),
+            })
+            .collect();
+        Ok(ResolvedCall {
+            items,
+            hosts,
+            consumers,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[labels]
+hr = "HR records"
+finance = "invoices"
+
+[[item]]
+path = "/home/*/hr/**"
+label = ["hr"]
+
+[[item]]
+uri = "sqlite:///payroll.db*"
+label = ["hr", "finance"]
+
+[destinations]
+"ocr.example" = ["finance"]
+
+[consumers]
+agent = ["hr", "finance"]
+"#;
+
+    fn parse(text: &str) -> Result<Policy, PolicyError> {
+        Policy::parse(Path::new("policy.toml"), text)
+    }
+
+    #[test]
+    fn loads_and_labels() {
+        let p = parse(GOOD).expect("policy");
+        assert_eq!(
+            p.rule_label(Source::Path, "/home/alice/hr/salary.xlsx"),
+            Some(Label::of(["hr"]))
+        );
+        // Path globs do not cross '/' with a single '*'.
+        assert_eq!(p.rule_label(Source::Path, "/home/a/b/hr/x"), None);
+        assert_eq!(
+            p.rule_label(Source::Uri, "sqlite:///payroll.db?q=1"),
+            Some(Label::of(["hr", "finance"]))
+        );
+        assert_eq!(p.host_clearance("OCR.example"), Label::of(["finance"]));
+        assert_eq!(p.host_clearance("evil.example"), Label::public());
+        assert_eq!(p.default_item_label(), &Label::of(["hr", "finance"]));
+        assert_eq!(p.dampening(), &DampeningParams::default());
+    }
+
+    #[test]
+    fn unknown_key_names_line_and_field() {
+        let text = GOOD.replace("[consumers]", "[consumer]");
+        let e = parse(&text).expect_err("typo");
+        let s = e.to_string();
+        assert!(s.starts_with("policy.toml:17:"), "{s}");
+        assert!(s.contains("unknown field `consumer`"), "{s}");
+    }
+
+    #[test]
+    fn undefined_label_names_line_and_field() {
+        let text = GOOD.replace(
+            r#"agent = ["hr", "finance"]"#,
+            r#"agent = ["hr", "fnance"]"#,
+        );
+        let s = parse(&text).expect_err("undefined").to_string();
+        assert!(s.starts_with("policy.toml:18:"), "{s}");
+        assert!(s.contains("field `consumers.\"agent\"`"), "{s}");
+        assert!(s.contains("\"fnance\""), "{s}");
+    }
+
+    #[test]
+    fn bad_glob_names_line() {
+        let text = GOOD.replace("/home/*/hr/**", "/home/[hr/**");
+        let s = parse(&text).expect_err("glob").to_string();
+        assert!(s.starts_with("policy.toml:7:"), "{s}");
+        assert!(s.contains("item[0].path") && s.contains("bad glob"), "{s}");
+    }
+
+    #[test]
+    fn duplicate_rule_names_both_lines() {
+        let text = GOOD
+            .replace("sqlite:///payroll.db*", "/home/*/hr/**")
+            .replace("uri =", "path =");
+        let s = parse(&text).expect_err("dup").to_string();
+        assert!(s.starts_with("policy.toml:11:"), "{s}");
+        assert!(s.contains("duplicates the rule at line 7"), "{s}");
+    }
+
+    #[test]
+    fn duplicate_key_is_a_syntax_error() {
+        let text = GOOD.replace(
+            r#"agent = ["hr", "finance"]"#,
+            "agent = [\"hr\"]\nagent = []",
+        );
+        let s = parse(&text).expect_err("dup key").to_string();
+        assert!(s.starts_with("policy.toml:19:"), "{s}");
+        assert!(
+            s.contains("duplicate key") && s.contains("`agent = []`"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn pins_and_credentials() {
+        let text = format!(
+            "{GOOD}\n[pins]\n\"ocr.example\" = \"127.0.0.1:8080\"\n\n[credentials.\"ocr.example\"]\nheader = \"X-Api-Key\"\nvalue_env = \"OCR_KEY\"\n"
+        );
+        let p = parse(&text).expect("policy");
+        assert_eq!(p.pin("ocr.example").map(|x| x.port), Some(Some(8080)));
+        let c = p.credential("ocr.example").expect("credential");
+        assert_eq!(c.place, CredentialPlace::Header("x-api-key".into()));
+        let bad = text.replace("[pins]\n\"ocr.example\"", "[pins]\n\"evil.example\"");
+        let s = parse(&bad).expect_err("undeclared pin").to_string();
+        assert!(s.contains("pins.\"evil.example\""), "{s}");
+        let bad = text.replace(
+            "value_env = \"OCR_KEY\"",
+            "value = \"k\"\nvalue_env = \"OCR_KEY\"",
+        );
+        let s = parse(&bad).expect_err("two sources").to_string();
+        assert!(s.contains("exactly one of `value`"), "{s}");
+    }
+
+    #[test]
+    fn hysteresis_must_be_ordered() {
+        let text = format!("{GOOD}\n[dampening]\nsuppress_at = 500\n");
+        let s = parse(&text).expect_err("order").to_string();
+        assert!(s.contains("dampening.reuse_below"), "{s}");
+    }
+
+    #[test]
+    fn call_labels_can_only_rise() {
+        let p = parse(GOOD).expect("policy");
+        let call: CallSpec = serde_json::from_str(
+            r#"{"function":"f","destinations":["ocr.example"],
+                "items":[{"name":"s","path":"/home/alice/hr/s.xlsx","label":["finance"]},
+                         {"name":"inline"}]}"#,
+        )
+        .expect("call");
+        let r = call.resolve(&p, Path::new("call.json")).expect("resolve");
+        assert_eq!(r.items[0].label, Label::of(["hr", "finance"]));
+        // No rule: the default label, which fails closed.
+        assert_eq!(r.items[1].label, Label::of(["hr", "finance"]));
+        assert_eq!(r.consumers[0].name, "agent");
+    }
+}
