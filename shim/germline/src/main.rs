@@ -3,7 +3,11 @@
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "germline", version, about = "Run signed MCP tool servers under germline execution")]
+#[command(
+    name = "germline",
+    version,
+    about = "Run signed MCP tool servers under germline execution"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

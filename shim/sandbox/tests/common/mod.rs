@@ -1,0 +1,76 @@
+//! Shared helpers of the sandbox integration tests (they run as root, for real).
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use germline_sandbox::spec::DEFAULT_PYTHON_ROOTFS;
+use germline_sandbox::{LaunchSpec, Options};
+
+/// Whether the test can run: root and the setup script's rootfs. With
+/// GERMLINE_REQUIRE_ROOT_TESTS=1 a test that cannot run fails instead of skipping.
+pub fn can_run() -> bool {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let rootfs = PathBuf::from(DEFAULT_PYTHON_ROOTFS)
+        .join(".germline-rootfs-v1")
+        .exists();
+    if root && rootfs {
+        return true;
+    }
+    let why = if root {
+        "the rootfs of scripts/setup.d/40-sandbox.sh is missing"
+    } else {
+        "not root"
+    };
+    if std::env::var("GERMLINE_REQUIRE_ROOT_TESTS").as_deref() == Ok("1") {
+        panic!("this test needs root and the sandbox rootfs: {why}");
+    }
+    eprintln!("skipped: {why}");
+    false
+}
+
+static N: AtomicU32 = AtomicU32::new(0);
+
+/// A unique germline id for this test process.
+pub fn id(name: &str) -> String {
+    format!(
+        "t{}-{}-{name}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+pub fn opts(name: &str) -> Options {
+    Options::new(&id(name))
+}
+
+/// The mcp-server-time release.
+pub fn time_spec() -> LaunchSpec {
+    LaunchSpec::mcp_server_time(PathBuf::from(DEFAULT_PYTHON_ROOTFS))
+}
+
+/// A test release: `source` is written to /app/releases/<name>.py in the shared rootfs (the
+/// rootfs is read-only inside germlines; on the host the tests own this folder).
+pub fn release(name: &str, source: &str) -> LaunchSpec {
+    let dir = PathBuf::from(DEFAULT_PYTHON_ROOTFS).join("app/releases");
+    std::fs::create_dir_all(&dir).expect("create the releases folder");
+    let path = dir.join(format!("{name}.py"));
+    if std::fs::read_to_string(&path).ok().as_deref() != Some(source) {
+        let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+        std::fs::write(&tmp, source).expect("write the release");
+        std::fs::rename(&tmp, &path).expect("install the release");
+    }
+    let mut spec = time_spec();
+    spec.module_path = vec!["/app/releases".into(), "/app/site".into()];
+    spec.entry = vec![format!("{name}:main")];
+    spec
+}
+
+/// The text of the first content block of a tools/call result.
+pub fn text(result: &serde_json::Value) -> String {
+    result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
