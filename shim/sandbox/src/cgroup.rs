@@ -281,6 +281,22 @@ impl Cgroup {
         r
     }
 
+    /// Relative paths of the child groups of `rel`.
+    pub fn children(rel: &str) -> Vec<String> {
+        let dir = match version() {
+            Version::V1 => Path::new(ROOT).join("pids").join(rel),
+            Version::V2 => Path::new(ROOT).join(rel),
+        };
+        let Ok(entries) = fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .filter_map(|e| e.file_name().to_str().map(|n| format!("{rel}/{n}")))
+            .collect()
+    }
+
     /// Removes an (empty) parent group such as `germline/<id>` from every hierarchy.
     pub fn remove_parent(rel: &str) {
         let dirs: Vec<PathBuf> = match version() {

@@ -27,6 +27,7 @@ pub struct Copy {
     ns: Option<Namespaces>,
     next_id: u64,
     dead: bool,
+    sweep: bool,
 }
 
 impl Copy {
@@ -48,6 +49,7 @@ impl Copy {
             ns: None,
             next_id: 1,
             dead: false,
+            sweep: true,
         }
     }
 
@@ -68,6 +70,10 @@ impl Copy {
 
     pub(crate) fn set_namespaces(&mut self, ns: Option<Namespaces>) {
         self.ns = ns;
+    }
+
+    pub(crate) fn set_sweep(&mut self, sweep: bool) {
+        self.sweep = sweep;
     }
 
     pub(crate) fn mark_ready(&mut self) {
@@ -235,7 +241,15 @@ impl Copy {
         if self.pid > 1 {
             let _ = sys::kill(self.pid, libc::SIGKILL);
         }
-        let _ = self.cgroup.destroy();
+        if self.sweep {
+            let _ = self.cgroup.destroy();
+        } else {
+            // Ablation: only the copy's own process dies; wait for it, leave the rest.
+            let t = Instant::now();
+            while crate::procfs::alive(self.pid) && t.elapsed() < Duration::from_secs(2) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
     }
 }
 

@@ -33,6 +33,12 @@ pub struct Ablation {
     pub skip_copy_checks: bool,
     /// Skip G1-G3 (never in production).
     pub skip_germline_checks: bool,
+    /// No Landlock ruleset on the germline.
+    pub no_landlock: bool,
+    /// Copies share the germline's PID namespace (O3 off).
+    pub no_pid_namespace: bool,
+    /// Kill only the copy's own process at the end, not what is left in its cgroup.
+    pub no_cgroup_sweep: bool,
 }
 
 /// Options of a germline beyond its launch spec.
@@ -146,7 +152,7 @@ impl Germline {
             "PYTHONDONTWRITEBYTECODE=1".into(),
         ];
         env.extend(spec.env.iter().cloned());
-        let prepared = Prepared::new(
+        let mut prepared = Prepared::new(
             &spec.rootfs,
             &spec.workdir,
             &spec.readable_paths,
@@ -156,6 +162,9 @@ impl Germline {
             &env,
         )
         .map_err(|e| fail(e, &cgroup))?;
+        if opts.ablation.no_landlock {
+            prepared.without_landlock();
+        }
         cgroup
             .set_limits(
                 spec.limits.memory_bytes.saturating_mul(4),
@@ -284,6 +293,30 @@ impl Germline {
         checks::germline(&self.facts, &procs, &threads)
     }
 
+    /// Processes of this germline's user namespace other than the germline and its pool: what a
+    /// finished call left behind (O3).
+    pub fn stray_processes(&self) -> Vec<i32> {
+        let keep: Vec<i32> = std::iter::once(self.pid)
+            .chain(self.pool.iter().map(Copy::pid))
+            .collect();
+        let mut out = Vec::new();
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return out;
+        };
+        for e in dir.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            if keep.contains(&pid) || pid == self.keeper || !procfs::alive(pid) {
+                continue;
+            }
+            if Namespaces::of(pid).is_ok_and(|ns| ns.user == self.ns.user) {
+                out.push(pid);
+            }
+        }
+        out
+    }
+
     /// Status for `germline status`.
     pub fn status(&self) -> Status {
         Status {
@@ -347,7 +380,12 @@ impl Germline {
         }
         let fork_at = Instant::now();
         let deadline = fork_at + self.spec.limits.deadline();
-        let cmd = json!({"op": "fork", "seccomp": Program::copy().to_hex(), "landlock": self.copy_landlock});
+        let cmd = json!({
+            "op": "fork",
+            "seccomp": Program::copy().to_hex(),
+            "landlock": self.copy_landlock,
+            "pidns": !self.opts.ablation.no_pid_namespace,
+        });
         let r = (|| -> Result<i32> {
             self.cgroup.set_frozen(false)?;
             sys::send_with_fds(
@@ -405,6 +443,7 @@ impl Germline {
             }
         };
         let mut copy = Copy::new(pid, shim_end, cg, fork_at, deadline);
+        copy.set_sweep(!self.opts.ablation.no_cgroup_sweep);
         let r = (|| -> Result<()> {
             let ready = copy.recv_json()?;
             if ready.get("op").and_then(Value::as_str) != Some("ready") {
@@ -499,6 +538,12 @@ impl Germline {
         let _ = sys::kill(self.pid, libc::SIGKILL);
         let _ = self.cgroup.set_frozen(false);
         let r = self.cgroup.destroy();
+        // Whatever an ablated run left behind in copy cgroups goes too.
+        for rel in Cgroup::children(&self.base_rel) {
+            if let Ok(cg) = Cgroup::create(&rel) {
+                let _ = cg.destroy();
+            }
+        }
         let _ = sys::kill(self.keeper, libc::SIGKILL);
         let _ = sys::waitpid(self.keeper, 0);
         Cgroup::remove_parent(&self.base_rel);

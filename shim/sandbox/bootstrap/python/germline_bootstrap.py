@@ -178,9 +178,6 @@ def _adapter():
 
 # --- 2. copies ----------------------------------------------------------------------------------
 
-PIDFD_SELF = None
-
-
 def drop_capabilities():
     for cap in range(64):
         libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
@@ -274,11 +271,7 @@ def copy_main(sock_fd, cmd):
 
 
 def fork_loop():
-    global PIDFD_SELF
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # copies are reaped by the kernel
-    own_pid_ns = os.pidfd_open(os.getpid())
-    # The pidfd is closed again before every fork check; reopened here each time.
-    os.close(own_pid_ns)
     while True:
         msg, fds, _flags, _addr = socket.recv_fds(CTL, 1 << 20, 4)
         if not msg:
@@ -291,12 +284,13 @@ def fork_loop():
             continue
         # unshare(CLONE_NEWPID) works once per process: first point our children's PID namespace
         # back at our own (setns on a pidfd of ourselves), then make a fresh one (DESIGN.md).
-        me = os.pidfd_open(os.getpid())
-        try:
-            check(libc.setns(me, CLONE_NEWPID), "setns(own pid ns)")
-        finally:
-            os.close(me)
-        check(libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+        if cmd.get("pidns", True):
+            me = os.pidfd_open(os.getpid())
+            try:
+                check(libc.setns(me, CLONE_NEWPID), "setns(own pid ns)")
+            finally:
+                os.close(me)
+            check(libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
         pid = os.fork()
         if pid == 0:
             try:
@@ -308,11 +302,12 @@ def fork_loop():
                 finally:
                     os._exit(2)
         os.close(fds[0])
-        me = os.pidfd_open(os.getpid())
-        try:
-            check(libc.setns(me, CLONE_NEWPID), "setns(own pid ns)")
-        finally:
-            os.close(me)
+        if cmd.get("pidns", True):
+            me = os.pidfd_open(os.getpid())
+            try:
+                check(libc.setns(me, CLONE_NEWPID), "setns(own pid ns)")
+            finally:
+                os.close(me)
         send_ctl({"op": "forked"})
 
 

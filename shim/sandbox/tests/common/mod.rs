@@ -57,7 +57,11 @@ pub fn release(name: &str, source: &str) -> LaunchSpec {
     std::fs::create_dir_all(&dir).expect("create the releases folder");
     let path = dir.join(format!("{name}.py"));
     if std::fs::read_to_string(&path).ok().as_deref() != Some(source) {
-        let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+        let tmp = dir.join(format!(
+            ".{name}.{}.{}.tmp",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
         std::fs::write(&tmp, source).expect("write the release");
         std::fs::rename(&tmp, &path).expect("install the release");
     }
@@ -73,4 +77,50 @@ pub fn text(result: &serde_json::Value) -> String {
         .as_str()
         .unwrap_or_default()
         .to_string()
+}
+
+/// Every test release, installed together (they import testlib).
+pub const RELEASES: [(&str, &str); 11] = [
+    ("testlib", include_str!("../releases/testlib.py")),
+    ("plain", include_str!("../releases/plain.py")),
+    ("lowlevel", include_str!("../releases/lowlevel.py")),
+    ("o1_pipe", include_str!("../releases/o1_pipe.py")),
+    ("o2_shm", include_str!("../releases/o2_shm.py")),
+    ("g1_thread", include_str!("../releases/g1_thread.py")),
+    ("g1_process", include_str!("../releases/g1_process.py")),
+    ("g2_memfd", include_str!("../releases/g2_memfd.py")),
+    ("g2_rodev", include_str!("../releases/g2_rodev.py")),
+    ("init_probe", include_str!("../releases/init_probe.py")),
+    ("hijack", include_str!("../releases/hijack.py")),
+];
+
+/// The spec of test release `name` (all test releases are installed first).
+pub fn test_release(name: &str) -> LaunchSpec {
+    for (n, src) in RELEASES {
+        release(n, src);
+    }
+    let mut spec = release(
+        name,
+        RELEASES
+            .iter()
+            .find(|r| r.0 == name)
+            .map(|r| r.1)
+            .expect("known release"),
+    );
+    spec.entry = vec![format!("{name}:main")];
+    spec
+}
+
+/// Calls `tool` in a fresh copy and returns the text it answered.
+pub fn call_text(
+    g: &mut germline_sandbox::Germline,
+    tool: &str,
+    args: serde_json::Value,
+) -> Result<String, germline_sandbox::Error> {
+    g.call(&[], tool, args).map(|r| text(&r))
+}
+
+/// Parses a tool's JSON text answer.
+pub fn json_of(s: &str) -> serde_json::Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("tool answered non-JSON {s:?}: {e}"))
 }
