@@ -6,7 +6,7 @@
 set -euo pipefail
 base=/var/tmp/germline-sandbox
 root="$base/rootfs-python"
-stamp="$root/.germline-rootfs-v1"
+stamp="$root/.germline-rootfs-v2"
 [ -e "$stamp" ] && { echo "sandbox rootfs: up to date ($root)"; exit 0; }
 
 if ! [ -x /usr/bin/python3.11 ]; then
@@ -16,7 +16,7 @@ fi
 pip_python="$(command -v python3)"   # any CPython 3.11 with pip installs the same cp311 wheels
 
 rm -rf "$root.tmp"
-mkdir -p "$root.tmp"/{usr/bin,usr/lib,usr/share,etc,app/site,app/releases,proc,dev,tmp,scratch,items}
+mkdir -p "$root.tmp"/{usr/bin,usr/lib,usr/share,etc,app/site,app/releases,proc,dev,tmp,run}
 cp -a /usr/bin/python3.11 "$root.tmp/usr/bin/"
 ln -s python3.11 "$root.tmp/usr/bin/python3"
 # The standard library without its test suite and without Debian's dist-packages.
@@ -41,7 +41,7 @@ done
 # Pre-compile bytecode so the read-only germline never needs to write .pyc files.
 /usr/bin/python3.11 -m compileall -q -j 2 "$root.tmp/usr/lib/python3.11" "$root.tmp/app/site" >/dev/null || true
 chmod -R a+rX "$root.tmp"
-touch "$root.tmp/.germline-rootfs-v1"
+touch "$root.tmp/.germline-rootfs-v2"
 rm -rf "$root"
 mv "$root.tmp" "$root"
 echo "sandbox rootfs: built $root ($(du -sh "$root" | cut -f1))"

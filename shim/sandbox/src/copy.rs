@@ -28,6 +28,7 @@ pub struct Copy {
     next_id: u64,
     dead: bool,
     sweep: bool,
+    initialized: bool,
 }
 
 impl Copy {
@@ -50,6 +51,7 @@ impl Copy {
             next_id: 1,
             dead: false,
             sweep: true,
+            initialized: false,
         }
     }
 
@@ -207,13 +209,20 @@ impl Copy {
         self.send_line(&json!({"jsonrpc": "2.0", "method": method}), &[])
     }
 
-    /// The MCP session of one call: initialize, initialized, tools/call.
+    /// The MCP session of one call: initialize and initialized (once per copy), tools/call.
     pub fn mcp_call(&mut self, tool: &str, arguments: Value) -> Result<Value> {
-        self.request(
-            "initialize",
-            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "germline-shim", "version": env!("CARGO_PKG_VERSION")}}),
-        )?;
-        self.notify("notifications/initialized")?;
+        if !self.initialized {
+            self.request(
+                "initialize",
+                json!({
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "germline-shim", "version": env!("CARGO_PKG_VERSION")}
+                }),
+            )?;
+            self.notify("notifications/initialized")?;
+            self.initialized = true;
+        }
         self.request("tools/call", json!({"name": tool, "arguments": arguments}))
     }
 

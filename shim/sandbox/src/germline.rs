@@ -80,7 +80,6 @@ pub struct Germline {
     cgroup: Cgroup,
     copies_made: u64,
     pool: VecDeque<Copy>,
-    live: Vec<Namespaces>,
     warm: bool,
     copy_landlock: Value,
     stopped: bool,
@@ -190,7 +189,6 @@ impl Germline {
             cgroup,
             copies_made: 0,
             pool: VecDeque::new(),
-            live: Vec::new(),
             warm: false,
             copy_landlock: Value::Null,
             stopped: false,
@@ -233,11 +231,15 @@ impl Germline {
         for d in ["/dev/zero", "/dev/urandom", "/dev/random"] {
             rules.push(json!([d, landlock::READ & !(1 << 3)]));
         }
-        rules.push(json!(["/proc", landlock::READ]));
-        rules.push(json!(["/items", landlock::READ]));
-        if self.spec.scratch {
-            rules.push(json!(["/scratch", all]));
-        }
+        // As in the germline's layer: /run holds the mount points of items and scratch.
+        rules.push(json!([
+            "/run",
+            if self.spec.scratch {
+                all
+            } else {
+                landlock::READ
+            }
+        ]));
         json!({"fs": all, "net": 3, "scoped": 3, "rules": rules})
     }
 
@@ -291,6 +293,14 @@ impl Germline {
         let procs = self.cgroup.procs().unwrap_or_default();
         let threads = self.cgroup.threads().unwrap_or_default();
         checks::germline(&self.facts, &procs, &threads)
+    }
+
+    /// Host pids of the germline's live children (its copies).
+    fn live_children(&self) -> Vec<i32> {
+        procfs::children(self.pid)
+            .into_iter()
+            .filter(|k| procfs::alive(*k))
+            .collect()
     }
 
     /// Processes of this germline's user namespace other than the germline and its pool: what a
@@ -359,6 +369,9 @@ impl Germline {
                 return Err(Error::Refused(bad.join("; ")));
             }
         }
+        // Every live copy is a child of the germline: note them before the fork (the germline
+        // is frozen, so the list cannot change under us).
+        let before: Vec<i32> = self.live_children();
         let (shim_end, copy_end) =
             sys::socketpair(libc::SOCK_STREAM).map_err(|e| Error::sys("socketpair", e))?;
         let socket_inode = {
@@ -401,12 +414,11 @@ impl Germline {
                 )));
             }
             // The copy is the germline's new child; find it ourselves (trust nothing it says).
-            let kids: Vec<i32> = procfs::children(self.pid)
+            let new: Vec<i32> = self
+                .live_children()
                 .into_iter()
-                .filter(|k| procfs::alive(*k))
+                .filter(|k| !before.contains(k))
                 .collect();
-            let known: Vec<i32> = self.pool.iter().map(Copy::pid).collect();
-            let new: Vec<i32> = kids.into_iter().filter(|k| !known.contains(k)).collect();
             let [pid] = new[..] else {
                 return Err(Error::Refused(format!(
                     "expected one new child of the germline, found {new:?}"
@@ -450,11 +462,13 @@ impl Germline {
                 return Err(Error::CopyRefused(format!("expected ready, got {ready}")));
             }
             if !self.opts.ablation.skip_copy_checks {
+                // The namespaces of every other live copy, read now (inode numbers of dead
+                // namespaces are reused, so remembered ones would be wrong).
                 let others: Vec<Namespaces> = self
-                    .pool
-                    .iter()
-                    .filter_map(|c| c.namespaces().cloned())
-                    .chain(self.live.iter().cloned())
+                    .live_children()
+                    .into_iter()
+                    .filter(|k| *k != pid)
+                    .filter_map(|k| Namespaces::of(k).ok())
                     .collect();
                 // PTRACE_SECCOMP_GET_FILTER numbers the programs from the first installed.
                 let filters = [Program::germline(), Program::copy()];
@@ -494,7 +508,7 @@ impl Germline {
                 return Err(Error::Spec(format!("bad item name {name:?}")));
             }
             files.push(ItemFile {
-                path: std::ffi::CString::new(format!("/items/{name}"))
+                path: std::ffi::CString::new(format!("/run/items/{name}"))
                     .map_err(|_| Error::Spec("item name".into()))?,
                 contents: if *in_view {
                     contents.clone()

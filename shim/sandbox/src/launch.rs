@@ -26,7 +26,7 @@ use crate::seccomp::Program;
 use crate::sys;
 
 /// Steps of the children, reported as numbers through the status pipe.
-const STEPS: [&str; 24] = [
+const STEPS: [&str; 27] = [
     "unshare(CLONE_NEWUSER)",
     "wait for uid/gid maps",
     "setresgid/setresuid(0)",
@@ -51,6 +51,9 @@ const STEPS: [&str; 24] = [
     "Landlock",
     "seccomp",
     "execve",
+    "mount tmpfs on /run",
+    "mkdir in /run",
+    "remount /run read-only",
 ];
 
 /// Everything the children need, allocated before `fork()`.
@@ -59,6 +62,8 @@ pub struct Prepared {
     rootfs: CString,
     dev_dir: CString,
     dev_nodes: Vec<(CString, CString)>,
+    run_dir: CString,
+    run_subdirs: Vec<CString>,
     ro_flags: libc::c_ulong,
     hostname: Vec<u8>,
     workdir: CString,
@@ -134,7 +139,7 @@ impl Prepared {
                 .map_err(|e| Error::Spec(format!("readable path {p} is not in the rootfs: {e}")))?;
             rules.push((p.clone(), landlock::READ, m.is_dir()));
         }
-        for dir in ["/dev", "/proc", "/items", "/tmp", "/scratch"] {
+        for dir in ["/dev", "/proc", "/tmp", "/run"] {
             if !inside(dir).is_dir() {
                 return Err(Error::Spec(format!("the rootfs lacks the directory {dir}")));
             }
@@ -143,14 +148,16 @@ impl Prepared {
         for dev in ["/dev/zero", "/dev/urandom", "/dev/random"] {
             rules.push((dev.into(), landlock::READ, false));
         }
-        // The private procfs and the items tmpfs are mounted over these directories in each copy.
-        rules.push(("/proc".into(), landlock::READ, true));
-        rules.push(("/items".into(), landlock::READ, true));
+        // Each copy's items and scratch tmpfs are mounted at /run/items and /run/scratch. Landlock
+        // ignores rules on a directory once a mount hides it, so the rule sits on /run, the root
+        // of a small read-only tmpfs the keeper mounts (its subdirectories are the mount points).
         let abi = landlock::abi();
-        if scratch {
-            // Empty and read-only in the germline; a copy's private tmpfs is mounted over it.
-            rules.push(("/scratch".into(), landlock::all_fs_rights(abi), true));
-        }
+        let run_rights = if scratch {
+            landlock::all_fs_rights(abi)
+        } else {
+            landlock::READ
+        };
+        rules.push(("/run".into(), run_rights, true));
         let ruleset = Ruleset::new(abi, rules).map_err(|e| Error::sys("Landlock", e))?;
         let dev_nodes = ["null", "zero", "urandom", "random"]
             .iter()
@@ -166,6 +173,11 @@ impl Prepared {
             dev_dir: cstr(inside("/dev").as_os_str().as_bytes())?,
             rootfs: cstr(rootfs.as_os_str().as_bytes())?,
             dev_nodes,
+            run_dir: cstr(inside("/run").as_os_str().as_bytes())?,
+            run_subdirs: ["items", "scratch"]
+                .iter()
+                .map(|d| cstr(inside(&format!("/run/{d}")).as_os_str().as_bytes()))
+                .collect::<Result<_>>()?,
             hostname: b"germline".to_vec(),
             workdir: cstr(workdir)?,
             tmpfs: cstr("tmpfs")?,
@@ -286,6 +298,31 @@ fn keeper(
             &p.dev_dir,
             None,
             libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NOEXEC,
+            None
+        )
+    );
+    step!(
+        to_parent,
+        24,
+        sys::mount(
+            Some(&p.tmpfs),
+            &p.run_dir,
+            Some(&p.tmpfs),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            Some(&p.tmpfs_opts)
+        )
+    );
+    for d in &p.run_subdirs {
+        step!(to_parent, 25, sys::mkdir(d, 0o755));
+    }
+    step!(
+        to_parent,
+        26,
+        sys::mount(
+            None,
+            &p.run_dir,
+            None,
+            libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
             None
         )
     );

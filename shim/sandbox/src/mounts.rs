@@ -71,10 +71,10 @@ impl CopyMounts {
             empty: c("")?,
             tmpfs: c("tmpfs")?,
             scratch: match scratch_bytes {
-                Some(n) => Some((c("/scratch")?, c(&format!("size={n},mode=1777"))?)),
+                Some(n) => Some((c("/run/scratch")?, c(&format!("size={n},mode=1777"))?)),
                 None => None,
             },
-            items_dir: c("/items")?,
+            items_dir: c("/run/items")?,
             items_opts: c(&format!("size={},mode=755", total + (64 << 10)))?,
             items,
         })

@@ -77,7 +77,7 @@ pub struct LaunchSpec {
     pub readable_paths: Vec<String>,
     /// The release's language.
     pub language: Language,
-    /// Whether each copy gets a private tmpfs at `/scratch`.
+    /// Whether each copy gets a private tmpfs at `/run/scratch`.
     #[serde(default)]
     pub scratch: bool,
     /// Warm the germline with a synthetic session on public data before the fork point.

@@ -85,6 +85,12 @@ pub fn pivot_root(new_root: &CStr, put_old: &CStr) -> io::Result<()> {
         .map(drop)
 }
 
+/// `mkdir()` (fork-safe).
+pub fn mkdir(path: &CStr, mode: libc::mode_t) -> io::Result<()> {
+    // SAFETY: path is a NUL-terminated string.
+    check(unsafe { libc::mkdir(path.as_ptr(), mode) }).map(drop)
+}
+
 /// `chdir()` (fork-safe).
 pub fn chdir(path: &CStr) -> io::Result<()> {
     // SAFETY: path is a NUL-terminated string.

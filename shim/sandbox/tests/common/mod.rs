@@ -13,7 +13,7 @@ pub fn can_run() -> bool {
     // SAFETY: geteuid has no arguments and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     let rootfs = PathBuf::from(DEFAULT_PYTHON_ROOTFS)
-        .join(".germline-rootfs-v1")
+        .join(".germline-rootfs-v2")
         .exists();
     if root && rootfs {
         return true;

@@ -41,7 +41,7 @@ def plant(secret):
     t = socket.socket()
     out["tcp"] = attempt(lambda: (t.bind(("127.0.0.1", 47811)), t.listen(1), KEEP.append(t))[0])
     out["sysv"] = attempt(lambda: shm_get(0x6E7E, True))
-    for path in ["/tmp/plant", "/dev/shm/plant", "/scratch/plant", "/app/plant", "/items/plant", "/plant"]:
+    for path in ["/tmp/plant", "/dev/shm/plant", "/run/scratch/plant", "/app/plant", "/run/items/plant", "/plant"]:
         def w(path=path):
             with open(path, "w") as f:
                 f.write(secret)
@@ -63,12 +63,16 @@ def probe(secret, other_pids):
     found["abstract"] = attempt(lambda: a.connect("\0germline-plant"))
     found["tcp"] = attempt(lambda: socket.create_connection(("127.0.0.1", 47811), timeout=1) and None)
     found["sysv"] = attempt(lambda: shm_get(0x6E7E, False))
-    for path in ["/tmp/plant", "/dev/shm/plant", "/scratch/plant", "/app/plant", "/items/plant", "/plant"]:
+    for path in ["/tmp/plant", "/dev/shm/plant", "/run/scratch/plant", "/app/plant", "/run/items/plant", "/plant"]:
         found[path] = attempt(lambda path=path: open(path).read())
     found["hostname"] = socket.gethostname()
-    found["proc"] = sorted(p for p in os.listdir("/proc") if p.isdigit())
+    found["proc"] = attempt(lambda: sorted(p for p in os.listdir("/proc") if p.isdigit()))
+    import threading
+    own = {os.getpid()} | {t.native_id for t in threading.enumerate()}
     visible = []
-    for pid in list(range(2, 200)) + list(other_pids):
+    for pid in sorted(set(range(1, 200)) | set(other_pids)):
+        if pid in own:
+            continue
         try:
             os.kill(pid, 0)
             visible.append(pid)
@@ -87,6 +91,14 @@ def probe(secret, other_pids):
     found["memory"] = mem
     found["secret_seen"] = secret in json.dumps(found)
     return found
+
+
+def wire():
+    """The descriptor of the copy's channel to the shim: the SDK serves stdout from a private
+    duplicate and points fd 1 at stderr, so find its claim."""
+    import mcp.server.stdio as stdio
+    claim = stdio._claims.get(1)
+    return claim.private_fd if claim and claim.private_fd is not None else 1
 
 
 def server(name="test"):
@@ -113,9 +125,9 @@ def server(name="test"):
         fds = json.loads(os.environ.get("GERMLINE_ITEM_FDS", "{}"))
         out = {"fds": {}, "files": {}}
         for name, fd in fds.items():
-            out["fds"][name] = os.pread(fd, 1 << 20, 0).decode(errors="replace")
-        for name in sorted(os.listdir("/items")):
-            out["files"][name] = open(f"/items/{name}").read()
+            out["fds"][name] = attempt(lambda fd=fd: os.pread(fd, 1 << 20, 0).decode(errors="replace"))
+        for name in attempt(lambda: sorted(os.listdir("/run/items"))):
+            out["files"][name] = attempt(lambda name=name: open(f"/run/items/{name}").read())
         return json.dumps(out)
 
     @s.tool()
@@ -135,7 +147,7 @@ def server(name="test"):
     @s.tool()
     def chatter() -> str:
         while True:
-            os.write(1, b'{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}\n')
+            os.write(wire(), b'{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}\n')
             time.sleep(0.001)
 
     @s.tool()
@@ -164,8 +176,12 @@ def server(name="test"):
         return f"allocated {len(blocks)} MiB"
 
     @s.tool()
+    def crash() -> str:
+        os._exit(3)
+
+    @s.tool()
     def garbage() -> str:
-        os.write(1, b"this is not json\n")
+        os.write(wire(), b"this is not json\n")
         time.sleep(3600)
         return "no"
 
