@@ -17,11 +17,14 @@ struct Cli {
 enum Command {
     /// Print the groups Plan forms for a call.
     Plan,
+    #[command(flatten)]
+    Sandbox(germline_sandbox::cli::Command),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Plan => std::process::ExitCode::SUCCESS,
+        Command::Sandbox(c) => germline_sandbox::cli::run(c),
     }
 }

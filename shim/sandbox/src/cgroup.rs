@@ -167,6 +167,20 @@ impl Cgroup {
         Ok(s.lines().filter_map(|l| l.trim().parse().ok()).collect())
     }
 
+    /// Asks the kernel to freeze (true) or thaw (false) without waiting for it.
+    pub fn request_frozen(&self, frozen: bool) -> Result<()> {
+        match self.version {
+            Version::V1 => write(
+                &self.dir("freezer").join("freezer.state"),
+                if frozen { "FROZEN" } else { "THAWED" },
+            ),
+            Version::V2 => write(
+                &self.dir("").join("cgroup.freeze"),
+                if frozen { "1" } else { "0" },
+            ),
+        }
+    }
+
     /// Freezes (true) or thaws (false) every task and waits until the kernel says it is done.
     pub fn set_frozen(&self, frozen: bool) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(5);

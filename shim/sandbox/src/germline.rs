@@ -243,6 +243,16 @@ impl Germline {
         json!({"fs": all, "net": 3, "scoped": 3, "rules": rules})
     }
 
+    /// Host pids of the pool's copies.
+    pub fn pool_pids(&self) -> Vec<i32> {
+        self.pool.iter().map(Copy::pid).collect()
+    }
+
+    /// Host pids of every live copy (pool included).
+    pub fn copy_pids(&self) -> Vec<i32> {
+        self.live_children()
+    }
+
     /// Host pid of the germline process.
     pub fn pid(&self) -> i32 {
         self.pid
@@ -425,7 +435,9 @@ impl Germline {
                 )));
             };
             cg.add(pid)?;
-            self.cgroup.set_frozen(true)?;
+            // Start freezing the germline now; it completes while the copy confines itself
+            // and is confirmed before the copy is declared ready for data.
+            self.cgroup.request_frozen(true)?;
             Ok(pid)
         })();
         drop(copy_end);
@@ -494,6 +506,10 @@ impl Germline {
                 Error::CopyRefused(s) => Error::Refused(format!("a copy failed its checks: {s}")),
                 other => other,
             });
+        }
+        if let Err(e) = self.cgroup.set_frozen(true) {
+            copy.kill();
+            return Err(e);
         }
         copy.mark_ready();
         Ok(copy)

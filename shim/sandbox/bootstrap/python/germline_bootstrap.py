@@ -29,6 +29,7 @@ CLONE_NEWIPC = 0x08000000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWPID = 0x20000000
 PR_CAPBSET_DROP = 24
+PR_CAPBSET_READ = 23
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 PR_SET_SECCOMP = 22
@@ -39,6 +40,7 @@ SYS_landlock_create_ruleset, SYS_landlock_add_rule, SYS_landlock_restrict_self =
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
+CAP_LAST = None
 
 
 def check(ret, what):
@@ -178,8 +180,16 @@ def _adapter():
 
 # --- 2. copies ----------------------------------------------------------------------------------
 
+def _last_cap():
+    # The highest capability the kernel knows (no /proc here): probe the bounding set.
+    last = 40
+    while libc.prctl(PR_CAPBSET_READ, last + 1, 0, 0, 0) >= 0:
+        last += 1
+    return last
+
+
 def drop_capabilities():
-    for cap in range(64):
+    for cap in range(CAP_LAST + 1):
         libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
     libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)
@@ -271,6 +281,8 @@ def copy_main(sock_fd, cmd):
 
 
 def fork_loop():
+    global CAP_LAST
+    CAP_LAST = _last_cap()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # copies are reaped by the kernel
     while True:
         msg, fds, _flags, _addr = socket.recv_fds(CTL, 1 << 20, 4)
