@@ -157,6 +157,13 @@ fn request(id: &str, msg: Value) -> Result<(), String> {
     let v: Value =
         serde_json::from_str(&line).map_err(|e| format!("bad answer from the germline: {e}"))?;
     println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    if msg.get("op").and_then(Value::as_str) == Some("stop") {
+        // The daemon removes its socket once every copy, cgroup and namespace is gone.
+        let t = Instant::now();
+        while path.exists() && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
     if v.get("error").is_some() {
         return Err("the request failed".into());
     }

@@ -156,6 +156,12 @@ impl Copy {
 
     /// Sends the items (those in the view with contents, the others empty) as memfds.
     pub fn deliver(&mut self, items: &[(String, Vec<u8>, bool)]) -> Result<()> {
+        if items.len() > 64 {
+            return Err(Error::Spec(format!(
+                "{} items: at most 64 per copy",
+                items.len()
+            )));
+        }
         let mut fds = Vec::new();
         let mut names = Vec::new();
         for (name, contents, in_view) in items {
