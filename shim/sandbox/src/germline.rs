@@ -83,6 +83,8 @@ pub struct Germline {
     warm: bool,
     copy_landlock: Value,
     stopped: bool,
+    /// Set once the release failed a check: it stays refused.
+    refused: Option<String>,
 }
 
 /// What `germline status` shows.
@@ -95,6 +97,7 @@ pub struct Status {
     pub checks: Vec<String>,
     pub pool: usize,
     pub copies_made: u64,
+    pub refused: Option<String>,
 }
 
 impl Germline {
@@ -192,6 +195,7 @@ impl Germline {
             warm: false,
             copy_landlock: Value::Null,
             stopped: false,
+            refused: None,
             spec,
             opts,
         };
@@ -347,6 +351,7 @@ impl Germline {
             checks: self.check(),
             pool: self.pool.len(),
             copies_made: self.copies_made,
+            refused: self.refused.clone(),
         }
     }
 
@@ -371,8 +376,20 @@ impl Germline {
         }
     }
 
-    /// Forks one copy, confines it and checks it from outside (issue 4, items 3 and 4).
+    /// Forks one copy, confines it and checks it from outside (issue 4, items 3 and 4). A
+    /// release whose germline or copy fails a check is refused from then on.
     pub fn fork_copy(&mut self) -> Result<Copy> {
+        if let Some(reason) = &self.refused {
+            return Err(Error::Refused(reason.clone()));
+        }
+        let r = self.fork_and_check();
+        if let Err(Error::Refused(reason)) = &r {
+            self.refused = Some(reason.clone());
+        }
+        r
+    }
+
+    fn fork_and_check(&mut self) -> Result<Copy> {
         if !self.opts.ablation.skip_germline_checks {
             let bad = self.check();
             if !bad.is_empty() {

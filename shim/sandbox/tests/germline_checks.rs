@@ -20,6 +20,12 @@ fn refused(name: &str, expect: &str) {
         other => panic!("{name}: expected a refusal for {expect}, got {other:?}"),
     }
     assert!(g.stray_processes().is_empty() || name == "g1_process");
+    // The release stays refused.
+    assert!(matches!(
+        g.call(&[], "echo", json!({"text": "hi"})),
+        Err(Error::Refused(_))
+    ));
+    assert!(g.status().refused.is_some());
     g.stop().expect("stop");
 }
 
