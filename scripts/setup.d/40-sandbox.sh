@@ -26,7 +26,13 @@ if ! [ -x /usr/bin/python3.11 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3
 fi
-pip_python="$(command -v python3)"   # any CPython 3.11 with pip installs the same cp311 wheels
+# Any CPython 3.11 with pip installs the same cp311 wheels (here: the pyenv one, else Debian's).
+pip_python="$(command -v python3)"
+if ! "$pip_python" -m pip --version >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip
+    pip_python=/usr/bin/python3
+fi
 
 rm -rf "$root.tmp"
 mkdir -p "$root.tmp"/{usr/bin,usr/lib,usr/share,etc,app/site,app/releases,proc,dev,tmp,run}
