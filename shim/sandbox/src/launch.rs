@@ -174,7 +174,7 @@ impl Prepared {
             rootfs: cstr(rootfs.as_os_str().as_bytes())?,
             dev_nodes,
             run_dir: cstr(inside("/run").as_os_str().as_bytes())?,
-            run_subdirs: ["items", "scratch"]
+            run_subdirs: ["items", "scratch", "proc"]
                 .iter()
                 .map(|d| cstr(inside(&format!("/run/{d}")).as_os_str().as_bytes()))
                 .collect::<Result<_>>()?,

@@ -36,6 +36,7 @@ pub struct CopyMounts {
     mntns: OwnedFd,
     proc_fs: CString,
     proc_dir: CString,
+    run_proc_dir: CString,
     subset: CString,
     pid: CString,
     empty: CString,
@@ -66,6 +67,7 @@ impl CopyMounts {
             mntns: open_ns(pid, "mnt")?,
             proc_fs: c("proc")?,
             proc_dir: c("/proc")?,
+            run_proc_dir: c("/run/proc")?,
             subset: c("subset")?,
             pid: c("pid")?,
             empty: c("")?,
@@ -147,54 +149,61 @@ impl CopyMounts {
             sys::exit_now(code);
         }
         // Now in the copy's PID namespace, still in the host's mount namespace.
-        let fs = match sys::syscall5(
-            libc::SYS_fsopen,
-            self.proc_fs.as_ptr() as usize,
-            FSOPEN_CLOEXEC,
-            0,
-            0,
-            0,
-        ) {
-            Ok(fd) => fd as usize,
-            Err(e) => fail(2, e),
-        };
-        // subset=pid: only the process directories, no /proc/sys, kcore and friends.
-        if let Err(e) = sys::syscall5(
-            libc::SYS_fsconfig,
-            fs,
-            FSCONFIG_SET_STRING,
-            self.subset.as_ptr() as usize,
-            self.pid.as_ptr() as usize,
-            0,
-        ) {
-            fail(3, e);
+        // Two procfs instances of the copy's PID namespace: one on /proc (where Landlock keeps
+        // the copy from reading it) and one on /run/proc, which the copy can read.
+        let mut mnts = [0usize; 2];
+        for slot in mnts.iter_mut() {
+            let fs = match sys::syscall5(
+                libc::SYS_fsopen,
+                self.proc_fs.as_ptr() as usize,
+                FSOPEN_CLOEXEC,
+                0,
+                0,
+                0,
+            ) {
+                Ok(fd) => fd as usize,
+                Err(e) => fail(2, e),
+            };
+            // subset=pid: only the process directories, no /proc/sys, kcore and friends.
+            if let Err(e) = sys::syscall5(
+                libc::SYS_fsconfig,
+                fs,
+                FSCONFIG_SET_STRING,
+                self.subset.as_ptr() as usize,
+                self.pid.as_ptr() as usize,
+                0,
+            ) {
+                fail(3, e);
+            }
+            if let Err(e) = sys::syscall5(libc::SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, 0, 0, 0) {
+                fail(3, e);
+            }
+            *slot = match sys::syscall5(
+                libc::SYS_fsmount,
+                fs,
+                FSMOUNT_CLOEXEC,
+                MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                0,
+                0,
+            ) {
+                Ok(fd) => fd as usize,
+                Err(e) => fail(4, e),
+            };
         }
-        if let Err(e) = sys::syscall5(libc::SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, 0, 0, 0) {
-            fail(3, e);
-        }
-        let mnt = match sys::syscall5(
-            libc::SYS_fsmount,
-            fs,
-            FSMOUNT_CLOEXEC,
-            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
-            0,
-            0,
-        ) {
-            Ok(fd) => fd as usize,
-            Err(e) => fail(4, e),
-        };
         if let Err(e) = sys::setns(self.mntns.as_raw_fd(), libc::CLONE_NEWNS) {
             fail(5, e);
         }
-        if let Err(e) = sys::syscall5(
-            libc::SYS_move_mount,
-            mnt,
-            self.empty.as_ptr() as usize,
-            libc::AT_FDCWD as isize as usize,
-            self.proc_dir.as_ptr() as usize,
-            MOVE_MOUNT_F_EMPTY_PATH,
-        ) {
-            fail(6, e);
+        for (mnt, dir) in mnts.into_iter().zip([&self.proc_dir, &self.run_proc_dir]) {
+            if let Err(e) = sys::syscall5(
+                libc::SYS_move_mount,
+                mnt,
+                self.empty.as_ptr() as usize,
+                libc::AT_FDCWD as isize as usize,
+                dir.as_ptr() as usize,
+                MOVE_MOUNT_F_EMPTY_PATH,
+            ) {
+                fail(6, e);
+            }
         }
         let flags = libc::MS_NOSUID | libc::MS_NODEV;
         if let Some((dir, opts)) = &self.scratch {

@@ -67,6 +67,7 @@ def probe(secret, other_pids):
         found[path] = attempt(lambda path=path: open(path).read())
     found["hostname"] = socket.gethostname()
     found["proc"] = attempt(lambda: sorted(p for p in os.listdir("/proc") if p.isdigit()))
+    found["run_proc"] = attempt(lambda: sorted(p for p in os.listdir("/run/proc") if p.isdigit()))
     import threading
     own = {os.getpid()} | {t.native_id for t in threading.enumerate()}
     visible = []
