@@ -26,20 +26,27 @@ enum Command {
     Policy(plan_cmd::PolicyArgs),
     /// The broker sidecar, and its benchmark.
     Broker(broker_cmd::BrokerArgs),
+    #[command(flatten)]
+    Sandbox(germline_sandbox::cli::Command),
 }
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Plan(args) => plan_cmd::run_plan(&args),
-        Command::Policy(args) => plan_cmd::run_policy(&args),
-        Command::Broker(args) => broker_cmd::run(&args),
-    };
+/// Errors of bad input exit 2 with the message on stderr.
+fn report(result: Result<(), Box<dyn std::error::Error>>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("germline: error: {e}");
             ExitCode::from(2)
         }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Plan(args) => report(plan_cmd::run_plan(&args)),
+        Command::Policy(args) => report(plan_cmd::run_policy(&args)),
+        Command::Broker(args) => report(broker_cmd::run(&args)),
+        Command::Sandbox(c) => germline_sandbox::cli::run(c),
     }
 }
