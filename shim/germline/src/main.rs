@@ -26,6 +26,8 @@ enum Command {
     Policy(plan_cmd::PolicyArgs),
     /// The broker sidecar, and its benchmark.
     Broker(broker_cmd::BrokerArgs),
+    #[command(flatten)]
+    Sandbox(germline_sandbox::cli::Command),
     /// Write a cosign-compatible key pair (cosign.key, cosign.pub).
     Keygen(germline_release::cli::KeygenArgs),
     /// Pack, sign, publish, verify and inspect signed releases.
@@ -35,21 +37,25 @@ enum Command {
     },
 }
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Plan(args) => plan_cmd::run_plan(&args),
-        Command::Policy(args) => plan_cmd::run_policy(&args),
-        Command::Broker(args) => broker_cmd::run(&args),
-        // The release commands print their own refusals and choose their exit code.
-        Command::Keygen(args) => return germline_release::cli::run_keygen(&args),
-        Command::Release { cmd } => return germline_release::cli::run_release(&cmd),
-    };
+/// Errors of bad input exit 2 with the message on stderr.
+fn report(result: Result<(), Box<dyn std::error::Error>>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("germline: error: {e}");
             ExitCode::from(2)
         }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Plan(args) => report(plan_cmd::run_plan(&args)),
+        Command::Policy(args) => report(plan_cmd::run_policy(&args)),
+        Command::Broker(args) => report(broker_cmd::run(&args)),
+        Command::Sandbox(c) => germline_sandbox::cli::run(c),
+        Command::Keygen(args) => germline_release::cli::run_keygen(&args),
+        Command::Release { cmd } => germline_release::cli::run_release(&cmd),
     }
 }

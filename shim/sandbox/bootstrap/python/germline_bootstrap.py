@@ -1,0 +1,342 @@
+# germline bootstrap for Python MCP servers built on the official `mcp` SDK (issue 4, item 2).
+#
+# Run by the shim as `python3 -I -B -c <this file> <config json>` inside the germline, after the
+# shim has applied Landlock and seccomp. It is untrusted like the release: the shim checks from
+# outside everything it claims to do. Protocol (docs/sandbox.md):
+#   control socket fd 3 (SOCK_SEQPACKET, one JSON object per packet)
+#     germline -> shim  {"op":"ready","warm":bool} | {"op":"error","reason":str}
+#     shim -> germline  {"op":"fork", "seccomp":hex, "landlock":{...}} + SCM_RIGHTS [copy socket]
+#     germline -> shim  {"op":"forked"}
+#   copy socket (SOCK_STREAM, newline-delimited JSON)
+#     copy -> shim      {"op":"ready"}
+#     shim -> copy      {"op":"data","items":[{"name":str}...]} + SCM_RIGHTS [memfd per item]
+#     copy -> shim      {"op":"started"}; then MCP JSON-RPC on the same socket (its stdio).
+import ctypes
+import gc
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+
+CONFIG = json.loads(sys.argv[1])
+CTL = socket.socket(fileno=3)
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWNET = 0x40000000
+CLONE_NEWPID = 0x20000000
+PR_CAPBSET_DROP = 24
+PR_CAPBSET_READ = 23
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+SYS = {"x86_64": {"capset": 126}, "aarch64": {"capset": 91}}[os.uname().machine]
+FILE_RIGHTS = 1 | 2 | 4 | (1 << 14) | (1 << 15)
+SYS_landlock_create_ruleset, SYS_landlock_add_rule, SYS_landlock_restrict_self = 444, 445, 446
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+CAP_LAST = None
+
+
+def check(ret, what):
+    if ret < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"{what}: {os.strerror(e)}")
+    return ret
+
+
+def send_ctl(obj):
+    CTL.send(json.dumps(obj).encode())
+
+
+def fail(reason):
+    try:
+        send_ctl({"op": "error", "reason": reason[-4000:]})
+    finally:
+        os._exit(1)
+
+
+# --- 1. intercept the SDK's stdio transport so that initialisation stops at the fork point ----
+
+class _ForkPoint(BaseException):
+    pass
+
+
+CAPTURED = {}
+ORIGINAL = {}
+
+
+def install_intercepts():
+    import mcp.server.stdio as stdio
+    import mcp.server.lowlevel.server as lowlevel
+    from contextlib import asynccontextmanager
+
+    ORIGINAL["stdio_server"] = stdio.stdio_server
+    ORIGINAL["run"] = lowlevel.Server.run
+
+    @asynccontextmanager
+    async def fake_stdio_server(*args, **kwargs):
+        # The germline never touches its standard streams: hand out streams that nothing reads.
+        import anyio
+        send, recv = anyio.create_memory_object_stream(0)
+        send2, recv2 = anyio.create_memory_object_stream(0)
+        yield recv, send2
+
+    async def captured_run(self, read_stream, write_stream, initialization_options, *a, **kw):
+        # The server object is built and its handlers registered: this is the fork point.
+        CAPTURED["server"] = self
+        CAPTURED["options"] = initialization_options
+        CAPTURED["kwargs"] = kw
+        raise _ForkPoint()
+
+    lowlevel.Server.run = captured_run
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "stdio_server", None) is ORIGINAL["stdio_server"]:
+            try:
+                setattr(mod, "stdio_server", fake_stdio_server)
+            except (AttributeError, TypeError):
+                pass
+    stdio.stdio_server = fake_stdio_server
+
+
+def run_release_init():
+    entry = CONFIG["entry"]
+    sys.argv = [entry[0]] + entry[1:]
+    target = entry[0]
+    try:
+        if target == "-m":
+            import runpy
+            sys.argv = [entry[1]] + entry[2:]
+            runpy.run_module(entry[1], run_name="__main__", alter_sys=True)
+        else:
+            import importlib
+            mod_name, _, func = target.partition(":")
+            mod = importlib.import_module(mod_name)
+            obj = mod
+            for part in (func or "main").split("."):
+                obj = getattr(obj, part)
+            obj()
+    except _ForkPoint:
+        return
+    except SystemExit as e:
+        if "server" in CAPTURED:
+            return
+        fail(f"the release exited during initialisation: {e.code!r}")
+    if "server" not in CAPTURED:
+        fail("the release returned without starting an MCP stdio server")
+
+
+def settle():
+    # Wait for worker threads of the SDK to finish, then drop unreachable objects (and their
+    # descriptors) so that the outside checks G1-G3 can pass.
+    for t in threading.enumerate():
+        if t is not threading.current_thread():
+            t.join(timeout=2.0)
+    gc.collect()
+
+
+def warm():
+    # One synthetic session on public data: initialize and tools/list (docs/sandbox.md).
+    import anyio
+    from mcp.shared.message import SessionMessage
+    import mcp_types as types
+
+    async def session():
+        c2s_send, c2s_recv = anyio.create_memory_object_stream(16)
+        s2c_send, s2c_recv = anyio.create_memory_object_stream(16)
+        server = CAPTURED["server"]
+
+        def msg(obj):
+            return SessionMessage(types.JSONRPCMessage.model_validate(obj)) if hasattr(types.JSONRPCMessage, "model_validate") else SessionMessage(_adapter().validate_python(obj))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: ORIGINAL["run"](server, c2s_recv, s2c_send, CAPTURED["options"]))
+            await c2s_send.send(msg({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "germline-warm", "version": "0"}}}))
+            await s2c_recv.receive()
+            await c2s_send.send(msg({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            await c2s_send.send(msg({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+            await s2c_recv.receive()
+            tg.cancel_scope.cancel()
+
+    try:
+        anyio.run(session)
+        return True
+    except Exception:
+        return False
+
+
+def _adapter():
+    from pydantic import TypeAdapter
+    import mcp_types as types
+    return TypeAdapter(types.JSONRPCMessage)
+
+
+# --- 2. copies ----------------------------------------------------------------------------------
+
+def _last_cap():
+    # The highest capability the kernel knows (no /proc here): probe the bounding set.
+    last = 40
+    while libc.prctl(PR_CAPBSET_READ, last + 1, 0, 0, 0) >= 0:
+        last += 1
+    return last
+
+
+def drop_capabilities():
+    for cap in range(CAP_LAST + 1):
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)
+    data = (ctypes.c_uint32 * 6)(0, 0, 0, 0, 0, 0)
+    check(libc.syscall(SYS["capset"], header, data), "capset")
+
+
+def landlock_layer(cfg):
+    abi = libc.syscall(SYS_landlock_create_ruleset, None, 0, 1)
+    if abi < 1:
+        return
+    attr = (ctypes.c_uint64 * 3)(cfg["fs"], cfg["net"] if abi >= 4 else 0, cfg["scoped"] if abi >= 6 else 0)
+    size = 8 if abi < 4 else (16 if abi < 6 else 24)
+    fd = check(libc.syscall(SYS_landlock_create_ruleset, attr, size, 0), "landlock_create_ruleset")
+    for path, access in cfg["rules"]:
+        try:
+            pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            continue
+        if not os.path.isdir(path):
+            access &= FILE_RIGHTS  # a rule on a file may carry only file rights
+        access &= cfg["fs"]
+        rule = (ctypes.c_uint8 * 12)()
+        ctypes.memmove(rule, ctypes.c_uint64(access).value.to_bytes(8, "little") + pfd.to_bytes(4, "little", signed=True), 12)
+        check(libc.syscall(SYS_landlock_add_rule, fd, 1, rule, 0), f"landlock_add_rule {path}")
+        os.close(pfd)
+    check(libc.syscall(SYS_landlock_restrict_self, fd, 0), "landlock_restrict_self")
+    os.close(fd)
+
+
+def install_seccomp(program_hex):
+    prog = bytes.fromhex(program_hex)
+    buf = ctypes.create_string_buffer(prog, len(prog))
+
+    class Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = Fprog(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
+
+
+def recv_line(sock, fds_out):
+    data = b""
+    while not data.endswith(b"\n"):
+        msg, fds, _flags, _addr = socket.recv_fds(sock, 65536, 64)
+        if not msg:
+            os._exit(3)
+        fds_out.extend(fds)
+        data += msg
+    return json.loads(data)
+
+
+def copy_main(sock_fd, cmd):
+    # PID 1 of a fresh PID namespace. Fresh net, IPC, UTS and mount namespaces; no capabilities.
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    CTL.detach()
+    os.close(3)
+    check(libc.unshare(CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNS), "unshare")
+    name = b"copy"
+    check(libc.sethostname(name, len(name)), "sethostname")
+    drop_capabilities()
+    landlock_layer(cmd["landlock"])
+    install_seccomp(cmd["seccomp"])
+    sock = socket.socket(fileno=sock_fd)
+    sock.sendall(b'{"op":"ready"}\n')
+    fds = []
+    data = recv_line(sock, fds)
+    if data.get("op") != "data":
+        os._exit(4)
+    items = {}
+    for item, fd in zip(data.get("items", []), fds):
+        items[item["name"]] = fd
+    os.environ["GERMLINE_ITEM_FDS"] = json.dumps(items)
+    sock.sendall(b'{"op":"started"}\n')
+    # The copy socket becomes the server's standard input and output.
+    os.dup2(sock.fileno(), 0)
+    os.dup2(sock.fileno(), 1)
+    sock.close()
+    import anyio
+
+    async def serve():
+        async with ORIGINAL["stdio_server"]() as (read_stream, write_stream):
+            await ORIGINAL["run"](CAPTURED["server"], read_stream, write_stream, CAPTURED["options"])
+
+    try:
+        anyio.run(serve)
+    finally:
+        os._exit(0)
+
+
+def fork_loop():
+    global CAP_LAST
+    CAP_LAST = _last_cap()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # copies are reaped by the kernel
+    while True:
+        msg, fds, _flags, _addr = socket.recv_fds(CTL, 1 << 20, 4)
+        if not msg:
+            os._exit(0)
+        cmd = json.loads(msg)
+        if cmd.get("op") != "fork" or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            send_ctl({"op": "error", "reason": "expected a fork command with one descriptor"})
+            continue
+        # unshare(CLONE_NEWPID) works once per process: first point our children's PID namespace
+        # back at our own (setns on a pidfd of ourselves), then make a fresh one (DESIGN.md).
+        if cmd.get("pidns", True):
+            me = os.pidfd_open(os.getpid())
+            try:
+                check(libc.setns(me, CLONE_NEWPID), "setns(own pid ns)")
+            finally:
+                os.close(me)
+            check(libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+        pid = os.fork()
+        if pid == 0:
+            try:
+                copy_main(fds[0], cmd)
+            except BaseException:
+                import traceback
+                try:
+                    os.write(fds[0], (json.dumps({"op": "error", "reason": traceback.format_exc()[-4000:]}) + "\n").encode())
+                finally:
+                    os._exit(2)
+        os.close(fds[0])
+        if cmd.get("pidns", True):
+            me = os.pidfd_open(os.getpid())
+            try:
+                check(libc.setns(me, CLONE_NEWPID), "setns(own pid ns)")
+            finally:
+                os.close(me)
+        send_ctl({"op": "forked"})
+
+
+def main():
+    sys.path[:0] = CONFIG.get("path", [])
+    try:
+        install_intercepts()
+        run_release_init()
+        warmed = bool(CONFIG.get("warm")) and warm()
+        settle()
+    except SystemExit:
+        raise
+    except BaseException:
+        import traceback
+        fail(traceback.format_exc())
+    send_ctl({"op": "ready", "warm": warmed})
+    fork_loop()
+
+
+main()

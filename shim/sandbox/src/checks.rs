@@ -1,0 +1,288 @@
+//! The checks made from outside before every fork (G1-G3) and on every copy before it gets data
+//! (issue 4, item 3; paper A2, O1, O2). Each check returns the list of reasons it failed.
+
+use crate::procfs::{self, Fd, Namespaces};
+use crate::seccomp::Program;
+
+/// Device number of /dev/null (1:3).
+const DEV_NULL: (u32, u32) = (1, 3);
+
+/// What the shim knows of a germline independently of anything the germline says.
+#[derive(Debug, Clone)]
+pub struct GermlineFacts {
+    pub pid: i32,
+    pub ctl_inode: u64,
+    /// Mount id of the read-only rootfs in the germline's mount namespace, and its device.
+    pub rootfs_mnt_id: u64,
+    pub rootfs_dev: (u32, u32),
+    /// Mount ids of the /dev/null bind mount(s).
+    pub devnull_mnt_ids: Vec<u64>,
+}
+
+impl GermlineFacts {
+    /// Reads the germline's mounts once, right after it started (before release code could
+    /// change anything it cannot: it has no right to mount).
+    pub fn read(pid: i32, ctl_inode: u64) -> crate::Result<GermlineFacts> {
+        let mounts = procfs::mountinfo(pid)?;
+        let root = mounts
+            .iter()
+            .rev()
+            .find(|m| m.mount_point == "/")
+            .ok_or_else(|| crate::Error::Refused("the germline has no root mount".into()))?;
+        Ok(GermlineFacts {
+            pid,
+            ctl_inode,
+            rootfs_mnt_id: root.id,
+            rootfs_dev: root.dev,
+            devnull_mnt_ids: mounts
+                .iter()
+                .filter(|m| m.mount_point == "/dev/null")
+                .map(|m| m.id)
+                .collect(),
+        })
+    }
+
+    fn is_devnull(&self, f: &Fd) -> bool {
+        let is_chr = f.mode & libc::S_IFMT == libc::S_IFCHR;
+        is_chr
+            && procfs::major_minor(f.rdev) == DEV_NULL
+            && f.mnt_id.is_some_and(|m| self.devnull_mnt_ids.contains(&m))
+    }
+
+    fn is_rootfs_file(&self, f: &Fd) -> bool {
+        let kind = f.mode & libc::S_IFMT;
+        (kind == libc::S_IFREG || kind == libc::S_IFDIR)
+            && f.mnt_id == Some(self.rootfs_mnt_id)
+            && procfs::major_minor(f.dev) == self.rootfs_dev
+    }
+}
+
+fn status_field(st: &std::collections::BTreeMap<String, String>, key: &str) -> String {
+    st.get(key).cloned().unwrap_or_default()
+}
+
+/// G1-G3 on the germline. `cgroup_procs` and `cgroup_threads` are the host pids and tids the
+/// germline's cgroup holds.
+pub fn germline(
+    facts: &GermlineFacts,
+    cgroup_procs: &[i32],
+    cgroup_threads: &[i32],
+) -> Vec<String> {
+    let mut bad = Vec::new();
+    let pid = facts.pid;
+    // G1: one task in the cgroup, one thread.
+    if cgroup_procs != [pid] {
+        bad.push(format!("G1: the germline's cgroup holds processes {cgroup_procs:?}, not only the germline {pid}"));
+    }
+    if cgroup_threads.len() != 1 {
+        bad.push(format!(
+            "G1: the germline's cgroup holds {} threads",
+            cgroup_threads.len()
+        ));
+    }
+    match procfs::status(pid) {
+        Ok(st) => {
+            if status_field(&st, "Threads") != "1" {
+                bad.push(format!(
+                    "G1: the germline has {} threads",
+                    status_field(&st, "Threads")
+                ));
+            }
+        }
+        Err(e) => bad.push(format!("G1: cannot read the germline's status: {e}")),
+    }
+    // G2: descriptors.
+    match procfs::fds(pid) {
+        Ok(fds) => {
+            for f in &fds {
+                let ok = if f.num <= 2 {
+                    facts.is_devnull(f)
+                } else {
+                    (f.num == 3
+                        && f.ino == facts.ctl_inode
+                        && f.mode & libc::S_IFMT == libc::S_IFSOCK)
+                        || facts.is_devnull(f)
+                        || facts.is_rootfs_file(f)
+                };
+                if !ok {
+                    bad.push(format!("G2: descriptor {} is {} (not /dev/null, the control socket or a rootfs file)", f.num, f.target));
+                }
+            }
+            if !fds.iter().any(|f| f.num == 3 && f.ino == facts.ctl_inode) {
+                bad.push("G2: the control socket is not on descriptor 3".into());
+            }
+        }
+        Err(e) => bad.push(format!("G2: cannot list the germline's descriptors: {e}")),
+    }
+    // G3: shared mappings only of rootfs files.
+    bad.extend(shared_mappings(pid, facts.rootfs_dev, "G3"));
+    bad
+}
+
+fn shared_mappings(pid: i32, rootfs_dev: (u32, u32), tag: &str) -> Vec<String> {
+    match procfs::maps(pid) {
+        Ok(maps) => maps
+            .iter()
+            .filter(|m| m.perms.as_bytes().get(3) == Some(&b's'))
+            .filter(|m| !(m.dev == rootfs_dev && m.ino != 0 && !m.perms.contains('w')))
+            .map(|m| {
+                format!(
+                    "{tag}: shared mapping {} {} of {:?}",
+                    m.range, m.perms, m.path
+                )
+            })
+            .collect(),
+        Err(e) => vec![format!("{tag}: cannot read mappings: {e}")],
+    }
+}
+
+/// What the shim expects of a copy.
+#[derive(Debug)]
+pub struct CopyExpect<'a> {
+    pub pid: i32,
+    pub socket_inode: u64,
+    pub germline: &'a GermlineFacts,
+    pub germline_ns: &'a Namespaces,
+    pub others: &'a [Namespaces],
+    pub cgroup_rel: &'a str,
+    pub filters: &'a [Program],
+}
+
+/// The checks on a copy before it gets any data. Returns the copy's namespaces and the reasons
+/// for refusal (empty: the copy may receive data).
+pub fn copy(x: &CopyExpect<'_>) -> (Option<Namespaces>, Vec<String>) {
+    let mut bad = Vec::new();
+    let pid = x.pid;
+    match procfs::status(pid) {
+        Ok(st) => {
+            let f = |k: &str| status_field(&st, k);
+            if f("Threads") != "1" {
+                bad.push(format!("the copy has {} threads", f("Threads")));
+            }
+            if f("NSpid").split_whitespace().last() != Some("1") {
+                bad.push(format!(
+                    "the copy is not PID 1 of its PID namespace (NSpid {})",
+                    f("NSpid")
+                ));
+            }
+            for cap in ["CapEff", "CapPrm", "CapBnd", "CapInh", "CapAmb"] {
+                if !f(cap).trim_start_matches('0').is_empty() {
+                    bad.push(format!("{cap} is {}, not zero", f(cap)));
+                }
+            }
+            if f("NoNewPrivs") != "1" {
+                bad.push(format!("NoNewPrivs is {:?}", f("NoNewPrivs")));
+            }
+            if f("Seccomp") != "2" {
+                bad.push(format!("Seccomp mode is {:?}", f("Seccomp")));
+            }
+        }
+        Err(e) => bad.push(format!("cannot read the copy's status: {e}")),
+    }
+    match procfs::fds(pid) {
+        Ok(fds) => {
+            for f in &fds {
+                let sock = f.ino == x.socket_inode && f.mode & libc::S_IFMT == libc::S_IFSOCK;
+                if !(sock || x.germline.is_devnull(f)) {
+                    bad.push(format!(
+                        "descriptor {} is {} (only /dev/null and the copy socket may be open)",
+                        f.num, f.target
+                    ));
+                }
+            }
+            if !fds.iter().any(|f| f.ino == x.socket_inode) {
+                bad.push("the copy socket is not open in the copy".into());
+            }
+        }
+        Err(e) => bad.push(format!("cannot list the copy's descriptors: {e}")),
+    }
+    bad.extend(shared_mappings(pid, x.germline.rootfs_dev, "mapping"));
+    let ns = match Namespaces::of(pid) {
+        Ok(ns) => {
+            let shared = ns.shared_with(x.germline_ns);
+            if !shared.is_empty() {
+                bad.push(format!(
+                    "the copy shares its {} namespace(s) with the germline",
+                    shared.join(", ")
+                ));
+            }
+            for o in x.others {
+                let shared = ns.shared_with(o);
+                if !shared.is_empty() {
+                    bad.push(format!(
+                        "the copy shares its {} namespace(s) with a live copy",
+                        shared.join(", ")
+                    ));
+                }
+            }
+            Some(ns)
+        }
+        Err(e) => {
+            bad.push(format!("cannot read the copy's namespaces: {e}"));
+            None
+        }
+    };
+    match procfs::cgroups(pid) {
+        Ok(cg) => {
+            let want = format!("/{}", x.cgroup_rel);
+            for (ctrl, path) in &cg {
+                let relevant = ctrl.is_empty()
+                    && crate::cgroup::version() == crate::cgroup::Version::V2
+                    || ["pids", "memory", "freezer", "cpu"]
+                        .iter()
+                        .any(|c| ctrl.split(',').any(|x| x == *c));
+                if relevant && path != &want {
+                    bad.push(format!(
+                        "the copy's {ctrl:?} cgroup is {path}, not its own {want}"
+                    ));
+                }
+            }
+        }
+        Err(e) => bad.push(format!("cannot read the copy's cgroups: {e}")),
+    }
+    match read_seccomp_filters(pid) {
+        Ok(got) => {
+            if got.as_slice() != x.filters {
+                bad.push(format!(
+                    "the copy's seccomp filters ({} programs of {:?} instructions) differ from the expected ones ({} programs of {:?})",
+                    got.len(),
+                    got.iter().map(|p| p.0.len()).collect::<Vec<_>>(),
+                    x.filters.len(),
+                    x.filters.iter().map(|p| p.0.len()).collect::<Vec<_>>()
+                ));
+            }
+        }
+        Err(e) => bad.push(format!("cannot read the copy's seccomp filters: {e}")),
+    }
+    (ns, bad)
+}
+
+/// Reads every seccomp program of `pid` in index order (oldest first on this kernel) with `PTRACE_SECCOMP_GET_FILTER`.
+pub fn read_seccomp_filters(pid: i32) -> std::io::Result<Vec<Program>> {
+    use crate::sys;
+    const PTRACE_SECCOMP_GET_FILTER: libc::c_uint = 0x420c;
+    sys::ptrace(libc::PTRACE_SEIZE, pid, 0, 0)?;
+    let result = (|| {
+        sys::ptrace(libc::PTRACE_INTERRUPT, pid, 0, 0)?;
+        sys::waitpid(pid, libc::__WALL)?;
+        let mut out = Vec::new();
+        for index in 0..16usize {
+            let n = match sys::ptrace(PTRACE_SECCOMP_GET_FILTER, pid, index, 0) {
+                Ok(n) => usize::try_from(n).unwrap_or(0),
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => break,
+                Err(e) => return Err(e),
+            };
+            let mut buf = vec![0u8; n * 8];
+            sys::ptrace(
+                PTRACE_SECCOMP_GET_FILTER,
+                pid,
+                index,
+                buf.as_mut_ptr() as usize,
+            )?;
+            out.push(Program::from_bytes(&buf));
+        }
+        Ok(out)
+    })();
+    let _ = sys::ptrace(libc::PTRACE_DETACH, pid, 0, 0);
+    result
+}

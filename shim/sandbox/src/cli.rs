@@ -1,0 +1,354 @@
+//! The sandbox's commands: `germline start|status|stop|call RELEASE` and
+//! `germline sandbox-bench`. The `germline` binary only dispatches to [`run`].
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+use crate::germline::{Germline, Options};
+use crate::spec::{LaunchSpec, DEFAULT_PYTHON_ROOTFS};
+
+/// Where running germlines listen for `status`, `call` and `stop`.
+pub const RUN_DIR: &str = "/run/germline";
+
+/// The sandbox's subcommands (flattened into the `germline` command).
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start a release's germline (in the background unless --foreground).
+    Start(StartArgs),
+    /// Show a germline's checks (G1-G3), pool and copies.
+    Status(IdArgs),
+    /// Run one tool call in a fresh checked copy of a running germline.
+    Call(CallArgs),
+    /// Stop a germline: kill its copies and remove its cgroups.
+    Stop(IdArgs),
+    /// Measure fork-to-ready latency and private memory per copy (a benchmark, not a test).
+    SandboxBench(BenchArgs),
+}
+
+/// Which release to launch.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// A LaunchSpec JSON file, or `mcp-server-time` for the test rootfs of the setup script.
+    pub release: String,
+    /// Warm the germline with a synthetic session on public data before the fork point.
+    #[arg(long)]
+    pub warm: bool,
+}
+
+/// `germline start`.
+#[derive(Debug, Args)]
+pub struct StartArgs {
+    #[command(flatten)]
+    pub release: ReleaseArgs,
+    /// The germline's name (default: derived from the release).
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Pre-forked, checked, data-free copies to keep ready.
+    #[arg(long, default_value_t = 0)]
+    pub pool: usize,
+    /// Stay in the foreground.
+    #[arg(long)]
+    pub foreground: bool,
+}
+
+/// A running germline.
+#[derive(Debug, Args)]
+pub struct IdArgs {
+    /// The germline's name as given to `start`.
+    pub id: String,
+}
+
+/// `germline call`.
+#[derive(Debug, Args)]
+pub struct CallArgs {
+    pub id: String,
+    pub tool: String,
+    /// The tool's arguments as a JSON object.
+    #[arg(default_value = "{}")]
+    pub arguments: String,
+}
+
+/// `germline sandbox-bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub release: ReleaseArgs,
+    /// Copies to measure per mode.
+    #[arg(long, default_value_t = 50)]
+    pub n: usize,
+    /// The tool to call, and its arguments, for the command-to-answer figure.
+    #[arg(long, default_value = "get_current_time")]
+    pub tool: String,
+    #[arg(long, default_value = r#"{"timezone":"UTC"}"#)]
+    pub arguments: String,
+}
+
+fn load_spec(r: &ReleaseArgs) -> Result<LaunchSpec, String> {
+    let mut spec = if r.release == "mcp-server-time" {
+        LaunchSpec::mcp_server_time(PathBuf::from(DEFAULT_PYTHON_ROOTFS))
+    } else {
+        let text =
+            std::fs::read_to_string(&r.release).map_err(|e| format!("{}: {e}", r.release))?;
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", r.release))?
+    };
+    spec.warm |= r.warm;
+    Ok(spec)
+}
+
+fn sanitize(id: &str) -> Result<String, String> {
+    if !id.is_empty()
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        Ok(id.to_string())
+    } else {
+        Err(format!(
+            "bad germline id {id:?} (letters, digits, - and _ only)"
+        ))
+    }
+}
+
+fn socket_path(id: &str) -> PathBuf {
+    Path::new(RUN_DIR).join(format!("{id}.sock"))
+}
+
+/// Runs one sandbox command.
+pub fn run(cmd: Command) -> ExitCode {
+    let r = match cmd {
+        Command::Start(a) => start(a),
+        Command::Status(a) => request(&a.id, json!({"op": "status"})),
+        Command::Call(a) => serde_json::from_str::<Value>(&a.arguments)
+            .map_err(|e| format!("arguments: {e}"))
+            .and_then(|args| {
+                request(
+                    &a.id,
+                    json!({"op": "call", "tool": a.tool, "arguments": args}),
+                )
+            }),
+        Command::Stop(a) => request(&a.id, json!({"op": "stop"})),
+        Command::SandboxBench(a) => bench(a),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("germline: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn request(id: &str, msg: Value) -> Result<(), String> {
+    let id = sanitize(id)?;
+    let path = socket_path(&id);
+    let mut s = UnixStream::connect(&path)
+        .map_err(|e| format!("no germline {id} ({}: {e})", path.display()))?;
+    writeln!(s, "{msg}").map_err(|e| e.to_string())?;
+    let mut line = String::new();
+    BufReader::new(s)
+        .read_line(&mut line)
+        .map_err(|e| e.to_string())?;
+    let v: Value =
+        serde_json::from_str(&line).map_err(|e| format!("bad answer from the germline: {e}"))?;
+    println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    if msg.get("op").and_then(Value::as_str) == Some("stop") {
+        // The daemon removes its socket once every copy, cgroup and namespace is gone.
+        let t = Instant::now();
+        while path.exists() && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    if v.get("error").is_some() {
+        return Err("the request failed".into());
+    }
+    Ok(())
+}
+
+fn start(a: StartArgs) -> Result<(), String> {
+    let spec = load_spec(&a.release)?;
+    let default_id = Path::new(&a.release.release)
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("germline")
+        .to_string();
+    let id = sanitize(&a.id.unwrap_or(default_id))?;
+    std::fs::create_dir_all(RUN_DIR).map_err(|e| format!("{RUN_DIR}: {e}"))?;
+    let path = socket_path(&id);
+    if UnixStream::connect(&path).is_ok() {
+        return Err(format!("germline {id} is already running"));
+    }
+    if !a.foreground {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let log = std::fs::File::create(Path::new(RUN_DIR).join(format!("{id}.log")))
+            .map_err(|e| e.to_string())?;
+        let mut args = vec![
+            "start".to_string(),
+            a.release.release.clone(),
+            "--id".into(),
+            id.clone(),
+        ];
+        args.extend(["--pool".into(), a.pool.to_string(), "--foreground".into()]);
+        if a.release.warm {
+            args.push("--warm".into());
+        }
+        let mut child = std::process::Command::new(exe)
+            .args(&args)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("spawn: {e}"))?;
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(120) {
+            if UnixStream::connect(&path).is_ok() {
+                println!(
+                    "germline {id} started (pid {}); `germline status {id}`",
+                    child.id()
+                );
+                return Ok(());
+            }
+            if let Ok(Some(st)) = child.try_wait() {
+                let log = std::fs::read_to_string(Path::new(RUN_DIR).join(format!("{id}.log")))
+                    .unwrap_or_default();
+                return Err(format!("germline {id} failed to start ({st}): {log}"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        return Err(format!("germline {id} did not come up"));
+    }
+    let mut opts = Options::new(&id);
+    opts.pool = a.pool;
+    let mut g = Germline::start(spec, opts).map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    eprintln!(
+        "germline {id}: ready, pid {}, listening on {}",
+        g.pid(),
+        path.display()
+    );
+    for conn in listener.incoming() {
+        let Ok(conn) = conn else { continue };
+        let mut line = String::new();
+        let mut reader = BufReader::new(&conn);
+        if reader.read_line(&mut line).is_err() {
+            continue;
+        }
+        let req: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+        let (answer, stop) = serve_one(&mut g, &req);
+        let mut w = &conn;
+        let _ = writeln!(w, "{answer}");
+        if stop {
+            break;
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+    g.stop().map_err(|e| e.to_string())
+}
+
+fn serve_one(g: &mut Germline, req: &Value) -> (Value, bool) {
+    match req.get("op").and_then(Value::as_str) {
+        Some("status") => {
+            let st = g.status();
+            let mut v = serde_json::to_value(&st).unwrap_or(Value::Null);
+            v["g1_g3"] = json!(if st.checks.is_empty() { "pass" } else { "FAIL" });
+            v["pool_pids"] = json!(g.pool_pids());
+            v["live_copies"] = json!(g.copy_pids());
+            (v, false)
+        }
+        Some("call") => {
+            let tool = req.get("tool").and_then(Value::as_str).unwrap_or_default();
+            let args = req.get("arguments").cloned().unwrap_or(json!({}));
+            match g.call(&[], tool, args) {
+                Ok(r) => (json!({"result": r}), false),
+                Err(e) => (json!({"error": e.to_string()}), false),
+            }
+        }
+        Some("stop") => (json!({"stopped": true}), true),
+        _ => (json!({"error": "unknown request"}), false),
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round();
+    sorted[(i as usize).min(sorted.len() - 1)]
+}
+
+fn summary(name: &str, mut v: Vec<f64>) {
+    v.sort_by(f64::total_cmp);
+    println!(
+        "{name:<50} median {:>7.2} ms   p99 {:>7.2} ms",
+        percentile(&v, 0.5),
+        percentile(&v, 0.99),
+    );
+}
+
+/// One call with the timing split the benchmark reports: (request -> ready copy, request ->
+/// answer, private memory of the copy after serving).
+fn timed_call(g: &mut Germline, tool: &str, args: &Value) -> Result<(f64, f64, f64), String> {
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let t = Instant::now();
+    let mut c = g.copy().map_err(|e| e.to_string())?;
+    let ready = ms(t.elapsed());
+    let r = g
+        .prepare_copy(&mut c, &[])
+        .and_then(|()| c.deliver(&[]))
+        .and_then(|()| c.mcp_call(tool, args.clone()));
+    let answer = ms(t.elapsed());
+    let mem = c.private_memory().unwrap_or(0) as f64 / (1024.0 * 1024.0);
+    c.finish(r).map_err(|e| e.to_string())?;
+    g.refill_pool().map_err(|e| e.to_string())?;
+    Ok((ready, answer, mem))
+}
+
+fn bench(a: BenchArgs) -> Result<(), String> {
+    let spec = load_spec(&a.release)?;
+    let args: Value = serde_json::from_str(&a.arguments).map_err(|e| format!("arguments: {e}"))?;
+    for pool in [0usize, 2] {
+        let mut opts = Options::new(&format!("bench-{}-{pool}", std::process::id()));
+        opts.pool = pool;
+        let mut g = Germline::start(spec.clone(), opts).map_err(|e| e.to_string())?;
+        if pool == 0 {
+            println!(
+                "germline pid {} (warm: {}), {} calls per mode",
+                g.pid(),
+                g.warmed(),
+                a.n
+            );
+        }
+        let (mut ready, mut answer, mut mem) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..a.n {
+            let (r, t, m) = timed_call(&mut g, &a.tool, &args)?;
+            ready.push(r);
+            answer.push(t);
+            mem.push(m);
+        }
+        let mode = if pool == 0 {
+            "no pool".to_string()
+        } else {
+            format!("pool of {pool}")
+        };
+        summary(
+            &format!("fork command -> checked copy ready ({mode})"),
+            ready,
+        );
+        summary(&format!("command -> answer of {} ({mode})", a.tool), answer);
+        mem.sort_by(f64::total_cmp);
+        println!(
+            "{:<50} median {:>7.2} MiB  max {:>6.2} MiB",
+            format!("private memory of a live copy ({mode})"),
+            percentile(&mem, 0.5),
+            percentile(&mem, 1.0)
+        );
+        g.stop().map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}

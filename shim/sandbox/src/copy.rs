@@ -1,0 +1,275 @@
+//! One confined copy: its channel, its cgroup and its absolute deadline (issue 4, item 5).
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::cgroup::Cgroup;
+use crate::error::{Error, Result};
+use crate::procfs::Namespaces;
+use crate::sys;
+
+/// The largest message we accept from a copy before calling it malformed.
+const MAX_LINE: usize = 16 << 20;
+
+/// A live copy. Dropping it kills it with all its descendants.
+#[derive(Debug)]
+pub struct Copy {
+    pid: i32,
+    sock: OwnedFd,
+    cgroup: Cgroup,
+    fork_at: Instant,
+    ready_at: Option<Instant>,
+    deadline: Instant,
+    buf: Vec<u8>,
+    ns: Option<Namespaces>,
+    next_id: u64,
+    dead: bool,
+    sweep: bool,
+    initialized: bool,
+}
+
+impl Copy {
+    pub(crate) fn new(
+        pid: i32,
+        sock: OwnedFd,
+        cgroup: Cgroup,
+        fork_at: Instant,
+        deadline: Instant,
+    ) -> Copy {
+        Copy {
+            pid,
+            sock,
+            cgroup,
+            fork_at,
+            ready_at: None,
+            deadline,
+            buf: Vec::new(),
+            ns: None,
+            next_id: 1,
+            dead: false,
+            sweep: true,
+            initialized: false,
+        }
+    }
+
+    /// Host pid of the copy (PID 1 of its own namespace).
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// The copy's cgroup.
+    pub fn cgroup(&self) -> &Cgroup {
+        &self.cgroup
+    }
+
+    /// The copy's namespaces as read by the checks.
+    pub fn namespaces(&self) -> Option<&Namespaces> {
+        self.ns.as_ref()
+    }
+
+    pub(crate) fn set_namespaces(&mut self, ns: Option<Namespaces>) {
+        self.ns = ns;
+    }
+
+    pub(crate) fn set_sweep(&mut self, sweep: bool) {
+        self.sweep = sweep;
+    }
+
+    pub(crate) fn mark_ready(&mut self) {
+        self.ready_at = Some(Instant::now());
+    }
+
+    pub(crate) fn restart_deadline(&mut self, d: Duration) {
+        self.deadline = Instant::now() + d;
+    }
+
+    /// Time from the fork command to a checked copy ready for data.
+    pub fn fork_to_ready(&self) -> Option<Duration> {
+        self.ready_at.map(|r| r - self.fork_at)
+    }
+
+    /// The copy's absolute deadline (monotonic), shared with the broker.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Private memory of the copy in bytes (Private_Clean + Private_Dirty of smaps_rollup).
+    pub fn private_memory(&self) -> Option<u64> {
+        let s = std::fs::read_to_string(format!("/proc/{}/smaps_rollup", self.pid)).ok()?;
+        let kb: u64 = s
+            .lines()
+            .filter(|l| l.starts_with("Private_Clean:") || l.starts_with("Private_Dirty:"))
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+            })
+            .sum();
+        Some(kb * 1024)
+    }
+
+    fn send_line(&self, v: &Value, fds: &[i32]) -> Result<()> {
+        let mut line = v.to_string().into_bytes();
+        line.push(b'\n');
+        let mut sent = sys::send_with_fds(self.sock.as_raw_fd(), &line, fds)
+            .map_err(|e| Error::Crashed(format!("send: {e}")))?;
+        while sent < line.len() {
+            sent += sys::send_with_fds(self.sock.as_raw_fd(), &line[sent..], &[])
+                .map_err(|e| Error::Crashed(format!("send: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// Reads one newline-terminated JSON message, before the deadline.
+    pub fn recv_json(&mut self) -> Result<Value> {
+        loop {
+            if let Some(pos) = self.buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=pos).collect();
+                return serde_json::from_slice(&line)
+                    .map_err(|e| Error::Malformed(format!("not JSON: {e}")));
+            }
+            if self.buf.len() > MAX_LINE {
+                return Err(Error::Malformed("a message longer than 16 MiB".into()));
+            }
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Deadline);
+            }
+            let ms = i32::try_from(left.as_millis().max(1)).unwrap_or(i32::MAX);
+            if !sys::poll_readable(self.sock.as_raw_fd(), ms)
+                .map_err(|e| Error::sys("poll copy", e))?
+            {
+                return Err(Error::Deadline);
+            }
+            let mut chunk = vec![0u8; 1 << 16];
+            let n = sys::recv(self.sock.as_raw_fd(), &mut chunk)
+                .map_err(|e| Error::Crashed(format!("recv: {e}")))?;
+            if n == 0 {
+                return Err(Error::Crashed("the copy closed its channel".into()));
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Sends the items (those in the view with contents, the others empty) as memfds.
+    pub fn deliver(&mut self, items: &[(String, Vec<u8>, bool)]) -> Result<()> {
+        if items.len() > 64 {
+            return Err(Error::Spec(format!(
+                "{} items: at most 64 per copy",
+                items.len()
+            )));
+        }
+        let mut fds = Vec::new();
+        let mut names = Vec::new();
+        for (name, contents, in_view) in items {
+            let c = CString::new(name.as_str()).map_err(|_| Error::Spec("item name".into()))?;
+            let fd = sys::memfd(&c).map_err(|e| Error::sys("memfd_create", e))?;
+            if *in_view {
+                sys::write_all_raw(fd.as_raw_fd(), contents)
+                    .map_err(|e| Error::sys("write memfd", e))?;
+            }
+            fds.push(fd);
+            names.push(json!({"name": name}));
+        }
+        let raw: Vec<i32> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+        self.send_line(&json!({"op": "data", "items": names}), &raw)?;
+        drop(fds);
+        let ack = self.recv_json()?;
+        if ack.get("op").and_then(Value::as_str) != Some("started") {
+            return Err(Error::Malformed(format!("expected started, got {ack}")));
+        }
+        Ok(())
+    }
+
+    /// Sends one JSON-RPC request and waits for its response, skipping notifications. Every
+    /// wait is bounded by the copy's one deadline, however many messages it sends.
+    pub fn request(&mut self, method: &str, params: Value) -> Result<Value> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send_line(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+            &[],
+        )?;
+        loop {
+            let msg = self.recv_json()?;
+            if !msg.is_object() || msg.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+                return Err(Error::Malformed("not a JSON-RPC 2.0 message".into()));
+            }
+            if msg.get("id").and_then(Value::as_u64) == Some(id) && msg.get("method").is_none() {
+                if let Some(err) = msg.get("error") {
+                    return Err(Error::Protocol(format!("{method} failed: {err}")));
+                }
+                return msg
+                    .get("result")
+                    .cloned()
+                    .ok_or_else(|| Error::Malformed("a response without result".into()));
+            }
+        }
+    }
+
+    /// Sends a JSON-RPC notification.
+    pub fn notify(&mut self, method: &str) -> Result<()> {
+        self.send_line(&json!({"jsonrpc": "2.0", "method": method}), &[])
+    }
+
+    /// The MCP session of one call: initialize and initialized (once per copy), tools/call.
+    pub fn mcp_call(&mut self, tool: &str, arguments: Value) -> Result<Value> {
+        if !self.initialized {
+            self.request(
+                "initialize",
+                json!({
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "germline-shim", "version": env!("CARGO_PKG_VERSION")}
+                }),
+            )?;
+            self.notify("notifications/initialized")?;
+            self.initialized = true;
+        }
+        self.request("tools/call", json!({"name": tool, "arguments": arguments}))
+    }
+
+    /// Ends the call: kills the copy, and turns a broken channel into the real reason (memory
+    /// limit, deadline) where the kernel says so.
+    pub fn finish(mut self, result: Result<Value>) -> Result<Value> {
+        let oom_before_kill = self.cgroup.oom_kills();
+        let passed = Instant::now() >= self.deadline;
+        self.kill();
+        match result {
+            Err(_) if oom_before_kill > 0 => Err(Error::MemoryLimit),
+            Err(Error::Crashed(_)) if passed => Err(Error::Deadline),
+            other => other,
+        }
+    }
+
+    /// Kills the copy and every descendant (PID 1 of its namespace: they all die with it; the
+    /// cgroup is emptied too) and removes its cgroup.
+    pub fn kill(&mut self) {
+        if self.dead {
+            return;
+        }
+        self.dead = true;
+        // Never kill(0) or kill(-1): those mean our process group and everything.
+        if self.pid > 1 {
+            let _ = sys::kill(self.pid, libc::SIGKILL);
+        }
+        if self.sweep {
+            let _ = self.cgroup.destroy();
+        } else {
+            // Ablation: only the copy's own process dies; wait for it, leave the rest.
+            let t = Instant::now();
+            while crate::procfs::alive(self.pid) && t.elapsed() < Duration::from_secs(2) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+}
+
+impl Drop for Copy {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,49 @@
+//! The crate's one error type.
+
+/// Everything that can go wrong when creating, checking or running a germline and its copies.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{step}: {source}")]
+    Sys {
+        step: String,
+        source: std::io::Error,
+    },
+    #[error("cgroup: {0}")]
+    Cgroup(String),
+    #[error("the germline failed while starting ({step}): {source}")]
+    Start {
+        step: &'static str,
+        source: std::io::Error,
+    },
+    #[error("the germline's initialisation failed: {0}")]
+    Init(String),
+    #[error("release refused: {0}")]
+    Refused(String),
+    #[error("copy refused before it got data: {0}")]
+    CopyRefused(String),
+    #[error("the copy passed its deadline and was killed with its descendants")]
+    Deadline,
+    #[error("the copy exceeded its memory limit and was killed")]
+    MemoryLimit,
+    #[error("the copy crashed or closed its channel: {0}")]
+    Crashed(String),
+    #[error("the copy sent a malformed message: {0}")]
+    Malformed(String),
+    #[error("protocol: {0}")]
+    Protocol(String),
+    #[error("invalid launch spec: {0}")]
+    Spec(String),
+}
+
+impl Error {
+    /// Wraps an I/O error with the step that failed.
+    pub fn sys(step: impl Into<String>, source: std::io::Error) -> Error {
+        Error::Sys {
+            step: step.into(),
+            source,
+        }
+    }
+}
+
+/// The crate's result type.
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,605 @@
+//! A release's germline: started from a rootfs and a [`LaunchSpec`], checked (G1-G3) before
+//! every fork, frozen whenever it is not forking, and the source of confined copies.
+
+use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::cgroup::Cgroup;
+use crate::checks::{self, CopyExpect, GermlineFacts};
+use crate::copy::Copy;
+use crate::error::{Error, Result};
+use crate::landlock;
+use crate::launch::{self, Prepared};
+use crate::mounts::{CopyMounts, ItemFile};
+use crate::procfs::{self, Namespaces};
+use crate::seccomp::Program;
+use crate::spec::{Language, LaunchSpec};
+use crate::sys;
+
+/// The Python bootstrap, run with `python3 -c` so that it never has to exist in the rootfs.
+pub const PYTHON_BOOTSTRAP: &str = include_str!("../bootstrap/python/germline_bootstrap.py");
+
+/// Host uid and gid that root inside every germline's user namespace maps to.
+pub const HOST_ID: u32 = 2_100_000;
+
+/// Switches that turn one mechanism off, for the tests that compare off and on (Table XII).
+#[derive(Debug, Clone, Default)]
+pub struct Ablation {
+    /// Skip the outside checks on copies (never in production).
+    pub skip_copy_checks: bool,
+    /// Skip G1-G3 (never in production).
+    pub skip_germline_checks: bool,
+    /// No Landlock ruleset on the germline.
+    pub no_landlock: bool,
+    /// Copies share the germline's PID namespace (O3 off).
+    pub no_pid_namespace: bool,
+    /// Kill only the copy's own process at the end, not what is left in its cgroup.
+    pub no_cgroup_sweep: bool,
+}
+
+/// Options of a germline beyond its launch spec.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// A name unique on this host (cgroup names derive from it).
+    pub id: String,
+    /// Pre-forked, checked, data-free copies to keep ready.
+    pub pool: usize,
+    /// Ablations for tests.
+    pub ablation: Ablation,
+    /// Bootstrap source (tests substitute a tampered one to show that the checks catch it).
+    pub bootstrap: String,
+}
+
+impl Options {
+    /// Defaults for `id`.
+    pub fn new(id: &str) -> Options {
+        Options {
+            id: id.to_string(),
+            pool: 0,
+            ablation: Ablation::default(),
+            bootstrap: PYTHON_BOOTSTRAP.to_string(),
+        }
+    }
+}
+
+/// A live germline.
+#[derive(Debug)]
+pub struct Germline {
+    pub spec: LaunchSpec,
+    opts: Options,
+    keeper: i32,
+    pid: i32,
+    ctl: OwnedFd,
+    facts: GermlineFacts,
+    ns: Namespaces,
+    base_rel: String,
+    cgroup: Cgroup,
+    copies_made: u64,
+    pool: VecDeque<Copy>,
+    warm: bool,
+    copy_landlock: Value,
+    stopped: bool,
+    /// Set once the release failed a check: it stays refused.
+    refused: Option<String>,
+}
+
+/// What `germline status` shows.
+#[derive(Debug, Serialize)]
+pub struct Status {
+    pub id: String,
+    pub pid: i32,
+    pub frozen: bool,
+    pub warm: bool,
+    pub checks: Vec<String>,
+    pub pool: usize,
+    pub copies_made: u64,
+    pub refused: Option<String>,
+}
+
+impl Germline {
+    /// Creates the germline container and runs the release's initialisation up to its fork
+    /// point. Fails with [`Error::Refused`] for runtimes that can never pass G1.
+    pub fn start(spec: LaunchSpec, opts: Options) -> Result<Germline> {
+        if spec.language == Language::Node {
+            return Err(Error::Refused(
+                "Node.js starts threads before any fork point, so its germline can never pass G1 \
+                 (one thread); run it in a mode with a fresh process per call (Fresh+IFC) instead"
+                    .into(),
+            ));
+        }
+        let base_rel = format!("germline/{}", opts.id);
+        let cgroup = Cgroup::create(&format!("{base_rel}/init"))?;
+        match Self::start_in(spec, opts, base_rel.clone(), cgroup) {
+            Ok(g) => Ok(g),
+            Err(e) => {
+                Cgroup::remove_parent(&base_rel);
+                Err(e)
+            }
+        }
+    }
+
+    fn start_in(
+        spec: LaunchSpec,
+        opts: Options,
+        base_rel: String,
+        cgroup: Cgroup,
+    ) -> Result<Germline> {
+        let fail = |e: Error, cg: &Cgroup| {
+            let _ = cg.destroy();
+            e
+        };
+        let config = json!({"path": spec.module_path, "entry": spec.entry, "warm": spec.warm});
+        let argv = vec![
+            spec.interpreter.clone(),
+            "-I".into(),
+            "-B".into(),
+            "-c".into(),
+            opts.bootstrap.clone(),
+            config.to_string(),
+        ];
+        let mut env = vec![
+            "PATH=/usr/bin:/bin".to_string(),
+            "HOME=/".into(),
+            "LANG=C.UTF-8".into(),
+            "TZ=UTC".into(),
+            // Numeric libraries pinned to one thread: their pools would fail G1.
+            "OMP_NUM_THREADS=1".into(),
+            "OPENBLAS_NUM_THREADS=1".into(),
+            "MKL_NUM_THREADS=1".into(),
+            "NUMEXPR_NUM_THREADS=1".into(),
+            "PYTHONDONTWRITEBYTECODE=1".into(),
+        ];
+        env.extend(spec.env.iter().cloned());
+        let mut prepared = Prepared::new(
+            &spec.rootfs,
+            &spec.workdir,
+            &spec.readable_paths,
+            spec.scratch,
+            &spec.interpreter,
+            &argv,
+            &env,
+        )
+        .map_err(|e| fail(e, &cgroup))?;
+        if opts.ablation.no_landlock {
+            prepared.without_landlock();
+        }
+        cgroup
+            .set_limits(
+                spec.limits.memory_bytes.saturating_mul(4),
+                spec.limits.pids,
+                100,
+            )
+            .map_err(|e| fail(e, &cgroup))?;
+        let started = launch::start(&prepared, HOST_ID, HOST_ID, &|pid| cgroup.add(pid))
+            .map_err(|e| fail(e, &cgroup))?;
+        let mut g = Germline {
+            keeper: started.keeper,
+            pid: started.pid,
+            facts: GermlineFacts {
+                pid: started.pid,
+                ctl_inode: started.ctl_inode,
+                rootfs_mnt_id: 0,
+                rootfs_dev: (0, 0),
+                devnull_mnt_ids: vec![],
+            },
+            ctl: started.ctl,
+            ns: Namespaces::default(),
+            base_rel,
+            cgroup,
+            copies_made: 0,
+            pool: VecDeque::new(),
+            warm: false,
+            copy_landlock: Value::Null,
+            stopped: false,
+            refused: None,
+            spec,
+            opts,
+        };
+        // From here on, dropping `g` kills and removes everything.
+        g.facts = GermlineFacts::read(g.pid, started.ctl_inode)?;
+        g.ns = Namespaces::of(g.pid)?;
+        g.copy_landlock = g.copy_landlock_config();
+        let deadline = Instant::now() + Duration::from_millis(g.spec.limits.init_timeout_ms);
+        let msg = g.recv_ctl(deadline)?;
+        match msg.get("op").and_then(Value::as_str) {
+            Some("ready") => g.warm = msg.get("warm").and_then(Value::as_bool).unwrap_or(false),
+            Some("error") => {
+                let reason = msg
+                    .get("reason")
+                    .and_then(Value::as_str)
+                    .unwrap_or("?")
+                    .to_string();
+                return Err(Error::Init(reason));
+            }
+            _ => return Err(Error::Protocol(format!("unexpected first message {msg}"))),
+        }
+        g.cgroup.set_frozen(true)?;
+        g.refill_pool()?;
+        Ok(g)
+    }
+
+    fn copy_landlock_config(&self) -> Value {
+        let abi = landlock::abi();
+        let all = landlock::all_fs_rights(abi);
+        let mut rules: Vec<Value> = self
+            .spec
+            .readable_paths
+            .iter()
+            .map(|p| json!([p, landlock::READ]))
+            .collect();
+        rules.push(json!(["/dev/null", landlock::READ_WRITE_FILE]));
+        for d in ["/dev/zero", "/dev/urandom", "/dev/random"] {
+            rules.push(json!([d, landlock::READ & !(1 << 3)]));
+        }
+        // As in the germline's layer: /run holds the mount points of items and scratch.
+        rules.push(json!([
+            "/run",
+            if self.spec.scratch {
+                all
+            } else {
+                landlock::READ
+            }
+        ]));
+        json!({"fs": all, "net": 3, "scoped": 3, "rules": rules})
+    }
+
+    /// Host pids of the pool's copies.
+    pub fn pool_pids(&self) -> Vec<i32> {
+        self.pool.iter().map(Copy::pid).collect()
+    }
+
+    /// Host pids of every live copy (pool included).
+    pub fn copy_pids(&self) -> Vec<i32> {
+        self.live_children()
+    }
+
+    /// Host pid of the germline process.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// The germline's namespaces.
+    pub fn namespaces(&self) -> &Namespaces {
+        &self.ns
+    }
+
+    /// Whether the synthetic warming session ran.
+    pub fn warmed(&self) -> bool {
+        self.warm
+    }
+
+    /// Copies in the pool.
+    pub fn pool_len(&self) -> usize {
+        self.pool.len()
+    }
+
+    /// The cgroup of the germline.
+    pub fn cgroup(&self) -> &Cgroup {
+        &self.cgroup
+    }
+
+    fn recv_ctl(&self, deadline: Instant) -> Result<Value> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
+        if !sys::poll_readable(self.ctl.as_raw_fd(), ms)
+            .map_err(|e| Error::sys("poll control socket", e))?
+        {
+            return Err(Error::Protocol(
+                "the germline did not answer in time".into(),
+            ));
+        }
+        let mut buf = vec![0u8; 1 << 16];
+        let n = sys::recv(self.ctl.as_raw_fd(), &mut buf)
+            .map_err(|e| Error::sys("recv control socket", e))?;
+        if n == 0 {
+            return Err(Error::Init("the germline exited".into()));
+        }
+        serde_json::from_slice(&buf[..n])
+            .map_err(|e| Error::Protocol(format!("malformed control message: {e}")))
+    }
+
+    /// G1-G3, read from outside. Empty: the germline may fork.
+    pub fn check(&self) -> Vec<String> {
+        let procs = self.cgroup.procs().unwrap_or_default();
+        let threads = self.cgroup.threads().unwrap_or_default();
+        checks::germline(&self.facts, &procs, &threads)
+    }
+
+    /// Host pids of the germline's live children (its copies).
+    fn live_children(&self) -> Vec<i32> {
+        procfs::children(self.pid)
+            .into_iter()
+            .filter(|k| procfs::alive(*k))
+            .collect()
+    }
+
+    /// Processes of this germline's user namespace other than the germline and its pool: what a
+    /// finished call left behind (O3).
+    pub fn stray_processes(&self) -> Vec<i32> {
+        let keep: Vec<i32> = std::iter::once(self.pid)
+            .chain(self.pool.iter().map(Copy::pid))
+            .collect();
+        let mut out = Vec::new();
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return out;
+        };
+        for e in dir.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            if keep.contains(&pid) || pid == self.keeper || !procfs::alive(pid) {
+                continue;
+            }
+            if Namespaces::of(pid).is_ok_and(|ns| ns.user == self.ns.user) {
+                out.push(pid);
+            }
+        }
+        out
+    }
+
+    /// Status for `germline status`.
+    pub fn status(&self) -> Status {
+        Status {
+            id: self.opts.id.clone(),
+            pid: self.pid,
+            frozen: self.cgroup.is_frozen(),
+            warm: self.warm,
+            checks: self.check(),
+            pool: self.pool.len(),
+            copies_made: self.copies_made,
+            refused: self.refused.clone(),
+        }
+    }
+
+    /// Forks pool copies up to the configured size. Only between calls: no copy holds data.
+    pub fn refill_pool(&mut self) -> Result<()> {
+        while self.pool.len() < self.opts.pool {
+            let c = self.fork_copy()?;
+            self.pool.push_back(c);
+        }
+        Ok(())
+    }
+
+    /// A checked, data-free copy: from the pool if one is ready, else freshly forked.
+    pub fn copy(&mut self) -> Result<Copy> {
+        match self.pool.pop_front() {
+            Some(mut c) => {
+                // A pool copy's deadline starts when it is handed out for a call.
+                c.restart_deadline(self.spec.limits.deadline());
+                Ok(c)
+            }
+            None => self.fork_copy(),
+        }
+    }
+
+    /// Forks one copy, confines it and checks it from outside (issue 4, items 3 and 4). A
+    /// release whose germline or copy fails a check is refused from then on.
+    pub fn fork_copy(&mut self) -> Result<Copy> {
+        if let Some(reason) = &self.refused {
+            return Err(Error::Refused(reason.clone()));
+        }
+        let r = self.fork_and_check();
+        if let Err(Error::Refused(reason)) = &r {
+            self.refused = Some(reason.clone());
+        }
+        r
+    }
+
+    fn fork_and_check(&mut self) -> Result<Copy> {
+        if !self.opts.ablation.skip_germline_checks {
+            let bad = self.check();
+            if !bad.is_empty() {
+                return Err(Error::Refused(bad.join("; ")));
+            }
+        }
+        // Every live copy is a child of the germline: note them before the fork (the germline
+        // is frozen, so the list cannot change under us).
+        let before: Vec<i32> = self.live_children();
+        let (shim_end, copy_end) =
+            sys::socketpair(libc::SOCK_STREAM).map_err(|e| Error::sys("socketpair", e))?;
+        let socket_inode = {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(format!("/proc/self/fd/{}", copy_end.as_raw_fd()))
+                .map_err(|e| Error::sys("stat copy socket", e))?
+                .ino()
+        };
+        let n = self.copies_made;
+        self.copies_made += 1;
+        let cg = Cgroup::create(&format!("{}/copy-{n}", self.base_rel))?;
+        if let Err(e) = cg.set_limits(
+            self.spec.limits.memory_bytes,
+            self.spec.limits.pids,
+            self.spec.limits.cpu_percent,
+        ) {
+            let _ = cg.destroy();
+            return Err(e);
+        }
+        let fork_at = Instant::now();
+        let deadline = fork_at + self.spec.limits.deadline();
+        let cmd = json!({
+            "op": "fork",
+            "seccomp": Program::copy().to_hex(),
+            "landlock": self.copy_landlock,
+            "pidns": !self.opts.ablation.no_pid_namespace,
+        });
+        let r = (|| -> Result<i32> {
+            self.cgroup.set_frozen(false)?;
+            sys::send_with_fds(
+                self.ctl.as_raw_fd(),
+                cmd.to_string().as_bytes(),
+                &[copy_end.as_raw_fd()],
+            )
+            .map_err(|e| Error::sys("send fork command", e))?;
+            let reply = self.recv_ctl(Instant::now() + Duration::from_secs(10))?;
+            if reply.get("op").and_then(Value::as_str) != Some("forked") {
+                return Err(Error::Refused(format!(
+                    "the germline did not fork: {reply}"
+                )));
+            }
+            // The copy is the germline's new child; find it ourselves (trust nothing it says).
+            let new: Vec<i32> = self
+                .live_children()
+                .into_iter()
+                .filter(|k| !before.contains(k))
+                .collect();
+            let [pid] = new[..] else {
+                return Err(Error::Refused(format!(
+                    "expected one new child of the germline, found {new:?}"
+                )));
+            };
+            cg.add(pid)?;
+            // Start freezing the germline now; it completes while the copy confines itself
+            // and is confirmed before the copy is declared ready for data.
+            self.cgroup.request_frozen(true)?;
+            Ok(pid)
+        })();
+        drop(copy_end);
+        let pid = match r {
+            Ok(pid) => pid,
+            Err(e) => {
+                // A copy that died at once may have said why (untrusted, for the report only).
+                let mut probe = Copy::new(
+                    0,
+                    shim_end,
+                    Cgroup::create(&format!("{}/probe", self.base_rel))?,
+                    fork_at,
+                    Instant::now() + Duration::from_millis(200),
+                );
+                let said = probe
+                    .recv_json()
+                    .ok()
+                    .and_then(|v| v.get("reason").and_then(Value::as_str).map(str::to_string));
+                let _ = probe.cgroup().destroy();
+                let e = match said {
+                    Some(s) => Error::Refused(format!("{e}; the copy said: {s}")),
+                    None => e,
+                };
+                let _ = cg.destroy();
+                let _ = self.cgroup.set_frozen(true);
+                return Err(e);
+            }
+        };
+        let mut copy = Copy::new(pid, shim_end, cg, fork_at, deadline);
+        copy.set_sweep(!self.opts.ablation.no_cgroup_sweep);
+        let r = (|| -> Result<()> {
+            let ready = copy.recv_json()?;
+            if ready.get("op").and_then(Value::as_str) != Some("ready") {
+                return Err(Error::CopyRefused(format!("expected ready, got {ready}")));
+            }
+            if !self.opts.ablation.skip_copy_checks {
+                // The namespaces of every other live copy, read now (inode numbers of dead
+                // namespaces are reused, so remembered ones would be wrong).
+                let others: Vec<Namespaces> = self
+                    .live_children()
+                    .into_iter()
+                    .filter(|k| *k != pid)
+                    .filter_map(|k| Namespaces::of(k).ok())
+                    .collect();
+                // PTRACE_SECCOMP_GET_FILTER numbers the programs from the first installed.
+                let filters = [Program::germline(), Program::copy()];
+                let (ns, bad) = checks::copy(&CopyExpect {
+                    pid,
+                    socket_inode,
+                    germline: &self.facts,
+                    germline_ns: &self.ns,
+                    others: &others,
+                    cgroup_rel: copy.cgroup().rel(),
+                    filters: &filters,
+                });
+                if !bad.is_empty() {
+                    return Err(Error::CopyRefused(bad.join("; ")));
+                }
+                copy.set_namespaces(ns);
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            copy.kill();
+            return Err(match e {
+                Error::CopyRefused(s) => Error::Refused(format!("a copy failed its checks: {s}")),
+                other => other,
+            });
+        }
+        if let Err(e) = self.cgroup.set_frozen(true) {
+            copy.kill();
+            return Err(e);
+        }
+        copy.mark_ready();
+        Ok(copy)
+    }
+
+    /// Mounts the copy's private procfs, scratch and items, then delivers the items.
+    pub fn prepare_copy(&self, copy: &mut Copy, items: &[(String, Vec<u8>, bool)]) -> Result<()> {
+        let mut files = Vec::new();
+        for (name, contents, in_view) in items {
+            if name.is_empty() || name.contains('/') || name.starts_with('.') || name.contains('\0')
+            {
+                return Err(Error::Spec(format!("bad item name {name:?}")));
+            }
+            files.push(ItemFile {
+                path: std::ffi::CString::new(format!("/run/items/{name}"))
+                    .map_err(|_| Error::Spec("item name".into()))?,
+                contents: if *in_view {
+                    contents.clone()
+                } else {
+                    Vec::new()
+                },
+            });
+        }
+        let scratch = self.spec.scratch.then_some(16u64 << 20);
+        CopyMounts::new(copy.pid(), scratch, files)?.apply()
+    }
+
+    /// One call: a checked copy, its mounts and items, the MCP request, the answer. The copy is
+    /// killed afterwards with all its descendants, whatever happened.
+    pub fn call(
+        &mut self,
+        items: &[(String, Vec<u8>, bool)],
+        tool: &str,
+        arguments: Value,
+    ) -> Result<Value> {
+        let mut copy = self.copy()?;
+        let result = (|| {
+            self.prepare_copy(&mut copy, items)?;
+            copy.deliver(items)?;
+            copy.mcp_call(tool, arguments)
+        })();
+        let result = copy.finish(result);
+        self.refill_pool()?;
+        result
+    }
+
+    /// Stops the germline: kills its copies, the germline and its keeper, removes its cgroups.
+    pub fn stop(&mut self) -> Result<()> {
+        if self.stopped {
+            return Ok(());
+        }
+        self.stopped = true;
+        while let Some(mut c) = self.pool.pop_front() {
+            c.kill();
+        }
+        let _ = sys::kill(self.pid, libc::SIGKILL);
+        let _ = self.cgroup.set_frozen(false);
+        let r = self.cgroup.destroy();
+        // Whatever an ablated run left behind in copy cgroups goes too.
+        for rel in Cgroup::children(&self.base_rel) {
+            if let Ok(cg) = Cgroup::create(&rel) {
+                let _ = cg.destroy();
+            }
+        }
+        let _ = sys::kill(self.keeper, libc::SIGKILL);
+        let _ = sys::waitpid(self.keeper, 0);
+        Cgroup::remove_parent(&self.base_rel);
+        r
+    }
+}
+
+impl Drop for Germline {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}

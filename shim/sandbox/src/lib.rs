@@ -1,0 +1,29 @@
+//! germline-sandbox: the germline container and its confined copies (issue 4).
+//!
+//! * [`Germline::start`] builds the germline from a rootfs and a [`LaunchSpec`]
+//!   ([`launch`]: namespaces, read-only root, Landlock, seccomp) and runs the release's
+//!   initialisation through a language bootstrap up to its fork point.
+//! * [`Germline::copy`] checks G1-G3 ([`checks`]), forks a copy, moves it to its own cgroup,
+//!   checks it from outside and hands it back ready for data.
+//! * [`Germline::call`] runs one MCP call in a fresh copy and kills it afterwards.
+//!
+//! See docs/sandbox.md.
+
+pub mod cgroup;
+pub mod checks;
+pub mod cli;
+pub mod copy;
+mod error;
+pub mod germline;
+pub mod landlock;
+pub mod launch;
+pub mod mounts;
+pub mod procfs;
+pub mod seccomp;
+pub mod spec;
+pub mod sys;
+
+pub use copy::Copy;
+pub use error::{Error, Result};
+pub use germline::{Ablation, Germline, Options};
+pub use spec::{Language, LaunchSpec, Limits};

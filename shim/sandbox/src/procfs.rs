@@ -1,0 +1,242 @@
+//! Reading a process from outside through the host's /proc. Nothing the germline or a copy
+//! says about itself counts; these readings are what the checks judge.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+
+use crate::error::{Error, Result};
+
+fn read(path: &str) -> Result<String> {
+    fs::read_to_string(path).map_err(|e| Error::sys(format!("read {path}"), e))
+}
+
+/// `/proc/PID/status` as key -> value.
+pub fn status(pid: i32) -> Result<BTreeMap<String, String>> {
+    let s = read(&format!("/proc/{pid}/status"))?;
+    Ok(s.lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect())
+}
+
+/// The namespace inode numbers of a process.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Namespaces {
+    pub pid: u64,
+    pub net: u64,
+    pub ipc: u64,
+    pub uts: u64,
+    pub mnt: u64,
+    pub user: u64,
+}
+
+fn ns_inode(pid: i32, kind: &str) -> Result<u64> {
+    let p = format!("/proc/{pid}/ns/{kind}");
+    let m = fs::metadata(&p).map_err(|e| Error::sys(format!("stat {p}"), e))?;
+    Ok(m.ino())
+}
+
+impl Namespaces {
+    /// Reads the namespaces of `pid`.
+    pub fn of(pid: i32) -> Result<Namespaces> {
+        Ok(Namespaces {
+            pid: ns_inode(pid, "pid")?,
+            net: ns_inode(pid, "net")?,
+            ipc: ns_inode(pid, "ipc")?,
+            uts: ns_inode(pid, "uts")?,
+            mnt: ns_inode(pid, "mnt")?,
+            user: ns_inode(pid, "user")?,
+        })
+    }
+
+    /// Names of the namespaces (pid, net, ipc, uts, mnt) that `self` shares with `other`.
+    pub fn shared_with(&self, other: &Namespaces) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if self.pid == other.pid {
+            v.push("pid");
+        }
+        if self.net == other.net {
+            v.push("net");
+        }
+        if self.ipc == other.ipc {
+            v.push("ipc");
+        }
+        if self.uts == other.uts {
+            v.push("uts");
+        }
+        if self.mnt == other.mnt {
+            v.push("mnt");
+        }
+        v
+    }
+}
+
+/// One open descriptor of a process, judged by where its file lives.
+#[derive(Debug, Clone)]
+pub struct Fd {
+    pub num: i32,
+    pub target: String,
+    pub mnt_id: Option<u64>,
+    pub dev: u64,
+    pub ino: u64,
+    pub rdev: u64,
+    pub mode: u32,
+}
+
+/// Every open descriptor of `pid`.
+pub fn fds(pid: i32) -> Result<Vec<Fd>> {
+    let dir = format!("/proc/{pid}/fd");
+    let entries = fs::read_dir(&dir).map_err(|e| Error::sys(format!("list {dir}"), e))?;
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let Some(num) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let path = format!("{dir}/{num}");
+        let target = fs::read_link(&path)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // stat() follows the magic link to the open file itself.
+        let Ok(m) = fs::metadata(&path) else { continue };
+        let mnt_id = fs::read_to_string(format!("/proc/{pid}/fdinfo/{num}"))
+            .ok()
+            .and_then(|s| {
+                s.lines().find_map(|l| {
+                    l.strip_prefix("mnt_id:")
+                        .and_then(|v| v.trim().parse().ok())
+                })
+            });
+        out.push(Fd {
+            num,
+            target,
+            mnt_id,
+            dev: m.dev(),
+            ino: m.ino(),
+            rdev: m.rdev(),
+            mode: m.mode(),
+        });
+    }
+    out.sort_by_key(|f| f.num);
+    Ok(out)
+}
+
+/// One line of `/proc/PID/mountinfo`.
+#[derive(Debug, Clone)]
+pub struct Mount {
+    pub id: u64,
+    pub dev: (u32, u32),
+    pub mount_point: String,
+    pub fstype: String,
+}
+
+/// The mounts of `pid`'s mount namespace as it sees them.
+pub fn mountinfo(pid: i32) -> Result<Vec<Mount>> {
+    let s = read(&format!("/proc/{pid}/mountinfo"))?;
+    let mut out = Vec::new();
+    for l in s.lines() {
+        let f: Vec<&str> = l.split(' ').collect();
+        if f.len() < 10 {
+            continue;
+        }
+        let Some(sep) = f.iter().position(|x| *x == "-") else {
+            continue;
+        };
+        let dev = f[2]
+            .split_once(':')
+            .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)));
+        let (Ok(id), Some(dev)) = (f[0].parse(), dev) else {
+            continue;
+        };
+        out.push(Mount {
+            id,
+            dev,
+            mount_point: f[4].to_string(),
+            fstype: f.get(sep + 1).map(|s| s.to_string()).unwrap_or_default(),
+        });
+    }
+    Ok(out)
+}
+
+/// One line of `/proc/PID/maps`.
+#[derive(Debug, Clone)]
+pub struct Mapping {
+    pub range: String,
+    pub perms: String,
+    pub dev: (u32, u32),
+    pub ino: u64,
+    pub path: String,
+}
+
+/// The memory mappings of `pid`.
+pub fn maps(pid: i32) -> Result<Vec<Mapping>> {
+    let s = read(&format!("/proc/{pid}/maps"))?;
+    let mut out = Vec::new();
+    for l in s.lines() {
+        let mut it = l.split_whitespace();
+        let (Some(range), Some(perms), Some(_off), Some(dev), Some(ino)) =
+            (it.next(), it.next(), it.next(), it.next(), it.next())
+        else {
+            continue;
+        };
+        let path = it.collect::<Vec<_>>().join(" ");
+        let dev = dev
+            .split_once(':')
+            .and_then(|(a, b)| {
+                Some((
+                    u32::from_str_radix(a, 16).ok()?,
+                    u32::from_str_radix(b, 16).ok()?,
+                ))
+            })
+            .unwrap_or((0, 0));
+        out.push(Mapping {
+            range: range.to_string(),
+            perms: perms.to_string(),
+            dev,
+            ino: ino.parse().unwrap_or(0),
+            path,
+        });
+    }
+    Ok(out)
+}
+
+/// `/proc/PID/cgroup` lines as (controllers, path).
+pub fn cgroups(pid: i32) -> Result<Vec<(String, String)>> {
+    let s = read(&format!("/proc/{pid}/cgroup"))?;
+    Ok(s.lines()
+        .filter_map(|l| {
+            let mut it = l.splitn(3, ':');
+            let _id = it.next()?;
+            Some((it.next()?.to_string(), it.next()?.to_string()))
+        })
+        .collect())
+}
+
+/// Host pids of the children of `pid` (all its threads).
+pub fn children(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    if let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            if let Ok(s) = fs::read_to_string(t.path().join("children")) {
+                out.extend(s.split_whitespace().filter_map(|x| x.parse::<i32>().ok()));
+            }
+        }
+    }
+    out
+}
+
+/// Whether `pid` still exists and is not a zombie.
+pub fn alive(pid: i32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s
+            .rsplit_once(") ")
+            .map(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
+            .unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+/// Splits a device number into (major, minor).
+pub fn major_minor(dev: u64) -> (u32, u32) {
+    (libc::major(dev), libc::minor(dev))
+}

@@ -1,0 +1,419 @@
+//! Thin wrappers around single Linux system calls.
+//!
+//! Every `unsafe` block here wraps exactly one libc call and turns its return code into an
+//! `io::Result` on the spot. Functions marked "fork-safe" allocate nothing and may be called in
+//! the child of `fork()` in a multi-threaded process.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn check_long(ret: libc::c_long) -> io::Result<libc::c_long> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// The calling thread's errno (fork-safe).
+pub fn errno() -> i32 {
+    io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// `fork()`. In the child only fork-safe functions of this module may be used.
+pub fn fork() -> io::Result<libc::pid_t> {
+    // SAFETY: fork has no pointer arguments; callers restrict the child to fork-safe calls.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(pid)
+    }
+}
+
+/// `_exit()` (fork-safe): leaves without running atexit handlers or destructors.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit takes an integer and never returns.
+    unsafe { libc::_exit(code) }
+}
+
+/// `unshare()` (fork-safe).
+pub fn unshare(flags: libc::c_int) -> io::Result<()> {
+    // SAFETY: unshare takes only flags.
+    check(unsafe { libc::unshare(flags) }).map(drop)
+}
+
+/// `setns()` (fork-safe).
+pub fn setns(fd: RawFd, nstype: libc::c_int) -> io::Result<()> {
+    // SAFETY: setns takes a descriptor and flags; a bad descriptor is reported as EBADF.
+    check(unsafe { libc::setns(fd, nstype) }).map(drop)
+}
+
+/// `mount()` (fork-safe). Null pointers for absent strings.
+pub fn mount(
+    source: Option<&CStr>,
+    target: &CStr,
+    fstype: Option<&CStr>,
+    flags: libc::c_ulong,
+    data: Option<&CStr>,
+) -> io::Result<()> {
+    let p = |s: Option<&CStr>| s.map_or(std::ptr::null(), CStr::as_ptr);
+    // SAFETY: every pointer is either null or a NUL-terminated string that outlives the call.
+    check(unsafe { libc::mount(p(source), target.as_ptr(), p(fstype), flags, p(data).cast()) })
+        .map(drop)
+}
+
+/// `umount2()` (fork-safe).
+pub fn umount2(target: &CStr, flags: libc::c_int) -> io::Result<()> {
+    // SAFETY: target is a NUL-terminated string.
+    check(unsafe { libc::umount2(target.as_ptr(), flags) }).map(drop)
+}
+
+/// `pivot_root(new, old)` (fork-safe).
+pub fn pivot_root(new_root: &CStr, put_old: &CStr) -> io::Result<()> {
+    // SAFETY: both arguments are NUL-terminated strings.
+    check_long(unsafe { libc::syscall(libc::SYS_pivot_root, new_root.as_ptr(), put_old.as_ptr()) })
+        .map(drop)
+}
+
+/// `mkdir()` (fork-safe).
+pub fn mkdir(path: &CStr, mode: libc::mode_t) -> io::Result<()> {
+    // SAFETY: path is a NUL-terminated string.
+    check(unsafe { libc::mkdir(path.as_ptr(), mode) }).map(drop)
+}
+
+/// `chdir()` (fork-safe).
+pub fn chdir(path: &CStr) -> io::Result<()> {
+    // SAFETY: path is a NUL-terminated string.
+    check(unsafe { libc::chdir(path.as_ptr()) }).map(drop)
+}
+
+/// `sethostname()` (fork-safe).
+pub fn sethostname(name: &[u8]) -> io::Result<()> {
+    // SAFETY: the pointer and length describe a live byte slice.
+    check(unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) }).map(drop)
+}
+
+/// `setresuid(id, id, id)` (fork-safe).
+pub fn setresuid(id: libc::uid_t) -> io::Result<()> {
+    // SAFETY: plain integers.
+    check(unsafe { libc::setresuid(id, id, id) }).map(drop)
+}
+
+/// `setresgid(id, id, id)` (fork-safe).
+pub fn setresgid(id: libc::gid_t) -> io::Result<()> {
+    // SAFETY: plain integers.
+    check(unsafe { libc::setresgid(id, id, id) }).map(drop)
+}
+
+/// `open()` (fork-safe), returning the raw descriptor.
+pub fn open_raw(path: &CStr, flags: libc::c_int, mode: libc::mode_t) -> io::Result<RawFd> {
+    // SAFETY: path is NUL-terminated; mode is passed as the variadic third argument.
+    check(unsafe { libc::open(path.as_ptr(), flags, libc::c_uint::from(mode)) })
+}
+
+/// `close()` (fork-safe). Errors are ignored: the descriptor is gone either way.
+pub fn close_raw(fd: RawFd) {
+    // SAFETY: closing a descriptor we own; a stale number yields EBADF, which we ignore.
+    unsafe { libc::close(fd) };
+}
+
+/// `dup2()` (fork-safe).
+pub fn dup2(old: RawFd, new: RawFd) -> io::Result<()> {
+    // SAFETY: plain descriptors.
+    check(unsafe { libc::dup2(old, new) }).map(drop)
+}
+
+/// `fcntl(fd, F_DUPFD, min)` (fork-safe).
+pub fn dup_above(fd: RawFd, min: RawFd) -> io::Result<RawFd> {
+    // SAFETY: F_DUPFD takes an integer third argument.
+    check(unsafe { libc::fcntl(fd, libc::F_DUPFD, min) })
+}
+
+/// `close_range(first, u32::MAX, flags)` (fork-safe).
+pub fn close_range(first: u32, flags: u32) -> io::Result<()> {
+    // SAFETY: plain integers.
+    check_long(unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, flags) }).map(drop)
+}
+
+/// `write()` of a whole small buffer (fork-safe).
+pub fn write_all_raw(fd: RawFd, buf: &[u8]) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let rest = &buf[done..];
+        // SAFETY: the pointer and length describe the live remainder of buf.
+        let n = unsafe { libc::write(fd, rest.as_ptr().cast(), rest.len()) };
+        if n < 0 {
+            if errno() == libc::EINTR {
+                continue;
+            }
+            return Err(io::Error::last_os_error());
+        }
+        done += n.unsigned_abs();
+    }
+    Ok(())
+}
+
+/// `read()` into buf (fork-safe), retrying on EINTR; returns the count (0 at end of file).
+pub fn read_raw(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: the pointer and length describe the live, writable buf.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            return Ok(n.unsigned_abs());
+        }
+        if errno() != libc::EINTR {
+            return Err(io::Error::last_os_error());
+        }
+    }
+}
+
+/// `prctl()` with integer arguments (fork-safe).
+pub fn prctl(option: libc::c_int, arg2: libc::c_ulong) -> io::Result<libc::c_int> {
+    // SAFETY: the options used in this crate take integer arguments only.
+    check(unsafe {
+        libc::prctl(
+            option,
+            arg2,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    })
+}
+
+/// `seccomp(SECCOMP_SET_MODE_FILTER, 0, prog)` (fork-safe).
+pub fn seccomp_set_filter(prog: &libc::sock_fprog) -> io::Result<()> {
+    // SAFETY: prog points to a sock_fprog whose filter array outlives the call.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0,
+            prog as *const libc::sock_fprog,
+        )
+    })
+    .map(drop)
+}
+
+/// `landlock_create_ruleset()` (fork-safe). With no attr and flag 1 it returns the ABI.
+pub fn landlock_create_ruleset(attr: Option<&[u8]>, flags: u32) -> io::Result<RawFd> {
+    let (ptr, size) = attr.map_or((std::ptr::null(), 0), |a| (a.as_ptr(), a.len()));
+    // SAFETY: ptr is null (ABI query) or points to `size` readable bytes of a ruleset attr.
+    let r =
+        check_long(unsafe { libc::syscall(libc::SYS_landlock_create_ruleset, ptr, size, flags) })?;
+    Ok(RawFd::try_from(r).unwrap_or(-1))
+}
+
+/// `landlock_add_rule(fd, LANDLOCK_RULE_PATH_BENEATH, attr, 0)` (fork-safe).
+pub fn landlock_add_path_rule(ruleset: RawFd, attr: &[u8; 12]) -> io::Result<()> {
+    // SAFETY: attr is a 12-byte packed landlock_path_beneath_attr.
+    check_long(unsafe { libc::syscall(libc::SYS_landlock_add_rule, ruleset, 1, attr.as_ptr(), 0) })
+        .map(drop)
+}
+
+/// `landlock_restrict_self(fd, 0)` (fork-safe).
+pub fn landlock_restrict_self(ruleset: RawFd) -> io::Result<()> {
+    // SAFETY: plain descriptor and flags.
+    check_long(unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0) }).map(drop)
+}
+
+/// `execve()` (fork-safe); returns only on failure.
+pub fn execve(
+    path: &CStr,
+    argv: &[*const libc::c_char],
+    envp: &[*const libc::c_char],
+) -> io::Error {
+    // SAFETY: argv and envp are null-terminated arrays of NUL-terminated strings kept alive by
+    // the caller.
+    unsafe { libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    io::Error::last_os_error()
+}
+
+/// `waitpid()`, retrying on EINTR. Returns the raw status.
+pub fn waitpid(pid: libc::pid_t, flags: libc::c_int) -> io::Result<(libc::pid_t, libc::c_int)> {
+    let mut status = 0;
+    loop {
+        // SAFETY: status is a valid out pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, flags) };
+        if r >= 0 {
+            return Ok((r, status));
+        }
+        if errno() != libc::EINTR {
+            return Err(io::Error::last_os_error());
+        }
+    }
+}
+
+/// `kill()`.
+pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: plain integers.
+    check(unsafe { libc::kill(pid, sig) }).map(drop)
+}
+
+/// `pipe2(O_CLOEXEC)`: (read end, write end).
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid array of two ints.
+    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: pipe2 succeeded, so both descriptors are fresh and ours.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// `socketpair(AF_UNIX, kind | SOCK_CLOEXEC)`.
+pub fn socketpair(kind: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid array of two ints.
+    check(unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            kind | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    })?;
+    // SAFETY: socketpair succeeded, so both descriptors are fresh and ours.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// `poll()` for readability of one descriptor; false on timeout.
+pub fn poll_readable(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: p is one valid pollfd.
+        let r = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+        if r >= 0 {
+            return Ok(r > 0);
+        }
+        if errno() != libc::EINTR {
+            return Err(io::Error::last_os_error());
+        }
+    }
+}
+
+/// `memfd_create(name, MFD_CLOEXEC)`.
+pub fn memfd(name: &CStr) -> io::Result<OwnedFd> {
+    // SAFETY: name is NUL-terminated.
+    let fd = check(unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) })?;
+    // SAFETY: memfd_create succeeded, so the descriptor is fresh and ours.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `sendmsg()` of `data` with descriptors attached as SCM_RIGHTS.
+pub fn send_with_fds(sock: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<usize> {
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    let fd_bytes = std::mem::size_of_val(fds);
+    // SAFETY: CMSG_SPACE is a pure size computation.
+    let space = unsafe { libc::CMSG_SPACE(u32::try_from(fd_bytes).unwrap_or(u32::MAX)) } as usize;
+    let mut cbuf = vec![0u64; space.div_ceil(8).max(1)];
+    // SAFETY: msghdr is plain old data; all-zero is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if !fds.is_empty() {
+        msg.msg_control = cbuf.as_mut_ptr().cast();
+        msg.msg_controllen = space;
+        // SAFETY: msg_control points to `space` bytes, enough for one header.
+        let cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+        // SAFETY: cmsg points into cbuf (non-null since controllen >= one header).
+        let hdr = unsafe { &mut *cmsg };
+        hdr.cmsg_level = libc::SOL_SOCKET;
+        hdr.cmsg_type = libc::SCM_RIGHTS;
+        // SAFETY: pure size computation.
+        hdr.cmsg_len =
+            unsafe { libc::CMSG_LEN(u32::try_from(fd_bytes).unwrap_or(u32::MAX)) } as usize;
+        // SAFETY: CMSG_DATA points inside cbuf with room for fd_bytes bytes.
+        let dst = unsafe { libc::CMSG_DATA(cmsg) };
+        // SAFETY: copies fd_bytes bytes from the fds slice into the control buffer.
+        unsafe { std::ptr::copy_nonoverlapping(fds.as_ptr().cast::<u8>(), dst, fd_bytes) };
+    }
+    // SAFETY: msg describes live buffers for the duration of the call.
+    let n = unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n.unsigned_abs())
+    }
+}
+
+/// `recv()` without descriptors (any SCM_RIGHTS sent along are closed by the kernel's
+/// MSG_CMSG_CLOEXEC plus our drop: we never accept descriptors from untrusted peers).
+pub fn recv(sock: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: the pointer and length describe the live, writable buf.
+        let n = unsafe {
+            libc::recv(
+                sock,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_CMSG_CLOEXEC,
+            )
+        };
+        if n >= 0 {
+            return Ok(n.unsigned_abs());
+        }
+        if errno() != libc::EINTR {
+            return Err(io::Error::last_os_error());
+        }
+    }
+}
+
+/// `ptrace()` with integer or pointer arguments.
+pub fn ptrace(
+    req: libc::c_uint,
+    pid: libc::pid_t,
+    addr: usize,
+    data: usize,
+) -> io::Result<libc::c_long> {
+    // SAFETY: for the requests used here, addr is an integer and data is null or points to a
+    // buffer sized by a previous call; errors are reported through errno.
+    check_long(unsafe {
+        libc::ptrace(
+            req,
+            pid,
+            addr as *mut libc::c_void,
+            data as *mut libc::c_void,
+        )
+    })
+}
+
+/// `syscall(nr, a, b, c, d, e)` for the mount API calls that libc does not wrap (fork-safe).
+pub fn syscall5(
+    nr: libc::c_long,
+    a: usize,
+    b: usize,
+    c: usize,
+    d: usize,
+    e: usize,
+) -> io::Result<libc::c_long> {
+    // SAFETY: callers pass the argument layout of `nr` (strings NUL-terminated, live for the
+    // call); the kernel validates every pointer.
+    check_long(unsafe { libc::syscall(nr, a, b, c, d, e) })
+}
+
+/// Wraps a raw descriptor we just created and own.
+pub fn own(fd: RawFd) -> OwnedFd {
+    // SAFETY: callers pass only descriptors freshly returned by a successful call.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// The raw number of any descriptor-like value.
+pub fn raw<F: AsRawFd>(f: &F) -> RawFd {
+    f.as_raw_fd()
+}

@@ -1,0 +1,78 @@
+//! The thinnest end-to-end path: a real mcp-server-time germline, one copy, one MCP call.
+
+mod common;
+
+use serde_json::json;
+
+use germline_sandbox::Germline;
+
+#[test]
+fn get_current_time_in_a_checked_copy() {
+    if !common::can_run() {
+        return;
+    }
+    let mut g =
+        Germline::start(common::time_spec(), common::opts("time")).expect("start the germline");
+    assert!(g.check().is_empty(), "G1-G3: {:?}", g.check());
+    let r = g
+        .call(&[], "get_current_time", json!({"timezone": "Europe/Paris"}))
+        .expect("call");
+    let t = common::text(&r);
+    assert!(t.contains("Europe/Paris"), "{r}");
+    // The next call works too, in a fresh copy.
+    let r = g
+        .call(&[], "get_current_time", json!({"timezone": "UTC"}))
+        .expect("second call");
+    assert!(common::text(&r).contains("UTC"), "{r}");
+    g.stop().expect("stop");
+}
+
+#[test]
+fn a_warmed_germline_still_passes_g1_to_g3_and_serves() {
+    if !common::can_run() {
+        return;
+    }
+    let mut spec = common::time_spec();
+    spec.warm = true;
+    let mut g = Germline::start(spec, common::opts("warm")).expect("start");
+    assert!(g.warmed(), "the synthetic session ran");
+    assert_eq!(g.check(), Vec::<String>::new());
+    let r = g
+        .call(
+            &[],
+            "get_current_time",
+            json!({"timezone": "America/New_York"}),
+        )
+        .expect("call");
+    assert!(common::text(&r).contains("America/New_York"), "{r}");
+    g.stop().expect("stop");
+}
+
+#[test]
+fn the_copy_gets_its_deadline_and_leaves_nothing_behind() {
+    if !common::can_run() {
+        return;
+    }
+    let mut g = Germline::start(common::time_spec(), common::opts("clean")).expect("start");
+    let before = std::time::Instant::now();
+    let c = g.copy().expect("copy");
+    // Fixed at the fork: 30 s after an instant between `before` and now.
+    let d = c.deadline() - before;
+    let thirty = std::time::Duration::from_secs(30);
+    assert!(d >= thirty && d <= thirty + before.elapsed(), "{d:?}");
+    let pid = c.pid();
+    drop(c);
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the copy is gone"
+    );
+    assert!(g.stray_processes().is_empty());
+    let id = g.status().id;
+    g.stop().expect("stop");
+    for h in ["pids", "memory", "freezer", "cpu"] {
+        let p = format!("/sys/fs/cgroup/{h}/germline/{id}");
+        if germline_sandbox::cgroup::version() == germline_sandbox::cgroup::Version::V1 {
+            assert!(!std::path::Path::new(&p).exists(), "{p} is left");
+        }
+    }
+}

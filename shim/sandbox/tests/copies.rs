@@ -1,0 +1,243 @@
+//! The copies: O3 with the PID namespace off and on, isolation between copies (live and
+//! time-shifted), items outside the view, hijacked bootstraps, the pool, both SDK styles.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use germline_sandbox::{Error, Germline, Language};
+
+fn strays_after(g: &Germline) -> usize {
+    // The kernel tears a PID namespace down asynchronously; give it a moment.
+    let t = Instant::now();
+    loop {
+        let n = g.stray_processes().len();
+        if n == 0 || t.elapsed() > Duration::from_millis(500) {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn o3_a_left_child_survives_without_the_pid_namespace_and_dies_with_it() {
+    if !common::can_run() {
+        return;
+    }
+    // Off: copies share the germline's PID namespace (the copy checks would refuse that, so
+    // they are off too) and only the copy's own process is killed.
+    let mut opts = common::opts("o3-off");
+    opts.ablation.no_pid_namespace = true;
+    opts.ablation.skip_copy_checks = true;
+    opts.ablation.no_cgroup_sweep = true;
+    let mut g = Germline::start(common::test_release("plain"), opts).expect("start");
+    let r = common::call_text(&mut g, "leave_child", json!({})).expect("call");
+    assert!(r.starts_with("left"), "{r}");
+    assert_eq!(
+        strays_after(&g),
+        1,
+        "with the PID namespace off one process outlives the call"
+    );
+    g.stop().expect("stop");
+
+    // On: the copy is PID 1 of its own namespace; still no cgroup sweep.
+    let mut opts = common::opts("o3-on");
+    opts.ablation.no_cgroup_sweep = true;
+    let mut g = Germline::start(common::test_release("plain"), opts).expect("start");
+    common::call_text(&mut g, "leave_child", json!({})).expect("call");
+    assert_eq!(
+        strays_after(&g),
+        0,
+        "with the PID namespace on nothing outlives the call"
+    );
+    g.stop().expect("stop");
+}
+
+fn assert_found_nothing(p: &Value, who: &str) {
+    assert_eq!(p["secret_seen"], false, "{who}: {p}");
+    assert_ne!(
+        p["abstract"], "ok",
+        "{who} reached the abstract socket: {p}"
+    );
+    assert_ne!(p["tcp"], "ok", "{who} reached loopback TCP: {p}");
+    assert_eq!(p["sysv"], "ENOENT", "{who} found the SysV segment: {p}");
+    assert_eq!(p["hostname"], "copy", "{who}: {p}");
+    // Its private procfs shows only itself, and Landlock keeps even that from it.
+    assert_eq!(p["proc"], "EACCES", "{who}: {p}");
+    assert_eq!(
+        p["run_proc"],
+        json!(["1"]),
+        "{who} sees other processes in its procfs: {p}"
+    );
+    assert_eq!(
+        p["signalable"],
+        json!([]),
+        "{who} can signal other processes: {p}"
+    );
+    assert_eq!(p["kill_all"], "ESRCH", "{who}: {p}");
+    for m in p["memory"].as_array().into_iter().flatten() {
+        assert_ne!(m, "ok", "{who} read another copy's memory: {p}");
+    }
+}
+
+#[test]
+fn copies_are_isolated_from_each_other_live_and_over_time() {
+    if !common::can_run() {
+        return;
+    }
+    let mut spec = common::test_release("plain");
+    spec.scratch = true;
+    let mut opts = common::opts("iso");
+    opts.pool = 1;
+    let mut g = Germline::start(spec, opts).expect("start");
+    let items = vec![
+        ("doc".to_string(), b"doc-contents".to_vec(), true),
+        ("hidden".to_string(), b"s3cr3t".to_vec(), false),
+    ];
+
+    // The working copy A: sees its view only, then plants the secret everywhere it can.
+    let mut a = g.copy().expect("copy A");
+    g.refill_pool().expect("refill the pool before A gets data");
+    g.prepare_copy(&mut a, &items).expect("mounts");
+    a.deliver(&items).expect("deliver");
+    let seen = common::json_of(&common::text(
+        &a.mcp_call("items", json!({})).expect("items"),
+    ));
+    assert_eq!(
+        seen["fds"],
+        json!({"doc": "doc-contents", "hidden": ""}),
+        "by fd: {seen}"
+    );
+    assert_eq!(
+        seen["files"],
+        json!({"doc": "doc-contents", "hidden": ""}),
+        "by path: {seen}"
+    );
+    let planted = common::json_of(&common::text(
+        &a.mcp_call("plant_all", json!({"secret": "s3cr3t"}))
+            .expect("plant"),
+    ));
+    // Writes: only the scratch tmpfs; no hostname, no keyring.
+    assert_eq!(planted["/run/scratch/plant"], "ok", "{planted}");
+    for path in [
+        "/tmp/plant",
+        "/dev/shm/plant",
+        "/app/plant",
+        "/run/items/plant",
+        "/plant",
+    ] {
+        assert_ne!(planted[path], "ok", "A wrote {path}: {planted}");
+    }
+    assert_eq!(planted["hostname"], "EPERM", "{planted}");
+    assert_eq!(planted["keyring"], "EPERM", "{planted}");
+
+    // The pool copy B, alive during A's call, looks for A while A is alive.
+    let mut b = g.copy().expect("copy B from the pool");
+    g.prepare_copy(&mut b, &[]).expect("mounts");
+    b.deliver(&[]).expect("deliver");
+    let pids = json!([a.pid(), 1, 2]);
+    let found = common::json_of(&common::text(
+        &b.mcp_call("probe_all", json!({"secret": "s3cr3t", "other_pids": pids}))
+            .expect("probe"),
+    ));
+    assert_found_nothing(&found, "a live pool copy");
+    for path in ["/tmp/plant", "/run/scratch/plant", "/dev/shm/plant"] {
+        assert_ne!(found[path], "s3cr3t", "{found}");
+    }
+    let _ = a.finish(Ok(Value::Null));
+    let _ = b.finish(Ok(Value::Null));
+
+    // Time-shifted: A is dead; copy C of a later call looks.
+    let r = g
+        .call(
+            &[],
+            "probe_all",
+            json!({"secret": "s3cr3t", "other_pids": []}),
+        )
+        .expect("probe later");
+    assert_found_nothing(&common::json_of(&common::text(&r)), "a later copy");
+    assert_eq!(strays_after(&g), 0);
+    g.stop().expect("stop");
+}
+
+fn hijacked(mode: &str, expect: &str) {
+    let mut spec = common::test_release("hijack");
+    spec.env.push(format!("HIJACK={mode}"));
+    let mut g = Germline::start(spec, common::opts(&format!("hijack-{mode}"))).expect("start");
+    match g.call(&[], "echo", json!({"text": "hi"})) {
+        Err(Error::Refused(reason)) => assert!(reason.contains(expect), "{mode}: {reason}"),
+        other => panic!("a bootstrap hijacked to skip {mode} was not refused: {other:?}"),
+    }
+    assert_eq!(strays_after(&g), 0, "{mode}: the refused copy was killed");
+    g.stop().expect("stop");
+}
+
+#[test]
+fn a_bootstrap_hijacked_by_the_release_is_caught_from_outside() {
+    if !common::can_run() {
+        return;
+    }
+    hijacked("namespaces", "the copy is not PID 1 of its PID namespace");
+    hijacked("capabilities", "CapEff is");
+    hijacked("seccomp", "seccomp filters");
+    // And the untampered release passes.
+    let mut g = Germline::start(common::test_release("hijack"), common::opts("hijack-none"))
+        .expect("start");
+    assert_eq!(
+        common::call_text(&mut g, "echo", json!({"text": "hi"})).expect("call"),
+        "hi"
+    );
+    g.stop().expect("stop");
+}
+
+#[test]
+fn the_pool_hands_out_checked_copies_and_is_refilled_between_calls() {
+    if !common::can_run() {
+        return;
+    }
+    let mut opts = common::opts("pool");
+    opts.pool = 2;
+    let mut g = Germline::start(common::time_spec(), opts).expect("start");
+    assert_eq!(g.pool_len(), 2);
+    for _ in 0..3 {
+        let r = g
+            .call(&[], "get_current_time", json!({"timezone": "Asia/Tokyo"}))
+            .expect("call");
+        assert!(common::text(&r).contains("Asia/Tokyo"), "{r}");
+        assert_eq!(g.pool_len(), 2);
+    }
+    assert!(
+        g.cgroup().is_frozen(),
+        "the germline is frozen between calls"
+    );
+    g.stop().expect("stop");
+}
+
+#[test]
+fn a_low_level_server_on_asyncio_works_unmodified() {
+    if !common::can_run() {
+        return;
+    }
+    let mut g =
+        Germline::start(common::test_release("lowlevel"), common::opts("lowlevel")).expect("start");
+    assert_eq!(
+        common::call_text(&mut g, "shout", json!({"text": "hi"})).expect("call"),
+        "HI"
+    );
+    g.stop().expect("stop");
+}
+
+#[test]
+fn a_multi_threaded_runtime_is_refused_with_the_reason() {
+    let mut spec = common::time_spec();
+    spec.language = Language::Node;
+    match Germline::start(spec, common::opts("node")) {
+        Err(Error::Refused(r)) => assert!(
+            r.contains("G1") && r.contains("fresh process per call"),
+            "{r}"
+        ),
+        other => panic!("a Node.js release was not refused: {other:?}"),
+    }
+}

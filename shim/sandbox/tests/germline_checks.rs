@@ -1,0 +1,155 @@
+//! Checks before every fork (G1-G3; O1, O2) and the germline's own confinement (Landlock, no
+//! network), each with the mechanism off and on where the paper's Table XII compares them.
+
+mod common;
+
+use std::io::ErrorKind;
+use std::net::TcpListener;
+
+use serde_json::json;
+
+use germline_sandbox::{Error, Germline};
+
+fn refused(name: &str, expect: &str) {
+    let mut g = Germline::start(common::test_release(name), common::opts(name)).expect("start");
+    match g.call(&[], "echo", json!({"text": "hi"})) {
+        Err(Error::Refused(reason)) => assert!(
+            reason.contains(expect),
+            "{name}: refused for {reason:?}, expected {expect}"
+        ),
+        other => panic!("{name}: expected a refusal for {expect}, got {other:?}"),
+    }
+    assert!(g.stray_processes().is_empty() || name == "g1_process");
+    // The release stays refused.
+    assert!(matches!(
+        g.call(&[], "echo", json!({"text": "hi"})),
+        Err(Error::Refused(_))
+    ));
+    assert!(g.status().refused.is_some());
+    g.stop().expect("stop");
+}
+
+/// Mechanism off: the channel the initialisation kept carries data from one call's copy to
+/// the next one's.
+fn leaks_when_off(name: &str) {
+    let mut opts = common::opts(name);
+    opts.ablation.skip_germline_checks = true;
+    opts.ablation.skip_copy_checks = true;
+    let mut g = Germline::start(common::test_release(name), opts).expect("start");
+    assert_eq!(
+        common::call_text(&mut g, "stash", json!({"text": "secret-of-call-1"})).expect("stash"),
+        "stashed"
+    );
+    assert_eq!(
+        common::call_text(&mut g, "peek", json!({})).expect("peek"),
+        "secret-of-call-1"
+    );
+    g.stop().expect("stop");
+}
+
+#[test]
+fn o1_pipe_leaks_when_off_and_is_refused_when_on() {
+    if !common::can_run() {
+        return;
+    }
+    leaks_when_off("o1_pipe");
+    refused("o1_pipe", "G2: descriptor");
+}
+
+#[test]
+fn o2_shared_memory_leaks_when_off_and_is_refused_when_on() {
+    if !common::can_run() {
+        return;
+    }
+    leaks_when_off("o2_shm");
+    refused("o2_shm", "G3: shared mapping");
+}
+
+#[test]
+fn g1_a_thread_left_by_initialisation_is_refused() {
+    if !common::can_run() {
+        return;
+    }
+    refused("g1_thread", "G1: the germline has 2 threads");
+}
+
+#[test]
+fn g1_a_second_process_left_by_initialisation_is_refused() {
+    if !common::can_run() {
+        return;
+    }
+    refused("g1_process", "G1: the germline's cgroup holds processes");
+}
+
+#[test]
+fn g2_a_sealed_memfd_or_a_read_only_device_off_the_rootfs_is_refused() {
+    if !common::can_run() {
+        return;
+    }
+    refused("g2_memfd", "/memfd:stash");
+    refused("g2_rodev", "is /dev/zero (not /dev/null");
+}
+
+#[test]
+fn a_well_behaved_germline_passes_g1_to_g3() {
+    if !common::can_run() {
+        return;
+    }
+    let mut g =
+        Germline::start(common::test_release("plain"), common::opts("plain")).expect("start");
+    assert_eq!(g.check(), Vec::<String>::new());
+    assert_eq!(
+        common::call_text(&mut g, "echo", json!({"text": "hi"})).expect("call"),
+        "hi"
+    );
+    g.stop().expect("stop");
+}
+
+fn secret_file() {
+    let dir = std::path::Path::new(germline_sandbox::spec::DEFAULT_PYTHON_ROOTFS).join("secret");
+    std::fs::create_dir_all(&dir).expect("mkdir secret");
+    std::fs::write(dir.join("credentials"), "hunter2").expect("write secret");
+}
+
+#[test]
+fn landlock_denies_reads_outside_the_allowlist_during_initialisation() {
+    if !common::can_run() {
+        return;
+    }
+    secret_file();
+    let mut opts = common::opts("ll-off");
+    opts.ablation.no_landlock = true;
+    let mut g = Germline::start(common::test_release("init_probe"), opts).expect("start");
+    let off = common::json_of(&common::call_text(&mut g, "init_report", json!({})).expect("call"));
+    g.stop().expect("stop");
+    assert_eq!(
+        off["secret"], "hunter2",
+        "without Landlock the initialisation reads the file"
+    );
+
+    let mut g =
+        Germline::start(common::test_release("init_probe"), common::opts("ll-on")).expect("start");
+    let on = common::json_of(&common::call_text(&mut g, "init_report", json!({})).expect("call"));
+    g.stop().expect("stop");
+    assert_eq!(on["secret"], "EACCES", "{on}");
+}
+
+#[test]
+fn initialisation_cannot_open_a_network_connection() {
+    if !common::can_run() {
+        return;
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let port = listener.local_addr().expect("addr").port();
+    let mut spec = common::test_release("init_probe");
+    spec.entry.extend(["--port".to_string(), port.to_string()]);
+    let mut g = Germline::start(spec, common::opts("net")).expect("start");
+    let r = common::json_of(&common::call_text(&mut g, "init_report", json!({})).expect("call"));
+    g.stop().expect("stop");
+    assert_ne!(r["net"], "connected", "{r}");
+    assert!(
+        matches!(listener.accept(), Err(e) if e.kind() == ErrorKind::WouldBlock),
+        "the host listener was reached"
+    );
+}

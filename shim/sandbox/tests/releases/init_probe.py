@@ -1,0 +1,19 @@
+# The initialisation tries to read a file outside its allowlist and to open a connection.
+import socket
+import sys
+import testlib
+
+try:
+    testlib.INIT["secret"] = open("/secret/credentials").read()
+except OSError as e:
+    testlib.INIT["secret"] = testlib.err(e)
+port = int(sys.argv[sys.argv.index("--port") + 1]) if "--port" in sys.argv else 9
+try:
+    socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    testlib.INIT["net"] = "connected"
+except OSError as e:
+    testlib.INIT["net"] = testlib.err(e)
+
+
+def main():
+    testlib.run()

@@ -1,0 +1,6 @@
+# A well-behaved release built on MCPServer.
+import testlib
+
+
+def main():
+    testlib.run()

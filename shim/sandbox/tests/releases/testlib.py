@@ -1,0 +1,193 @@
+# Tools shared by the test releases: each probes one channel and reports what it found.
+import ctypes
+import errno
+import json
+import os
+import socket
+import sys
+import time
+
+from mcp.server.mcpserver import MCPServer
+
+INIT = {}
+KEEP = []
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def err(e):
+    return errno.errorcode.get(e.errno, str(e.errno)) if isinstance(e, OSError) else type(e).__name__
+
+
+def attempt(fn):
+    try:
+        r = fn()
+        return "ok" if r is None else r
+    except Exception as e:  # the probe reports, the test judges
+        return err(e)
+
+
+def shm_get(key, create):
+    flags = 0o1000 | 0o666 if create else 0  # IPC_CREAT
+    r = libc.shmget(key, 4096, flags)
+    if r < 0:
+        raise OSError(ctypes.get_errno(), "shmget")
+    return "ok"
+
+
+def plant(secret):
+    out = {}
+    a = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    out["abstract"] = attempt(lambda: (a.bind("\0germline-plant"), a.listen(1), KEEP.append(a))[0])
+    t = socket.socket()
+    out["tcp"] = attempt(lambda: (t.bind(("127.0.0.1", 47811)), t.listen(1), KEEP.append(t))[0])
+    out["sysv"] = attempt(lambda: shm_get(0x6E7E, True))
+    for path in ["/tmp/plant", "/dev/shm/plant", "/run/scratch/plant", "/app/plant", "/run/items/plant", "/plant"]:
+        def w(path=path):
+            with open(path, "w") as f:
+                f.write(secret)
+        out[path] = attempt(w)
+    out["hostname"] = attempt(lambda: socket.sethostname(secret))
+    out["keyring"] = attempt(lambda: _add_key(secret))
+    return out
+
+
+def _add_key(secret):
+    r = libc.syscall(248, b"user", b"germline", secret.encode(), len(secret), -3)  # add_key, session
+    if r < 0:
+        raise OSError(ctypes.get_errno(), "add_key")
+
+
+def probe(secret, other_pids):
+    found = {}
+    a = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    found["abstract"] = attempt(lambda: a.connect("\0germline-plant"))
+    found["tcp"] = attempt(lambda: socket.create_connection(("127.0.0.1", 47811), timeout=1) and None)
+    found["sysv"] = attempt(lambda: shm_get(0x6E7E, False))
+    for path in ["/tmp/plant", "/dev/shm/plant", "/run/scratch/plant", "/app/plant", "/run/items/plant", "/plant"]:
+        found[path] = attempt(lambda path=path: open(path).read())
+    found["hostname"] = socket.gethostname()
+    found["proc"] = attempt(lambda: sorted(p for p in os.listdir("/proc") if p.isdigit()))
+    found["run_proc"] = attempt(lambda: sorted(p for p in os.listdir("/run/proc") if p.isdigit()))
+    import threading
+    own = {os.getpid()} | {t.native_id for t in threading.enumerate()}
+    visible = []
+    for pid in sorted(set(range(1, 200)) | set(other_pids)):
+        if pid in own:
+            continue
+        try:
+            os.kill(pid, 0)
+            visible.append(pid)
+        except OSError:
+            pass
+    found["signalable"] = visible
+    found["kill_all"] = attempt(lambda: os.kill(-1, 0))
+    mem = []
+    for pid in other_pids:
+        mem.append(attempt(lambda pid=pid: open(f"/proc/{pid}/mem", "rb").read(1)))
+        local = (ctypes.c_char * 8)()
+        iov = (ctypes.c_void_p * 2)(ctypes.cast(local, ctypes.c_void_p), 8)
+        riov = (ctypes.c_void_p * 2)(0x400000, 8)
+        r = libc.process_vm_readv(pid, iov, 1, riov, 1, 0)
+        mem.append("ok" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), "?"))
+    found["memory"] = mem
+    found["secret_seen"] = secret in json.dumps(found)
+    return found
+
+
+def wire():
+    """The descriptor of the copy's channel to the shim: the SDK serves stdout from a private
+    duplicate and points fd 1 at stderr, so find its claim."""
+    import mcp.server.stdio as stdio
+    claim = stdio._claims.get(1)
+    return claim.private_fd if claim and claim.private_fd is not None else 1
+
+
+def server(name="test"):
+    s = MCPServer(name)
+
+    @s.tool()
+    def echo(text: str) -> str:
+        return text
+
+    @s.tool()
+    def init_report() -> str:
+        return json.dumps(INIT)
+
+    @s.tool()
+    def plant_all(secret: str) -> str:
+        return json.dumps(plant(secret))
+
+    @s.tool()
+    def probe_all(secret: str, other_pids: list[int]) -> str:
+        return json.dumps(probe(secret, other_pids))
+
+    @s.tool()
+    def items() -> str:
+        fds = json.loads(os.environ.get("GERMLINE_ITEM_FDS", "{}"))
+        out = {"fds": {}, "files": {}}
+        for name, fd in fds.items():
+            out["fds"][name] = attempt(lambda fd=fd: os.pread(fd, 1 << 20, 0).decode(errors="replace"))
+        for name in attempt(lambda: sorted(os.listdir("/run/items"))):
+            out["files"][name] = attempt(lambda name=name: open(f"/run/items/{name}").read())
+        return json.dumps(out)
+
+    @s.tool()
+    def stash(text: str) -> str:
+        # Writes into whatever channel the release kept from its initialisation.
+        return INIT["stash"](text)
+
+    @s.tool()
+    def peek() -> str:
+        return INIT["peek"]()
+
+    @s.tool()
+    def sleep_forever() -> str:
+        time.sleep(3600)
+        return "woke"
+
+    @s.tool()
+    def chatter() -> str:
+        while True:
+            os.write(wire(), b'{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}\n')
+            time.sleep(0.001)
+
+    @s.tool()
+    def busy_child() -> str:
+        pid = os.fork()
+        if pid == 0:
+            while True:
+                pass
+        os.waitpid(pid, 0)
+        return "child ended"
+
+    @s.tool()
+    def leave_child() -> str:
+        pid = os.fork()
+        if pid == 0:
+            os.setsid()
+            time.sleep(3600)
+            os._exit(0)
+        return f"left {pid}"
+
+    @s.tool()
+    def hog(mb: int) -> str:
+        blocks = []
+        for _ in range(mb):
+            blocks.append(bytearray(1 << 20))
+        return f"allocated {len(blocks)} MiB"
+
+    @s.tool()
+    def crash() -> str:
+        os._exit(3)
+
+    @s.tool()
+    def garbage() -> str:
+        os.write(wire(), b"this is not json\n")
+        time.sleep(3600)
+        return "no"
+
+    return s
+
+
+def run(s=None):
+    (s or server()).run()
