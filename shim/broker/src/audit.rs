@@ -40,7 +40,13 @@ impl Audit {
     }
 
     /// Writes one event; `fields` must hold only declared names, digests, sizes and verdicts.
-    pub fn event(&self, kind: &str, mut fields: Value) {
+    /// It is built only when a log is configured (and outside the lock), so an unlogged hot
+    /// path pays nothing.
+    pub fn event(&self, kind: &str, fields: impl FnOnce() -> Value) {
+        if self.path.is_none() {
+            return;
+        }
+        let mut fields = fields();
         let ts = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
@@ -49,12 +55,12 @@ impl Audit {
             m.insert("ts".into(), json!(ts));
             m.insert("event".into(), json!(kind));
         }
+        let mut line = fields.to_string();
+        line.push('\n');
         let Ok(mut guard) = self.out.lock() else {
             return;
         };
         if let Some(f) = guard.as_mut() {
-            let mut line = fields.to_string();
-            line.push('\n');
             // One write(2) per line with O_APPEND: lines never interleave.
             let _ = f.write_all(line.as_bytes());
         }

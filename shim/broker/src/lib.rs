@@ -414,9 +414,7 @@ impl Broker {
             .lock()
             .map_err(|_| BrokerError::Poisoned)?
             .insert(id, state);
-        self.inner.audit.event(
-            "call",
-            json!({"call": id, "release": release, "groups": groups, "hosts": hosts.iter().map(|h| &h.name).collect::<Vec<_>>()}),
+        self.inner.audit.event("call", || json!({"call": id, "release": release, "groups": groups, "hosts": hosts.iter().map(|h| &h.name).collect::<Vec<_>>()}),
         );
         Ok((id, twin))
     }
@@ -496,7 +494,7 @@ impl Broker {
         });
         self.inner
             .audit
-            .event("copy_start", json!({"call": call, "group": group}));
+            .event("copy_start", || json!({"call": call, "group": group}));
         self.rt
             .spawn(proxy::serve_copy(self.inner.clone(), env, listener));
         Ok(local)
@@ -520,14 +518,10 @@ impl Broker {
             .map(|(k, e)| (k.clone(), (audit::digest_hex(&e.value), e.label.clone())))
             .collect();
         for t in &outcome.triggers {
-            self.inner.audit.event(
-                "trigger",
-                json!({"call": call, "group": group, "host": t.host, "release": state.release, "kind": t.kind}),
+            self.inner.audit.event("trigger", || json!({"call": call, "group": group, "host": t.host, "release": state.release, "kind": t.kind}),
             );
         }
-        self.inner.audit.event(
-            "copy_end",
-            json!({"call": call, "group": group, "label": outcome.label, "triggers": outcome.triggers.len()}),
+        self.inner.audit.event("copy_end", || json!({"call": call, "group": group, "label": outcome.label, "triggers": outcome.triggers.len()}),
         );
         m.done.insert(
             group,
@@ -566,9 +560,10 @@ impl Broker {
                 );
             }
         }
-        self.inner
-            .audit
-            .event("call_end", json!({"call": call, "release": state.release}));
+        self.inner.audit.event(
+            "call_end",
+            || json!({"call": call, "release": state.release}),
+        );
         Ok(CallRecord {
             call,
             release: state.release.clone(),

@@ -133,21 +133,19 @@ async fn connection(inner: Arc<Inner>, env: Arc<CopyEnv>, stream: TcpStream) {
 
 fn record_malformed(inner: &Inner, env: &CopyEnv, what: &str, raw: &[u8]) -> Resp {
     inner.stats.malformed.fetch_add(1, Ordering::Relaxed);
-    inner.audit.event(
-        "request",
+    inner.audit.event("request", || {
         json!({"call": env.call.id, "group": env.group, "release": env.call.release,
-               "verdict": "malformed", "reason": what, "digest": digest_hex(raw)}),
-    );
+               "verdict": "malformed", "reason": what, "digest": digest_hex(raw)})
+    });
     malformed()
 }
 
 fn record_denied(inner: &Inner, env: &CopyEnv, host: &str, reason: &str) -> Resp {
     inner.stats.denied.fetch_add(1, Ordering::Relaxed);
-    inner.audit.event(
-        "request",
+    inner.audit.event("request", || {
         json!({"call": env.call.id, "group": env.group, "release": env.call.release,
-               "verdict": "denied", "reason": reason, "host_digest": digest_hex(host.as_bytes())}),
-    );
+               "verdict": "denied", "reason": reason, "host_digest": digest_hex(host.as_bytes())})
+    });
     denied()
 }
 
@@ -393,9 +391,7 @@ async fn exchange(
         }
     };
     let log = |verdict: &str, status: Option<u16>| {
-        inner.audit.event(
-            "request",
-            json!({"call": env.call.id, "group": env.group, "release": env.call.release, "host": host,
+        inner.audit.event("request", || json!({"call": env.call.id, "group": env.group, "release": env.call.release, "host": host,
                    "verdict": verdict, "digest": hex::encode(digest), "bytes": body.len(), "status": status}),
         );
     };
@@ -429,9 +425,7 @@ async fn exchange(
                 Ok(Err(UpstreamError::Resolve(e))) => {
                     verdict = "denied";
                     inner.stats.denied.fetch_add(1, Ordering::Relaxed);
-                    inner.audit.event(
-                        "resolve",
-                        json!({"call": env.call.id, "group": env.group, "host": host, "refused": e.to_string()}),
+                    inner.audit.event("resolve", || json!({"call": env.call.id, "group": env.group, "host": host, "refused": e.to_string()}),
                     );
                     Reply {
                         status: 403,
@@ -754,7 +748,7 @@ async fn state(inner: &Inner, env: &CopyEnv, req: Request<Incoming>) -> Resp {
                 .get(&k)
                 .cloned()
                 .or_else(|| copy.snapshot.entries.get(&k).map(|e| e.value.clone()));
-            inner.audit.event("slot_read", json!({"call": env.call.id, "group": env.group, "key_digest": digest_hex(k.as_bytes())}));
+            inner.audit.event("slot_read", || json!({"call": env.call.id, "group": env.group, "key_digest": digest_hex(k.as_bytes())}));
             match v {
                 Some(v) => Response::new(Full::new(Bytes::from(v))),
                 None => fixed(
@@ -772,9 +766,7 @@ async fn state(inner: &Inner, env: &CopyEnv, req: Request<Incoming>) -> Resp {
             match res {
                 Ok(Ok(())) => {
                     copy.writes.insert(k.clone(), body.to_vec());
-                    inner.audit.event(
-                        "slot_write",
-                        json!({"call": env.call.id, "group": env.group, "key_digest": digest_hex(k.as_bytes()), "bytes": body.len(), "label": label}),
+                    inner.audit.event("slot_write", || json!({"call": env.call.id, "group": env.group, "key_digest": digest_hex(k.as_bytes()), "bytes": body.len(), "label": label}),
                     );
                     fixed(StatusCode::NO_CONTENT, "slot-written", "")
                 }
