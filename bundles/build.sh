@@ -39,7 +39,8 @@ copy_with_libs() { # copy an ELF file and every shared library it needs into the
 
 make_runtime() { # a minimal Debian python3.11 runtime
     local rootfs="$1"
-    mkdir -p "$rootfs"/usr/{bin,lib,lib64} "$rootfs"/etc/ssl/certs "$rootfs"/tmp "$rootfs"/usr/lib/python3/dist-packages
+    # /dev, /proc, /run and /tmp are the mount points of the germline and its copies (empty, signed).
+    mkdir -p "$rootfs"/usr/{bin,lib,lib64} "$rootfs"/etc/ssl/certs "$rootfs"/{dev,proc,run,tmp} "$rootfs"/usr/lib/python3/dist-packages
     ln -s usr/bin "$rootfs/bin"; ln -s usr/lib "$rootfs/lib"; ln -s usr/lib64 "$rootfs/lib64"
     cp -L "$PY" "$rootfs/usr/bin/python3.11"
     ln -s python3.11 "$rootfs/usr/bin/python3"

@@ -53,6 +53,10 @@ pub enum Request {
         call: u64,
         group: usize,
         deadline_mono_ns: u64,
+        /// The packet carries a listening TCP socket the shim made (a baseline process in the
+        /// host's network namespace) instead of a network namespace.
+        #[serde(default)]
+        listener: bool,
     },
     EndCopy {
         call: u64,
@@ -78,6 +82,9 @@ pub struct BeginCall {
     pub mode: PlanMode,
     #[serde(default)]
     pub rules: LabelRules,
+    /// Baselines only (`sig-pin`, `sig-ifc`): deliver every request, to any host.
+    #[serde(default)]
+    pub open: bool,
 }
 
 fn monotonic_ns() -> u64 {
@@ -275,7 +282,7 @@ fn handle(broker: &Broker, req: Request, passed: Option<OwnedFd>) -> Result<Valu
             };
             let p = plan(input, c.mode).map_err(|e| e.to_string())?;
             let (call, twin) = broker
-                .begin_call(&c.release, &c.user, p.clone(), &c.hosts, c.rules)
+                .begin_call_with(&c.release, &c.user, p.clone(), &c.hosts, c.rules, c.open)
                 .map_err(|e| e.to_string())?;
             Ok(json!({"call": call, "twin": twin, "plan": p}))
         }
@@ -283,11 +290,17 @@ fn handle(broker: &Broker, req: Request, passed: Option<OwnedFd>) -> Result<Valu
             call,
             group,
             deadline_mono_ns,
+            listener,
         } => {
-            let ns = passed.ok_or("start_copy needs the copy's network namespace descriptor")?;
-            let addr = broker
-                .start_copy(call, group, ns.as_fd(), instant_of(deadline_mono_ns))
-                .map_err(|e| e.to_string())?;
+            let fd = passed.ok_or("start_copy needs the copy's network namespace descriptor")?;
+            let addr = if listener {
+                let l = std::net::TcpListener::from(fd);
+                l.set_nonblocking(true).map_err(|e| e.to_string())?;
+                broker.start_copy_on(call, group, l, instant_of(deadline_mono_ns))
+            } else {
+                broker.start_copy(call, group, fd.as_fd(), instant_of(deadline_mono_ns))
+            }
+            .map_err(|e| e.to_string())?;
             Ok(json!({"proxy": addr.to_string()}))
         }
         Request::EndCopy { call, group } => {
@@ -359,8 +372,28 @@ impl BrokerClient {
             call,
             group,
             deadline_mono_ns: mono_ns_of(deadline),
+            listener: false,
         };
         let v = self.call(&req, Some(netns))?;
+        Ok(v["proxy"].as_str().unwrap_or_default().to_string())
+    }
+
+    /// Like [`BrokerClient::start_copy`] on a listening TCP socket the shim made (a baseline
+    /// process that lives in the host's network namespace).
+    pub fn start_copy_on(
+        &self,
+        call: u64,
+        group: usize,
+        listener: BorrowedFd<'_>,
+        deadline: Instant,
+    ) -> Result<String, ControlError> {
+        let req = Request::StartCopy {
+            call,
+            group,
+            deadline_mono_ns: mono_ns_of(deadline),
+            listener: true,
+        };
+        let v = self.call(&req, Some(listener))?;
         Ok(v["proxy"].as_str().unwrap_or_default().to_string())
     }
 

@@ -212,6 +212,9 @@ pub(crate) struct CallState {
     user: String,
     pub(crate) cx: CallContext,
     pub(crate) twin: Twin,
+    /// Reference behaviour of the `sig-pin` and `sig-ifc` baselines: every request is
+    /// delivered, to any host, as an ordinary forward proxy would. germline never sets it.
+    pub(crate) open: bool,
     pub(crate) m: Mutex<CallMut>,
 }
 
@@ -390,6 +393,20 @@ impl Broker {
         hosts: &[Member],
         rules: LabelRules,
     ) -> Result<(u64, Twin), BrokerError> {
+        self.begin_call_with(release, user, plan, hosts, rules, false)
+    }
+
+    /// [`Broker::begin_call`], optionally as an open forward proxy (the baselines' reference
+    /// behaviour: every request is delivered, to any host; labels still accumulate).
+    pub fn begin_call_with(
+        &self,
+        release: &str,
+        user: &str,
+        plan: Plan,
+        hosts: &[Member],
+        rules: LabelRules,
+        open: bool,
+    ) -> Result<(u64, Twin), BrokerError> {
         let cx = CallContext::new(plan, hosts, rules)?;
         let id = self.inner.next_call.fetch_add(1, Ordering::Relaxed);
         let time_ns = std::time::SystemTime::now()
@@ -407,6 +424,7 @@ impl Broker {
             user: user.to_string(),
             cx,
             twin,
+            open,
             m: Mutex::new(CallMut::default()),
         });
         self.inner
@@ -414,7 +432,7 @@ impl Broker {
             .lock()
             .map_err(|_| BrokerError::Poisoned)?
             .insert(id, state);
-        self.inner.audit.event("call", || json!({"call": id, "release": release, "groups": groups, "hosts": hosts.iter().map(|h| &h.name).collect::<Vec<_>>()}),
+        self.inner.audit.event("call", || json!({"call": id, "release": release, "groups": groups, "open": open, "hosts": hosts.iter().map(|h| &h.name).collect::<Vec<_>>()}),
         );
         Ok((id, twin))
     }

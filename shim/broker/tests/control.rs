@@ -59,6 +59,7 @@ fn a_call_through_the_control_socket() {
             consumers: vec![m("agent", &["finance", "hr"])],
             mode: PlanMode::Split,
             rules: LabelRules::default(),
+            open: false,
         })
         .expect("begin");
     assert_eq!(plan.groups.len(), 2);

@@ -24,6 +24,8 @@ enum Command {
     Plan(plan_cmd::PlanArgs),
     /// Check a deployer policy file and print what it defines.
     Policy(plan_cmd::PolicyArgs),
+    /// Serve a signed release to an MCP client over stdio, under germline execution.
+    Run(germline_frontend::cli::RunArgs),
     /// The broker sidecar, and its benchmark.
     Broker(broker_cmd::BrokerArgs),
     #[command(flatten)]
@@ -54,6 +56,7 @@ fn main() -> ExitCode {
         Command::Plan(args) => report(plan_cmd::run_plan(&args)),
         Command::Policy(args) => report(plan_cmd::run_policy(&args)),
         Command::Broker(args) => report(broker_cmd::run(&args)),
+        Command::Run(args) => report(germline_frontend::cli::run(&args).map_err(Into::into)),
         Command::Sandbox(c) => germline_sandbox::cli::run(c),
         Command::Keygen(args) => germline_release::cli::run_keygen(&args),
         Command::Release { cmd } => germline_release::cli::run_release(&cmd),

@@ -90,6 +90,7 @@ fn broker_serve_process() {
             consumers: vec![],
             mode: PlanMode::Split,
             rules: LabelRules::default(),
+            open: false,
         })
         .expect("begin");
     assert_eq!(plan.groups.len(), 1);

@@ -83,6 +83,9 @@ struct PolicyFile {
     defaults: DefaultsFile,
     #[serde(default, rename = "item")]
     items: Vec<Spanned<ItemRuleFile>>,
+    /// Labels of inline argument values, by tool and argument name.
+    #[serde(default, rename = "argument")]
+    arguments: Vec<Spanned<ArgumentRuleFile>>,
     #[serde(default)]
     destinations: BTreeMap<String, Spanned<Vec<Spanned<String>>>>,
     #[serde(default)]
@@ -116,6 +119,19 @@ struct DefaultsFile {
     host_clearance: Option<Vec<Spanned<String>>>,
     /// Clearance of a consumer the policy does not list. Absent: public only.
     consumer_clearance: Option<Vec<Spanned<String>>>,
+    /// What a call whose argument names a file no `[[item]]` rule covers gets: `"refuse"`
+    /// (the default: the call fails with an error naming the path) or `"default-label"`.
+    unlabelled_path: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ArgumentRuleFile {
+    /// Tool name glob; absent: every tool.
+    tool: Option<Spanned<String>>,
+    /// Argument name glob: a top-level name (`url`) or a dotted path (`options.*`).
+    name: Spanned<String>,
+    label: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -143,6 +159,22 @@ struct DampeningFile {
 pub enum Source {
     Path,
     Uri,
+}
+
+#[derive(Debug)]
+struct ArgumentRule {
+    tool: GlobMatcher,
+    name: GlobMatcher,
+    label: Label,
+}
+
+/// What happens to a file argument no `[[item]]` rule covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnlabelledPath {
+    /// The call fails with an error naming the path (fails closed; the default).
+    Refuse,
+    /// The file gets the default item label.
+    DefaultLabel,
 }
 
 #[derive(Debug)]
@@ -199,6 +231,8 @@ pub struct Policy {
     file: PathBuf,
     tags: BTreeMap<String, String>,
     rules: Vec<ItemRule>,
+    arguments: Vec<ArgumentRule>,
+    unlabelled_path: UnlabelledPath,
     hosts: BTreeMap<String, Label>,
     consumers: BTreeMap<String, Label>,
     default_item_label: Label,
@@ -349,6 +383,60 @@ impl Policy {
             });
         }
 
+        let mut arguments = Vec::new();
+        for (i, rule) in raw.arguments.iter().enumerate() {
+            let r = rule.get_ref();
+            let glob = |pat: &Spanned<String>, field: String| {
+                GlobBuilder::new(pat.get_ref())
+                    .literal_separator(false)
+                    .build()
+                    .map(|g| g.compile_matcher())
+                    .map_err(|e| PolicyError::BadGlob {
+                        at: cx.at(pat.span()),
+                        field,
+                        pattern: pat.get_ref().clone(),
+                        reason: e.kind().to_string(),
+                    })
+            };
+            let tool = match &r.tool {
+                Some(t) => glob(t, format!("argument[{i}].tool"))?,
+                None => GlobBuilder::new("*")
+                    .build()
+                    .map(|g| g.compile_matcher())
+                    .map_err(|e| PolicyError::Invalid {
+                        at: cx.at(rule.span()),
+                        field: format!("argument[{i}].tool"),
+                        message: e.to_string(),
+                    })?,
+            };
+            if r.name.get_ref().is_empty() {
+                return Err(PolicyError::Invalid {
+                    at: cx.at(r.name.span()),
+                    field: format!("argument[{i}].name"),
+                    message: "expected an argument name or dotted path, found \"\"".into(),
+                });
+            }
+            let name = glob(&r.name, format!("argument[{i}].name"))?;
+            let label = cx.label(&tags, &format!("argument[{i}].label"), &r.label)?;
+            arguments.push(ArgumentRule { tool, name, label });
+        }
+        let unlabelled_path = match &raw.defaults.unlabelled_path {
+            None => UnlabelledPath::Refuse,
+            Some(v) => match v.get_ref().as_str() {
+                "refuse" => UnlabelledPath::Refuse,
+                "default-label" => UnlabelledPath::DefaultLabel,
+                other => {
+                    return Err(PolicyError::Invalid {
+                        at: cx.at(v.span()),
+                        field: "defaults.unlabelled_path".into(),
+                        message: format!(
+                            "expected \"refuse\" or \"default-label\", found {other:?}"
+                        ),
+                    })
+                }
+            },
+        };
+
         let clearances = |table: &BTreeMap<String, Spanned<Vec<Spanned<String>>>>, what: &str| {
             let mut out = BTreeMap::new();
             for (name, c) in table {
@@ -486,6 +574,8 @@ impl Policy {
             file: file.to_path_buf(),
             tags,
             rules,
+            arguments,
+            unlabelled_path,
             hosts,
             consumers,
             default_item_label,
@@ -519,6 +609,32 @@ impl Policy {
             out.get_or_insert_with(Label::public).join(&r.label);
         }
         out
+    }
+
+    /// Join of the labels of every `[[argument]]` rule matching `tool` and the argument's
+    /// dotted name, or `None` if none does.
+    pub fn argument_label(&self, tool: &str, name: &str) -> Option<Label> {
+        let mut out: Option<Label> = None;
+        for r in self
+            .arguments
+            .iter()
+            .filter(|r| r.tool.is_match(tool) && r.name.is_match(name))
+        {
+            out.get_or_insert_with(Label::public).join(&r.label);
+        }
+        out
+    }
+
+    /// What a file argument no `[[item]]` rule covers gets.
+    pub fn unlabelled_path(&self) -> UnlabelledPath {
+        self.unlabelled_path
+    }
+
+    /// Whether a path or URI rule matches `value` (an item the policy knows).
+    pub fn has_rule(&self, source: Source, value: &str) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.source == source && r.matcher.is_match(value))
     }
 
     /// The label of something no rule labels (fails closed by default: every tag).

@@ -232,6 +232,31 @@ impl Copy {
         self.request("tools/call", json!({"name": tool, "arguments": arguments}))
     }
 
+    /// Any other MCP request of a data-free copy (`tools/list`, `resources/read`, ...), after
+    /// its own initialize; `initialize` itself is sent with the agent's parameters and its
+    /// result returned.
+    pub fn mcp_call_method(&mut self, method: &str, params: Value) -> Result<Value> {
+        if method == "initialize" {
+            let r = self.request("initialize", params)?;
+            self.notify("notifications/initialized")?;
+            self.initialized = true;
+            return Ok(r);
+        }
+        if !self.initialized {
+            self.request(
+                "initialize",
+                json!({
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "germline-shim", "version": env!("CARGO_PKG_VERSION")}
+                }),
+            )?;
+            self.notify("notifications/initialized")?;
+            self.initialized = true;
+        }
+        self.request(method, params)
+    }
+
     /// Ends the call: kills the copy, and turns a broken channel into the real reason (memory
     /// limit, deadline) where the kernel says so.
     pub fn finish(mut self, result: Result<Value>) -> Result<Value> {

@@ -100,6 +100,16 @@ impl Ruleset {
         })
     }
 
+    /// Like [`Ruleset::new`], but handling file-system access only (the network is confined by
+    /// a namespace instead): used by the `confined-ifc` baseline, whose process reaches the
+    /// broker's proxy over TCP inside its own namespace.
+    pub fn new_fs_only(abi: u32, rules: Vec<(String, u64, bool)>) -> io::Result<Ruleset> {
+        let mut r = Ruleset::new(abi, rules)?;
+        r.attr[8..24].fill(0);
+        r.attr_len = 8;
+        Ok(r)
+    }
+
     /// The ABI this ruleset was built for.
     pub fn abi(&self) -> u32 {
         self.abi

@@ -1,0 +1,20 @@
+//! germline-frontend: the agent-facing MCP endpoint (issue 6).
+//!
+//! * [`callmeta`]: a `tools/call` -> the call's public metadata, labelled items, declared
+//!   destinations and consumers (pure).
+//! * [`runtime`]: the per-call pipeline of germline execution (Plan via the broker, one copy
+//!   per group) and the paper's baselines, behind one [`runtime::Runtime`].
+//! * [`session`]: MCP JSON-RPC from the agent, transport-free.
+//! * [`stdio`]: `germline run` (MCP over stdio).
+//! * [`sidecar`]: starting or reaching the broker.
+//!
+//! See docs/run.md.
+
+pub mod callmeta;
+pub mod cli;
+pub mod process;
+pub mod release;
+pub mod runtime;
+pub mod session;
+pub mod sidecar;
+pub mod stdio;

@@ -1,0 +1,288 @@
+//! The baselines' tool process: the release's own entry point, started once (`sig-pin`,
+//! `sig-ifc`, `confined-ifc`) or once per call (`fresh-ifc`), chrooted into the verified
+//! rootfs with a private `/run` whose `items/` the shim fills per call. Confined processes also
+//! get fresh network and IPC namespaces (egress only through the broker) and a read-only
+//! Landlock ruleset; unconfined ones share the host's network and reach declared names through
+//! the broker's open forward proxy, as an ordinary deployment behind a proxy would.
+
+use std::ffi::CString;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// A running tool process speaking MCP over its stdio.
+#[derive(Debug)]
+pub struct ToolProcess {
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<Result<String, String>>,
+    next_id: u64,
+    initialized: bool,
+    pub pid: i32,
+}
+
+/// How to start it.
+#[derive(Debug, Clone)]
+pub struct ProcessSpec {
+    pub rootfs: PathBuf,
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// Fresh network and IPC namespaces and Landlock.
+    pub confined: bool,
+    pub readable: Vec<String>,
+}
+
+fn cstr(p: &Path) -> Result<CString, String> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| format!("{}: NUL in path", p.display()))
+}
+
+fn check(r: libc::c_int) -> std::io::Result<()> {
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+impl ToolProcess {
+    pub fn start(spec: &ProcessSpec) -> Result<ToolProcess, String> {
+        let rootfs = spec
+            .rootfs
+            .canonicalize()
+            .map_err(|e| format!("rootfs {}: {e}", spec.rootfs.display()))?;
+        for d in ["run", "dev"] {
+            if !rootfs.join(d).is_dir() {
+                return Err(format!("the rootfs lacks the directory /{d}"));
+            }
+        }
+        let root = cstr(&rootfs)?;
+        let run = cstr(&rootfs.join("run"))?;
+        let items = cstr(&rootfs.join("run/items"))?;
+        let dev = cstr(&rootfs.join("dev"))?;
+        let host_dev = CString::new("/dev").map_err(|e| e.to_string())?;
+        let tmpfs = CString::new("tmpfs").map_err(|e| e.to_string())?;
+        let opts = CString::new("size=256m,mode=755").map_err(|e| e.to_string())?;
+        let slash = CString::new("/").map_err(|e| e.to_string())?;
+        let ruleset = if spec.confined {
+            let mut rules: Vec<(String, u64, bool)> = Vec::new();
+            for p in &spec.readable {
+                let inside = rootfs.join(p.trim_start_matches('/'));
+                if let Ok(m) = std::fs::metadata(&inside) {
+                    rules.push((
+                        inside.display().to_string(),
+                        germline_sandbox::landlock::READ,
+                        m.is_dir(),
+                    ));
+                }
+            }
+            rules.push((
+                "/dev/null".into(),
+                germline_sandbox::landlock::READ_WRITE_FILE,
+                false,
+            ));
+            rules.push((
+                "/dev/urandom".into(),
+                germline_sandbox::landlock::READ,
+                false,
+            ));
+            // Paths are as seen before chroot (the ruleset is applied before it).
+            rules.push((
+                rootfs.join("run").display().to_string(),
+                germline_sandbox::landlock::READ,
+                true,
+            ));
+            let abi = germline_sandbox::landlock::abi();
+            Some(
+                germline_sandbox::landlock::Ruleset::new_fs_only(abi, rules)
+                    .map_err(|e| format!("Landlock: {e}"))?,
+            )
+        } else {
+            None
+        };
+        let confined = spec.confined;
+        let mut cmd = Command::new(spec.argv.first().ok_or("the manifest has no entry")?);
+        cmd.args(&spec.argv[1..])
+            .env_clear()
+            .envs(spec.env.iter().cloned())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        // SAFETY: the closure runs in the forked child before exec and calls only
+        // async-signal-safe system calls on memory prepared before the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0))?;
+                let mut flags = libc::CLONE_NEWNS;
+                if confined {
+                    flags |= libc::CLONE_NEWNET | libc::CLONE_NEWIPC;
+                }
+                check(libc::unshare(flags))?;
+                check(libc::mount(
+                    std::ptr::null(),
+                    slash.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ))?;
+                check(libc::mount(
+                    tmpfs.as_ptr(),
+                    run.as_ptr(),
+                    tmpfs.as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV,
+                    opts.as_ptr().cast(),
+                ))?;
+                check(libc::mkdir(items.as_ptr(), 0o755))?;
+                check(libc::mount(
+                    host_dev.as_ptr(),
+                    dev.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND | libc::MS_REC,
+                    std::ptr::null(),
+                ))?;
+                if let Some(r) = &ruleset {
+                    check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
+                    r.apply().map_err(|(_, e)| e)?;
+                }
+                check(libc::chroot(root.as_ptr()))?;
+                check(libc::chdir(slash.as_ptr()))?;
+                Ok(())
+            });
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", spec.argv.join(" ")))?;
+        let stdin = child.stdin.take().ok_or("no stdin")?;
+        let stdout: ChildStdout = child.stdout.take().ok_or("no stdout")?;
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut r = BufReader::new(stdout);
+            loop {
+                let mut line = String::new();
+                match r.read_line(&mut line) {
+                    Ok(0) => {
+                        let _ = tx.send(Err("the tool process closed its stdout".into()));
+                        return;
+                    }
+                    Ok(_) => {
+                        if tx.send(Ok(line)).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(format!("reading the tool's stdout: {e}")));
+                        return;
+                    }
+                }
+            }
+        });
+        let pid = i32::try_from(child.id()).map_err(|_| "pid out of range")?;
+        Ok(ToolProcess {
+            child,
+            stdin,
+            lines: rx,
+            next_id: 1,
+            initialized: false,
+            pid,
+        })
+    }
+
+    /// Writes the call's items where the process sees them (`/run/items/<name>`).
+    pub fn put_items(&self, items: &[(String, Vec<u8>)]) -> Result<(), String> {
+        let dir = PathBuf::from(format!("/proc/{}/root/run/items", self.pid));
+        for (name, contents) in items {
+            let p = dir.join(name);
+            std::fs::write(&p, contents).map_err(|e| format!("item {name}: {e}"))?;
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, v: &Value) -> Result<(), String> {
+        let mut line = v.to_string();
+        line.push('\n');
+        self.stdin
+            .write_all(line.as_bytes())
+            .and_then(|()| self.stdin.flush())
+            .map_err(|e| format!("the tool process stopped reading: {e}"))
+    }
+
+    /// One JSON-RPC request; notifications the process sends meanwhile are skipped.
+    pub fn request(
+        &mut self,
+        method: &str,
+        params: Value,
+        deadline: Instant,
+    ) -> Result<Value, String> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = match self.lines.recv_timeout(left.max(Duration::from_millis(1))) {
+                Ok(l) => l?,
+                Err(_) => return Err("the tool process did not answer before its deadline".into()),
+            };
+            let Ok(msg) = serde_json::from_str::<Value>(&line) else {
+                return Err("the tool process sent a line that is not JSON".into());
+            };
+            if msg.get("id").and_then(Value::as_u64) == Some(id) && msg.get("method").is_none() {
+                if let Some(err) = msg.get("error") {
+                    return Err(format!("{method} failed: {err}"));
+                }
+                return msg
+                    .get("result")
+                    .cloned()
+                    .ok_or_else(|| "a response without result".to_string());
+            }
+        }
+    }
+
+    /// initialize (once), then tools/call.
+    pub fn mcp_call(
+        &mut self,
+        tool: &str,
+        arguments: Value,
+        deadline: Instant,
+    ) -> Result<Value, String> {
+        self.ensure_initialized(deadline)?;
+        self.request(
+            "tools/call",
+            json!({"name": tool, "arguments": arguments}),
+            deadline,
+        )
+    }
+
+    pub fn ensure_initialized(&mut self, deadline: Instant) -> Result<(), String> {
+        if !self.initialized {
+            self.request(
+                "initialize",
+                json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "germline-shim", "version": env!("CARGO_PKG_VERSION")}}),
+                deadline,
+            )?;
+            self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))?;
+            self.initialized = true;
+        }
+        Ok(())
+    }
+
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ToolProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,53 @@
+//! Loading the release `germline run` serves: verified against the pinned key before anything
+//! of it runs, or refused.
+
+use std::path::{Path, PathBuf};
+
+use germline_release::keys::PublicKey;
+use germline_release::manifest::Manifest;
+
+/// A verified release, ready to launch.
+#[derive(Debug)]
+pub struct Release {
+    pub manifest: Manifest,
+    /// The release's identity for slots, records and dampening: the rootfs tree digest.
+    pub digest: String,
+    pub rootfs: PathBuf,
+    /// Holds an image layout's extracted bundle for as long as the release runs.
+    _extracted: Option<tempfile::TempDir>,
+}
+
+impl Release {
+    /// Verifies `path` (an unpacked bundle with `rootfs/`, or an OCI image layout, which is
+    /// extracted after verification) against the publisher key in `key`.
+    pub fn load(path: &Path, key: &Path) -> Result<Release, String> {
+        let pem = std::fs::read(key).map_err(|e| format!("key {}: {e}", key.display()))?;
+        let key =
+            PublicKey::from_pem(&pem, &key.display().to_string()).map_err(|e| e.to_string())?;
+        let (verified, rootfs, extracted) = if path.join("index.json").exists() {
+            let tmp = tempfile::Builder::new()
+                .prefix("germline-release-")
+                .tempdir_in(std::env::temp_dir())
+                .map_err(|e| format!("temporary directory: {e}"))?;
+            let dest = tmp.path().join("bundle");
+            let v = germline_release::release::verify_path(path, &key, Some(&dest))
+                .map_err(|e| format!("release {} refused: {e}", path.display()))?;
+            (v, dest.join("rootfs"), Some(tmp))
+        } else {
+            let v = germline_release::release::verify_path(path, &key, None)
+                .map_err(|e| format!("release {} refused: {e}", path.display()))?;
+            (v, path.join("rootfs"), None)
+        };
+        Ok(Release {
+            digest: verified.rootfs_digest.clone(),
+            manifest: verified.manifest,
+            rootfs,
+            _extracted: extracted,
+        })
+    }
+
+    /// `name@version`, for messages.
+    pub fn label(&self) -> String {
+        format!("{}@{}", self.manifest.name, self.manifest.version)
+    }
+}

@@ -1,0 +1,568 @@
+//! The runtimes `germline run --mode` offers: germline execution and the paper's baselines
+//! (Section VII, Table XI), all behind one [`Runtime`] so that the security matrix and the
+//! benchmarks compare them on the same calls.
+//!
+//! | mode | process | network | items | output label |
+//! |---|---|---|---|---|
+//! | `sig-pin` | one persistent process | host, open proxy | all, every call | none |
+//! | `sig-ifc` | one persistent process | host, open proxy | all | join of the call's items |
+//! | `confined-ifc` | one persistent process, own netns, Landlock | broker allowlist | all | broker's `L` |
+//! | `fresh-ifc` | a fresh confined process per call | broker allowlist | all | broker's `L` |
+//! | `nosplit` | one germline copy per call | broker | all | broker's `L` |
+//! | `germline` | one germline copy per Plan group | broker, positional rule | the group's view | broker's `L` of the agent's group |
+
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use germline_broker::control::BeginCall;
+use germline_broker::COPY_PROXY_ADDR;
+use germline_policy::call::LabelRules;
+use germline_policy::{Label, Plan, PlanMode};
+use germline_sandbox::{Germline, LaunchSpec, Limits, Options};
+use serde_json::{json, Value};
+
+use crate::callmeta::{ArgItem, CallMeta, ItemKind};
+use crate::process::{ProcessSpec, ToolProcess};
+use crate::release::Release;
+use crate::sidecar::Sidecar;
+
+/// Where items appear inside a copy or a baseline process.
+pub const ITEMS_DIR: &str = "/run/items";
+/// The consumer name of the agent.
+pub const AGENT: &str = "agent";
+/// What the agent is told when a copy outside its group fails: never the copy's own words.
+pub const OTHER_COPY_FAILED: &str = "a copy serving another destination of this call failed";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    SigPin,
+    SigIfc,
+    ConfinedIfc,
+    FreshIfc,
+    Nosplit,
+    Germline,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::SigPin => "sig-pin",
+            Mode::SigIfc => "sig-ifc",
+            Mode::ConfinedIfc => "confined-ifc",
+            Mode::FreshIfc => "fresh-ifc",
+            Mode::Nosplit => "nosplit",
+            Mode::Germline => "germline",
+        }
+    }
+
+    pub const ALL: [Mode; 6] = [
+        Mode::SigPin,
+        Mode::SigIfc,
+        Mode::ConfinedIfc,
+        Mode::FreshIfc,
+        Mode::Nosplit,
+        Mode::Germline,
+    ];
+}
+
+/// Why a call failed; `Agent` texts reach the agent, the others are the shim's own.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Bad input from the agent: unknown tool, bad arguments, an unlabelled path.
+    #[error("{0}")]
+    Invalid(String),
+    /// The agent's own copy failed (crash, deadline, malformed output, an MCP error).
+    #[error("the tool failed: {0}")]
+    Tool(String),
+    /// The broker is down or refused.
+    #[error("the broker is unavailable: {0}")]
+    Broker(String),
+    /// The germline or a copy was refused, or could not be started.
+    #[error("{0}")]
+    Sandbox(String),
+}
+
+/// What one call returned to the agent.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The MCP `CallToolResult`, with `_meta.germline` added where the mode labels outputs.
+    pub result: Value,
+    pub label: Option<Label>,
+    pub copies: usize,
+    pub triggers: usize,
+    /// Per-phase time of the call, microseconds (for `germline run-bench` and traces).
+    pub phases: Vec<(&'static str, u64)>,
+}
+
+enum Backend {
+    Germline(Box<Germline>),
+    Process(ToolProcess),
+    /// `fresh-ifc`: started per call.
+    Fresh,
+}
+
+/// One agent session's runtime: the verified release, its germline or process, the broker.
+pub struct Runtime {
+    pub mode: Mode,
+    pub release: Release,
+    pub broker: Sidecar,
+    backend: Backend,
+    proc_spec: Option<ProcessSpec>,
+    /// The host-side listener of an unconfined baseline process's proxy.
+    host_proxy: Option<std::net::TcpListener>,
+    limits: Limits,
+    pub user: String,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("mode", &self.mode)
+            .field("release", &self.release.label())
+            .finish_non_exhaustive()
+    }
+}
+
+fn proxy_env(addr: &str) -> Vec<(String, String)> {
+    let url = format!("http://{addr}");
+    ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"]
+        .into_iter()
+        .map(|k| (k.to_string(), url.clone()))
+        .chain([
+            ("NO_PROXY".to_string(), String::new()),
+            ("no_proxy".to_string(), String::new()),
+        ])
+        .collect()
+}
+
+fn base_env() -> Vec<(String, String)> {
+    vec![
+        ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
+        ("HOME".into(), "/tmp".into()),
+        ("LANG".into(), "C.UTF-8".into()),
+        ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
+        ("PYTHONUNBUFFERED".into(), "1".into()),
+        ("OMP_NUM_THREADS".into(), "1".into()),
+        ("OPENBLAS_NUM_THREADS".into(), "1".into()),
+        ("MKL_NUM_THREADS".into(), "1".into()),
+    ]
+}
+
+/// The sandbox's launch spec of a verified release.
+pub fn launch_spec(release: &Release) -> Result<LaunchSpec, String> {
+    let m = &release.manifest;
+    let (interpreter, entry) = m
+        .entry
+        .split_first()
+        .ok_or_else(|| format!("{}: the manifest's entry is empty", release.label()))?;
+    let mut env: Vec<String> = base_env()
+        .into_iter()
+        .chain(proxy_env(&COPY_PROXY_ADDR.to_string()))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    env.sort();
+    Ok(LaunchSpec {
+        rootfs: release.rootfs.clone(),
+        interpreter: interpreter.clone(),
+        entry: entry.to_vec(),
+        env,
+        workdir: "/".into(),
+        module_path: vec![],
+        readable_paths: m.readable_paths.clone(),
+        language: germline_sandbox::Language::Python,
+        scratch: m.scratch_mb > 0,
+        warm: m.initialisation.warm,
+        limits: Limits::default(),
+    })
+}
+
+impl Runtime {
+    /// Starts the release's germline (or the baseline's process) for one session.
+    pub fn start(
+        mode: Mode,
+        release: Release,
+        broker: Sidecar,
+        pool: usize,
+    ) -> Result<Runtime, String> {
+        let limits = Limits::default();
+        let mut host_proxy = None;
+        let mut proc_spec = None;
+        let backend = match mode {
+            Mode::Germline | Mode::Nosplit => {
+                let spec = launch_spec(&release)?;
+                let id = format!("run-{}-{}", std::process::id(), mode.name());
+                let mut opts = Options::new(&id);
+                opts.pool = pool;
+                let g = Germline::start(spec, opts)
+                    .map_err(|e| format!("{}: the germline did not start: {e}", release.label()))?;
+                Backend::Germline(Box::new(g))
+            }
+            Mode::SigPin | Mode::SigIfc | Mode::ConfinedIfc | Mode::FreshIfc => {
+                let confined = matches!(mode, Mode::ConfinedIfc | Mode::FreshIfc);
+                let addr = if confined {
+                    COPY_PROXY_ADDR.to_string()
+                } else {
+                    let l = std::net::TcpListener::bind("127.0.0.1:0")
+                        .map_err(|e| format!("proxy listener: {e}"))?;
+                    let a = l.local_addr().map_err(|e| e.to_string())?.to_string();
+                    host_proxy = Some(l);
+                    a
+                };
+                let spec = ProcessSpec {
+                    rootfs: release.rootfs.clone(),
+                    argv: release.manifest.entry.clone(),
+                    env: base_env().into_iter().chain(proxy_env(&addr)).collect(),
+                    confined,
+                    readable: release.manifest.readable_paths.clone(),
+                };
+                proc_spec = Some(spec.clone());
+                if mode == Mode::FreshIfc {
+                    Backend::Fresh
+                } else {
+                    let mut p = ToolProcess::start(&spec)?;
+                    p.ensure_initialized(
+                        Instant::now() + Duration::from_millis(limits.init_timeout_ms),
+                    )
+                    .map_err(|e| format!("{}: initialisation failed: {e}", release.label()))?;
+                    Backend::Process(p)
+                }
+            }
+        };
+        Ok(Runtime {
+            mode,
+            release,
+            broker,
+            backend,
+            proc_spec,
+            host_proxy,
+            limits,
+            user: std::env::var("USER").unwrap_or_else(|_| "root".into()),
+        })
+    }
+
+    /// Pid of the germline or the persistent process, for reports and cleanup checks.
+    pub fn pid(&self) -> Option<i32> {
+        match &self.backend {
+            Backend::Germline(g) => Some(g.pid()),
+            Backend::Process(p) => Some(p.pid),
+            Backend::Fresh => None,
+        }
+    }
+
+    pub fn germline(&self) -> Option<&Germline> {
+        match &self.backend {
+            Backend::Germline(g) => Some(g),
+            _ => None,
+        }
+    }
+
+    /// A request that carries no data (`tools/list`, `resources/*`, `prompts/*`), answered by
+    /// a data-free copy (or the baseline's process).
+    pub fn passthrough(&mut self, method: &str, params: Value) -> Result<Value, RunError> {
+        let deadline = Instant::now() + self.limits.deadline();
+        match &mut self.backend {
+            Backend::Germline(g) => {
+                let mut copy = g.copy().map_err(|e| RunError::Sandbox(e.to_string()))?;
+                let r = (|| {
+                    g.prepare_copy(&mut copy, &[])?;
+                    copy.deliver(&[])?;
+                    copy.mcp_call_method(method, params)
+                })();
+                let r = copy.finish(r).map_err(|e| RunError::Tool(e.to_string()));
+                let _ = g.refill_pool();
+                r
+            }
+            Backend::Process(p) => {
+                p.ensure_initialized(deadline).map_err(RunError::Tool)?;
+                p.request(method, params, deadline).map_err(RunError::Tool)
+            }
+            Backend::Fresh => {
+                let spec = self
+                    .proc_spec
+                    .as_ref()
+                    .ok_or_else(|| RunError::Sandbox("no process spec".into()))?;
+                let mut p = ToolProcess::start(spec).map_err(RunError::Sandbox)?;
+                p.ensure_initialized(deadline).map_err(RunError::Tool)?;
+                p.request(method, params, deadline).map_err(RunError::Tool)
+            }
+        }
+    }
+
+    fn begin(
+        &mut self,
+        meta: &CallMeta,
+        mode: PlanMode,
+        open: bool,
+    ) -> Result<(u64, Plan), RunError> {
+        let call = BeginCall {
+            release: self.release.digest.clone(),
+            user: self.user.clone(),
+            items: meta.item_meta(),
+            hosts: meta.hosts.clone(),
+            consumers: meta.consumers.clone(),
+            mode,
+            rules: LabelRules::default(),
+            open,
+        };
+        let r = self.broker.client.begin_call(call.clone());
+        let r = match r {
+            Err(germline_broker::control::ControlError::Refused(e)) => {
+                return Err(RunError::Broker(e))
+            }
+            Err(_) => {
+                // The connection broke: try once more on a fresh one (a restarted broker).
+                self.broker.reconnect().map_err(RunError::Broker)?;
+                self.broker.client.begin_call(call)
+            }
+            ok => ok,
+        };
+        let (id, _twin, plan) = r.map_err(|e| RunError::Broker(e.to_string()))?;
+        Ok((id, plan))
+    }
+
+    /// One `tools/call`.
+    pub fn call(&mut self, meta: &CallMeta) -> Result<Outcome, RunError> {
+        match self.mode {
+            Mode::Germline => self.call_germline(meta, PlanMode::Split),
+            Mode::Nosplit => self.call_germline(meta, PlanMode::NoSplit),
+            _ => self.call_process(meta),
+        }
+    }
+
+    fn call_germline(&mut self, meta: &CallMeta, plan_mode: PlanMode) -> Result<Outcome, RunError> {
+        let t0 = Instant::now();
+        let mut phases = Vec::new();
+        let (call, plan) = self.begin(meta, plan_mode, false)?;
+        phases.push(("plan", t0.elapsed().as_micros() as u64));
+        let agent_group = plan
+            .groups
+            .iter()
+            .position(|g| g.consumers.iter().any(|c| c == AGENT));
+        let mut agent: Option<(Result<Value, String>, Label)> = None;
+        let mut others_failed = false;
+        let mut triggers = 0;
+        let mut failure: Option<RunError> = None;
+        for (gi, group) in plan.groups.iter().enumerate() {
+            let in_view = |i: &ArgItem| group.view.iter().any(|v| v == &i.name);
+            let r = self.run_copy(call, gi, meta, &in_view, &mut phases);
+            match r {
+                Ok((result, label, trig)) => {
+                    triggers += trig;
+                    if Some(gi) == agent_group {
+                        agent = Some((result, label));
+                    } else if result.is_err() {
+                        others_failed = true;
+                    }
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        let end = self.broker.client.end_call(call);
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        end.map_err(|e| RunError::Broker(e.to_string()))?;
+        let Some((result, label)) = agent else {
+            return Err(RunError::Sandbox(
+                "Plan formed no group for the agent".into(),
+            ));
+        };
+        let mut result = result.map_err(RunError::Tool)?;
+        let mut g = json!({"label": label, "copies": plan.groups.len(), "mode": self.mode.name()});
+        if others_failed {
+            g["notice"] = json!(OTHER_COPY_FAILED);
+        }
+        add_meta(&mut result, g);
+        phases.push(("total", t0.elapsed().as_micros() as u64));
+        Ok(Outcome {
+            result,
+            label: Some(label),
+            copies: plan.groups.len(),
+            triggers,
+            phases,
+        })
+    }
+
+    /// Runs group `gi`'s copy. The outer error is the shim's (broker, sandbox); the inner
+    /// result is the copy's own answer or failure.
+    #[allow(clippy::type_complexity)]
+    fn run_copy(
+        &mut self,
+        call: u64,
+        gi: usize,
+        meta: &CallMeta,
+        in_view: &dyn Fn(&ArgItem) -> bool,
+        phases: &mut Vec<(&'static str, u64)>,
+    ) -> Result<(Result<Value, String>, Label, usize), RunError> {
+        let Backend::Germline(g) = &mut self.backend else {
+            return Err(RunError::Sandbox("no germline".into()));
+        };
+        let t = Instant::now();
+        let mut copy = g.copy().map_err(|e| RunError::Sandbox(e.to_string()))?;
+        phases.push(("fork", t.elapsed().as_micros() as u64));
+        let t = Instant::now();
+        let netns = File::open(format!("/proc/{}/ns/net", copy.pid()))
+            .map_err(|e| RunError::Sandbox(format!("the copy's network namespace: {e}")))?;
+        if let Err(e) = self
+            .broker
+            .client
+            .start_copy(call, gi, netns.as_fd(), copy.deadline())
+        {
+            copy.kill();
+            return Err(RunError::Broker(e.to_string()));
+        }
+        phases.push(("broker", t.elapsed().as_micros() as u64));
+        let t = Instant::now();
+        let files: Vec<(String, Vec<u8>, bool)> = meta
+            .items
+            .iter()
+            .filter_map(|i| match (&i.kind, &i.file_name) {
+                (ItemKind::File { .. }, Some(f)) => {
+                    Some((f.clone(), i.contents.clone(), in_view(i)))
+                }
+                _ => None,
+            })
+            .collect();
+        let args = meta.arguments_for(in_view, ITEMS_DIR);
+        let r = (|| {
+            g.prepare_copy(&mut copy, &files)?;
+            copy.deliver(&files)?;
+            copy.mcp_call(&meta.tool, args)
+        })();
+        let r = copy.finish(r);
+        phases.push(("copy", t.elapsed().as_micros() as u64));
+        let outcome = self
+            .broker
+            .client
+            .end_copy(call, gi)
+            .map_err(|e| RunError::Broker(e.to_string()))?;
+        let _ = g.refill_pool();
+        let r = r.map_err(|e| e.to_string()).and_then(tool_result);
+        Ok((r, outcome.label, outcome.triggers.len()))
+    }
+
+    fn call_process(&mut self, meta: &CallMeta) -> Result<Outcome, RunError> {
+        let t0 = Instant::now();
+        let open = matches!(self.mode, Mode::SigPin | Mode::SigIfc);
+        let (call, plan) = self.begin(meta, PlanMode::NoSplit, open)?;
+        let deadline = Instant::now() + self.limits.deadline();
+        let mut fresh;
+        let p: &mut ToolProcess = match &mut self.backend {
+            Backend::Process(p) => p,
+            Backend::Fresh => {
+                let spec = self
+                    .proc_spec
+                    .as_ref()
+                    .ok_or_else(|| RunError::Sandbox("no process spec".into()))?;
+                fresh = ToolProcess::start(spec).map_err(RunError::Sandbox)?;
+                &mut fresh
+            }
+            Backend::Germline(_) => return Err(RunError::Sandbox("no process".into())),
+        };
+        if !p.alive() {
+            let _ = self.broker.client.end_call(call);
+            return Err(RunError::Tool("the tool process has exited".into()));
+        }
+        let start = match &self.host_proxy {
+            Some(l) => self
+                .broker
+                .client
+                .start_copy_on(call, 0, l.as_fd(), deadline),
+            None => match File::open(format!("/proc/{}/ns/net", p.pid)) {
+                Ok(ns) => self.broker.client.start_copy(call, 0, ns.as_fd(), deadline),
+                Err(e) => {
+                    let _ = self.broker.client.end_call(call);
+                    return Err(RunError::Sandbox(format!(
+                        "the process's network namespace: {e}"
+                    )));
+                }
+            },
+        };
+        if let Err(e) = start {
+            let _ = self.broker.client.end_call(call);
+            return Err(RunError::Broker(e.to_string()));
+        }
+        let files: Vec<(String, Vec<u8>)> = meta
+            .items
+            .iter()
+            .filter_map(|i| i.file_name.clone().map(|f| (f, i.contents.clone())))
+            .collect();
+        let r = p.put_items(&files).and_then(|()| {
+            p.mcp_call(
+                &meta.tool,
+                meta.arguments_for(&|_| true, ITEMS_DIR),
+                deadline,
+            )
+        });
+        let outcome = self.broker.client.end_copy(call, 0);
+        let _ = self.broker.client.end_call(call);
+        let outcome = outcome.map_err(|e| RunError::Broker(e.to_string()))?;
+        let mut result = r.and_then(tool_result).map_err(RunError::Tool)?;
+        let label = match self.mode {
+            Mode::SigPin => None,
+            // Sig+IFC labels by the call's own inputs only (it sees no state or egress).
+            Mode::SigIfc => Some(meta.label_of_all()),
+            _ => Some(outcome.label.clone()),
+        };
+        if let Some(l) = &label {
+            add_meta(
+                &mut result,
+                json!({"label": l, "copies": plan.groups.len(), "mode": self.mode.name()}),
+            );
+        }
+        Ok(Outcome {
+            result,
+            label,
+            copies: 1,
+            triggers: outcome.triggers.len(),
+            phases: vec![("total", t0.elapsed().as_micros() as u64)],
+        })
+    }
+
+    /// Stops the germline or process (the broker stops with the [`Sidecar`]).
+    pub fn stop(&mut self) {
+        match &mut self.backend {
+            Backend::Germline(g) => {
+                let _ = g.stop();
+            }
+            Backend::Process(p) => p.kill(),
+            Backend::Fresh => {}
+        }
+        self.broker.stop();
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A `CallToolResult` must be an object; anything else from a copy is malformed.
+fn tool_result(v: Value) -> Result<Value, String> {
+    if v.is_object() {
+        Ok(v)
+    } else {
+        Err("the tool's result is not an object".into())
+    }
+}
+
+fn add_meta(result: &mut Value, germline: Value) {
+    if let Some(obj) = result.as_object_mut() {
+        let meta = obj.entry("_meta").or_insert_with(|| json!({}));
+        if !meta.is_object() {
+            *meta = json!({});
+        }
+        meta["germline"] = germline;
+    }
+}
+
+/// Whether `path` looks like a release (for error messages before verification).
+pub fn looks_like_release(path: &Path) -> bool {
+    path.join("index.json").exists() || path.join("rootfs").is_dir()
+}

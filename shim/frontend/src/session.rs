@@ -1,0 +1,202 @@
+//! One agent session: MCP JSON-RPC from the agent, answered through a [`Runtime`].
+//! Transport-free: `germline run` feeds it stdio lines, `germline serve` HTTP bodies.
+
+use std::sync::Arc;
+
+use germline_policy::Policy;
+use serde_json::{json, Value};
+
+use crate::callmeta;
+use crate::runtime::{Outcome, RunError, Runtime, AGENT};
+
+pub const PARSE_ERROR: i64 = -32700;
+pub const INVALID_REQUEST: i64 = -32600;
+pub const METHOD_NOT_FOUND: i64 = -32601;
+pub const INVALID_PARAMS: i64 = -32602;
+pub const INTERNAL_ERROR: i64 = -32603;
+/// The tool (the agent's own copy) failed.
+pub const TOOL_FAILED: i64 = -32000;
+/// germline refused or could not run the call (broker down, germline refused).
+pub const RUNTIME_FAILED: i64 = -32001;
+
+/// Methods answered by a data-free copy.
+const PASSTHROUGH: &[&str] = &[
+    "tools/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+];
+
+pub struct Session {
+    pub runtime: Runtime,
+    pub policy: Arc<Policy>,
+    /// The last call's outcome, for benchmarks and tests in-process.
+    pub last: Option<Outcome>,
+    pub calls: u64,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("calls", &self.calls)
+            .finish_non_exhaustive()
+    }
+}
+
+pub fn error(id: &Value, code: i64, message: impl Into<String>) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message.into()}})
+}
+
+fn ok(id: &Value, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+impl Session {
+    pub fn new(runtime: Runtime, policy: Arc<Policy>) -> Session {
+        Session {
+            runtime,
+            policy,
+            last: None,
+            calls: 0,
+        }
+    }
+
+    /// Handles one line from the agent; `None` for notifications (no answer).
+    pub fn handle_line(&mut self, line: &str) -> Option<Value> {
+        if line.trim().is_empty() {
+            return None;
+        }
+        match serde_json::from_str::<Value>(line) {
+            Ok(v) => self.handle(v),
+            Err(e) => Some(error(
+                &Value::Null,
+                PARSE_ERROR,
+                format!("parse error: {e}"),
+            )),
+        }
+    }
+
+    /// Handles one JSON-RPC message (a batch is answered with one error per element).
+    pub fn handle(&mut self, msg: Value) -> Option<Value> {
+        if let Value::Array(batch) = msg {
+            let out: Vec<Value> = batch.into_iter().filter_map(|m| self.handle(m)).collect();
+            return (!out.is_empty()).then_some(Value::Array(out));
+        }
+        let Some(obj) = msg.as_object() else {
+            return Some(error(
+                &Value::Null,
+                INVALID_REQUEST,
+                "a JSON-RPC message must be an object",
+            ));
+        };
+        let id = obj.get("id").cloned();
+        let method = obj.get("method").and_then(Value::as_str);
+        if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+            return id.map(|id| error(&id, INVALID_REQUEST, "expected \"jsonrpc\": \"2.0\""));
+        }
+        let Some(method) = method else {
+            // A response from the agent (to a request we never send in this version): drop it.
+            return None;
+        };
+        let Some(id) = id else {
+            // Notifications (initialized, cancelled, roots changed): nothing to answer.
+            return None;
+        };
+        if !(id.is_string() || id.is_number()) {
+            return Some(error(
+                &Value::Null,
+                INVALID_REQUEST,
+                "the id must be a string or a number",
+            ));
+        }
+        let params = obj.get("params").cloned().unwrap_or_else(|| json!({}));
+        Some(match method {
+            "ping" => ok(&id, json!({})),
+            "initialize" => match self.runtime.passthrough("initialize", params) {
+                Ok(mut r) => {
+                    if let Some(info) = r.get_mut("serverInfo").and_then(Value::as_object_mut) {
+                        info.insert(
+                            "germline".into(),
+                            json!({"mode": self.runtime.mode.name(), "release": self.runtime.release.label(),
+                                   "digest": self.runtime.release.digest}),
+                        );
+                    }
+                    ok(&id, r)
+                }
+                Err(e) => error(
+                    &id,
+                    RUNTIME_FAILED,
+                    format!("germline: initialize failed: {e}"),
+                ),
+            },
+            "tools/call" => self.tools_call(&id, &params),
+            m if PASSTHROUGH.contains(&m) => match self.runtime.passthrough(m, params) {
+                Ok(r) => ok(&id, r),
+                Err(e) => error(&id, code_of(&e), format!("germline: {m}: {e}")),
+            },
+            "logging/setLevel" => ok(&id, json!({})),
+            other => error(&id, METHOD_NOT_FOUND, format!("method {other:?} not found")),
+        })
+    }
+
+    fn tools_call(&mut self, id: &Value, params: &Value) -> Value {
+        let Some(name) = params.get("name").and_then(Value::as_str) else {
+            return error(
+                id,
+                INVALID_PARAMS,
+                "tools/call needs params.name (a string)",
+            );
+        };
+        let manifest = &self.runtime.release.manifest;
+        let Some(tool) = manifest.tools.get(name) else {
+            let known: Vec<&str> = manifest.tools.keys().map(String::as_str).collect();
+            return error(
+                id,
+                INVALID_PARAMS,
+                format!(
+                    "unknown tool {name:?}: release {} declares {}",
+                    self.runtime.release.label(),
+                    known.join(", ")
+                ),
+            );
+        };
+        let args = params
+            .get("arguments")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        let meta = match callmeta::build(
+            &self.policy,
+            name,
+            tool,
+            &args,
+            params.get("_meta"),
+            &[AGENT.to_string()],
+        ) {
+            Ok(m) => m,
+            Err(e) => return error(id, INVALID_PARAMS, format!("germline: {e}")),
+        };
+        self.calls += 1;
+        match self.runtime.call(&meta) {
+            Ok(out) => {
+                let r = ok(id, out.result.clone());
+                self.last = Some(out);
+                r
+            }
+            Err(e) => {
+                self.last = None;
+                error(id, code_of(&e), format!("germline: {e}"))
+            }
+        }
+    }
+}
+
+fn code_of(e: &RunError) -> i64 {
+    match e {
+        RunError::Invalid(_) => INVALID_PARAMS,
+        RunError::Tool(_) => TOOL_FAILED,
+        RunError::Broker(_) | RunError::Sandbox(_) => RUNTIME_FAILED,
+    }
+}

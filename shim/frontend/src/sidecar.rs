@@ -1,0 +1,138 @@
+//! The broker sidecar: `germline run` and `germline serve` start `germline broker serve` as a
+//! process of its own (in the host's network namespace) unless one is already running at the
+//! given socket, and stop it on exit.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use germline_broker::control::BrokerClient;
+
+/// A connection to the broker, and the sidecar process if this session started it.
+#[derive(Debug)]
+pub struct Sidecar {
+    pub client: BrokerClient,
+    pub socket: PathBuf,
+    child: Option<Child>,
+    run_dir: Option<PathBuf>,
+}
+
+/// How to reach or start the broker.
+#[derive(Debug, Clone)]
+pub struct SidecarConfig {
+    /// Use the broker already serving here (never started or stopped by this session).
+    pub existing: Option<PathBuf>,
+    pub policy: PathBuf,
+    /// Where a started broker keeps its CA and slots.
+    pub state_dir: PathBuf,
+    pub audit: Option<PathBuf>,
+}
+
+impl Sidecar {
+    pub fn start(cfg: &SidecarConfig) -> Result<Sidecar, String> {
+        if let Some(sock) = &cfg.existing {
+            let client = BrokerClient::connect(sock)
+                .map_err(|e| format!("the broker at {} is not reachable: {e}", sock.display()))?;
+            return Ok(Sidecar {
+                client,
+                socket: sock.clone(),
+                child: None,
+                run_dir: None,
+            });
+        }
+        let run_dir = PathBuf::from(format!("/run/germline/session-{}", std::process::id()));
+        std::fs::create_dir_all(&run_dir).map_err(|e| format!("{}: {e}", run_dir.display()))?;
+        std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("{}: {e}", run_dir.display()))?;
+        let socket = run_dir.join("broker.sock");
+        let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
+        let mut cmd = Command::new(exe);
+        cmd.arg("broker")
+            .arg("serve")
+            .arg("--policy")
+            .arg(&cfg.policy)
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--state")
+            .arg(&cfg.state_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(a) = &cfg.audit {
+            cmd.arg("--audit").arg(a);
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start the broker: {e}"))?;
+        let t = Instant::now();
+        loop {
+            if let Ok(client) = BrokerClient::connect(&socket) {
+                // The broker's own messages go to our stderr (never to the agent's stdout).
+                if let Some(mut err) = child.stderr.take() {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut err, &mut std::io::stderr());
+                    });
+                }
+                return Ok(Sidecar {
+                    client,
+                    socket,
+                    child: Some(child),
+                    run_dir: Some(run_dir),
+                });
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                let mut text = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut text);
+                }
+                let _ = std::fs::remove_dir_all(&run_dir);
+                return Err(format!("the broker exited ({status}): {}", text.trim()));
+            }
+            if t.elapsed() > Duration::from_secs(20) {
+                let _ = child.kill();
+                let _ = child.wait();
+                let _ = std::fs::remove_dir_all(&run_dir);
+                return Err("the broker did not come up within 20 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Reconnects after the broker's connection broke (a broker restarted at the same socket).
+    pub fn reconnect(&mut self) -> Result<(), String> {
+        self.client = BrokerClient::connect(&self.socket).map_err(|e| {
+            format!(
+                "the broker at {} is not reachable: {e}",
+                self.socket.display()
+            )
+        })?;
+        Ok(())
+    }
+
+    /// The sidecar's pid, if this session started it.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Stops a broker this session started.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if let Some(d) = self.run_dir.take() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
