@@ -195,6 +195,7 @@ impl Runtime {
                 let id = format!("run-{}-{}", std::process::id(), mode.name());
                 let mut opts = Options::new(&id);
                 opts.pool = pool;
+                opts.egress_port = Some(COPY_PROXY_ADDR.port());
                 let g = Germline::start(spec, opts)
                     .map_err(|e| format!("{}: the germline did not start: {e}", release.label()))?;
                 Backend::Germline(Box::new(g))

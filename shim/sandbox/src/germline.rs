@@ -52,6 +52,9 @@ pub struct Options {
     pub ablation: Ablation,
     /// Bootstrap source (tests substitute a tampered one to show that the checks catch it).
     pub bootstrap: String,
+    /// The one TCP port copies may `connect()` to (the broker's proxy in their own network
+    /// namespace); `None`: no TCP at all.
+    pub egress_port: Option<u16>,
 }
 
 impl Options {
@@ -62,6 +65,7 @@ impl Options {
             pool: 0,
             ablation: Ablation::default(),
             bootstrap: PYTHON_BOOTSTRAP.to_string(),
+            egress_port: None,
         }
     }
 }
@@ -164,6 +168,9 @@ impl Germline {
             &env,
         )
         .map_err(|e| fail(e, &cgroup))?;
+        if let Some(port) = opts.egress_port {
+            prepared.allow_connect(port);
+        }
         if opts.ablation.no_landlock {
             prepared.without_landlock();
         }
@@ -244,7 +251,8 @@ impl Germline {
                 landlock::READ
             }
         ]));
-        json!({"fs": all, "net": 3, "scoped": 3, "rules": rules})
+        let ports: Vec<u16> = self.opts.egress_port.into_iter().collect();
+        json!({"fs": all, "net": 3, "scoped": 3, "rules": rules, "connect_ports": ports})
     }
 
     /// Host pids of the pool's copies.

@@ -17,6 +17,8 @@ const FILE_RIGHTS: u64 = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | (1 << 15)
 /// Read-only access to a tree.
 pub const READ: u64 = EXECUTE | READ_FILE | READ_DIR;
 /// Read and write a single file (only /dev/null gets this).
+/// `LANDLOCK_ACCESS_NET_CONNECT_TCP`.
+pub const CONNECT_TCP: u64 = 2;
 pub const READ_WRITE_FILE: u64 = READ_FILE | WRITE_FILE;
 
 /// The Landlock ABI of the running kernel (0 if Landlock is unavailable).
@@ -57,6 +59,9 @@ pub struct Ruleset {
     attr: [u8; 24],
     attr_len: usize,
     rules: Vec<Rule>,
+    /// TCP ports `connect()` may reach (Landlock ABI 4+); every other connect and every bind
+    /// is denied. The copies' only one is the broker's proxy in their own namespace.
+    connect_ports: Vec<u16>,
 }
 
 impl Ruleset {
@@ -97,6 +102,7 @@ impl Ruleset {
             attr,
             attr_len,
             rules: out,
+            connect_ports: Vec::new(),
         })
     }
 
@@ -108,6 +114,13 @@ impl Ruleset {
         r.attr[8..24].fill(0);
         r.attr_len = 8;
         Ok(r)
+    }
+
+    /// Allows TCP `connect()` to `port` (on any address: the namespace decides what is there).
+    pub fn allow_connect(&mut self, port: u16) {
+        if self.abi >= 4 && !self.connect_ports.contains(&port) {
+            self.connect_ports.push(port);
+        }
     }
 
     /// The ABI this ruleset was built for.
@@ -136,6 +149,17 @@ impl Ruleset {
             if let Err(e) = r {
                 sys::close_raw(fd);
                 return Err((i, e));
+            }
+        }
+        if self.attr_len >= 16 {
+            for port in &self.connect_ports {
+                let mut attr = [0u8; 16];
+                attr[0..8].copy_from_slice(&CONNECT_TCP.to_ne_bytes());
+                attr[8..16].copy_from_slice(&u64::from(*port).to_ne_bytes());
+                if let Err(e) = sys::landlock_add_net_rule(fd, &attr) {
+                    sys::close_raw(fd);
+                    return Err((self.rules.len(), e));
+                }
             }
         }
         let r = sys::landlock_restrict_self(fd);

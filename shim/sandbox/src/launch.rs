@@ -115,6 +115,11 @@ fn locked_flags(path: &Path) -> Result<libc::c_ulong> {
 
 impl Prepared {
     /// Leaves the germline without its Landlock ruleset (tests that show what it prevents).
+    /// Lets the germline and its copies `connect()` to TCP `port` (the broker's proxy).
+    pub fn allow_connect(&mut self, port: u16) {
+        self.ruleset.allow_connect(port);
+    }
+
     pub fn without_landlock(&mut self) {
         self.landlock = false;
     }

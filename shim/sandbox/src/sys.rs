@@ -221,6 +221,13 @@ pub fn landlock_add_path_rule(ruleset: RawFd, attr: &[u8; 12]) -> io::Result<()>
         .map(drop)
 }
 
+/// `landlock_add_rule(fd, LANDLOCK_RULE_NET_PORT, attr)` (fork-safe).
+pub fn landlock_add_net_rule(ruleset: RawFd, attr: &[u8; 16]) -> io::Result<()> {
+    // SAFETY: attr is a 16-byte landlock_net_port_attr.
+    check_long(unsafe { libc::syscall(libc::SYS_landlock_add_rule, ruleset, 2, attr.as_ptr(), 0) })
+        .map(drop)
+}
+
 /// `landlock_restrict_self(fd, 0)` (fork-safe).
 pub fn landlock_restrict_self(ruleset: RawFd) -> io::Result<()> {
     // SAFETY: plain descriptor and flags.

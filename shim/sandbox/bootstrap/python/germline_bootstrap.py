@@ -216,6 +216,10 @@ def landlock_layer(cfg):
         ctypes.memmove(rule, ctypes.c_uint64(access).value.to_bytes(8, "little") + pfd.to_bytes(4, "little", signed=True), 12)
         check(libc.syscall(SYS_landlock_add_rule, fd, 1, rule, 0), f"landlock_add_rule {path}")
         os.close(pfd)
+    if abi >= 4:
+        for port in cfg.get("connect_ports", []):
+            net = (ctypes.c_uint64 * 2)(2, port)  # LANDLOCK_ACCESS_NET_CONNECT_TCP, port
+            check(libc.syscall(SYS_landlock_add_rule, fd, 2, net, 0), f"landlock_add_rule port {port}")
     check(libc.syscall(SYS_landlock_restrict_self, fd, 0), "landlock_restrict_self")
     os.close(fd)
 
