@@ -64,6 +64,11 @@ for name in "${names[@]}"; do
     manifest="$here/$name/manifest.json"
     version="$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["version"])' "$manifest")"
     stamp="$(cat "$manifest" "$here/build.sh" | sha256sum | cut -c1-16)"
+    if [ -f "$here/$name/source" ]; then
+        read -r srcdir _ < "$here/$name/source"
+        stamp="$( (cat "$here/$name/source"; echo "$stamp"; find "$here/$srcdir" -type f -not -path '*/__pycache__/*' \
+            -not -path '*.egg-info*' -not -path '*/build/*' | sort | xargs cat) | sha256sum | cut -c1-16)"
+    fi
     dest="$out/$name"
     if [ -f "$dest/stamp" ] && [ "$(cat "$dest/stamp")" = "$stamp" ] && [ -d "$dest/image" ]; then
         echo "bundles: $name $version already built"
@@ -74,8 +79,19 @@ for name in "${names[@]}"; do
     trap 'rm -rf "$work"' EXIT
     rootfs="$work/rootfs"
     make_runtime "$rootfs"
-    "$venv/bin/pip" install -q --no-compile --disable-pip-version-check \
-        --target "$rootfs/usr/lib/python3/dist-packages" "$name==$version"
+    if [ -f "$here/$name/source" ]; then
+        # A release of our own sources: `source` names the folder under bundles/ and the variant
+        # baked into it (benign, or the hidden code of a Trojan build).
+        read -r srcdir variant < "$here/$name/source"
+        cp -r "$here/$srcdir" "$work/src"
+        pkg="$(find "$work/src" -maxdepth 2 -name _variant.py -printf '%h\n' | head -1)"
+        echo "VARIANT = \"${variant:-benign}\"" > "$pkg/_variant.py"
+        "$venv/bin/pip" install -q --no-compile --disable-pip-version-check \
+            --target "$rootfs/usr/lib/python3/dist-packages" "$work/src"
+    else
+        "$venv/bin/pip" install -q --no-compile --disable-pip-version-check \
+            --target "$rootfs/usr/lib/python3/dist-packages" "$name==$version"
+    fi
     # Extension modules of the installed packages need their libraries too.
     mapfile -t sos < <(find "$rootfs/usr/lib/python3/dist-packages" -name '*.so')
     [ ${#sos[@]} -gt 0 ] && copy_with_libs "$rootfs" "${sos[@]}"

@@ -1,0 +1,50 @@
+"""An HTTP sink for germline's tests and demo: records every request it receives (method, path,
+headers, body) as one JSON line, answers 200 with a short fixed text, and stops by itself.
+
+    python3 sink.py --port PORT --log FILE [--seconds 600] [--reply TEXT]
+
+Prints `ready PORT` on stdout once listening (PORT 0 picks a free one)."""
+import argparse
+import base64
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--log", required=True)
+    ap.add_argument("--seconds", type=float, default=600)
+    ap.add_argument("--reply", default="ocr ok")
+    a = ap.parse_args()
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def _record(self):
+            n = int(self.headers.get("content-length") or 0)
+            body = self.rfile.read(n) if n else b""
+            rec = {"method": self.command, "path": self.path, "host": self.headers.get("host"),
+                   "body_b64": base64.b64encode(body).decode(), "body": body.decode("utf-8", "replace")}
+            with lock, open(a.log, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+            out = f"{a.reply} ({len(body)} bytes)".encode()
+            self.send_response(200)
+            self.send_header("content-type", "text/plain")
+            self.send_header("content-length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        do_GET = do_POST = do_PUT = _record
+
+        def log_message(self, *args):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
+    threading.Timer(a.seconds, srv.shutdown).start()
+    print(f"ready {srv.server_address[1]}", flush=True)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
