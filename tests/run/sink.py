@@ -1,12 +1,15 @@
 """An HTTP sink for germline's tests and demo: records every request it receives (method, path,
 headers, body) as one JSON line, answers 200 with a short fixed text, and stops by itself.
 
-    python3 sink.py --port PORT --log FILE [--seconds 600] [--reply TEXT]
+    python3 sink.py --port PORT --log FILE [--seconds 600] [--reply TEXT] [--dir DIR]
+
+With --dir, GET requests are served from the files in DIR (404 if absent), as a web server.
 
 Prints `ready PORT` on stdout once listening (PORT 0 picks a free one)."""
 import argparse
 import base64
 import json
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -17,6 +20,7 @@ def main():
     ap.add_argument("--log", required=True)
     ap.add_argument("--seconds", type=float, default=600)
     ap.add_argument("--reply", default="ocr ok")
+    ap.add_argument("--dir")
     a = ap.parse_args()
     lock = threading.Lock()
 
@@ -28,9 +32,19 @@ def main():
                    "body_b64": base64.b64encode(body).decode(), "body": body.decode("utf-8", "replace")}
             with lock, open(a.log, "a") as f:
                 f.write(json.dumps(rec) + "\n")
+            status, ctype = 200, "text/plain"
             out = f"{a.reply} ({len(body)} bytes)".encode()
-            self.send_response(200)
-            self.send_header("content-type", "text/plain")
+            if a.dir and self.command == "GET":
+                name = os.path.basename(self.path.split("?")[0]) or "index.html"
+                path = os.path.join(a.dir, name)
+                if os.path.isfile(path):
+                    with open(path, "rb") as f:
+                        out = f.read()
+                    ctype = "text/html" if name.endswith(".html") else "text/plain"
+                else:
+                    status, out = 404, b"not found\n"
+            self.send_response(status)
+            self.send_header("content-type", ctype)
             self.send_header("content-length", str(len(out)))
             self.end_headers()
             self.wfile.write(out)

@@ -97,6 +97,8 @@ pub struct CallMeta {
     pub items: Vec<ArgItem>,
     pub hosts: Vec<Member>,
     pub consumers: Vec<Member>,
+    /// The agent's `_meta.progressToken`, given only to the agent's own copy.
+    pub progress_token: Option<Value>,
 }
 
 impl CallMeta {
@@ -446,7 +448,12 @@ pub fn build(
             clearance: policy.consumer_clearance(c),
         })
         .collect();
+    let progress_token = meta
+        .and_then(|m| m.get("progressToken"))
+        .filter(|t| t.is_string() || t.is_number())
+        .cloned();
     Ok(CallMeta {
+        progress_token,
         tool: tool_name.to_string(),
         arguments,
         items,

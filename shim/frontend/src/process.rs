@@ -218,6 +218,18 @@ impl ToolProcess {
         params: Value,
         deadline: Instant,
     ) -> Result<Value, String> {
+        self.request_observed(method, params, deadline, &mut |_| {})
+    }
+
+    /// Like [`ToolProcess::request`], handing notifications to `observer`; requests the tool
+    /// makes of the client are answered with an error, as in a germline copy.
+    pub fn request_observed(
+        &mut self,
+        method: &str,
+        params: Value,
+        deadline: Instant,
+        observer: &mut dyn FnMut(&Value),
+    ) -> Result<Value, String> {
         let id = self.next_id;
         self.next_id += 1;
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
@@ -239,22 +251,38 @@ impl ToolProcess {
                     .cloned()
                     .ok_or_else(|| "a response without result".to_string());
             }
+            match (msg.get("method").and_then(Value::as_str), msg.get("id")) {
+                (Some("ping"), Some(rid)) => {
+                    let rid = rid.clone();
+                    self.send(&json!({"jsonrpc": "2.0", "id": rid, "result": {}}))?;
+                }
+                (Some(m), Some(rid)) => {
+                    let answer = json!({"jsonrpc": "2.0", "id": rid.clone(), "error": {
+                        "code": -32601,
+                        "message": format!("germline: {m} is not available to the tool during a call")}});
+                    self.send(&answer)?;
+                }
+                (Some(_), None) => observer(&msg),
+                _ => {}
+            }
         }
     }
 
-    /// initialize (once), then tools/call.
+    /// initialize (once), then tools/call with the call's `_meta`.
     pub fn mcp_call(
         &mut self,
         tool: &str,
         arguments: Value,
+        meta: Option<Value>,
         deadline: Instant,
+        observer: &mut dyn FnMut(&Value),
     ) -> Result<Value, String> {
         self.ensure_initialized(deadline)?;
-        self.request(
-            "tools/call",
-            json!({"name": tool, "arguments": arguments}),
-            deadline,
-        )
+        let mut params = json!({"name": tool, "arguments": arguments});
+        if let Some(m) = meta {
+            params["_meta"] = m;
+        }
+        self.request_observed("tools/call", params, deadline, observer)
     }
 
     pub fn ensure_initialized(&mut self, deadline: Instant) -> Result<(), String> {

@@ -94,6 +94,30 @@ pub struct Outcome {
     pub triggers: usize,
     /// Per-phase time of the call, microseconds (for `germline run-bench` and traces).
     pub phases: Vec<(&'static str, u64)>,
+    /// Notifications for the agent (progress, log messages) from the agent's own copy only,
+    /// in the order it sent them; the transport writes them before the result.
+    pub notifications: Vec<Value>,
+}
+
+/// Keeps what the agent may see of a copy's notifications: log messages, and progress on the
+/// agent's own token.
+fn forwardable(msg: &Value, token: Option<&Value>) -> bool {
+    match msg.get("method").and_then(Value::as_str) {
+        Some("notifications/message") => true,
+        Some("notifications/progress") => {
+            token.is_some() && msg.pointer("/params/progressToken") == token
+        }
+        _ => false,
+    }
+}
+
+/// What one group's copy is to do.
+struct CopyJob<'a> {
+    call: u64,
+    group: usize,
+    meta: &'a CallMeta,
+    in_view: &'a dyn Fn(&ArgItem) -> bool,
+    is_agent: bool,
 }
 
 enum Backend {
@@ -342,18 +366,35 @@ impl Runtime {
             .iter()
             .position(|g| g.consumers.iter().any(|c| c == AGENT));
         let mut agent: Option<(Result<Value, String>, Label)> = None;
+        let mut notifications = Vec::new();
         let mut others_failed = false;
         let mut triggers = 0;
         let mut failure: Option<RunError> = None;
         for (gi, group) in plan.groups.iter().enumerate() {
             let in_view = |i: &ArgItem| group.view.iter().any(|v| v == &i.name);
-            let r = self.run_copy(call, gi, meta, &in_view, &mut phases);
+            let is_agent = Some(gi) == agent_group;
+            let mut seen = Vec::new();
+            let job = CopyJob {
+                call,
+                group: gi,
+                meta,
+                in_view: &in_view,
+                is_agent,
+            };
+            let r = self.run_copy(job, &mut seen, &mut phases);
+            if is_agent {
+                notifications = seen;
+            }
             match r {
                 Ok((result, label, trig)) => {
                     triggers += trig;
                     if Some(gi) == agent_group {
                         agent = Some((result, label));
-                    } else if result.is_err() {
+                    } else if result
+                        .as_ref()
+                        .map_or(true, |v| v.get("isError") == Some(&Value::Bool(true)))
+                    {
+                        // Its error text is the copy's own words: the agent gets a fixed notice.
                         others_failed = true;
                     }
                 }
@@ -386,6 +427,7 @@ impl Runtime {
             copies: plan.groups.len(),
             triggers,
             phases,
+            notifications,
         })
     }
 
@@ -394,12 +436,17 @@ impl Runtime {
     #[allow(clippy::type_complexity)]
     fn run_copy(
         &mut self,
-        call: u64,
-        gi: usize,
-        meta: &CallMeta,
-        in_view: &dyn Fn(&ArgItem) -> bool,
+        job: CopyJob<'_>,
+        seen: &mut Vec<Value>,
         phases: &mut Vec<(&'static str, u64)>,
     ) -> Result<(Result<Value, String>, Label, usize), RunError> {
+        let CopyJob {
+            call,
+            group: gi,
+            meta,
+            in_view,
+            is_agent,
+        } = job;
         let Backend::Germline(g) = &mut self.backend else {
             return Err(RunError::Sandbox("no germline".into()));
         };
@@ -430,10 +477,19 @@ impl Runtime {
             })
             .collect();
         let args = meta.arguments_for(in_view, ITEMS_DIR);
+        // Only the agent's own copy gets the agent's progress token, and only its notifications
+        // are kept; every other copy's are dropped unread.
+        let token = meta.progress_token.clone().filter(|_| is_agent);
+        let call_meta = token.clone().map(|t| json!({"progressToken": t}));
+        let mut observer = |m: &Value| {
+            if is_agent && forwardable(m, token.as_ref()) {
+                seen.push(m.clone());
+            }
+        };
         let r = (|| {
             g.prepare_copy(&mut copy, &files)?;
             copy.deliver(&files)?;
-            copy.mcp_call(&meta.tool, args)
+            copy.mcp_call_observed(&meta.tool, args, call_meta, &mut observer)
         })();
         let r = copy.finish(r);
         phases.push(("copy", t.elapsed().as_micros() as u64));
@@ -493,11 +549,21 @@ impl Runtime {
             .iter()
             .filter_map(|i| i.file_name.clone().map(|f| (f, i.contents.clone())))
             .collect();
+        let token = meta.progress_token.clone();
+        let call_meta = token.clone().map(|t| json!({"progressToken": t}));
+        let mut notifications = Vec::new();
+        let mut observer = |m: &Value| {
+            if forwardable(m, token.as_ref()) {
+                notifications.push(m.clone());
+            }
+        };
         let r = p.put_items(&files).and_then(|()| {
             p.mcp_call(
                 &meta.tool,
                 meta.arguments_for(&|_| true, ITEMS_DIR),
+                call_meta,
                 deadline,
+                &mut observer,
             )
         });
         let outcome = self.broker.client.end_copy(call, 0);
@@ -522,6 +588,7 @@ impl Runtime {
             copies: 1,
             triggers: outcome.triggers.len(),
             phases: vec![("total", t0.elapsed().as_micros() as u64)],
+            notifications,
         })
     }
 

@@ -36,6 +36,8 @@ pub struct Session {
     /// The last call's outcome, for benchmarks and tests in-process.
     pub last: Option<Outcome>,
     pub calls: u64,
+    /// Notifications for the agent, to be written before the next answer.
+    pub pending: Vec<Value>,
 }
 
 impl std::fmt::Debug for Session {
@@ -61,6 +63,7 @@ impl Session {
             policy,
             last: None,
             calls: 0,
+            pending: Vec::new(),
         }
     }
 
@@ -180,7 +183,8 @@ impl Session {
         };
         self.calls += 1;
         match self.runtime.call(&meta) {
-            Ok(out) => {
+            Ok(mut out) => {
+                self.pending.append(&mut out.notifications);
                 let r = ok(id, out.result.clone());
                 self.last = Some(out);
                 r

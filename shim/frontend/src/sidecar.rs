@@ -16,6 +16,7 @@ pub struct Sidecar {
     pub socket: PathBuf,
     child: Option<Child>,
     run_dir: Option<PathBuf>,
+    cfg: SidecarConfig,
 }
 
 /// How to reach or start the broker.
@@ -39,11 +40,23 @@ impl Sidecar {
                 socket: sock.clone(),
                 child: None,
                 run_dir: None,
+                cfg: cfg.clone(),
             });
         }
         let run_dir = PathBuf::from(format!("/run/germline/session-{}", std::process::id()));
-        std::fs::create_dir_all(&run_dir).map_err(|e| format!("{}: {e}", run_dir.display()))?;
-        std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o700))
+        let (client, child) = Self::spawn(cfg, &run_dir)?;
+        Ok(Sidecar {
+            client,
+            socket: run_dir.join("broker.sock"),
+            child: Some(child),
+            run_dir: Some(run_dir),
+            cfg: cfg.clone(),
+        })
+    }
+
+    fn spawn(cfg: &SidecarConfig, run_dir: &Path) -> Result<(BrokerClient, Child), String> {
+        std::fs::create_dir_all(run_dir).map_err(|e| format!("{}: {e}", run_dir.display()))?;
+        std::fs::set_permissions(run_dir, std::fs::Permissions::from_mode(0o700))
             .map_err(|e| format!("{}: {e}", run_dir.display()))?;
         let socket = run_dir.join("broker.sock");
         let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
@@ -74,33 +87,38 @@ impl Sidecar {
                         let _ = std::io::copy(&mut err, &mut std::io::stderr());
                     });
                 }
-                return Ok(Sidecar {
-                    client,
-                    socket,
-                    child: Some(child),
-                    run_dir: Some(run_dir),
-                });
+                return Ok((client, child));
             }
             if let Ok(Some(status)) = child.try_wait() {
                 let mut text = String::new();
                 if let Some(mut e) = child.stderr.take() {
                     let _ = std::io::Read::read_to_string(&mut e, &mut text);
                 }
-                let _ = std::fs::remove_dir_all(&run_dir);
                 return Err(format!("the broker exited ({status}): {}", text.trim()));
             }
             if t.elapsed() > Duration::from_secs(20) {
                 let _ = child.kill();
                 let _ = child.wait();
-                let _ = std::fs::remove_dir_all(&run_dir);
                 return Err("the broker did not come up within 20 s".into());
             }
             std::thread::sleep(Duration::from_millis(5));
         }
     }
 
-    /// Reconnects after the broker's connection broke (a broker restarted at the same socket).
+    /// After the broker's connection broke: restarts a sidecar of ours that died, then
+    /// reconnects (also to a shared broker restarted at the same socket).
     pub fn reconnect(&mut self) -> Result<(), String> {
+        if let (Some(child), Some(dir)) = (self.child.as_mut(), self.run_dir.clone()) {
+            if !matches!(child.try_wait(), Ok(None)) {
+                let _ = child.wait();
+                let _ = std::fs::remove_file(&self.socket);
+                eprintln!("germline: the broker sidecar had stopped; starting it again");
+                let (client, child) = Self::spawn(&self.cfg, &dir)?;
+                self.client = client;
+                self.child = Some(child);
+                return Ok(());
+            }
+        }
         self.client = BrokerClient::connect(&self.socket).map_err(|e| {
             format!(
                 "the broker at {} is not reachable: {e}",

@@ -86,8 +86,13 @@ pub fn serve(session: &mut Session, sigfd: i32) -> String {
                     "parse error: the line is not UTF-8",
                 )),
             };
+            let mut out = stdout.lock();
+            for n in session.pending.drain(..) {
+                if writeln!(out, "{n}").is_err() {
+                    return "the agent closed stdout".into();
+                }
+            }
             if let Some(a) = answer {
-                let mut out = stdout.lock();
                 if writeln!(out, "{a}").and_then(|()| out.flush()).is_err() {
                     return "the agent closed stdout".into();
                 }

@@ -187,6 +187,18 @@ impl Copy {
     /// Sends one JSON-RPC request and waits for its response, skipping notifications. Every
     /// wait is bounded by the copy's one deadline, however many messages it sends.
     pub fn request(&mut self, method: &str, params: Value) -> Result<Value> {
+        self.request_observed(method, params, &mut |_| {})
+    }
+
+    /// Like [`Copy::request`], handing every notification the copy sends meanwhile to
+    /// `observer`. Requests the copy makes of the client (sampling, elicitation, roots) are
+    /// answered at once with an error: during a call the shim is the copy's only client.
+    pub fn request_observed(
+        &mut self,
+        method: &str,
+        params: Value,
+        observer: &mut dyn FnMut(&Value),
+    ) -> Result<Value> {
         let id = self.next_id;
         self.next_id += 1;
         self.send_line(
@@ -206,6 +218,20 @@ impl Copy {
                     .get("result")
                     .cloned()
                     .ok_or_else(|| Error::Malformed("a response without result".into()));
+            }
+            match (msg.get("method").and_then(Value::as_str), msg.get("id")) {
+                (Some("ping"), Some(rid)) => {
+                    let rid = rid.clone();
+                    self.send_line(&json!({"jsonrpc": "2.0", "id": rid, "result": {}}), &[])?;
+                }
+                (Some(m), Some(rid)) => {
+                    let answer = json!({"jsonrpc": "2.0", "id": rid.clone(), "error": {
+                        "code": -32601,
+                        "message": format!("germline: {m} is not available to the tool during a call")}});
+                    self.send_line(&answer, &[])?;
+                }
+                (Some(_), None) => observer(&msg),
+                _ => {}
             }
         }
     }
@@ -230,6 +256,34 @@ impl Copy {
             self.initialized = true;
         }
         self.request("tools/call", json!({"name": tool, "arguments": arguments}))
+    }
+
+    /// [`Copy::mcp_call`] with the call's `_meta` (a progress token) and an observer of the
+    /// copy's notifications (progress, log messages).
+    pub fn mcp_call_observed(
+        &mut self,
+        tool: &str,
+        arguments: Value,
+        meta: Option<Value>,
+        observer: &mut dyn FnMut(&Value),
+    ) -> Result<Value> {
+        if !self.initialized {
+            self.request(
+                "initialize",
+                json!({
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "germline-shim", "version": env!("CARGO_PKG_VERSION")}
+                }),
+            )?;
+            self.notify("notifications/initialized")?;
+            self.initialized = true;
+        }
+        let mut params = json!({"name": tool, "arguments": arguments});
+        if let Some(m) = meta {
+            params["_meta"] = m;
+        }
+        self.request_observed("tools/call", params, observer)
     }
 
     /// Any other MCP request of a data-free copy (`tools/list`, `resources/read`, ...), after

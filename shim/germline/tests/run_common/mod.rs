@@ -1,0 +1,294 @@
+//! Shared parts of the `germline run` tests: the example releases, an HTTP sink, a policy
+//! for them, and the real MCP client SDK as the agent (tests/run/agent.py).
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+pub fn germline() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_germline"))
+}
+
+/// True if the test can run; false (skip) when not root, unless root tests are required.
+pub fn can_run() -> bool {
+    // SAFETY: geteuid(2) cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let ready = agent_python().exists() && bundle("germline-office").exists();
+    if root && ready {
+        return true;
+    }
+    assert!(
+        std::env::var_os("GERMLINE_REQUIRE_ROOT_TESTS").is_none(),
+        "needs root, {} and the example bundles (scripts/setup.sh)",
+        agent_python().display()
+    );
+    false
+}
+
+pub fn agent_python() -> PathBuf {
+    PathBuf::from(
+        std::env::var("GERMLINE_AGENT_VENV")
+            .unwrap_or_else(|_| "/var/tmp/germline-venv-agent".into()),
+    )
+    .join("bin/python")
+}
+
+pub fn bundle(name: &str) -> PathBuf {
+    root().join("bundles/out").join(name).join("bundle")
+}
+
+pub fn key() -> PathBuf {
+    root().join("bundles/out/keys/cosign.pub")
+}
+
+/// An HTTP sink on loopback recording every request (tests/run/sink.py).
+pub struct Sink {
+    child: Child,
+    pub port: u16,
+    pub log: PathBuf,
+}
+
+impl Sink {
+    pub fn start(dir: &Path, name: &str) -> Sink {
+        Self::start_with(dir, name, None)
+    }
+
+    /// A sink that also serves the files of `www` to GET requests (a fetch target).
+    pub fn start_with(dir: &Path, name: &str, www: Option<&Path>) -> Sink {
+        let log = dir.join(format!("sink-{name}.jsonl"));
+        let mut cmd = Command::new("python3");
+        cmd.arg(root().join("tests/run/sink.py"))
+            .args(["--port", "0", "--seconds", "900", "--log"])
+            .arg(&log);
+        if let Some(w) = www {
+            cmd.arg("--dir").arg(w);
+        }
+        let mut child = cmd.stdout(Stdio::piped()).spawn().expect("sink");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("sink ready");
+        let port = line
+            .trim()
+            .strip_prefix("ready ")
+            .and_then(|p| p.parse().ok())
+            .expect("sink port");
+        Sink { child, port, log }
+    }
+
+    /// Bodies received so far.
+    pub fn bodies(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .map(|v| v["body"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    pub fn clear(&self) {
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The test world: Alice's finance and HR files, each with a canary.
+pub struct World {
+    pub dir: tempfile::TempDir,
+    pub invoice: PathBuf,
+    pub salary: PathBuf,
+    pub payslip: PathBuf,
+    pub canary_hr: String,
+}
+
+impl World {
+    pub fn new() -> World {
+        let dir = tempfile::Builder::new()
+            .prefix("germline-run-")
+            .tempdir_in("/var/tmp")
+            .expect("tempdir");
+        let home = dir.path().join("home/alice");
+        std::fs::create_dir_all(home.join("finance")).expect("mkdir");
+        std::fs::create_dir_all(home.join("hr")).expect("mkdir");
+        let canary_hr = format!("CANARY-HR-{:016x}", rand_u64());
+        let invoice = home.join("finance/invoice.txt");
+        std::fs::write(&invoice, "INVOICE 2026-117\nTotal due: EUR 1,250.00\n").expect("write");
+        let salary = home.join("hr/salary.csv");
+        std::fs::write(
+            &salary,
+            format!("name,salary\nalice,91234\n{canary_hr},1\n"),
+        )
+        .expect("write");
+        let payslip = home.join("hr/payslip-2026-11.txt");
+        std::fs::write(
+            &payslip,
+            format!("Payslip November: alice net 5,120.00 {canary_hr}\n"),
+        )
+        .expect("write");
+        World {
+            dir,
+            invoice,
+            salary,
+            payslip,
+            canary_hr,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The deployer's policy: finance to ocr.example, everything to the agent, `extra` appended.
+    pub fn policy(&self, ocr_port: u16, extra: &str) -> PathBuf {
+        let home = self.dir.path().join("home");
+        let text = format!(
+            r#"[labels]
+hr = "personnel records"
+finance = "invoices"
+
+[[item]]
+path = "{home}/*/hr/**"
+label = ["hr"]
+
+[[item]]
+path = "{home}/*/finance/**"
+label = ["finance"]
+
+[[argument]]
+tool = "*_time"
+name = "*"
+label = []
+
+[[argument]]
+tool = "fetch"
+name = "*"
+label = []
+
+[destinations]
+"ocr.example" = ["finance"]
+"docs.example" = []
+
+[pins]
+"ocr.example" = "127.0.0.1:{ocr_port}"
+"docs.example" = "127.0.0.1:{ocr_port}"
+
+[consumers]
+agent = ["hr", "finance"]
+{extra}
+"#,
+            home = home.display()
+        );
+        let p = self.dir.path().join("policy.toml");
+        std::fs::write(&p, text).expect("policy");
+        p
+    }
+}
+
+pub fn rand_u64() -> u64 {
+    let mut b = [0u8; 8];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        let _ = std::io::Read::read_exact(&mut f, &mut b);
+    }
+    u64::from_ne_bytes(b)
+}
+
+/// One agent session: runs `script` (steps of tests/run/agent.py) against `germline run`.
+pub fn run_agent(dir: &Path, script: &Value, server: &[String]) -> Vec<Value> {
+    let sp = dir.join(format!("script-{:x}.json", rand_u64()));
+    std::fs::write(&sp, script.to_string()).expect("script");
+    let out = Command::new(agent_python())
+        .arg(root().join("tests/run/agent.py"))
+        .arg(&sp)
+        .arg("--")
+        .args(server)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("agent");
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert!(
+        out.status.success(),
+        "agent failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    lines
+        .into_iter()
+        .filter(|l| l.get("tool").is_some())
+        .collect()
+}
+
+/// The `germline run` command line.
+pub fn run_cmd(
+    policy: &Path,
+    mode: &str,
+    release: &str,
+    dir: &Path,
+    extra: &[&str],
+) -> Vec<String> {
+    let mut v = vec![
+        germline().display().to_string(),
+        "run".into(),
+        "--policy".into(),
+        policy.display().to_string(),
+        "--key".into(),
+        key().display().to_string(),
+        "--mode".into(),
+        mode.into(),
+        "--state-dir".into(),
+        dir.join("broker-state").display().to_string(),
+        "--audit".into(),
+        dir.join(format!("audit-{mode}-{release}.jsonl"))
+            .display()
+            .to_string(),
+    ];
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v.push(bundle(release).display().to_string());
+    v
+}
+
+pub fn audit(dir: &Path, mode: &str, release: &str) -> Vec<Value> {
+    std::fs::read_to_string(dir.join(format!("audit-{mode}-{release}.jsonl")))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+pub fn text(r: &Value) -> String {
+    r["text"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+pub fn wait_gone(pid: i32) -> bool {
+    for _ in 0..200 {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}

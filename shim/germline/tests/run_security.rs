@@ -1,0 +1,220 @@
+//! `germline run` against Trojan builds of the example office server, with the real MCP client
+//! SDK as the agent: each property is shown with the mechanism on (`germline`) and off (a
+//! baseline), as the paper's Tables VI and XII compare them.
+
+mod run_common;
+
+use run_common::*;
+use serde_json::{json, Value};
+
+fn annotate(w: &World) -> Value {
+    json!({"tool": "ocr_annotate", "arguments": {
+        "invoice": w.invoice.display().to_string(),
+        "salary_sheet": w.salary.display().to_string()}})
+}
+
+#[test]
+fn fig2c_two_copies_only_copy_one_reaches_ocr() {
+    if !can_run() {
+        return;
+    }
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    let policy = w.policy(sink.port, "");
+    let out = run_agent(
+        w.path(),
+        &json!([annotate(&w)]),
+        &run_cmd(&policy, "germline", "germline-office", w.path(), &[]),
+    );
+    assert_eq!(out.len(), 1);
+    assert!(out[0]["ok"].as_bool().unwrap_or(false), "{}", out[0]);
+    let meta = &out[0]["meta"]["germline"];
+    assert_eq!(meta["copies"], json!(2), "{meta}");
+    assert_eq!(meta["label"], json!(["finance", "hr"]));
+    // The agent's result holds the salary total: its copy saw the salary sheet.
+    assert!(
+        text(&out[0]).contains("salary total: 91235"),
+        "{}",
+        text(&out[0])
+    );
+    // Exactly one request reached ocr.example: copy 1's, with the invoice only.
+    let bodies = sink.bodies();
+    assert_eq!(bodies.len(), 1, "{bodies:?}");
+    assert!(bodies[0].contains("INVOICE 2026-117"));
+    assert!(!bodies[0].contains(&w.canary_hr));
+    // The audit log: group 0 delivered, group 1's identical request was replayed, not sent.
+    let log = audit(w.path(), "germline", "germline-office");
+    let req: Vec<&Value> = log.iter().filter(|e| e["event"] == "request").collect();
+    assert_eq!(req.len(), 2, "{req:?}");
+    assert_eq!(
+        (req[0]["group"].clone(), req[0]["verdict"].clone()),
+        (json!(0), json!("delivered"))
+    );
+    assert_eq!(
+        (req[1]["group"].clone(), req[1]["verdict"].clone()),
+        (json!(1), json!("replayed"))
+    );
+    assert!(log.iter().all(|e| e["event"] != "trigger"));
+}
+
+#[test]
+fn pool_trojan_leaks_under_sig_pin_and_not_under_germline() {
+    if !can_run() {
+        return;
+    }
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    let policy = w.policy(sink.port, "");
+    let script = json!([annotate(&w), annotate(&w), annotate(&w)]);
+    let mut leaked = Vec::new();
+    let mut outputs = Vec::new();
+    for mode in ["sig-pin", "sig-ifc", "germline"] {
+        sink.clear();
+        let out = run_agent(
+            w.path(),
+            &script,
+            &run_cmd(&policy, mode, "germline-office-pool", w.path(), &[]),
+        );
+        assert!(
+            out.iter().all(|r| r["ok"] == json!(true)),
+            "{mode}: {out:?}"
+        );
+        let n = sink
+            .bodies()
+            .iter()
+            .filter(|b| b.contains(&w.canary_hr))
+            .count();
+        leaked.push((mode, n));
+        outputs.push(out.iter().map(text).collect::<Vec<_>>());
+    }
+    // sig-pin and sig-ifc: the stash from call 1 rides on calls 2 and 3 to ocr.example.
+    assert_eq!(
+        leaked,
+        vec![("sig-pin", 2), ("sig-ifc", 2), ("germline", 0)]
+    );
+    // The agent's answers do not depend on the stash in any mode.
+    assert_eq!(outputs[0][0], outputs[2][0]);
+}
+
+#[test]
+fn mixing_within_a_call_leaks_under_nosplit_and_trips_under_germline() {
+    if !can_run() {
+        return;
+    }
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    let policy = w.policy(sink.port, "");
+    let mut seen = Vec::new();
+    for mode in ["nosplit", "germline"] {
+        sink.clear();
+        let out = run_agent(
+            w.path(),
+            &json!([annotate(&w)]),
+            &run_cmd(&policy, mode, "germline-office-mix", w.path(), &[]),
+        );
+        assert_eq!(out[0]["ok"], json!(true), "{mode}: {}", out[0]);
+        let leaks = sink
+            .bodies()
+            .iter()
+            .filter(|b| b.contains(&w.canary_hr))
+            .count();
+        let log = audit(w.path(), mode, "germline-office-mix");
+        let triggers = log.iter().filter(|e| e["event"] == "trigger").count();
+        let placeholders = log
+            .iter()
+            .filter(|e| e["event"] == "request" && e["verdict"] == "placeholder")
+            .count();
+        seen.push((mode, leaks, triggers, placeholders));
+    }
+    // NoSplit: one copy holds both items and its request carries the salary sheet out.
+    // Germline: copy 2's differing request is compared with copy 1's, never delivered.
+    assert_eq!(seen, vec![("nosplit", 1, 0, 0), ("germline", 0, 1, 1)]);
+}
+
+#[test]
+fn inline_hr_value_never_reaches_a_sink_not_cleared_for_hr() {
+    if !can_run() {
+        return;
+    }
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    // Inline values of ocr_text are labelled hr by the deployer's rule.
+    let policy = w.policy(
+        sink.port,
+        "\n[[argument]]\ntool = \"ocr_text\"\nname = \"text\"\nlabel = [\"hr\"]\n\
+         \n[[argument]]\ntool = \"summarize\"\nname = \"text\"\nlabel = []\n",
+    );
+    let call =
+        json!({"tool": "ocr_text", "arguments": {"text": format!("review of {}", w.canary_hr)}});
+    // ... and a public-by-rule value raised to hr by the call's own _meta.
+    let raised = json!({"tool": "summarize", "arguments": {"text": w.canary_hr.clone()},
+                        "meta": {"germline/labels": {"text": ["hr"]}}});
+    let mut leaks = Vec::new();
+    for mode in ["sig-pin", "germline"] {
+        sink.clear();
+        let out = run_agent(
+            w.path(),
+            &json!([call, raised]),
+            &run_cmd(&policy, mode, "germline-office", w.path(), &[]),
+        );
+        assert!(
+            out.iter().all(|r| r["ok"] == json!(true)),
+            "{mode}: {out:?}"
+        );
+        if mode == "germline" {
+            assert_eq!(out[1]["meta"]["germline"]["label"], json!(["hr"]));
+        }
+        leaks.push(
+            sink.bodies()
+                .iter()
+                .filter(|b| b.contains(&w.canary_hr))
+                .count(),
+        );
+    }
+    assert_eq!(leaks, vec![1, 0]);
+}
+
+#[test]
+fn other_copies_never_talk_to_the_agent() {
+    if !can_run() {
+        return;
+    }
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    let policy = w.policy(sink.port, "");
+    let mut step = annotate(&w);
+    step["progress"] = json!(true);
+    step["wait_logs"] = json!(true);
+    let mut got = Vec::new();
+    for mode in ["sig-pin", "germline"] {
+        let out = run_agent(
+            w.path(),
+            &json!([step]),
+            &run_cmd(&policy, mode, "germline-office-notify", w.path(), &[]),
+        );
+        let r = &out[0];
+        let all = format!("{} {} {} {}", r["logs"], r["progress"], r["error"], text(r));
+        got.push((
+            mode,
+            r["ok"].as_bool().unwrap_or(false),
+            all.contains("salary-present"),
+            all.contains("salary-absent"),
+            r["meta"]["germline"]["notice"].as_str().map(str::to_string),
+        ));
+    }
+    // sig-pin: the process's log and progress reach the agent (the channel works). Germline:
+    // the agent's own copy (it sees the salary sheet) still talks to the agent; the ocr copy
+    // (no salary sheet) logs, reports progress and fails with the invoice in its error text,
+    // and none of its words arrive, only a fixed notice.
+    assert_eq!(got[0], ("sig-pin", true, true, false, None));
+    assert_eq!(
+        got[1],
+        (
+            "germline",
+            true,
+            true,
+            false,
+            Some("a copy serving another destination of this call failed".to_string())
+        )
+    );
+}

@@ -1,0 +1,80 @@
+"""A scripted MCP agent on the official client SDK (`mcp` from PyPI), for germline's tests,
+demo and benchmarks. It starts the server command over stdio, runs the steps of a JSON script
+and prints one JSON line per call:
+
+    python3 agent.py SCRIPT.json -- COMMAND [ARGS...]
+
+A script is a list of steps:
+    {"tool": NAME, "arguments": {...}, "repeat": N, "meta": {...}, "progress": true}
+    {"list_tools": true}
+    {"raw": "a line written to the server as is"}   (only as the first steps: before initialize)
+Each output line: {"step": i, "ok": bool, "text": [...], "structured": ..., "meta": ...,
+"error": str|null, "logs": [...], "progress": [...], "ms": float}."""
+import json
+import sys
+import time
+
+import anyio
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+
+def dump(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+async def main():
+    script_path = sys.argv[1]
+    if sys.argv[2] != "--":
+        raise SystemExit("usage: agent.py SCRIPT.json -- COMMAND [ARGS...]")
+    command, args = sys.argv[3], sys.argv[4:]
+    with open(script_path) as f:
+        steps = json.load(f)
+    logs = []
+
+    async def on_log(params):
+        logs.append(params.data if hasattr(params, "data") else str(params))
+
+    server = StdioServerParameters(command=command, args=args)
+    async with stdio_client(server) as (read, write):
+        async with ClientSession(read, write, logging_callback=on_log, read_timeout_seconds=60) as s:
+            init = await s.initialize()
+            dump({"step": "initialize", "ok": True, "server": init.server_info.name})
+            for i, step in enumerate(steps):
+                if step.get("list_tools"):
+                    t = await s.list_tools()
+                    dump({"step": i, "ok": True, "tools": sorted(x.name for x in t.tools)})
+                    continue
+                for _ in range(int(step.get("repeat", 1))):
+                    logs.clear()
+                    progress = []
+
+                    async def on_progress(p, total, message):
+                        progress.append(message or str(p))
+
+                    t0 = time.perf_counter()
+                    out = {"step": i, "tool": step["tool"]}
+                    try:
+                        r = await s.call_tool(
+                            step["tool"], step.get("arguments", {}),
+                            progress_callback=on_progress if step.get("progress") else None,
+                            meta=step.get("meta"),
+                        )
+                        out["ok"] = not bool(getattr(r, "is_error", False))
+                        out["text"] = [c.text for c in r.content if getattr(c, "type", "") == "text"]
+                        out["structured"] = getattr(r, "structured_content", None)
+                        meta = getattr(r, "meta", None)
+                        out["meta"] = meta if isinstance(meta, dict) else (meta.model_dump() if meta else None)
+                        out["error"] = None
+                    except Exception as e:  # an MCP error: the call failed, the session goes on
+                        out.update(ok=False, text=[], structured=None, meta=None, error=str(e))
+                    await anyio.sleep(0.05) if step.get("progress") or step.get("wait_logs") else None
+                    out["ms"] = (time.perf_counter() - t0) * 1000
+                    out["logs"] = [str(x) for x in logs]
+                    out["progress"] = list(progress)
+                    dump(out)
+
+
+if __name__ == "__main__":
+    anyio.run(main)
