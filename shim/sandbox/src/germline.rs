@@ -162,6 +162,8 @@ impl Germline {
             &spec.interpreter,
             &argv,
             &env,
+            &spec.extra_mounts,
+            spec.egress_port,
         )
         .map_err(|e| fail(e, &cgroup))?;
         if opts.ablation.no_landlock {
@@ -185,6 +187,7 @@ impl Germline {
                 rootfs_mnt_id: 0,
                 rootfs_dev: (0, 0),
                 devnull_mnt_ids: vec![],
+                extra_mounts: vec![],
             },
             ctl: started.ctl,
             ns: Namespaces::default(),
@@ -200,7 +203,13 @@ impl Germline {
             opts,
         };
         // From here on, dropping `g` kills and removes everything.
-        g.facts = GermlineFacts::read(g.pid, started.ctl_inode)?;
+        let extra_targets: Vec<String> = g
+            .spec
+            .extra_mounts
+            .iter()
+            .map(|m| format!("/{}", m.target.trim_start_matches('/')))
+            .collect();
+        g.facts = GermlineFacts::read(g.pid, started.ctl_inode, &extra_targets)?;
         g.ns = Namespaces::of(g.pid)?;
         g.copy_landlock = g.copy_landlock_config();
         let deadline = Instant::now() + Duration::from_millis(g.spec.limits.init_timeout_ms);
@@ -244,7 +253,8 @@ impl Germline {
                 landlock::READ
             }
         ]));
-        json!({"fs": all, "net": 3, "scoped": 3, "rules": rules})
+        let ports: Vec<u16> = self.spec.egress_port.into_iter().collect();
+        json!({"fs": all, "net": 3, "scoped": 3, "rules": rules, "ports": ports})
     }
 
     /// Host pids of the pool's copies.

@@ -57,12 +57,22 @@ pub struct Ruleset {
     attr: [u8; 24],
     attr_len: usize,
     rules: Vec<Rule>,
+    /// `landlock_net_port_attr`s: TCP connect allowed to these ports (ABI >= 4).
+    net_rules: Vec<[u8; 16]>,
 }
+
+/// `LANDLOCK_ACCESS_NET_CONNECT_TCP`.
+pub const CONNECT_TCP: u64 = 1 << 1;
 
 impl Ruleset {
     /// `rules` name paths inside the new root; `is_dir` tells whether each is a directory (a
-    /// rule on a file may carry only file rights).
-    pub fn new(abi: u32, rules: Vec<(String, u64, bool)>) -> io::Result<Ruleset> {
+    /// rule on a file may carry only file rights). `connect_port`: the one TCP port connect is
+    /// allowed to (TCP bind and connect are otherwise denied on ABI >= 4).
+    pub fn new(
+        abi: u32,
+        rules: Vec<(String, u64, bool)>,
+        connect_port: Option<u16>,
+    ) -> io::Result<Ruleset> {
         if abi == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -92,11 +102,21 @@ impl Ruleset {
                 .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path with NUL byte"))?;
             out.push(Rule { path, access });
         }
+        let net_rules = match connect_port {
+            Some(port) if abi >= 4 => {
+                let mut a = [0u8; 16];
+                a[0..8].copy_from_slice(&CONNECT_TCP.to_ne_bytes());
+                a[8..16].copy_from_slice(&u64::from(port).to_ne_bytes());
+                vec![a]
+            }
+            _ => vec![],
+        };
         Ok(Ruleset {
             abi,
             attr,
             attr_len,
             rules: out,
+            net_rules,
         })
     }
 
@@ -126,6 +146,12 @@ impl Ruleset {
             if let Err(e) = r {
                 sys::close_raw(fd);
                 return Err((i, e));
+            }
+        }
+        for (i, attr) in self.net_rules.iter().enumerate() {
+            if let Err(e) = sys::landlock_add_net_rule(fd, attr) {
+                sys::close_raw(fd);
+                return Err((self.rules.len() + i, e));
             }
         }
         let r = sys::landlock_restrict_self(fd);
