@@ -57,6 +57,8 @@ pub struct Ruleset {
     attr: [u8; 24],
     attr_len: usize,
     rules: Vec<Rule>,
+    /// Rules on directories the caller holds open (beneath-rules by descriptor).
+    fd_rules: Vec<(RawFd, u64)>,
     /// `landlock_net_port_attr`s: TCP connect allowed to these ports (ABI >= 4).
     net_rules: Vec<[u8; 16]>,
 }
@@ -67,10 +69,12 @@ pub const CONNECT_TCP: u64 = 1 << 1;
 impl Ruleset {
     /// `rules` name paths inside the new root; `is_dir` tells whether each is a directory (a
     /// rule on a file may carry only file rights). `connect_port`: the one TCP port connect is
-    /// allowed to (TCP bind and connect are otherwise denied on ABI >= 4).
+    /// allowed to (TCP bind and connect are otherwise denied on ABI >= 4). `fd_rules`: rules on
+    /// directories given by descriptors that stay open until [`Ruleset::apply`] has run.
     pub fn new(
         abi: u32,
         rules: Vec<(String, u64, bool)>,
+        fd_rules: Vec<(RawFd, u64)>,
         connect_port: Option<u16>,
     ) -> io::Result<Ruleset> {
         if abi == 0 {
@@ -116,6 +120,10 @@ impl Ruleset {
             attr,
             attr_len,
             rules: out,
+            fd_rules: fd_rules
+                .into_iter()
+                .map(|(fd, access)| (fd, access & fs))
+                .collect(),
             net_rules,
         })
     }
@@ -146,6 +154,15 @@ impl Ruleset {
             if let Err(e) = r {
                 sys::close_raw(fd);
                 return Err((i, e));
+            }
+        }
+        for (i, (dir, access)) in self.fd_rules.iter().enumerate() {
+            let mut attr = [0u8; 12];
+            attr[0..8].copy_from_slice(&access.to_ne_bytes());
+            attr[8..12].copy_from_slice(&dir.to_ne_bytes());
+            if let Err(e) = sys::landlock_add_path_rule(fd, &attr) {
+                sys::close_raw(fd);
+                return Err((self.rules.len() + i, e));
             }
         }
         for (i, attr) in self.net_rules.iter().enumerate() {

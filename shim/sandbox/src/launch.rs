@@ -297,22 +297,26 @@ impl Prepared {
         self.landlock = false;
     }
 
-    /// Prepares the launch of `interpreter argv...` in `rootfs`.
+    /// Prepares the launch of `spec.interpreter argv...` in `spec.rootfs`. `item_slots`:
+    /// directories of the shim's private item store that the Landlock layer must let copies
+    /// read (they are mounted into copies later, see `mounts::ItemStore`).
     pub fn new(
-        rootfs: &Path,
-        workdir: &str,
-        readable: &[String],
-        scratch: bool,
-        exe: &str,
+        spec: &crate::spec::LaunchSpec,
         argv: &[String],
         env: &[String],
-        extra_mounts: &[BindMount],
-        egress_port: Option<u16>,
+        item_slots: &[RawFd],
     ) -> Result<Prepared> {
-        let rootfs = rootfs
+        let (workdir, readable, scratch, exe) = (
+            spec.workdir.as_str(),
+            &spec.readable_paths[..],
+            spec.scratch,
+            spec.interpreter.as_str(),
+        );
+        let rootfs = spec
+            .rootfs
             .canonicalize()
-            .map_err(|e| Error::Spec(format!("rootfs {}: {e}", rootfs.display())))?;
-        let extra = plan_extra_mounts(&rootfs, extra_mounts, readable)?;
+            .map_err(|e| Error::Spec(format!("rootfs {}: {e}", spec.rootfs.display())))?;
+        let extra = plan_extra_mounts(&rootfs, &spec.extra_mounts, readable)?;
         let inside = |p: &str| rootfs.join(p.trim_start_matches('/'));
         let mut rules = Vec::new();
         for p in readable {
@@ -339,8 +343,9 @@ impl Prepared {
             landlock::READ
         };
         rules.push(("/run".into(), run_rights, true));
-        let ruleset =
-            Ruleset::new(abi, rules, egress_port).map_err(|e| Error::sys("Landlock", e))?;
+        let fd_rules = item_slots.iter().map(|fd| (*fd, landlock::READ)).collect();
+        let ruleset = Ruleset::new(abi, rules, fd_rules, spec.egress_port)
+            .map_err(|e| Error::sys("Landlock", e))?;
         let host_path = |rel: &str| cstr(rootfs.join(rel).as_os_str().as_bytes());
         let dev_nodes = ["null", "zero", "urandom", "random"]
             .iter()

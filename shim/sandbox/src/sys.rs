@@ -139,6 +139,12 @@ pub fn dup_above(fd: RawFd, min: RawFd) -> io::Result<RawFd> {
     check(unsafe { libc::fcntl(fd, libc::F_DUPFD, min) })
 }
 
+/// `fcntl(fd, F_SETFD, FD_CLOEXEC)`.
+pub fn set_cloexec(fd: RawFd) -> io::Result<()> {
+    // SAFETY: F_SETFD takes an integer third argument.
+    check(unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) }).map(drop)
+}
+
 /// `close_range(first, u32::MAX, flags)` (fork-safe).
 pub fn close_range(first: u32, flags: u32) -> io::Result<()> {
     // SAFETY: plain integers.
@@ -428,6 +434,23 @@ pub fn open_tree_clone(path: &CStr) -> io::Result<RawFd> {
             libc::AT_FDCWD,
             path.as_ptr(),
             OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
+        )
+    })?;
+    RawFd::try_from(r).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))
+}
+
+/// `open_tree(fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH)` (fork-safe): a
+/// detached bind mount of the directory `fd` refers to (same inodes, so Landlock rules on them
+/// still apply).
+pub fn open_tree_clone_fd(fd: RawFd) -> io::Result<RawFd> {
+    const OPEN_TREE_CLONE: libc::c_uint = 1;
+    // SAFETY: the empty path is a static NUL-terminated string; the rest are integers.
+    let r = check_long(unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            fd,
+            c"".as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_EMPTY_PATH as libc::c_uint,
         )
     })?;
     RawFd::try_from(r).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))
