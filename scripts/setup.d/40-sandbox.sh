@@ -42,6 +42,14 @@ ln -s python3.11 "$root.tmp/usr/bin/python3"
 tar -C / --exclude=usr/lib/python3.11/test --exclude='__pycache__' -cf - usr/lib/python3.11 | tar -C "$root.tmp" -xf -
 "$pip_python" -m pip install -q --no-compile --target "$root.tmp/app/site" mcp mcp-server-time
 [ -d /usr/share/zoneinfo ] && cp -a /usr/share/zoneinfo "$root.tmp/usr/share/"
+# Debian's CA bundle, as a Debian image has it (the shim mounts a copy with the deployment CA
+# over it; the rootfs itself is never changed).
+if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+    mkdir -p "$root.tmp/etc/ssl/certs"
+    cp /etc/ssl/certs/ca-certificates.crt "$root.tmp/etc/ssl/certs/"
+fi
+# Empty directories where items delivered at their own paths are mounted (/home/alice/...).
+mkdir -p "$root.tmp"/{home,mnt,srv}
 printf 'root:x:0:0:root:/:/bin/false\nnobody:x:65534:65534:nobody:/:/bin/false\n' > "$root.tmp/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' > "$root.tmp/etc/group"
 echo UTC > "$root.tmp/etc/timezone"

@@ -36,6 +36,8 @@ pub struct ProcessSpec {
     /// Fresh network and IPC namespaces and Landlock.
     pub confined: bool,
     pub readable: Vec<String>,
+    /// Read-only bind mounts `(host file, path inside the rootfs)`: the CA bundles.
+    pub binds: Vec<(PathBuf, PathBuf)>,
 }
 
 fn cstr(p: &Path) -> Result<CString, String> {
@@ -98,14 +100,27 @@ impl ToolProcess {
                 true,
             ));
             let abi = germline_sandbox::landlock::abi();
+            // TCP connect only to the broker's proxy port, in the process's own namespace.
             Some(
-                germline_sandbox::landlock::Ruleset::new_fs_only(abi, rules)
-                    .map_err(|e| format!("Landlock: {e}"))?,
+                germline_sandbox::landlock::Ruleset::new(
+                    abi,
+                    rules,
+                    vec![],
+                    Some(germline_broker::COPY_PROXY_ADDR.port()),
+                )
+                .map_err(|e| format!("Landlock: {e}"))?,
             )
         } else {
             None
         };
         let confined = spec.confined;
+        let mut binds = Vec::new();
+        for (src, rel) in &spec.binds {
+            let target = rootfs.join(rel);
+            if target.is_file() {
+                binds.push((cstr(src)?, cstr(&target)?));
+            }
+        }
         let mut cmd = Command::new(spec.argv.first().ok_or("the manifest has no entry")?);
         cmd.args(&spec.argv[1..])
             .env_clear()
@@ -145,6 +160,22 @@ impl ToolProcess {
                     libc::MS_BIND | libc::MS_REC,
                     std::ptr::null(),
                 ))?;
+                for (src, dst) in &binds {
+                    check(libc::mount(
+                        src.as_ptr(),
+                        dst.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND,
+                        std::ptr::null(),
+                    ))?;
+                    check(libc::mount(
+                        std::ptr::null(),
+                        dst.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY,
+                        std::ptr::null(),
+                    ))?;
+                }
                 if let Some(r) = &ruleset {
                     check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
                     r.apply().map_err(|(_, e)| e)?;

@@ -13,13 +13,16 @@
 
 use std::fs::File;
 use std::os::fd::AsFd;
-use std::path::Path;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use germline_broker::ca::CopyTrust;
 use germline_broker::control::BeginCall;
 use germline_broker::COPY_PROXY_ADDR;
 use germline_policy::call::LabelRules;
 use germline_policy::{Label, Plan, PlanMode};
+use germline_sandbox::spec::BindMount;
 use germline_sandbox::{Germline, LaunchSpec, Limits, Options};
 use serde_json::{json, Value};
 
@@ -138,6 +141,8 @@ pub struct Runtime {
     host_proxy: Option<std::net::TcpListener>,
     limits: Limits,
     pub user: String,
+    /// The CA bundles bind-mounted into the copies (removed at stop).
+    ca_dir: PathBuf,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -175,7 +180,7 @@ fn base_env() -> Vec<(String, String)> {
 }
 
 /// The sandbox's launch spec of a verified release.
-pub fn launch_spec(release: &Release) -> Result<LaunchSpec, String> {
+pub fn launch_spec(release: &Release, trust: &CopyTrust) -> Result<LaunchSpec, String> {
     let m = &release.manifest;
     let (interpreter, entry) = m
         .entry
@@ -184,6 +189,7 @@ pub fn launch_spec(release: &Release) -> Result<LaunchSpec, String> {
     let mut env: Vec<String> = base_env()
         .into_iter()
         .chain(proxy_env(&COPY_PROXY_ADDR.to_string()))
+        .chain(trust.env.iter().cloned())
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     env.sort();
@@ -199,6 +205,9 @@ pub fn launch_spec(release: &Release) -> Result<LaunchSpec, String> {
         scratch: m.scratch_mb > 0,
         warm: m.initialisation.warm,
         limits: Limits::default(),
+        // The deployment CA, over the rootfs's CA bundles (the signed rootfs is not changed).
+        extra_mounts: trust.mounts.iter().cloned().map(BindMount::from).collect(),
+        egress_port: Some(COPY_PROXY_ADDR.port()),
     })
 }
 
@@ -211,15 +220,35 @@ impl Runtime {
         pool: usize,
     ) -> Result<Runtime, String> {
         let limits = Limits::default();
+        // CA bundles that add the broker's deployment CA, for every copy's TLS clients. They
+        // must be readable by the germline's unprivileged user: a 0755 directory of our own.
+        let ca_dir = PathBuf::from(format!(
+            "/run/germline/ca-{}-{}",
+            std::process::id(),
+            mode.name()
+        ));
+        let pem = broker
+            .client
+            .ca_cert()
+            .map_err(|e| format!("the broker's CA certificate: {e}"))?;
+        let _ = std::fs::remove_dir_all(&ca_dir);
+        let trust = germline_broker::ca::copy_trust(&release.rootfs, &pem, &ca_dir)
+            .map_err(|e| format!("CA bundles for the copies: {e}"))?;
+        let mut readable = vec![ca_dir.clone()];
+        readable.extend(trust.mounts.iter().map(|(src, _)| src.clone()));
+        for p in readable {
+            let mode = if p.is_dir() { 0o755 } else { 0o644 };
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
+                .map_err(|e| format!("{}: {e}", p.display()))?;
+        }
         let mut host_proxy = None;
         let mut proc_spec = None;
         let backend = match mode {
             Mode::Germline | Mode::Nosplit => {
-                let spec = launch_spec(&release)?;
+                let spec = launch_spec(&release, &trust)?;
                 let id = format!("run-{}-{}", std::process::id(), mode.name());
                 let mut opts = Options::new(&id);
                 opts.pool = pool;
-                opts.egress_port = Some(COPY_PROXY_ADDR.port());
                 let g = Germline::start(spec, opts)
                     .map_err(|e| format!("{}: the germline did not start: {e}", release.label()))?;
                 Backend::Germline(Box::new(g))
@@ -238,7 +267,12 @@ impl Runtime {
                 let spec = ProcessSpec {
                     rootfs: release.rootfs.clone(),
                     argv: release.manifest.entry.clone(),
-                    env: base_env().into_iter().chain(proxy_env(&addr)).collect(),
+                    env: base_env()
+                        .into_iter()
+                        .chain(proxy_env(&addr))
+                        .chain(trust.env.iter().cloned())
+                        .collect(),
+                    binds: trust.mounts.clone(),
                     confined,
                     readable: release.manifest.readable_paths.clone(),
                 };
@@ -256,6 +290,7 @@ impl Runtime {
             }
         };
         Ok(Runtime {
+            ca_dir,
             mode,
             release,
             broker,
@@ -602,6 +637,7 @@ impl Runtime {
             Backend::Fresh => {}
         }
         self.broker.stop();
+        let _ = std::fs::remove_dir_all(&self.ca_dir);
     }
 }
 

@@ -85,6 +85,25 @@ impl Cgroup {
         })
     }
 
+    /// Creates `rel` below the cgroup2 mount `root` and uses the v2 interface on it, whatever
+    /// [`version`] detects. For the v2 test on this hybrid machine (its cgroup2 mount is
+    /// /sys/fs/cgroup/unified, see docs/sandbox.md): production code uses [`Cgroup::create`].
+    pub fn create_v2_at(root: &Path, rel: &str) -> Result<Cgroup> {
+        let mut cur = root.to_path_buf();
+        for part in Path::new(rel).components() {
+            // Best effort, as in `create`: a controller bound to a v1 hierarchy is refused.
+            let _ = fs::write(cur.join("cgroup.subtree_control"), "+memory +pids +cpu");
+            cur = cur.join(part);
+            fs::create_dir_all(&cur)
+                .map_err(|e| Error::Cgroup(format!("mkdir {}: {e}", cur.display())))?;
+        }
+        Ok(Cgroup {
+            version: Version::V2,
+            rel: rel.to_string(),
+            dirs: vec![cur],
+        })
+    }
+
     /// The path relative to the hierarchy roots (what /proc/PID/cgroup shows).
     pub fn rel(&self) -> &str {
         &self.rel
@@ -309,6 +328,11 @@ impl Cgroup {
             .filter(|e| e.path().is_dir())
             .filter_map(|e| e.file_name().to_str().map(|n| format!("{rel}/{n}")))
             .collect()
+    }
+
+    /// Removes an (empty) parent group below the cgroup2 mount `root` (the v2 test).
+    pub fn remove_parent_v2_at(root: &Path, rel: &str) {
+        let _ = fs::remove_dir(root.join(rel));
     }
 
     /// Removes an (empty) parent group such as `germline/<id>` from every hierarchy.

@@ -17,12 +17,20 @@ pub struct GermlineFacts {
     pub rootfs_dev: (u32, u32),
     /// Mount ids of the /dev/null bind mount(s).
     pub devnull_mnt_ids: Vec<u64>,
+    /// Mount ids and devices of the read-only extra mounts (`LaunchSpec::extra_mounts`): files
+    /// the shim chose, as public as the rootfs, so G2 accepts descriptors on them too.
+    pub extra_mounts: Vec<(u64, (u32, u32))>,
 }
 
 impl GermlineFacts {
     /// Reads the germline's mounts once, right after it started (before release code could
-    /// change anything it cannot: it has no right to mount).
-    pub fn read(pid: i32, ctl_inode: u64) -> crate::Result<GermlineFacts> {
+    /// change anything it cannot: it has no right to mount). `extra_targets`: where the extra
+    /// mounts sit (absolute paths inside the germline).
+    pub fn read(
+        pid: i32,
+        ctl_inode: u64,
+        extra_targets: &[String],
+    ) -> crate::Result<GermlineFacts> {
         let mounts = procfs::mountinfo(pid)?;
         let root = mounts
             .iter()
@@ -39,6 +47,11 @@ impl GermlineFacts {
                 .filter(|m| m.mount_point == "/dev/null")
                 .map(|m| m.id)
                 .collect(),
+            extra_mounts: mounts
+                .iter()
+                .filter(|m| extra_targets.contains(&m.mount_point))
+                .map(|m| (m.id, m.dev))
+                .collect(),
         })
     }
 
@@ -51,9 +64,13 @@ impl GermlineFacts {
 
     fn is_rootfs_file(&self, f: &Fd) -> bool {
         let kind = f.mode & libc::S_IFMT;
+        let dev = procfs::major_minor(f.dev);
         (kind == libc::S_IFREG || kind == libc::S_IFDIR)
-            && f.mnt_id == Some(self.rootfs_mnt_id)
-            && procfs::major_minor(f.dev) == self.rootfs_dev
+            && ((f.mnt_id == Some(self.rootfs_mnt_id) && dev == self.rootfs_dev)
+                || self
+                    .extra_mounts
+                    .iter()
+                    .any(|(id, d)| f.mnt_id == Some(*id) && dev == *d))
     }
 }
 

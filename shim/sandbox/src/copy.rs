@@ -8,8 +8,54 @@ use serde_json::{json, Value};
 
 use crate::cgroup::Cgroup;
 use crate::error::{Error, Result};
+use crate::mounts::SlotLease;
 use crate::procfs::Namespaces;
 use crate::sys;
+
+/// One item for a copy: its name (the file `/run/items/<name>` and the memfd's name), its
+/// contents, whether it is in the copy's view (outside it the copy gets an empty file, A5),
+/// and optionally its own absolute path inside the copy (`/home/alice/invoice.pdf`), where it
+/// is mounted too, in that copy's mount namespace only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    pub name: String,
+    pub contents: Vec<u8>,
+    pub in_view: bool,
+    pub path: Option<String>,
+}
+
+impl Item {
+    /// An item known by its name only.
+    pub fn named(name: &str, contents: Vec<u8>, in_view: bool) -> Item {
+        Item {
+            name: name.to_string(),
+            contents,
+            in_view,
+            path: None,
+        }
+    }
+
+    /// The same item, also at `path` inside the copy.
+    pub fn at(mut self, path: &str) -> Item {
+        self.path = Some(path.to_string());
+        self
+    }
+
+    /// The contents the copy gets: empty outside its view.
+    pub fn visible(&self) -> &[u8] {
+        if self.in_view {
+            &self.contents
+        } else {
+            &[]
+        }
+    }
+}
+
+impl From<&(String, Vec<u8>, bool)> for Item {
+    fn from((name, contents, in_view): &(String, Vec<u8>, bool)) -> Item {
+        Item::named(name, contents.clone(), *in_view)
+    }
+}
 
 /// The largest message we accept from a copy before calling it malformed.
 const MAX_LINE: usize = 16 << 20;
@@ -29,6 +75,8 @@ pub struct Copy {
     dead: bool,
     sweep: bool,
     initialized: bool,
+    /// Item store slots mounted in this copy; freed (and emptied) once it is dead.
+    leases: Vec<SlotLease>,
 }
 
 impl Copy {
@@ -52,6 +100,7 @@ impl Copy {
             dead: false,
             sweep: true,
             initialized: false,
+            leases: Vec::new(),
         }
     }
 
@@ -76,6 +125,10 @@ impl Copy {
 
     pub(crate) fn set_sweep(&mut self, sweep: bool) {
         self.sweep = sweep;
+    }
+
+    pub(crate) fn hold(&mut self, lease: SlotLease) {
+        self.leases.push(lease);
     }
 
     pub(crate) fn mark_ready(&mut self) {
@@ -156,6 +209,12 @@ impl Copy {
 
     /// Sends the items (those in the view with contents, the others empty) as memfds.
     pub fn deliver(&mut self, items: &[(String, Vec<u8>, bool)]) -> Result<()> {
+        let items: Vec<Item> = items.iter().map(Item::from).collect();
+        self.deliver_items(&items)
+    }
+
+    /// Like [`Copy::deliver`], for [`Item`]s; the message names each item's path too.
+    pub fn deliver_items(&mut self, items: &[Item]) -> Result<()> {
         if items.len() > 64 {
             return Err(Error::Spec(format!(
                 "{} items: at most 64 per copy",
@@ -164,15 +223,17 @@ impl Copy {
         }
         let mut fds = Vec::new();
         let mut names = Vec::new();
-        for (name, contents, in_view) in items {
-            let c = CString::new(name.as_str()).map_err(|_| Error::Spec("item name".into()))?;
+        for item in items {
+            let c =
+                CString::new(item.name.as_str()).map_err(|_| Error::Spec("item name".into()))?;
             let fd = sys::memfd(&c).map_err(|e| Error::sys("memfd_create", e))?;
-            if *in_view {
-                sys::write_all_raw(fd.as_raw_fd(), contents)
-                    .map_err(|e| Error::sys("write memfd", e))?;
-            }
+            sys::write_all_raw(fd.as_raw_fd(), item.visible())
+                .map_err(|e| Error::sys("write memfd", e))?;
             fds.push(fd);
-            names.push(json!({"name": name}));
+            names.push(match &item.path {
+                Some(p) => json!({"name": item.name, "path": p}),
+                None => json!({"name": item.name}),
+            });
         }
         let raw: Vec<i32> = fds.iter().map(AsRawFd::as_raw_fd).collect();
         self.send_line(&json!({"op": "data", "items": names}), &raw)?;
@@ -337,6 +398,9 @@ impl Copy {
         }
         if self.sweep {
             let _ = self.cgroup.destroy();
+            // Every task is gone, and with them the copy's mount namespace: its item
+            // directories can be emptied and reused.
+            self.leases.clear();
         } else {
             // Ablation: only the copy's own process dies; wait for it, leave the rest.
             let t = Instant::now();

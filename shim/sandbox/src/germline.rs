@@ -10,11 +10,11 @@ use serde_json::{json, Value};
 
 use crate::cgroup::Cgroup;
 use crate::checks::{self, CopyExpect, GermlineFacts};
-use crate::copy::Copy;
+use crate::copy::{Copy, Item};
 use crate::error::{Error, Result};
 use crate::landlock;
 use crate::launch::{self, Prepared};
-use crate::mounts::{CopyMounts, ItemFile};
+use crate::mounts::{self, CopyMounts, ItemFile, ItemStore};
 use crate::procfs::{self, Namespaces};
 use crate::seccomp::Program;
 use crate::spec::{Language, LaunchSpec};
@@ -22,6 +22,9 @@ use crate::sys;
 
 /// The Python bootstrap, run with `python3 -c` so that it never has to exist in the rootfs.
 pub const PYTHON_BOOTSTRAP: &str = include_str!("../bootstrap/python/germline_bootstrap.py");
+
+/// Size limit of a germline's item store (a tmpfs: only what is written counts).
+const ITEM_STORE_BYTES: u64 = 1 << 30;
 
 /// Host uid and gid that root inside every germline's user namespace maps to.
 pub const HOST_ID: u32 = 2_100_000;
@@ -39,6 +42,9 @@ pub struct Ablation {
     pub no_pid_namespace: bool,
     /// Kill only the copy's own process at the end, not what is left in its cgroup.
     pub no_cgroup_sweep: bool,
+    /// No Landlock rules on the item store's directories (items at their own paths are then
+    /// mounted but unreadable).
+    pub no_item_rules: bool,
 }
 
 /// Options of a germline beyond its launch spec.
@@ -52,9 +58,6 @@ pub struct Options {
     pub ablation: Ablation,
     /// Bootstrap source (tests substitute a tampered one to show that the checks catch it).
     pub bootstrap: String,
-    /// The one TCP port copies may `connect()` to (the broker's proxy in their own network
-    /// namespace); `None`: no TCP at all.
-    pub egress_port: Option<u16>,
 }
 
 impl Options {
@@ -65,7 +68,6 @@ impl Options {
             pool: 0,
             ablation: Ablation::default(),
             bootstrap: PYTHON_BOOTSTRAP.to_string(),
-            egress_port: None,
         }
     }
 }
@@ -86,6 +88,10 @@ pub struct Germline {
     pool: VecDeque<Copy>,
     warm: bool,
     copy_landlock: Value,
+    /// The private store of items delivered at their own paths (mounts.rs).
+    items: std::sync::Arc<ItemStore>,
+    /// The canonical rootfs on the host.
+    rootfs: std::path::PathBuf,
     stopped: bool,
     /// Set once the release failed a check: it stays refused.
     refused: Option<String>,
@@ -158,19 +164,18 @@ impl Germline {
             "PYTHONDONTWRITEBYTECODE=1".into(),
         ];
         env.extend(spec.env.iter().cloned());
-        let mut prepared = Prepared::new(
-            &spec.rootfs,
-            &spec.workdir,
-            &spec.readable_paths,
-            spec.scratch,
-            &spec.interpreter,
-            &argv,
-            &env,
-        )
-        .map_err(|e| fail(e, &cgroup))?;
-        if let Some(port) = opts.egress_port {
-            prepared.allow_connect(port);
-        }
+        let items = ItemStore::new(ITEM_STORE_BYTES).map_err(|e| fail(e, &cgroup))?;
+        let slot_fds = if opts.ablation.no_item_rules {
+            vec![]
+        } else {
+            items.slot_fds()
+        };
+        let mut prepared =
+            Prepared::new(&spec, &argv, &env, &slot_fds).map_err(|e| fail(e, &cgroup))?;
+        let rootfs = spec
+            .rootfs
+            .canonicalize()
+            .map_err(|e| fail(Error::sys("canonicalize the rootfs", e), &cgroup))?;
         if opts.ablation.no_landlock {
             prepared.without_landlock();
         }
@@ -192,6 +197,7 @@ impl Germline {
                 rootfs_mnt_id: 0,
                 rootfs_dev: (0, 0),
                 devnull_mnt_ids: vec![],
+                extra_mounts: vec![],
             },
             ctl: started.ctl,
             ns: Namespaces::default(),
@@ -201,13 +207,21 @@ impl Germline {
             pool: VecDeque::new(),
             warm: false,
             copy_landlock: Value::Null,
+            items,
+            rootfs,
             stopped: false,
             refused: None,
             spec,
             opts,
         };
         // From here on, dropping `g` kills and removes everything.
-        g.facts = GermlineFacts::read(g.pid, started.ctl_inode)?;
+        let extra_targets: Vec<String> = g
+            .spec
+            .extra_mounts
+            .iter()
+            .map(|m| format!("/{}", m.target.trim_start_matches('/')))
+            .collect();
+        g.facts = GermlineFacts::read(g.pid, started.ctl_inode, &extra_targets)?;
         g.ns = Namespaces::of(g.pid)?;
         g.copy_landlock = g.copy_landlock_config();
         let deadline = Instant::now() + Duration::from_millis(g.spec.limits.init_timeout_ms);
@@ -230,29 +244,20 @@ impl Germline {
     }
 
     fn copy_landlock_config(&self) -> Value {
+        // The copy's own layer scopes signals and abstract sockets to its own domain (so
+        // siblings and the germline are out of reach) and confines writes and TCP. It leaves
+        // reading and executing to the germline's layer, installed by the shim and inherited:
+        // that layer covers the item directories mounted into the copy later (mounts.rs),
+        // which no rule the copy could make before its mounts exist would.
         let abi = landlock::abi();
-        let all = landlock::all_fs_rights(abi);
-        let mut rules: Vec<Value> = self
-            .spec
-            .readable_paths
-            .iter()
-            .map(|p| json!([p, landlock::READ]))
-            .collect();
-        rules.push(json!(["/dev/null", landlock::READ_WRITE_FILE]));
-        for d in ["/dev/zero", "/dev/urandom", "/dev/random"] {
-            rules.push(json!([d, landlock::READ & !(1 << 3)]));
-        }
+        let handled = landlock::all_fs_rights(abi) & !landlock::READ;
+        let mut rules: Vec<Value> = vec![json!(["/dev/null", landlock::READ_WRITE_FILE])];
         // As in the germline's layer: /run holds the mount points of items and scratch.
-        rules.push(json!([
-            "/run",
-            if self.spec.scratch {
-                all
-            } else {
-                landlock::READ
-            }
-        ]));
-        let ports: Vec<u16> = self.opts.egress_port.into_iter().collect();
-        json!({"fs": all, "net": 3, "scoped": 3, "rules": rules, "connect_ports": ports})
+        if self.spec.scratch {
+            rules.push(json!(["/run", handled]));
+        }
+        let ports: Vec<u16> = self.spec.egress_port.into_iter().collect();
+        json!({"fs": handled, "net": 3, "scoped": 3, "rules": rules, "ports": ports})
     }
 
     /// Host pids of the pool's copies.
@@ -542,8 +547,17 @@ impl Germline {
 
     /// Mounts the copy's private procfs, scratch and items, then delivers the items.
     pub fn prepare_copy(&self, copy: &mut Copy, items: &[(String, Vec<u8>, bool)]) -> Result<()> {
+        let items: Vec<Item> = items.iter().map(Item::from).collect();
+        self.prepare_copy_items(copy, &items)
+    }
+
+    /// Like [`Germline::prepare_copy`], for [`Item`]s: each is at `/run/items/<name>` and,
+    /// if it names a path, at that path too, readable under the copy's Landlock and mounted in
+    /// this copy's mount namespace only (items outside the view as empty files, A5).
+    pub fn prepare_copy_items(&self, copy: &mut Copy, items: &[Item]) -> Result<()> {
         let mut files = Vec::new();
-        for (name, contents, in_view) in items {
+        for item in items {
+            let name = &item.name;
             if name.is_empty() || name.contains('/') || name.starts_with('.') || name.contains('\0')
             {
                 return Err(Error::Spec(format!("bad item name {name:?}")));
@@ -551,15 +565,37 @@ impl Germline {
             files.push(ItemFile {
                 path: std::ffi::CString::new(format!("/run/items/{name}"))
                     .map_err(|_| Error::Spec("item name".into()))?,
-                contents: if *in_view {
-                    contents.clone()
-                } else {
-                    Vec::new()
-                },
+                contents: item.visible().to_vec(),
             });
         }
+        let with_paths: Vec<(usize, &str, &str)> = items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, it)| it.path.as_deref().map(|p| (i, it.name.as_str(), p)))
+            .collect();
+        let mut binds = Vec::new();
+        if !with_paths.is_empty() {
+            let protected: Vec<String> = self
+                .spec
+                .readable_paths
+                .iter()
+                .cloned()
+                .chain(self.spec.extra_mounts.iter().map(|m| m.target.clone()))
+                .collect();
+            for (at, files) in mounts::plan_item_paths(&self.rootfs, &protected, &with_paths)? {
+                let lease = self.items.lease()?;
+                for (rel, i) in files {
+                    lease.write(&rel, items[i].visible())?;
+                }
+                binds.push((lease.fd(), at));
+                // The copy holds the slot until it is dead.
+                copy.hold(lease);
+            }
+        }
         let scratch = self.spec.scratch.then_some(16u64 << 20);
-        CopyMounts::new(copy.pid(), scratch, files)?.apply()
+        CopyMounts::new(copy.pid(), scratch, files)?
+            .with_binds(binds)?
+            .apply()
     }
 
     /// One call: a checked copy, its mounts and items, the MCP request, the answer. The copy is
@@ -570,10 +606,16 @@ impl Germline {
         tool: &str,
         arguments: Value,
     ) -> Result<Value> {
+        let items: Vec<Item> = items.iter().map(Item::from).collect();
+        self.call_items(&items, tool, arguments)
+    }
+
+    /// Like [`Germline::call`], for [`Item`]s (some at their own paths).
+    pub fn call_items(&mut self, items: &[Item], tool: &str, arguments: Value) -> Result<Value> {
         let mut copy = self.copy()?;
         let result = (|| {
-            self.prepare_copy(&mut copy, items)?;
-            copy.deliver(items)?;
+            self.prepare_copy_items(&mut copy, items)?;
+            copy.deliver_items(items)?;
             copy.mcp_call(tool, arguments)
         })();
         let result = copy.finish(result);

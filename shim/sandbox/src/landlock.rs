@@ -17,8 +17,6 @@ const FILE_RIGHTS: u64 = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | (1 << 15)
 /// Read-only access to a tree.
 pub const READ: u64 = EXECUTE | READ_FILE | READ_DIR;
 /// Read and write a single file (only /dev/null gets this).
-/// `LANDLOCK_ACCESS_NET_CONNECT_TCP`.
-pub const CONNECT_TCP: u64 = 2;
 pub const READ_WRITE_FILE: u64 = READ_FILE | WRITE_FILE;
 
 /// The Landlock ABI of the running kernel (0 if Landlock is unavailable).
@@ -59,15 +57,26 @@ pub struct Ruleset {
     attr: [u8; 24],
     attr_len: usize,
     rules: Vec<Rule>,
-    /// TCP ports `connect()` may reach (Landlock ABI 4+); every other connect and every bind
-    /// is denied. The copies' only one is the broker's proxy in their own namespace.
-    connect_ports: Vec<u16>,
+    /// Rules on directories the caller holds open (beneath-rules by descriptor).
+    fd_rules: Vec<(RawFd, u64)>,
+    /// `landlock_net_port_attr`s: TCP connect allowed to these ports (ABI >= 4).
+    net_rules: Vec<[u8; 16]>,
 }
+
+/// `LANDLOCK_ACCESS_NET_CONNECT_TCP`.
+pub const CONNECT_TCP: u64 = 1 << 1;
 
 impl Ruleset {
     /// `rules` name paths inside the new root; `is_dir` tells whether each is a directory (a
-    /// rule on a file may carry only file rights).
-    pub fn new(abi: u32, rules: Vec<(String, u64, bool)>) -> io::Result<Ruleset> {
+    /// rule on a file may carry only file rights). `connect_port`: the one TCP port connect is
+    /// allowed to (TCP bind and connect are otherwise denied on ABI >= 4). `fd_rules`: rules on
+    /// directories given by descriptors that stay open until [`Ruleset::apply`] has run.
+    pub fn new(
+        abi: u32,
+        rules: Vec<(String, u64, bool)>,
+        fd_rules: Vec<(RawFd, u64)>,
+        connect_port: Option<u16>,
+    ) -> io::Result<Ruleset> {
         if abi == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -97,30 +106,26 @@ impl Ruleset {
                 .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path with NUL byte"))?;
             out.push(Rule { path, access });
         }
+        let net_rules = match connect_port {
+            Some(port) if abi >= 4 => {
+                let mut a = [0u8; 16];
+                a[0..8].copy_from_slice(&CONNECT_TCP.to_ne_bytes());
+                a[8..16].copy_from_slice(&u64::from(port).to_ne_bytes());
+                vec![a]
+            }
+            _ => vec![],
+        };
         Ok(Ruleset {
             abi,
             attr,
             attr_len,
             rules: out,
-            connect_ports: Vec::new(),
+            fd_rules: fd_rules
+                .into_iter()
+                .map(|(fd, access)| (fd, access & fs))
+                .collect(),
+            net_rules,
         })
-    }
-
-    /// Like [`Ruleset::new`], but handling file-system access only (the network is confined by
-    /// a namespace instead): used by the `confined-ifc` baseline, whose process reaches the
-    /// broker's proxy over TCP inside its own namespace.
-    pub fn new_fs_only(abi: u32, rules: Vec<(String, u64, bool)>) -> io::Result<Ruleset> {
-        let mut r = Ruleset::new(abi, rules)?;
-        r.attr[8..24].fill(0);
-        r.attr_len = 8;
-        Ok(r)
-    }
-
-    /// Allows TCP `connect()` to `port` (on any address: the namespace decides what is there).
-    pub fn allow_connect(&mut self, port: u16) {
-        if self.abi >= 4 && !self.connect_ports.contains(&port) {
-            self.connect_ports.push(port);
-        }
     }
 
     /// The ABI this ruleset was built for.
@@ -151,15 +156,19 @@ impl Ruleset {
                 return Err((i, e));
             }
         }
-        if self.attr_len >= 16 {
-            for port in &self.connect_ports {
-                let mut attr = [0u8; 16];
-                attr[0..8].copy_from_slice(&CONNECT_TCP.to_ne_bytes());
-                attr[8..16].copy_from_slice(&u64::from(*port).to_ne_bytes());
-                if let Err(e) = sys::landlock_add_net_rule(fd, &attr) {
-                    sys::close_raw(fd);
-                    return Err((self.rules.len(), e));
-                }
+        for (i, (dir, access)) in self.fd_rules.iter().enumerate() {
+            let mut attr = [0u8; 12];
+            attr[0..8].copy_from_slice(&access.to_ne_bytes());
+            attr[8..12].copy_from_slice(&dir.to_ne_bytes());
+            if let Err(e) = sys::landlock_add_path_rule(fd, &attr) {
+                sys::close_raw(fd);
+                return Err((self.rules.len() + i, e));
+            }
+        }
+        for (i, attr) in self.net_rules.iter().enumerate() {
+            if let Err(e) = sys::landlock_add_net_rule(fd, attr) {
+                sys::close_raw(fd);
+                return Err((self.rules.len() + i, e));
             }
         }
         let r = sys::landlock_restrict_self(fd);

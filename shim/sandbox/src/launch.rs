@@ -23,10 +23,176 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::landlock::{self, Ruleset};
 use crate::seccomp::Program;
+use crate::spec::BindMount;
 use crate::sys;
 
+/// One checked extra mount (`LaunchSpec::extra_mounts`), ready for the keeper.
+#[derive(Debug)]
+struct ExtraMount {
+    /// The source on the host.
+    source: CString,
+    /// The target relative to the rootfs's root (no leading `/`).
+    target: CString,
+}
+
+/// What the keeper does for `LaunchSpec::extra_mounts`, checked in the parent.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ExtraPlan {
+    /// (source on the host, target relative to the root), parents before children.
+    pub mounts: Vec<(std::path::PathBuf, String)>,
+    /// Directories to create in the keeper's `/run` tmpfs (relative to the root), in order.
+    pub run_dirs: Vec<String>,
+    /// Empty files to create there as mount points of file sources.
+    pub run_files: Vec<String>,
+}
+
+/// Components of a target path inside the rootfs: no `.`, `..` or empty component.
+fn target_components(field: &str, target: &str) -> Result<Vec<String>> {
+    if target.contains('\0') {
+        return Err(Error::Spec(format!(
+            "{field}: the target contains a NUL byte"
+        )));
+    }
+    let parts: Vec<&str> = target.trim_start_matches('/').split('/').collect();
+    if parts
+        .iter()
+        .any(|c| c.is_empty() || *c == "." || *c == "..")
+    {
+        return Err(Error::Spec(format!(
+            "{field}: target {target:?} is not a plain path inside the rootfs (empty, `.` or `..` component)"
+        )));
+    }
+    Ok(parts.into_iter().map(String::from).collect())
+}
+
+/// Checks `LaunchSpec::extra_mounts` against the rootfs and the Landlock allowlist: every
+/// target lies inside the rootfs, is reached through no symbolic link, exists with the
+/// source's kind (or lies below `/run`, where the keeper creates it), is not one of the shim's
+/// own mount points, and is covered by a readable path so that Landlock lets copies read it.
+pub fn plan_extra_mounts(
+    rootfs: &Path,
+    mounts: &[BindMount],
+    readable: &[String],
+) -> Result<ExtraPlan> {
+    use std::os::unix::fs::PermissionsExt;
+    if mounts.len() > MAX_EXTRA_MOUNTS {
+        return Err(Error::Spec(format!(
+            "extra_mounts: {} mounts, at most {MAX_EXTRA_MOUNTS}",
+            mounts.len()
+        )));
+    }
+    let readable: Vec<Vec<String>> = readable
+        .iter()
+        .filter_map(|r| target_components("readable_paths", r).ok())
+        .collect();
+    let mut plan = ExtraPlan::default();
+    let mut seen: Vec<Vec<String>> = Vec::new();
+    let mut checked: Vec<(usize, std::path::PathBuf, String)> = Vec::new();
+    for (i, m) in mounts.iter().enumerate() {
+        let field = format!("extra_mounts[{i}] (target {:?})", m.target);
+        let parts = target_components(&field, &m.target)?;
+        let rel = parts.join("/");
+        let src = std::fs::metadata(&m.source)
+            .map_err(|e| Error::Spec(format!("{field}: source {}: {e}", m.source.display())))?;
+        if !(src.is_file() || src.is_dir()) {
+            return Err(Error::Spec(format!(
+                "{field}: source {} is neither a regular file nor a directory",
+                m.source.display()
+            )));
+        }
+        // Root inside the germline maps to an unprivileged host user: only what others may
+        // read is readable there.
+        let want = if src.is_dir() { 0o005 } else { 0o004 };
+        if src.permissions().mode() & want != want {
+            return Err(Error::Spec(format!(
+                "{field}: source {} is not readable by others (mode {:o}); the germline's root \
+                 is an unprivileged user on the host",
+                m.source.display(),
+                src.permissions().mode() & 0o7777
+            )));
+        }
+        let first = parts[0].as_str();
+        let under_run = first == "run";
+        if ["dev", "proc"].contains(&first)
+            || (under_run
+                && (parts.len() < 2 || ["items", "scratch", "proc"].contains(&parts[1].as_str())))
+        {
+            return Err(Error::Spec(format!(
+                "{field}: /{rel} is, or is inside, one of the shim's own mount points (/dev, /proc, /run, /run/items, /run/scratch, /run/proc)"
+            )));
+        }
+        if seen.contains(&parts) {
+            return Err(Error::Spec(format!("{field}: /{rel} is mounted twice")));
+        }
+        if under_run {
+            // Below /run the keeper creates the mount point in its own tmpfs.
+            for k in 2..parts.len() {
+                let d = parts[..k].join("/");
+                if !plan.run_dirs.contains(&d) {
+                    plan.run_dirs.push(d);
+                }
+            }
+            if src.is_dir() {
+                plan.run_dirs.push(rel.clone());
+            } else {
+                plan.run_files.push(rel.clone());
+            }
+        } else {
+            // Every prefix inside the rootfs must be a real directory (no symbolic link), and
+            // the target must exist with the source's kind: the rootfs is never changed.
+            let mut cur = rootfs.to_path_buf();
+            for (k, c) in parts.iter().enumerate() {
+                cur.push(c);
+                let md = std::fs::symlink_metadata(&cur).map_err(|e| {
+                    Error::Spec(format!(
+                        "{field}: /{} in the rootfs: {e}",
+                        parts[..=k].join("/")
+                    ))
+                })?;
+                if md.file_type().is_symlink() {
+                    return Err(Error::Spec(format!(
+                        "{field}: /{} in the rootfs is a symbolic link; a target must be reached through none",
+                        parts[..=k].join("/")
+                    )));
+                }
+                let last = k + 1 == parts.len();
+                if !last && !md.is_dir() {
+                    return Err(Error::Spec(format!(
+                        "{field}: /{} in the rootfs is not a directory",
+                        parts[..=k].join("/")
+                    )));
+                }
+                if last && md.is_dir() != src.is_dir() {
+                    return Err(Error::Spec(format!(
+                        "{field}: the source {} is a {} but /{rel} in the rootfs is not",
+                        m.source.display(),
+                        if src.is_dir() { "directory" } else { "file" }
+                    )));
+                }
+            }
+            // Landlock: the rules are opened after the mounts are made, so a readable path
+            // equal to the target or above it covers the mounted object.
+            let covered = readable
+                .iter()
+                .any(|r| r.len() <= parts.len() && parts[..r.len()] == r[..]);
+            if !covered {
+                return Err(Error::Spec(format!(
+                    "{field}: /{rel} is not covered by readable_paths, so Landlock would deny \
+                     every copy reading it"
+                )));
+            }
+        }
+        seen.push(parts.clone());
+        checked.push((parts.len(), m.source.clone(), rel));
+    }
+    // Parents before children, so that a file mounted inside a mounted directory lands on top.
+    checked.sort_by_key(|(depth, _, _)| *depth);
+    plan.mounts = checked.into_iter().map(|(_, s, r)| (s, r)).collect();
+    Ok(plan)
+}
+
 /// Steps of the children, reported as numbers through the status pipe.
-const STEPS: [&str; 27] = [
+const STEPS: [&str; 32] = [
     "unshare(CLONE_NEWUSER)",
     "wait for uid/gid maps",
     "setresgid/setresuid(0)",
@@ -54,7 +220,15 @@ const STEPS: [&str; 27] = [
     "mount tmpfs on /run",
     "mkdir in /run",
     "remount /run read-only",
+    "clone an extra mount's source (open_tree)",
+    "make an extra mount read-only",
+    "create an extra mount's target in /run",
+    "open an extra mount's target in the rootfs",
+    "attach an extra mount (move_mount)",
 ];
+
+/// At most this many extra mounts (the keeper keeps their descriptors on its stack).
+pub const MAX_EXTRA_MOUNTS: usize = 32;
 
 /// Everything the children need, allocated before `fork()`.
 #[derive(Debug)]
@@ -74,6 +248,10 @@ pub struct Prepared {
     devnull: CString,
     ruleset: Ruleset,
     landlock: bool,
+    extra: Vec<ExtraMount>,
+    extra_run_dirs: Vec<CString>,
+    extra_run_files: Vec<CString>,
+    extra_attr: sys::MountAttr,
     filters: Vec<libc::sock_filter>,
     exe: CString,
     argv: Vec<CString>,
@@ -115,28 +293,30 @@ fn locked_flags(path: &Path) -> Result<libc::c_ulong> {
 
 impl Prepared {
     /// Leaves the germline without its Landlock ruleset (tests that show what it prevents).
-    /// Lets the germline and its copies `connect()` to TCP `port` (the broker's proxy).
-    pub fn allow_connect(&mut self, port: u16) {
-        self.ruleset.allow_connect(port);
-    }
-
     pub fn without_landlock(&mut self) {
         self.landlock = false;
     }
 
-    /// Prepares the launch of `interpreter argv...` in `rootfs`.
+    /// Prepares the launch of `spec.interpreter argv...` in `spec.rootfs`. `item_slots`:
+    /// directories of the shim's private item store that the Landlock layer must let copies
+    /// read (they are mounted into copies later, see `mounts::ItemStore`).
     pub fn new(
-        rootfs: &Path,
-        workdir: &str,
-        readable: &[String],
-        scratch: bool,
-        exe: &str,
+        spec: &crate::spec::LaunchSpec,
         argv: &[String],
         env: &[String],
+        item_slots: &[RawFd],
     ) -> Result<Prepared> {
-        let rootfs = rootfs
+        let (workdir, readable, scratch, exe) = (
+            spec.workdir.as_str(),
+            &spec.readable_paths[..],
+            spec.scratch,
+            spec.interpreter.as_str(),
+        );
+        let rootfs = spec
+            .rootfs
             .canonicalize()
-            .map_err(|e| Error::Spec(format!("rootfs {}: {e}", rootfs.display())))?;
+            .map_err(|e| Error::Spec(format!("rootfs {}: {e}", spec.rootfs.display())))?;
+        let extra = plan_extra_mounts(&rootfs, &spec.extra_mounts, readable)?;
         let inside = |p: &str| rootfs.join(p.trim_start_matches('/'));
         let mut rules = Vec::new();
         for p in readable {
@@ -163,7 +343,10 @@ impl Prepared {
             landlock::READ
         };
         rules.push(("/run".into(), run_rights, true));
-        let ruleset = Ruleset::new(abi, rules).map_err(|e| Error::sys("Landlock", e))?;
+        let fd_rules = item_slots.iter().map(|fd| (*fd, landlock::READ)).collect();
+        let ruleset = Ruleset::new(abi, rules, fd_rules, spec.egress_port)
+            .map_err(|e| Error::sys("Landlock", e))?;
+        let host_path = |rel: &str| cstr(rootfs.join(rel).as_os_str().as_bytes());
         let dev_nodes = ["null", "zero", "urandom", "random"]
             .iter()
             .map(|n| {
@@ -192,6 +375,28 @@ impl Prepared {
             devnull: cstr("/dev/null")?,
             ruleset,
             landlock: true,
+            extra: extra
+                .mounts
+                .iter()
+                .map(|(src, rel)| {
+                    Ok(ExtraMount {
+                        source: cstr(src.as_os_str().as_bytes())?,
+                        target: cstr(rel.as_str())?,
+                    })
+                })
+                .collect::<Result<_>>()?,
+            extra_run_dirs: extra
+                .run_dirs
+                .iter()
+                .map(|r| host_path(r))
+                .collect::<Result<_>>()?,
+            extra_run_files: extra
+                .run_files
+                .iter()
+                .map(|r| host_path(r))
+                .collect::<Result<_>>()?,
+            // MOUNT_ATTR_RDONLY | NOSUID | NODEV, private propagation.
+            extra_attr: [0x1 | 0x2 | 0x4, 0, libc::MS_PRIVATE, 0],
             filters: Program::germline().filters(),
             exe: cstr(exe)?,
             argv: argv
@@ -233,6 +438,17 @@ fn keeper(
     ctl: RawFd,
 ) -> ! {
     let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+    // Extra mounts are cloned while the keeper is still root in the host's namespaces, so
+    // their sources are looked up with the shim's rights, and attached below after the root
+    // is built.
+    let mut trees: [RawFd; MAX_EXTRA_MOUNTS] = [-1; MAX_EXTRA_MOUNTS];
+    for (m, slot) in p.extra.iter().zip(trees.iter_mut()) {
+        match sys::open_tree_clone(&m.source) {
+            Ok(fd) => *slot = fd,
+            Err(e) => report(to_parent, 27, &e),
+        }
+        step!(to_parent, 28, sys::mount_setattr_fd(*slot, &p.extra_attr));
+    }
     step!(to_parent, 0, sys::unshare(libc::CLONE_NEWUSER));
     step!(to_parent, 0, sys::write_all_raw(to_parent, b"U"));
     let mut b = [0u8; 1];
@@ -319,6 +535,44 @@ fn keeper(
     );
     for d in &p.run_subdirs {
         step!(to_parent, 25, sys::mkdir(d, 0o755));
+    }
+    for d in &p.extra_run_dirs {
+        match sys::mkdir(d, 0o755) {
+            Err(e) if e.raw_os_error() != Some(libc::EEXIST) => report(to_parent, 29, &e),
+            _ => {}
+        }
+    }
+    for f in &p.extra_run_files {
+        match sys::open_raw(
+            f,
+            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC,
+            0o444,
+        ) {
+            Ok(fd) => sys::close_raw(fd),
+            Err(e) => report(to_parent, 29, &e),
+        }
+    }
+    if !p.extra.is_empty() {
+        // Targets are resolved strictly below the root without following any symbolic link
+        // (checked in the parent too; this closes the window between the two).
+        let root = match sys::open_raw(
+            &p.rootfs,
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            0,
+        ) {
+            Ok(fd) => fd,
+            Err(e) => report(to_parent, 30, &e),
+        };
+        for (m, tree) in p.extra.iter().zip(trees.iter()) {
+            let target = match sys::open_beneath(root, &m.target) {
+                Ok(fd) => fd,
+                Err(e) => report(to_parent, 30, &e),
+            };
+            step!(to_parent, 31, sys::move_mount_fds(*tree, target));
+            sys::close_raw(target);
+            sys::close_raw(*tree);
+        }
+        sys::close_raw(root);
     }
     step!(
         to_parent,
@@ -590,4 +844,109 @@ pub fn start(
         ctl,
         ctl_inode,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn bm(source: &Path, target: &str) -> BindMount {
+        BindMount {
+            source: source.to_path_buf(),
+            target: target.to_string(),
+        }
+    }
+
+    fn fixture() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+        let t = tempfile::tempdir().expect("tempdir");
+        let root = t.path().join("rootfs");
+        std::fs::create_dir_all(root.join("etc/ssl/certs")).expect("mkdir");
+        std::fs::write(root.join("etc/ssl/certs/ca.crt"), "roots").expect("write");
+        std::fs::create_dir_all(root.join("opt/data")).expect("mkdir");
+        std::os::unix::fs::symlink("ssl", root.join("etc/link")).expect("symlink");
+        let src = t.path().join("bundle.pem");
+        std::fs::write(&src, "bundle").expect("write");
+        std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        (t, root, src)
+    }
+
+    fn err(r: Result<ExtraPlan>) -> String {
+        match r {
+            Err(e) => e.to_string(),
+            Ok(p) => panic!("accepted: {p:?}"),
+        }
+    }
+
+    #[test]
+    fn extra_mounts_inside_the_rootfs_and_below_run() {
+        let (_t, root, src) = fixture();
+        let readable = vec!["/etc".to_string()];
+        let plan = plan_extra_mounts(
+            &root,
+            &[
+                bm(&src, "/run/germline/ca.pem"),
+                bm(&src, "etc/ssl/certs/ca.crt"),
+            ],
+            &readable,
+        )
+        .expect("plan");
+        assert_eq!(
+            plan.mounts,
+            vec![
+                (src.clone(), "run/germline/ca.pem".to_string()),
+                (src.clone(), "etc/ssl/certs/ca.crt".to_string())
+            ],
+            "shallower targets first"
+        );
+        assert_eq!(plan.run_dirs, vec!["run/germline".to_string()]);
+        assert_eq!(plan.run_files, vec!["run/germline/ca.pem".to_string()]);
+        // The pairs of germline_broker's CopyTrust convert with a leading slash.
+        let m = BindMount::from((
+            src.clone(),
+            std::path::PathBuf::from("etc/ssl/certs/ca.crt"),
+        ));
+        assert_eq!(m.target, "/etc/ssl/certs/ca.crt");
+    }
+
+    #[test]
+    fn extra_mounts_refused_with_the_field_named() {
+        let (t, root, src) = fixture();
+        let readable = vec!["/etc".to_string(), "/opt".to_string()];
+        let refuse = |m: BindMount| err(plan_extra_mounts(&root, &[m], &readable));
+        let e = refuse(bm(&src, "/etc/../../host/passwd"));
+        assert!(e.contains("extra_mounts[0]") && e.contains("`..`"), "{e}");
+        let e = refuse(bm(&src, "/etc/link/certs/ca.crt"));
+        assert!(e.contains("symbolic link"), "{e}");
+        let e = refuse(bm(&src, "/etc/ssl/certs/missing.crt"));
+        assert!(e.contains("extra_mounts[0]"), "{e}");
+        let e = refuse(bm(&src, "/opt/data"));
+        assert!(e.contains("is a file"), "{e}");
+        let e = refuse(bm(&src, "/run/items/x"));
+        assert!(e.contains("shim's own mount points"), "{e}");
+        let e = refuse(bm(&src, "/proc/x"));
+        assert!(e.contains("shim's own mount points"), "{e}");
+        // Not covered by the Landlock allowlist: copies could never read it.
+        let e = err(plan_extra_mounts(
+            &root,
+            &[bm(&src, "/etc/ssl/certs/ca.crt")],
+            &["/opt".to_string()],
+        ));
+        assert!(e.contains("not covered by readable_paths"), "{e}");
+        // A source only its owner can read: the germline's root could not.
+        let private = t.path().join("private.pem");
+        std::fs::write(&private, "x").expect("write");
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let e = refuse(bm(&private, "/etc/ssl/certs/ca.crt"));
+        assert!(e.contains("not readable by others"), "{e}");
+        let e = err(plan_extra_mounts(
+            &root,
+            &[
+                bm(&src, "/etc/ssl/certs/ca.crt"),
+                bm(&src, "etc/ssl/certs/ca.crt"),
+            ],
+            &readable,
+        ));
+        assert!(e.contains("extra_mounts[1]") && e.contains("twice"), "{e}");
+    }
 }

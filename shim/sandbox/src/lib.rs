@@ -23,7 +23,7 @@ pub mod seccomp;
 pub mod spec;
 pub mod sys;
 
-pub use copy::Copy;
+pub use copy::{Copy, Item};
 pub use error::{Error, Result};
 pub use germline::{Ablation, Germline, Options};
-pub use spec::{Language, LaunchSpec, Limits};
+pub use spec::{BindMount, Language, LaunchSpec, Limits};

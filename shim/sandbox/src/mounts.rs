@@ -45,6 +45,11 @@ pub struct CopyMounts {
     items_dir: CString,
     items_opts: CString,
     items: Vec<ItemFile>,
+    /// Item store slots to bind (read-only) at their mount points: (slot directory, target
+    /// relative to the copy's root).
+    binds: Vec<(RawFd, CString)>,
+    root: CString,
+    bind_attr: sys::MountAttr,
 }
 
 fn c(s: &str) -> Result<CString> {
@@ -79,7 +84,24 @@ impl CopyMounts {
             items_dir: c("/run/items")?,
             items_opts: c(&format!("size={},mode=755", total + (64 << 10)))?,
             items,
+            binds: Vec::new(),
+            root: c("/")?,
+            // MOUNT_ATTR_RDONLY | NOSUID | NODEV | NOEXEC, private propagation.
+            bind_attr: [0x1 | 0x2 | 0x4 | 0x8, 0, libc::MS_PRIVATE, 0],
         })
+    }
+
+    /// Also binds item store slots (see [`ItemStore`]) at absolute mount points of the copy.
+    /// The slot descriptors must stay open until [`CopyMounts::apply`] returns.
+    pub fn with_binds(mut self, binds: Vec<(RawFd, String)>) -> Result<CopyMounts> {
+        if binds.len() > ITEM_SLOTS {
+            return Err(Error::Spec(format!("more than {ITEM_SLOTS} item mounts")));
+        }
+        self.binds = binds
+            .into_iter()
+            .map(|(fd, t)| Ok((fd, c(t.trim_start_matches('/'))?)))
+            .collect::<Result<_>>()?;
+        Ok(self)
     }
 
     /// Makes the mounts; returns once they are in place.
@@ -109,6 +131,10 @@ impl CopyMounts {
                 "mount items",
                 "write item",
                 "remount items",
+                "clone an item directory (open_tree)",
+                "make an item directory read-only",
+                "open an item mount point",
+                "attach an item directory (move_mount)",
             ]
             .get(usize::from(rec[1]))
             .copied()
@@ -190,6 +216,18 @@ impl CopyMounts {
                 Err(e) => fail(4, e),
             };
         }
+        // Item directories are cloned while still in the host's mount namespace, where the
+        // shim's detached store lives; the clones keep the inodes the germline's rules name.
+        let mut trees: [RawFd; ITEM_SLOTS] = [-1; ITEM_SLOTS];
+        for ((slot, _), tree) in self.binds.iter().zip(trees.iter_mut()) {
+            match sys::open_tree_clone_fd(*slot) {
+                Ok(fd) => *tree = fd,
+                Err(e) => fail(11, e),
+            }
+            if let Err(e) = sys::mount_setattr_fd(*tree, &self.bind_attr) {
+                fail(12, e);
+            }
+        }
         if let Err(e) = sys::setns(self.mntns.as_raw_fd(), libc::CLONE_NEWNS) {
             fail(5, e);
         }
@@ -246,7 +284,338 @@ impl CopyMounts {
         ) {
             fail(10, e);
         }
+        if !self.binds.is_empty() {
+            // setns put our root at the copy's root. Mount points are resolved strictly below
+            // it without following any symbolic link.
+            let root = match sys::open_raw(
+                &self.root,
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                0,
+            ) {
+                Ok(fd) => fd,
+                Err(e) => fail(13, e),
+            };
+            for ((_, target), tree) in self.binds.iter().zip(trees.iter()) {
+                let t = match sys::open_beneath(root, target) {
+                    Ok(fd) => fd,
+                    Err(e) => fail(13, e),
+                };
+                if let Err(e) = sys::move_mount_fds(*tree, t) {
+                    fail(14, e);
+                }
+                sys::close_raw(t);
+                sys::close_raw(*tree);
+            }
+            sys::close_raw(root);
+        }
         let _ = sys::write_all_raw(out, b"K");
         sys::exit_now(0)
     }
+}
+
+/// How many directories the item store holds: each copy may use up to this many mount points
+/// for items delivered at their own paths (copies run one at a time).
+pub const ITEM_SLOTS: usize = 8;
+
+/// The shim's private store for items delivered at their own paths (`/home/alice/invoice.pdf`).
+///
+/// Landlock ignores a rule on a directory once a mount hides it, and every rule of the
+/// germline's layer must exist before any release code runs, long before a copy's items are
+/// known. So the shim makes, before the germline starts, one tmpfs that is mounted nowhere (a
+/// detached mount only the shim holds) with [`ITEM_SLOTS`] directories, and the germline's
+/// Landlock layer gets one read rule on each directory, by descriptor. A copy's items are
+/// written into a free directory, and a bind mount of that directory (same inodes, so the rule
+/// applies) is attached in that copy's mount namespace only. The directory is emptied and freed
+/// once the copy is dead.
+#[derive(Debug)]
+pub struct ItemStore {
+    _mnt: OwnedFd,
+    slots: Vec<OwnedFd>,
+    busy: std::sync::Mutex<Vec<bool>>,
+}
+
+fn empty_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        if e.file_type()?.is_dir() {
+            std::fs::remove_dir_all(e.path())?;
+        } else {
+            std::fs::remove_file(e.path())?;
+        }
+    }
+    Ok(())
+}
+
+impl ItemStore {
+    /// A fresh store whose tmpfs holds at most `size_bytes`.
+    pub fn new(size_bytes: u64) -> Result<std::sync::Arc<ItemStore>> {
+        fn sys_err(step: &'static str) -> impl Fn(std::io::Error) -> Error {
+            move |e| Error::sys(format!("item store: {step}"), e)
+        }
+        let tmpfs = c("tmpfs")?;
+        let fs = sys::syscall5(
+            libc::SYS_fsopen,
+            tmpfs.as_ptr() as usize,
+            FSOPEN_CLOEXEC,
+            0,
+            0,
+            0,
+        )
+        .map_err(sys_err("fsopen(tmpfs)"))?;
+        let fs = sys::own(RawFd::try_from(fs).map_err(|_| Error::Spec("descriptor".into()))?);
+        for (k, v) in [
+            ("size", size_bytes.to_string()),
+            ("mode", "0700".to_string()),
+        ] {
+            let (k, v) = (c(k)?, c(&v)?);
+            sys::syscall5(
+                libc::SYS_fsconfig,
+                fs.as_raw_fd() as usize,
+                FSCONFIG_SET_STRING,
+                k.as_ptr() as usize,
+                v.as_ptr() as usize,
+                0,
+            )
+            .map_err(sys_err("fsconfig"))?;
+        }
+        sys::syscall5(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd() as usize,
+            FSCONFIG_CMD_CREATE,
+            0,
+            0,
+            0,
+        )
+        .map_err(sys_err("fsconfig(create)"))?;
+        let mnt = sys::syscall5(
+            libc::SYS_fsmount,
+            fs.as_raw_fd() as usize,
+            FSMOUNT_CLOEXEC,
+            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+            0,
+            0,
+        )
+        .map_err(sys_err("fsmount"))?;
+        let mnt = sys::own(RawFd::try_from(mnt).map_err(|_| Error::Spec("descriptor".into()))?);
+        let mut slots = Vec::new();
+        for k in 0..ITEM_SLOTS {
+            let dir = format!("/proc/self/fd/{}/slot-{k}", mnt.as_raw_fd());
+            std::fs::create_dir(&dir).map_err(sys_err("mkdir slot"))?;
+            std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .map_err(sys_err("chmod slot"))?;
+            let fd = sys::open_raw(
+                &c(&dir)?,
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                0,
+            )
+            .map_err(sys_err("open slot"))?;
+            let fd = sys::own(fd);
+            // The germline applies its Landlock rules with these descriptors after laying out
+            // fds 0-3 for itself: keep them clear of that range.
+            let high = sys::dup_above(fd.as_raw_fd(), 16).map_err(sys_err("dup slot"))?;
+            let high = sys::own(high);
+            sys::set_cloexec(high.as_raw_fd()).map_err(sys_err("cloexec slot"))?;
+            slots.push(high);
+        }
+        Ok(std::sync::Arc::new(ItemStore {
+            _mnt: mnt,
+            busy: std::sync::Mutex::new(vec![false; slots.len()]),
+            slots,
+        }))
+    }
+
+    /// The slot directories, for the germline's Landlock rules.
+    pub fn slot_fds(&self) -> Vec<RawFd> {
+        self.slots.iter().map(AsRawFd::as_raw_fd).collect()
+    }
+
+    /// Takes a free slot, empty.
+    pub fn lease(self: &std::sync::Arc<Self>) -> Result<SlotLease> {
+        let idx = {
+            let mut busy = self
+                .busy
+                .lock()
+                .map_err(|_| Error::Spec("item store lock poisoned".into()))?;
+            let idx = busy.iter().position(|b| !b).ok_or_else(|| {
+                Error::Spec(format!(
+                    "all {ITEM_SLOTS} item directories are in use by live copies"
+                ))
+            })?;
+            busy[idx] = true;
+            idx
+        };
+        let lease = SlotLease {
+            store: self.clone(),
+            idx,
+        };
+        empty_dir(&lease.path()).map_err(|e| Error::sys("item store: empty a slot", e))?;
+        Ok(lease)
+    }
+}
+
+/// One slot of the [`ItemStore`] held by one copy until it is dead.
+#[derive(Debug)]
+pub struct SlotLease {
+    store: std::sync::Arc<ItemStore>,
+    idx: usize,
+}
+
+impl SlotLease {
+    /// The slot's directory, as a path the shim can write through.
+    pub fn path(&self) -> std::path::PathBuf {
+        std::path::PathBuf::from(format!(
+            "/proc/self/fd/{}",
+            self.store.slots[self.idx].as_raw_fd()
+        ))
+    }
+
+    /// The slot's directory descriptor (for `CopyMounts::with_binds`).
+    pub fn fd(&self) -> RawFd {
+        self.store.slots[self.idx].as_raw_fd()
+    }
+
+    /// Writes `contents` at `rel` (below the slot), read-only for everyone.
+    pub fn write(&self, rel: &str, contents: &[u8]) -> Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.path().join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| Error::sys(format!("item store: mkdir for {rel}"), e))?;
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o444)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(|e| Error::sys(format!("item store: create {rel}"), e))?;
+        f.write_all(contents)
+            .map_err(|e| Error::sys(format!("item store: write {rel}"), e))
+    }
+}
+
+impl Drop for SlotLease {
+    fn drop(&mut self) {
+        // Nothing of a copy's items outlives it in the shim either.
+        let _ = empty_dir(&self.path());
+        if let Ok(mut busy) = self.store.busy.lock() {
+            if let Some(b) = busy.get_mut(self.idx) {
+                *b = false;
+            }
+        }
+    }
+}
+
+/// One mount point of items at their own paths and the files below it (see [`plan_item_paths`]).
+pub type ItemMount = (String, Vec<(String, usize)>);
+
+/// Where items delivered at their own paths are mounted: `(mount point inside the copy,
+/// [(path below the mount point, item index)])`. Each mount point is the deepest directory of
+/// the rootfs above an item's path (`/home` for `/home/alice/invoice.pdf` when the rootfs has
+/// no `/home/alice`); it hides that directory of the rootfs in this copy only, so it may not
+/// hold or lie in a readable path, an extra mount or one of the shim's mounts.
+pub fn plan_item_paths(
+    rootfs: &std::path::Path,
+    protected: &[String],
+    items: &[(usize, &str, &str)],
+) -> Result<Vec<ItemMount>> {
+    let comps = |p: &str| -> Vec<String> {
+        p.trim_start_matches('/')
+            .split('/')
+            .map(String::from)
+            .collect()
+    };
+    let protected: Vec<Vec<String>> = protected.iter().map(|p| comps(p)).collect();
+    let mut seen: Vec<&str> = Vec::new();
+    let mut found: Vec<(Vec<String>, Vec<String>, usize)> = Vec::new();
+    for &(idx, name, path) in items {
+        let what = format!("item {name:?} (path {path:?})");
+        let parts = comps(path);
+        if !path.starts_with('/')
+            || path.contains('\0')
+            || parts.iter().any(|c| c.is_empty() || c == "." || c == "..")
+        {
+            return Err(Error::Spec(format!(
+                "{what}: not an absolute plain path (empty, `.` or `..` component)"
+            )));
+        }
+        if seen.contains(&path) {
+            return Err(Error::Spec(format!("{what}: two items at the same path")));
+        }
+        seen.push(path);
+        // The deepest existing directory above the item, reached through no symbolic link.
+        let mut depth = 0;
+        let mut cur = rootfs.to_path_buf();
+        for c in &parts[..parts.len() - 1] {
+            cur.push(c);
+            match std::fs::symlink_metadata(&cur) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    return Err(Error::Spec(format!(
+                        "{what}: /{} in the rootfs is a symbolic link",
+                        parts[..=depth].join("/")
+                    )))
+                }
+                Ok(m) if m.is_dir() => depth += 1,
+                Ok(_) => {
+                    return Err(Error::Spec(format!(
+                        "{what}: /{} in the rootfs is not a directory",
+                        parts[..=depth].join("/")
+                    )))
+                }
+                Err(_) => break,
+            }
+        }
+        if depth == 0 {
+            return Err(Error::Spec(format!(
+                "{what}: the rootfs has no directory above it to mount on (only /); give the \
+                 rootfs an empty /{} or choose another path",
+                parts[0]
+            )));
+        }
+        let at = parts[..depth].to_vec();
+        let overlaps = |p: &Vec<String>| {
+            let n = p.len().min(at.len());
+            p[..n] == at[..n]
+        };
+        if ["dev", "proc", "run"].contains(&at[0].as_str()) || protected.iter().any(overlaps) {
+            return Err(Error::Spec(format!(
+                "{what}: it would be mounted on /{}, which holds or lies in a readable path, an \
+                 extra mount or one of the shim's mounts (/dev, /proc, /run)",
+                at.join("/")
+            )));
+        }
+        found.push((at, parts, idx));
+    }
+    // Mount points below another one are merged into it (one mount each, no nesting).
+    let mut points: Vec<Vec<String>> = found.iter().map(|f| f.0.clone()).collect();
+    points.sort_by_key(Vec::len);
+    let mut kept: Vec<Vec<String>> = Vec::new();
+    for p in points {
+        if !kept
+            .iter()
+            .any(|k| p.len() >= k.len() && p[..k.len()] == k[..])
+        {
+            kept.push(p);
+        }
+    }
+    let mut out: Vec<ItemMount> = kept
+        .iter()
+        .map(|k| (format!("/{}", k.join("/")), Vec::new()))
+        .collect();
+    for (_, parts, idx) in found {
+        if let Some(i) = kept
+            .iter()
+            .position(|k| parts.len() > k.len() && parts[..k.len()] == k[..])
+        {
+            out[i].1.push((parts[kept[i].len()..].join("/"), idx));
+        }
+    }
+    if out.len() > ITEM_SLOTS {
+        return Err(Error::Spec(format!(
+            "items at their own paths need {} mount points, at most {ITEM_SLOTS}",
+            out.len()
+        )));
+    }
+    Ok(out)
 }

@@ -54,6 +54,37 @@ impl Limits {
     }
 }
 
+/// A read-only bind mount the shim adds to the germline's root before any release code runs,
+/// so that every copy inherits it (the deployment CA bundles of `germline_broker::ca::copy_trust`
+/// over the rootfs's CA paths, for instance). The signed rootfs itself is never changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BindMount {
+    /// A file or directory on the host.
+    pub source: PathBuf,
+    /// Where it appears inside the germline: a path inside the rootfs (`/etc/ssl/certs/x.crt`;
+    /// a relative path is taken from the rootfs's root). It must exist in the rootfs and be of
+    /// the source's kind, except below `/run`, where the shim creates it.
+    pub target: String,
+}
+
+impl From<(PathBuf, PathBuf)> for BindMount {
+    /// From one `(host file, path in the rootfs)` pair of `CopyTrust::mounts`.
+    fn from((source, target): (PathBuf, PathBuf)) -> BindMount {
+        BindMount {
+            source,
+            target: format!("/{}", target.to_string_lossy().trim_start_matches('/')),
+        }
+    }
+}
+
+/// The TCP port of the broker's endpoint inside each copy's network namespace
+/// (`germline_broker::COPY_PROXY_ADDR`).
+pub const EGRESS_PORT: u16 = 3128;
+
+fn default_egress_port() -> Option<u16> {
+    Some(EGRESS_PORT)
+}
+
 /// How to launch one release (issue 4). Paths other than `rootfs` are inside the rootfs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchSpec {
@@ -86,6 +117,16 @@ pub struct LaunchSpec {
     /// Limits, from the policy.
     #[serde(default)]
     pub limits: Limits,
+    /// Read-only bind mounts added to the germline's root (every copy inherits them). Each
+    /// target must be covered by `readable_paths` (or lie below `/run`) so that Landlock lets
+    /// the copies read it.
+    #[serde(default)]
+    pub extra_mounts: Vec<BindMount>,
+    /// The one TCP port Landlock lets the germline and its copies connect to: the broker's
+    /// endpoint on loopback inside a copy's own network namespace (nothing else is reachable
+    /// there; the germline's namespace has no interface up). `None`: no TCP connect at all.
+    #[serde(default = "default_egress_port")]
+    pub egress_port: Option<u16>,
 }
 
 fn default_workdir() -> String {
@@ -111,6 +152,8 @@ impl LaunchSpec {
             scratch: false,
             warm: false,
             limits: Limits::default(),
+            extra_mounts: vec![],
+            egress_port: default_egress_port(),
         }
     }
 }

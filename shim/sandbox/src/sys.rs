@@ -139,6 +139,12 @@ pub fn dup_above(fd: RawFd, min: RawFd) -> io::Result<RawFd> {
     check(unsafe { libc::fcntl(fd, libc::F_DUPFD, min) })
 }
 
+/// `fcntl(fd, F_SETFD, FD_CLOEXEC)`.
+pub fn set_cloexec(fd: RawFd) -> io::Result<()> {
+    // SAFETY: F_SETFD takes an integer third argument.
+    check(unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) }).map(drop)
+}
+
 /// `close_range(first, u32::MAX, flags)` (fork-safe).
 pub fn close_range(first: u32, flags: u32) -> io::Result<()> {
     // SAFETY: plain integers.
@@ -221,9 +227,9 @@ pub fn landlock_add_path_rule(ruleset: RawFd, attr: &[u8; 12]) -> io::Result<()>
         .map(drop)
 }
 
-/// `landlock_add_rule(fd, LANDLOCK_RULE_NET_PORT, attr)` (fork-safe).
+/// `landlock_add_rule(fd, LANDLOCK_RULE_NET_PORT, attr, 0)` (fork-safe).
 pub fn landlock_add_net_rule(ruleset: RawFd, attr: &[u8; 16]) -> io::Result<()> {
-    // SAFETY: attr is a 16-byte landlock_net_port_attr.
+    // SAFETY: attr is a 16-byte packed landlock_net_port_attr (allowed_access, port).
     check_long(unsafe { libc::syscall(libc::SYS_landlock_add_rule, ruleset, 2, attr.as_ptr(), 0) })
         .map(drop)
 }
@@ -412,6 +418,104 @@ pub fn syscall5(
     // SAFETY: callers pass the argument layout of `nr` (strings NUL-terminated, live for the
     // call); the kernel validates every pointer.
     check_long(unsafe { libc::syscall(nr, a, b, c, d, e) })
+}
+
+/// `struct mount_attr` of `mount_setattr(2)`: attr_set, attr_clr, propagation, userns_fd.
+pub type MountAttr = [u64; 4];
+
+/// `open_tree(AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)` (fork-safe): a detached
+/// bind mount of `path`.
+pub fn open_tree_clone(path: &CStr) -> io::Result<RawFd> {
+    const OPEN_TREE_CLONE: libc::c_uint = 1;
+    // SAFETY: path is NUL-terminated and outlives the call; the flags are plain integers.
+    let r = check_long(unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
+        )
+    })?;
+    RawFd::try_from(r).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))
+}
+
+/// `open_tree(fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH)` (fork-safe): a
+/// detached bind mount of the directory `fd` refers to (same inodes, so Landlock rules on them
+/// still apply).
+pub fn open_tree_clone_fd(fd: RawFd) -> io::Result<RawFd> {
+    const OPEN_TREE_CLONE: libc::c_uint = 1;
+    // SAFETY: the empty path is a static NUL-terminated string; the rest are integers.
+    let r = check_long(unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            fd,
+            c"".as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_EMPTY_PATH as libc::c_uint,
+        )
+    })?;
+    RawFd::try_from(r).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))
+}
+
+/// `mount_setattr(fd, "", AT_EMPTY_PATH, attr)` (fork-safe).
+pub fn mount_setattr_fd(fd: RawFd, attr: &MountAttr) -> io::Result<()> {
+    // SAFETY: the empty path is a static NUL-terminated string; attr points to a live
+    // 32-byte struct mount_attr whose size we pass.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            fd,
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            attr.as_ptr(),
+            std::mem::size_of::<MountAttr>(),
+        )
+    })
+    .map(drop)
+}
+
+/// `move_mount(from, "", to, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH)`
+/// (fork-safe): attaches the detached mount `from` on the object `to` refers to.
+pub fn move_mount_fds(from: RawFd, to: RawFd) -> io::Result<()> {
+    const F_EMPTY_PATH: libc::c_uint = 0x4;
+    const T_EMPTY_PATH: libc::c_uint = 0x40;
+    // SAFETY: both paths are the static empty string; the descriptors are plain integers.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            from,
+            c"".as_ptr(),
+            to,
+            c"".as_ptr(),
+            F_EMPTY_PATH | T_EMPTY_PATH,
+        )
+    })
+    .map(drop)
+}
+
+/// `openat2(dir, path, {O_PATH | O_CLOEXEC, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+/// RESOLVE_NO_MAGICLINKS})` (fork-safe): `path` resolved strictly below `dir` without following
+/// any symbolic link, the last component included.
+pub fn open_beneath(dir: RawFd, path: &CStr) -> io::Result<RawFd> {
+    const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+    const RESOLVE_BENEATH: u64 = 0x08;
+    // struct open_how { flags, mode, resolve }
+    let how: [u64; 3] = [
+        (libc::O_PATH | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64,
+        0,
+        RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+    ];
+    // SAFETY: path is NUL-terminated; how is a live 24-byte struct open_how whose size we pass.
+    let r = check_long(unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir,
+            path.as_ptr(),
+            how.as_ptr(),
+            std::mem::size_of_val(&how),
+        )
+    })?;
+    RawFd::try_from(r).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))
 }
 
 /// Wraps a raw descriptor we just created and own.

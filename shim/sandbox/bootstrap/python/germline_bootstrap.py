@@ -217,9 +217,11 @@ def landlock_layer(cfg):
         check(libc.syscall(SYS_landlock_add_rule, fd, 1, rule, 0), f"landlock_add_rule {path}")
         os.close(pfd)
     if abi >= 4:
-        for port in cfg.get("connect_ports", []):
-            net = (ctypes.c_uint64 * 2)(2, port)  # LANDLOCK_ACCESS_NET_CONNECT_TCP, port
-            check(libc.syscall(SYS_landlock_add_rule, fd, 2, net, 0), f"landlock_add_rule port {port}")
+        for port in cfg.get("ports", []):
+            # struct landlock_net_port_attr: allowed_access (CONNECT_TCP), port; packed.
+            rule = (ctypes.c_uint8 * 16)()
+            ctypes.memmove(rule, (2).to_bytes(8, "little") + int(port).to_bytes(8, "little"), 16)
+            check(libc.syscall(SYS_landlock_add_rule, fd, 2, rule, 0), f"landlock_add_rule port {port}")
     check(libc.syscall(SYS_landlock_restrict_self, fd, 0), "landlock_restrict_self")
     os.close(fd)
 

@@ -177,6 +177,31 @@ def server(name="test"):
         return f"allocated {len(blocks)} MiB"
 
     @s.tool()
+    def fetch(url: str, client: str) -> str:
+        # urllib: proxy and CA bundle from the environment (HTTPS_PROXY, SSL_CERT_FILE).
+        # httpx: httpx2 with the proxy given and trust_env off, so it reads OpenSSL's default
+        # bundle path (Debian's /etc/ssl/certs/ca-certificates.crt), never the variables.
+        try:
+            if client == "urllib":
+                import urllib.request
+                with urllib.request.urlopen(url, timeout=10) as r:
+                    return json.dumps({"status": r.status, "body": r.read().decode()})
+            import httpx2
+            with httpx2.Client(proxy=os.environ.get("HTTPS_PROXY"), trust_env=False, timeout=10) as c:
+                r = c.get(url)
+                return json.dumps({"status": r.status_code, "body": r.text})
+        except Exception as e:  # the test judges
+            return json.dumps({"error": f"{type(e).__name__}: {e}"})
+
+    @s.tool()
+    def read_files(paths: list[str]) -> str:
+        return json.dumps({p: attempt(lambda p=p: open(p).read()) for p in paths})
+
+    @s.tool()
+    def list_dirs(paths: list[str]) -> str:
+        return json.dumps({p: attempt(lambda p=p: sorted(os.listdir(p))) for p in paths})
+
+    @s.tool()
     def crash() -> str:
         os._exit(3)
 
