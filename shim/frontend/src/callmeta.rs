@@ -471,3 +471,196 @@ fn unique(items: &[ArgItem], name: &str) -> String {
         .find(|n| !items.iter().any(|i| &i.name == n))
         .unwrap_or_else(|| name.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use germline_release::manifest::Destinations;
+    use serde_json::json;
+
+    fn policy(dir: &Path, extra: &str) -> Policy {
+        let text = format!(
+            r#"[labels]
+hr = "hr"
+finance = "finance"
+
+[[item]]
+path = "{d}/hr/**"
+label = ["hr"]
+
+[[item]]
+path = "{d}/fin/**"
+label = ["finance"]
+
+[[item]]
+uri = "sqlite://{d}/fin/*"
+label = ["finance"]
+
+[[argument]]
+tool = "fetch"
+name = "url"
+label = []
+
+[destinations]
+"ocr.example" = ["finance"]
+
+[consumers]
+agent = ["hr", "finance"]
+{extra}
+"#,
+            d = dir.display()
+        );
+        Policy::parse(Path::new("p.toml"), &text).expect("policy")
+    }
+
+    fn tool(hosts: &[&str], arg: Option<&str>) -> Tool {
+        Tool {
+            destinations: Destinations {
+                hosts: Some(hosts.iter().map(|h| h.to_string()).collect()),
+                host_of_argument: arg.map(str::to_string),
+            },
+        }
+    }
+
+    fn world() -> tempfile::TempDir {
+        let d = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(d.path().join("hr")).expect("mkdir");
+        std::fs::create_dir_all(d.path().join("fin")).expect("mkdir");
+        std::fs::write(d.path().join("hr/salary.csv"), "alice,1").expect("write");
+        std::fs::write(d.path().join("fin/invoice.txt"), "INVOICE").expect("write");
+        std::fs::write(d.path().join("fin/ledger.db"), "DB").expect("write");
+        std::fs::write(d.path().join("stray.txt"), "x").expect("write");
+        d
+    }
+
+    #[test]
+    fn files_become_items_labelled_by_path_and_uri_rules() {
+        let d = world();
+        let p = policy(d.path(), "");
+        let sal = d.path().join("hr/salary.csv").display().to_string();
+        let inv = d.path().join("fin/invoice.txt").display().to_string();
+        let db = format!("sqlite://{}", d.path().join("fin/ledger.db").display());
+        let args = json!({"a": sal, "b": {"c": [inv, db]}});
+        let m = build(
+            &p,
+            "ocr",
+            &tool(&["OCR.example"], None),
+            &args,
+            None,
+            &["agent".into()],
+        )
+        .expect("meta");
+        let got: Vec<(String, Label, Vec<u8>)> = m
+            .items
+            .iter()
+            .map(|i| (i.arg.clone(), i.label.clone(), i.contents.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("a".into(), Label::of(["hr"]), b"alice,1".to_vec()),
+                ("b.c.0".into(), Label::of(["finance"]), b"INVOICE".to_vec()),
+                ("b.c.1".into(), Label::of(["finance"]), b"DB".to_vec()),
+            ]
+        );
+        assert_eq!(m.hosts[0].name, "ocr.example");
+        assert_eq!(m.hosts[0].clearance, Label::of(["finance"]));
+        // A copy outside a file's view gets the same path inside the copy; the file is empty.
+        let view = m.arguments_for(&|i| i.label == Label::of(["finance"]), "/run/items");
+        assert_eq!(view["a"], json!("/run/items/i0-salary.csv"));
+        assert_eq!(view["b"]["c"][0], json!("/run/items/i1-invoice.txt"));
+    }
+
+    #[test]
+    fn an_unlabelled_file_is_refused_unless_the_policy_says_otherwise() {
+        let d = world();
+        let stray = d.path().join("stray.txt").display().to_string();
+        let args = json!({"doc": stray});
+        let e = build(
+            &policy(d.path(), ""),
+            "t",
+            &tool(&[], None),
+            &args,
+            None,
+            &[],
+        )
+        .expect_err("refused");
+        assert!(
+            matches!(e, CallMetaError::UnlabelledPath { ref arg, .. } if arg == "doc"),
+            "{e}"
+        );
+        let lenient = "[labels]\nhr = \"hr\"\n[defaults]\nunlabelled_path = \"default-label\"\n";
+        let p = Policy::parse(Path::new("p.toml"), lenient).expect("policy");
+        let m = build(&p, "t", &tool(&[], None), &args, None, &[]).expect("meta");
+        assert_eq!(m.items[0].label, Label::of(["hr"]));
+    }
+
+    #[test]
+    fn inline_values_default_closed_rules_open_meta_only_raises() {
+        let d = world();
+        let p = policy(d.path(), "");
+        let args = json!({"url": "https://Docs.Example/x?q=1", "note": "salary is 91234", "n": 7, "flag": true});
+        let m = build(
+            &p,
+            "fetch",
+            &tool(&[], Some("url")),
+            &args,
+            None,
+            &["agent".into()],
+        )
+        .expect("meta");
+        // url is public by rule: metadata, not an item. The others take the default label.
+        let names: Vec<&str> = m.items.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(names, vec!["argument:flag", "argument:n", "argument:note"]);
+        assert!(m
+            .items
+            .iter()
+            .all(|i| i.label == Label::of(["hr", "finance"])));
+        assert_eq!(m.hosts.len(), 1);
+        assert_eq!(m.hosts[0].name, "docs.example");
+        // Outside every view: empty values of the same type.
+        let v = m.arguments_for(&|_| false, "/run/items");
+        assert_eq!(
+            v,
+            json!({"url": "https://Docs.Example/x?q=1", "note": "", "n": 0, "flag": false})
+        );
+        // _meta raises the public url to hr; it cannot lower the note.
+        let meta = json!({"germline/labels": {"url": ["hr"], "note": []}});
+        let m = build(
+            &p,
+            "fetch",
+            &tool(&[], Some("url")),
+            &args,
+            Some(&meta),
+            &[],
+        )
+        .expect("meta");
+        let url = m.items.iter().find(|i| i.arg == "url").expect("url item");
+        assert_eq!(url.label, Label::of(["hr"]));
+        let note = m.items.iter().find(|i| i.arg == "note").expect("note item");
+        assert_eq!(note.label, Label::of(["hr", "finance"]));
+        // An undefined label in _meta is an error naming it.
+        let bad = json!({"germline/labels": {"note": ["hrr"]}});
+        let e =
+            build(&p, "fetch", &tool(&[], Some("url")), &args, Some(&bad), &[]).expect_err("bad");
+        assert!(e.to_string().contains("\"hrr\""), "{e}");
+    }
+
+    #[test]
+    fn destination_of_an_argument_must_be_an_http_url() {
+        let d = world();
+        let p = policy(d.path(), "");
+        let t = tool(&[], Some("url"));
+        for (args, want) in [
+            (json!({}), "no such argument"),
+            (json!({"url": 3}), "not a string"),
+            (json!({"url": "not a url"}), "not a URL"),
+            (json!({"url": "ftp://example.com/x"}), "not http or https"),
+        ] {
+            let e = build(&p, "fetch", &t, &args, None, &[]).expect_err("refused");
+            assert!(e.to_string().contains(want), "{args}: {e}");
+        }
+        let e = build(&p, "fetch", &t, &json!([1]), None, &[]).expect_err("not an object");
+        assert_eq!(e, CallMetaError::NotAnObject("an array"));
+    }
+}

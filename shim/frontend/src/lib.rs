@@ -10,6 +10,7 @@
 //!
 //! See docs/run.md.
 
+pub mod bench;
 pub mod callmeta;
 pub mod cli;
 pub mod process;

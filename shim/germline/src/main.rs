@@ -26,6 +26,8 @@ enum Command {
     Policy(plan_cmd::PolicyArgs),
     /// Serve a signed release to an MCP client over stdio, under germline execution.
     Run(germline_frontend::cli::RunArgs),
+    /// Per-call latency through `germline run` for one tool under every runtime.
+    RunBench(germline_frontend::bench::BenchArgs),
     /// The broker sidecar, and its benchmark.
     Broker(broker_cmd::BrokerArgs),
     #[command(flatten)]
@@ -57,6 +59,7 @@ fn main() -> ExitCode {
         Command::Policy(args) => report(plan_cmd::run_policy(&args)),
         Command::Broker(args) => report(broker_cmd::run(&args)),
         Command::Run(args) => report(germline_frontend::cli::run(&args).map_err(Into::into)),
+        Command::RunBench(args) => report(germline_frontend::bench::run(&args).map_err(Into::into)),
         Command::Sandbox(c) => germline_sandbox::cli::run(c),
         Command::Keygen(args) => germline_release::cli::run_keygen(&args),
         Command::Release { cmd } => germline_release::cli::run_release(&cmd),

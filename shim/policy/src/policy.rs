@@ -866,6 +866,37 @@ agent = ["hr", "finance"]
     }
 
     #[test]
+    fn argument_rules_label_inline_values() {
+        let text = format!(
+            "{GOOD}\n[[argument]]\ntool = \"fetch\"\nname = \"url\"\nlabel = []\n\n[[argument]]\nname = \"options.*\"\nlabel = [\"hr\"]\n"
+        );
+        let p = parse(&text).expect("policy");
+        assert_eq!(p.argument_label("fetch", "url"), Some(Label::public()));
+        assert_eq!(p.argument_label("other", "url"), None);
+        assert_eq!(
+            p.argument_label("any", "options.depth"),
+            Some(Label::of(["hr"]))
+        );
+        assert_eq!(p.unlabelled_path(), UnlabelledPath::Refuse);
+        let typo = format!("{GOOD}\n[[argument]]\nnmae = \"url\"\nlabel = []\n");
+        let e = parse(&typo).expect_err("typo").to_string();
+        assert!(e.contains("unknown field `nmae`"), "{e}");
+        let undefined = format!("{GOOD}\n[[argument]]\nname = \"url\"\nlabel = [\"hrr\"]\n");
+        let e = parse(&undefined).expect_err("undefined").to_string();
+        assert!(e.contains("argument[0].label") && e.contains("hrr"), "{e}");
+        let bad = GOOD.replacen(
+            "[[item]]",
+            "[defaults]\nunlabelled_path = \"allow\"\n\n[[item]]",
+            1,
+        );
+        let e = parse(&bad).expect_err("bad value").to_string();
+        assert!(
+            e.contains("defaults.unlabelled_path") && e.contains("\"allow\""),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn loads_and_labels() {
         let p = parse(GOOD).expect("policy");
         assert_eq!(

@@ -1,0 +1,230 @@
+//! `germline run-bench`: per-call latency through the agent-facing endpoint (MCP over stdio)
+//! for one tool under every runtime, in one run on one machine. Each mode is its own
+//! `germline run` process; the client here writes one `tools/call` line at a time and times
+//! the answer, after a warm-up. A benchmark, not a test: it prints figures and writes JSON.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use clap::Args;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::runtime::Mode;
+
+#[derive(Debug, Args, Clone)]
+pub struct BenchArgs {
+    #[arg(long)]
+    pub policy: PathBuf,
+    #[arg(long)]
+    pub key: PathBuf,
+    /// Calls measured per mode (after the warm-up).
+    #[arg(long, default_value_t = 200)]
+    pub calls: usize,
+    #[arg(long, default_value_t = 20)]
+    pub warmup: usize,
+    /// The tool and its arguments.
+    #[arg(long, default_value = "get_current_time")]
+    pub tool: String,
+    #[arg(long, default_value = r#"{"timezone":"UTC"}"#)]
+    pub arguments: String,
+    /// Pool size of the extra `germline` run with a pool.
+    #[arg(long, default_value_t = 2)]
+    pub pool: usize,
+    /// Where the broker keeps its state.
+    #[arg(long, default_value = "/var/lib/germline/broker")]
+    pub state_dir: PathBuf,
+    /// Write the figures here as JSON.
+    #[arg(long, default_value = "run-bench.json")]
+    pub out: PathBuf,
+    pub release: PathBuf,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ModeResult {
+    pub mode: String,
+    pub pool: usize,
+    pub calls: usize,
+    pub median_ms: f64,
+    pub p99_ms: f64,
+    pub mean_ms: f64,
+    pub min_ms: f64,
+    /// fresh-ifc's median over this one's.
+    pub speedup_over_fresh: f64,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+fn measure(a: &BenchArgs, mode: Mode, pool: usize) -> Result<Vec<f64>, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut child = Command::new(exe)
+        .arg("run")
+        .arg("--policy")
+        .arg(&a.policy)
+        .arg("--key")
+        .arg(&a.key)
+        .arg("--mode")
+        .arg(mode.name())
+        .arg("--pool")
+        .arg(pool.to_string())
+        .arg("--state-dir")
+        .arg(&a.state_dir)
+        .arg(&a.release)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("germline run: {e}"))?;
+    let mut stdin = child.stdin.take().ok_or("stdin")?;
+    let mut out = BufReader::new(child.stdout.take().ok_or("stdout")?);
+    let args: Value =
+        serde_json::from_str(&a.arguments).map_err(|e| format!("--arguments: {e}"))?;
+    let mut line = String::new();
+    let mut rpc = |id: u64, method: &str, params: Value| -> Result<Value, String> {
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(stdin, "{msg}").map_err(|e| e.to_string())?;
+        stdin.flush().map_err(|e| e.to_string())?;
+        loop {
+            line.clear();
+            if out.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
+                return Err(format!("{}: germline run exited", mode.name()));
+            }
+            let v: Value = serde_json::from_str(&line).map_err(|e| e.to_string())?;
+            if v.get("id") == Some(&json!(id)) {
+                return Ok(v);
+            }
+        }
+    };
+    rpc(
+        0,
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {},
+               "clientInfo": {"name": "germline-run-bench", "version": env!("CARGO_PKG_VERSION")}}),
+    )?;
+    let mut times = Vec::with_capacity(a.calls);
+    for i in 0..(a.warmup + a.calls) {
+        let t = Instant::now();
+        let v = rpc(
+            i as u64 + 1,
+            "tools/call",
+            json!({"name": a.tool, "arguments": args}),
+        )?;
+        let ms = t.elapsed().as_secs_f64() * 1000.0;
+        if v.get("result").is_none() || v["result"]["isError"] == json!(true) {
+            return Err(format!("{}: the call failed: {v}", mode.name()));
+        }
+        if i >= a.warmup {
+            times.push(ms);
+        }
+    }
+    drop(rpc);
+    drop(stdin);
+    let _ = child.wait();
+    Ok(times)
+}
+
+pub fn run(a: &BenchArgs) -> Result<(), String> {
+    let mut runs: Vec<(Mode, usize)> = Mode::ALL.iter().map(|m| (*m, 0)).collect();
+    runs.push((Mode::Germline, a.pool));
+    let mut raw = Vec::new();
+    for (mode, pool) in runs {
+        eprintln!("run-bench: {} (pool {pool}) ...", mode.name());
+        let mut t = measure(a, mode, pool)?;
+        t.sort_by(f64::total_cmp);
+        raw.push((mode, pool, t));
+    }
+    let fresh = raw
+        .iter()
+        .find(|(m, _, _)| *m == Mode::FreshIfc)
+        .map(|(_, _, t)| percentile(t, 0.5))
+        .unwrap_or(f64::NAN);
+    let results: Vec<ModeResult> = raw
+        .iter()
+        .map(|(m, pool, t)| {
+            let median = percentile(t, 0.5);
+            ModeResult {
+                mode: m.name().to_string(),
+                pool: *pool,
+                calls: t.len(),
+                median_ms: median,
+                p99_ms: percentile(t, 0.99),
+                mean_ms: t.iter().sum::<f64>() / t.len().max(1) as f64,
+                min_ms: t.first().copied().unwrap_or(f64::NAN),
+                speedup_over_fresh: fresh / median,
+            }
+        })
+        .collect();
+    println!(
+        "germline run-bench: {} through `germline run` (MCP over stdio), {} calls per mode after {} warm-up",
+        a.tool, a.calls, a.warmup
+    );
+    println!(
+        "{:<14} {:>5} {:>10} {:>10} {:>10} {:>14}",
+        "mode", "pool", "median ms", "p99 ms", "min ms", "vs fresh-ifc"
+    );
+    for r in &results {
+        println!(
+            "{:<14} {:>5} {:>10.2} {:>10.2} {:>10.2} {:>13.1}x",
+            r.mode, r.pool, r.median_ms, r.p99_ms, r.min_ms, r.speedup_over_fresh
+        );
+    }
+    let target = |name: &str, ok: bool, value: String| {
+        println!(
+            "  target {name}: {} ({value})",
+            if ok { "met" } else { "NOT met" }
+        );
+        json!({"target": name, "met": ok, "value": value})
+    };
+    let g = results.iter().find(|r| r.mode == "germline" && r.pool == 0);
+    let gp = results.iter().find(|r| r.mode == "germline" && r.pool > 0);
+    let mut targets = Vec::new();
+    if let (Some(g), Some(gp)) = (g, gp) {
+        targets.push(target(
+            "single-copy median < 15 ms without the pool",
+            g.median_ms < 15.0,
+            format!("{:.2} ms", g.median_ms),
+        ));
+        targets.push(target(
+            "single-copy median < 10 ms with the pool",
+            gp.median_ms < 10.0,
+            format!("{:.2} ms", gp.median_ms),
+        ));
+        targets.push(target(
+            ">= 50x faster than fresh-ifc",
+            gp.speedup_over_fresh >= 50.0,
+            format!(
+                "{:.1}x with the pool, {:.1}x without",
+                gp.speedup_over_fresh, g.speedup_over_fresh
+            ),
+        ));
+        targets.push(target(
+            "p99 within 5 ms of the median",
+            gp.p99_ms - gp.median_ms <= 5.0,
+            format!(
+                "{:.2} ms over with the pool, {:.2} ms without",
+                gp.p99_ms - gp.median_ms,
+                g.p99_ms - g.median_ms
+            ),
+        ));
+    }
+    let doc = json!({
+        "tool": a.tool, "arguments": a.arguments, "calls": a.calls, "warmup": a.warmup,
+        "release": a.release, "results": results, "targets": targets,
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+    });
+    std::fs::write(
+        &a.out,
+        serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| format!("{}: {e}", a.out.display()))?;
+    println!("  written to {}", a.out.display());
+    Ok(())
+}
