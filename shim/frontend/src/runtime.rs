@@ -192,7 +192,10 @@ impl Runtime {
         let backend = match mode {
             Mode::Germline | Mode::Nosplit => {
                 let spec = launch_spec(&release)?;
-                let id = format!("run-{}-{}", std::process::id(), mode.name());
+                // Unique per germline on this host: `germline serve` starts one per release.
+                static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+                let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let id = format!("run-{}-{n}-{}", std::process::id(), mode.name());
                 let mut opts = Options::new(&id);
                 opts.pool = pool;
                 opts.egress_port = Some(COPY_PROXY_ADDR.port());

@@ -26,6 +26,8 @@ enum Command {
     Policy(plan_cmd::PolicyArgs),
     /// Serve a signed release to an MCP client over stdio, under germline execution.
     Run(germline_frontend::cli::RunArgs),
+    /// Serve signed releases to MCP clients over Streamable HTTP (bearer token, localhost only).
+    Serve(germline_frontend::serve::ServeArgs),
     /// The broker sidecar, and its benchmark.
     Broker(broker_cmd::BrokerArgs),
     #[command(flatten)]
@@ -57,6 +59,7 @@ fn main() -> ExitCode {
         Command::Policy(args) => report(plan_cmd::run_policy(&args)),
         Command::Broker(args) => report(broker_cmd::run(&args)),
         Command::Run(args) => report(germline_frontend::cli::run(&args).map_err(Into::into)),
+        Command::Serve(args) => report(germline_frontend::serve::run(&args).map_err(Into::into)),
         Command::Sandbox(c) => germline_sandbox::cli::run(c),
         Command::Keygen(args) => germline_release::cli::run_keygen(&args),
         Command::Release { cmd } => germline_release::cli::run_release(&cmd),
