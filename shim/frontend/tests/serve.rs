@@ -93,8 +93,21 @@ struct Serve {
 }
 
 impl Drop for Serve {
+    /// SIGTERM (its clean stop), SIGKILL only if it hangs: a SIGKILLed serve cannot stop its
+    /// broker and germlines.
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: kill(2) on our own, not yet reaped child's pid.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(60) {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.child.kill();
+        }
         let _ = self.child.wait();
     }
 }
