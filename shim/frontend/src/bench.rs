@@ -125,7 +125,6 @@ fn measure(a: &BenchArgs, mode: Mode, pool: usize) -> Result<Vec<f64>, String> {
             times.push(ms);
         }
     }
-    drop(rpc);
     drop(stdin);
     let _ = child.wait();
     Ok(times)

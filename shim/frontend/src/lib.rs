@@ -7,15 +7,19 @@
 //! * [`session`]: MCP JSON-RPC from the agent, transport-free.
 //! * [`stdio`]: `germline run` (MCP over stdio).
 //! * [`sidecar`]: starting or reaching the broker.
+//! * [`serve`], [`http`], [`router`]: `germline serve` (MCP Streamable HTTP, several releases).
 //!
 //! See docs/run.md.
 
 pub mod bench;
 pub mod callmeta;
 pub mod cli;
+pub mod http;
 pub mod process;
 pub mod release;
+pub mod router;
 pub mod runtime;
+pub mod serve;
 pub mod session;
 pub mod sidecar;
 pub mod stdio;

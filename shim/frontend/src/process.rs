@@ -58,7 +58,7 @@ impl ToolProcess {
             .rootfs
             .canonicalize()
             .map_err(|e| format!("rootfs {}: {e}", spec.rootfs.display()))?;
-        for d in ["run", "dev"] {
+        for d in ["run", "dev", "tmp"] {
             if !rootfs.join(d).is_dir() {
                 return Err(format!("the rootfs lacks the directory /{d}"));
             }
@@ -67,6 +67,8 @@ impl ToolProcess {
         let run = cstr(&rootfs.join("run"))?;
         let items = cstr(&rootfs.join("run/items"))?;
         let dev = cstr(&rootfs.join("dev"))?;
+        let tmp = cstr(&rootfs.join("tmp"))?;
+        let tmp_opts = CString::new("size=64m,mode=1777").map_err(|e| e.to_string())?;
         let host_dev = CString::new("/dev").map_err(|e| e.to_string())?;
         let tmpfs = CString::new("tmpfs").map_err(|e| e.to_string())?;
         let opts = CString::new("size=256m,mode=755").map_err(|e| e.to_string())?;
@@ -145,6 +147,22 @@ impl ToolProcess {
                     libc::MS_REC | libc::MS_PRIVATE,
                     std::ptr::null(),
                 ))?;
+                // The verified rootfs, read-only: not even an unconfined baseline may change
+                // the signed files (its writes would also break the next verification).
+                check(libc::mount(
+                    root.as_ptr(),
+                    root.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND | libc::MS_REC,
+                    std::ptr::null(),
+                ))?;
+                check(libc::mount(
+                    std::ptr::null(),
+                    root.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY,
+                    std::ptr::null(),
+                ))?;
                 check(libc::mount(
                     tmpfs.as_ptr(),
                     run.as_ptr(),
@@ -153,6 +171,13 @@ impl ToolProcess {
                     opts.as_ptr().cast(),
                 ))?;
                 check(libc::mkdir(items.as_ptr(), 0o755))?;
+                check(libc::mount(
+                    tmpfs.as_ptr(),
+                    tmp.as_ptr(),
+                    tmpfs.as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV,
+                    tmp_opts.as_ptr().cast(),
+                ))?;
                 check(libc::mount(
                     host_dev.as_ptr(),
                     dev.as_ptr(),

@@ -220,10 +220,13 @@ impl Runtime {
         pool: usize,
     ) -> Result<Runtime, String> {
         let limits = Limits::default();
+        // Unique per runtime on this host: `germline serve` starts one per release.
+        static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // CA bundles that add the broker's deployment CA, for every copy's TLS clients. They
         // must be readable by the germline's unprivileged user: a 0755 directory of our own.
         let ca_dir = PathBuf::from(format!(
-            "/run/germline/ca-{}-{}",
+            "/run/germline/ca-{}-{n}-{}",
             std::process::id(),
             mode.name()
         ));
@@ -246,7 +249,7 @@ impl Runtime {
         let backend = match mode {
             Mode::Germline | Mode::Nosplit => {
                 let spec = launch_spec(&release, &trust)?;
-                let id = format!("run-{}-{}", std::process::id(), mode.name());
+                let id = format!("run-{}-{n}-{}", std::process::id(), mode.name());
                 let mut opts = Options::new(&id);
                 opts.pool = pool;
                 let g = Germline::start(spec, opts)

@@ -75,6 +75,22 @@ impl Sidecar {
         if let Some(a) = &cfg.audit {
             cmd.arg("--audit").arg(a);
         }
+        // `run` and `serve` block their stop signals (signalfd) and the mask survives exec: give
+        // the broker its signals back, and end it if this process dies without stopping it.
+        // SAFETY: runs in the forked child before exec; sigprocmask and prctl are
+        // async-signal-safe and use only the child's own stack.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                if libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) != 0
+                    || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("cannot start the broker: {e}"))?;

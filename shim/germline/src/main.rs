@@ -28,6 +28,8 @@ enum Command {
     Run(germline_frontend::cli::RunArgs),
     /// Per-call latency through `germline run` for one tool under every runtime.
     RunBench(germline_frontend::bench::BenchArgs),
+    /// Serve signed releases to MCP clients over Streamable HTTP (bearer token, localhost only).
+    Serve(germline_frontend::serve::ServeArgs),
     /// The broker sidecar, and its benchmark.
     Broker(broker_cmd::BrokerArgs),
     #[command(flatten)]
@@ -60,6 +62,7 @@ fn main() -> ExitCode {
         Command::Broker(args) => report(broker_cmd::run(&args)),
         Command::Run(args) => report(germline_frontend::cli::run(&args).map_err(Into::into)),
         Command::RunBench(args) => report(germline_frontend::bench::run(&args).map_err(Into::into)),
+        Command::Serve(args) => report(germline_frontend::serve::run(&args).map_err(Into::into)),
         Command::Sandbox(c) => germline_sandbox::cli::run(c),
         Command::Keygen(args) => germline_release::cli::run_keygen(&args),
         Command::Release { cmd } => germline_release::cli::run_release(&cmd),

@@ -102,6 +102,9 @@ fn time_and_fetch_match_the_unprotected_servers_over_200_calls() {
         // release's rootfs does not have, and render pages differently.) Unprotected, the
         // server refuses loopback targets unless told otherwise.
         &[
+            // Python must not write bytecode into the signed rootfs.
+            "env".into(),
+            "PYTHONDONTWRITEBYTECODE=1".into(),
             "chroot".into(),
             bundle("mcp-server-fetch")
                 .join("rootfs")

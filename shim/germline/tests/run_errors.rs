@@ -257,14 +257,34 @@ fn run_leaves_no_process_cgroup_or_mount_behind() {
             !mounts.contains(&format!("run-{pid}-")),
             "a mount left behind"
         );
+        let prefix = format!("run-{pid}-");
+        let under = |dir: &str, prefix: &str| -> Vec<String> {
+            std::fs::read_dir(dir)
+                .map(|rd| {
+                    rd.flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .filter(|n| n.starts_with(prefix))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
         for base in [
             "/sys/fs/cgroup",
             "/sys/fs/cgroup/unified",
             "/sys/fs/cgroup/memory",
             "/sys/fs/cgroup/pids",
+            "/sys/fs/cgroup/freezer",
         ] {
-            let dir = format!("{base}/germline/run-{pid}-{mode}");
-            assert!(!std::path::Path::new(&dir).exists(), "{dir} left behind");
+            let left = under(&format!("{base}/germline"), &prefix);
+            assert!(
+                left.is_empty(),
+                "{how}/{mode}: cgroups left in {base}/germline: {left:?}"
+            );
         }
+        let ca_left = under("/run/germline", &format!("ca-{pid}-"));
+        assert!(
+            ca_left.is_empty(),
+            "{how}/{mode}: CA bundles left: {ca_left:?}"
+        );
     }
 }

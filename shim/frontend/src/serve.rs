@@ -1,0 +1,247 @@
+//! `germline serve`: signed releases behind one MCP Streamable HTTP endpoint, with a bearer
+//! token by default, localhost origins only, one shared broker sidecar and one germline (or
+//! baseline process) per release. Stops cleanly on SIGINT, SIGTERM or SIGHUP.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::Args;
+use germline_policy::Policy;
+
+use crate::http::{Http, HttpConfig, MCP_PATH};
+use crate::release::Release;
+use crate::router::{describe, tool_owners, Router};
+use crate::runtime::{Mode, Runtime};
+use crate::session::Session;
+use crate::sidecar::{Sidecar, SidecarConfig};
+
+#[derive(Debug, Args, Clone)]
+pub struct ServeArgs {
+    /// The deployer's policy: labels, clearances, destinations, argument rules.
+    #[arg(long)]
+    pub policy: PathBuf,
+    /// Address to listen on (keep it on loopback: only localhost Host and Origin are served).
+    #[arg(long, default_value = "127.0.0.1:8765")]
+    pub listen: SocketAddr,
+    /// The publisher's pinned public key (cosign `PUBLIC KEY` PEM); every release must verify
+    /// against it.
+    #[arg(long)]
+    pub key: PathBuf,
+    /// Which runtime serves the calls: germline execution, or a baseline for comparison.
+    #[arg(long, value_enum, default_value = "germline")]
+    pub mode: Mode,
+    /// Read the bearer token from this file instead of generating one.
+    #[arg(long, conflicts_with = "no_auth")]
+    pub token_file: Option<PathBuf>,
+    /// Serve without a bearer token (any local process may then call the tools).
+    #[arg(long)]
+    pub no_auth: bool,
+    /// Most bytes of one request body.
+    #[arg(long, default_value_t = 4 << 20)]
+    pub max_body: usize,
+    /// Use the broker already serving at this control socket instead of starting one.
+    #[arg(long)]
+    pub broker: Option<PathBuf>,
+    /// Where a broker this command starts keeps its CA and slots.
+    #[arg(long, default_value = "/var/lib/germline/broker")]
+    pub state_dir: PathBuf,
+    /// The broker's audit log (JSON lines).
+    #[arg(long)]
+    pub audit: Option<PathBuf>,
+    /// Pre-forked, checked, data-free copies to keep ready per release (germline, nosplit).
+    #[arg(long, default_value_t = 0)]
+    pub pool: usize,
+    /// The signed releases (unpacked bundles with rootfs/, or OCI image layouts). Their tool
+    /// names must be distinct.
+    #[arg(required = true, num_args = 1..)]
+    pub releases: Vec<PathBuf>,
+}
+
+/// The bearer token, and the file it was generated into (removed at the end).
+#[derive(Debug)]
+struct Token {
+    value: String,
+    generated: Option<PathBuf>,
+}
+
+impl Drop for Token {
+    fn drop(&mut self) {
+        if let Some(p) = self.generated.take() {
+            let _ = std::fs::remove_file(&p);
+            if let Some(d) = p.parent() {
+                let _ = std::fs::remove_dir(d);
+            }
+        }
+    }
+}
+
+/// Shortest token accepted from a file.
+const MIN_TOKEN: usize = 16;
+
+fn read_token(path: &Path) -> Result<Token, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("token {}: {e}", path.display()))?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        eprintln!(
+            "germline serve: warning: {} is readable by others (chmod 600 it)",
+            path.display()
+        );
+    }
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("token {}: {e}", path.display()))?;
+    let value = text.trim().to_string();
+    if value.len() < MIN_TOKEN || !value.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "token {}: needs at least {MIN_TOKEN} printable characters and no spaces",
+            path.display()
+        ));
+    }
+    Ok(Token {
+        value,
+        generated: None,
+    })
+}
+
+/// A fresh 256-bit token in a 0600 file of a 0700 directory of its own.
+fn generate_token() -> Result<Token, String> {
+    let dir = PathBuf::from(format!("/run/germline/serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = dir.join("token");
+    let _ = std::fs::remove_file(&path);
+    let value = crate::http::random_hex(32)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let token = Token {
+        value,
+        generated: Some(path.clone()),
+    };
+    writeln!(f, "{}", token.value).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(token)
+}
+
+/// Reads stop signals from the signalfd on a thread of its own; returns the signal's number.
+fn watch_signals(sigfd: i32, stop: tokio::sync::watch::Sender<bool>) {
+    std::thread::spawn(move || {
+        let mut info = [0u8; 128];
+        let signo = loop {
+            // SAFETY: `info` is a writable buffer of the size of one signalfd_siginfo.
+            let r = unsafe { libc::read(sigfd, info.as_mut_ptr().cast(), info.len()) };
+            if r >= 4 {
+                break u32::from_ne_bytes([info[0], info[1], info[2], info[3]]);
+            }
+            if r < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            break 0;
+        };
+        eprintln!("germline serve: signal {signo}, stopping");
+        let _ = stop.send(true);
+    });
+}
+
+/// `germline serve`.
+pub fn run(a: &ServeArgs) -> Result<(), String> {
+    // Before any thread starts, so that every thread (tokio's included) inherits the mask.
+    let sigfd = crate::stdio::stop_signals().map_err(|e| format!("signals: {e}"))?;
+    let listener = std::net::TcpListener::bind(a.listen)
+        .map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| format!("listener: {e}"))?;
+    if !local.ip().is_loopback() {
+        eprintln!(
+            "germline serve: warning: listening on {local}, not loopback; only requests naming \
+             localhost or {} are served",
+            local.ip()
+        );
+    }
+    let policy = Arc::new(Policy::load(&a.policy).map_err(|e| e.to_string())?);
+    // Every release is verified before anything of any of them runs.
+    let mut releases = Vec::new();
+    for path in &a.releases {
+        releases.push(Release::load(path, &a.key)?);
+    }
+    let owners = tool_owners(&releases.iter().map(describe).collect::<Vec<_>>())?;
+    let token = if a.no_auth {
+        None
+    } else if let Some(f) = &a.token_file {
+        Some(read_token(f)?)
+    } else {
+        Some(generate_token()?)
+    };
+    let mut broker = Sidecar::start(&SidecarConfig {
+        existing: a.broker.clone(),
+        policy: a.policy.clone(),
+        state_dir: a.state_dir.clone(),
+        audit: a.audit.clone(),
+    })?;
+    let mut sessions = Vec::new();
+    for release in releases {
+        // Each runtime has its own connection to the one broker (never the sidecar's owner).
+        let client = Sidecar::start(&SidecarConfig {
+            existing: Some(broker.socket().to_path_buf()),
+            policy: a.policy.clone(),
+            state_dir: a.state_dir.clone(),
+            audit: None,
+        })?;
+        let runtime = Runtime::start(a.mode, release, client, a.pool)?;
+        sessions.push(Session::new(runtime, policy.clone()));
+    }
+    let router = Arc::new(Router::new(sessions, owners, a.mode));
+    let http = Arc::new(Http::new(
+        HttpConfig {
+            token: token.as_ref().map(|t| t.value.clone()),
+            extra_hosts: crate::http::extra_hosts_for(local.ip()),
+            max_body: a.max_body,
+        },
+        router.clone(),
+    ));
+    let labels: Vec<String> = router.releases.iter().map(|r| r.label.clone()).collect();
+    eprintln!(
+        "germline serve: http://{local}{MCP_PATH} serving {} in mode {}, broker {}",
+        labels.join(", "),
+        a.mode.name(),
+        broker.socket().display()
+    );
+    match &token {
+        Some(Token {
+            generated: Some(p), ..
+        }) => eprintln!("germline serve: bearer token in {}", p.display()),
+        Some(_) => eprintln!("germline serve: bearer token from {:?}", a.token_file),
+        None => eprintln!("germline serve: warning: --no-auth, any local process may call"),
+    }
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let served = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio: {e}"))
+        .and_then(|rt| {
+            listener
+                .set_nonblocking(true)
+                .map_err(|e| format!("listener: {e}"))?;
+            let r = rt.block_on(async {
+                let l = tokio::net::TcpListener::from_std(listener)
+                    .map_err(|e| format!("listener: {e}"))?;
+                watch_signals(sigfd, stop_tx);
+                crate::http::serve(l, http, stop_rx).await;
+                Ok::<(), String>(())
+            });
+            // Blocking calls still running finish (their copies have deadlines) or are left.
+            rt.shutdown_timeout(std::time::Duration::from_secs(5));
+            r
+        });
+    router.stop();
+    broker.stop();
+    eprintln!("germline serve: stopped after {} calls", router.calls());
+    drop(token);
+    served
+}

@@ -1,0 +1,699 @@
+//! `germline serve` as its own process, for real (root, the example releases of
+//! bundles/build.sh, the agent venv of scripts/setup.d): the official MCP Python SDK calls
+//! `get_current_time` over Streamable HTTP; the token, Host and Origin guards; `/health`;
+//! refusals at start; a clean stop on SIGTERM. With GERMLINE_REQUIRE_ROOT_TESTS=1 a test that
+//! cannot run fails instead of skipping.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const AGENT_PYTHON: &str = "/var/tmp/germline-venv-agent/bin/python";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn bundle(name: &str) -> PathBuf {
+    repo().join("bundles/out").join(name).join("bundle")
+}
+
+fn key() -> PathBuf {
+    repo().join("bundles/out/keys/cosign.pub")
+}
+
+/// Root, the example releases and the agent's venv.
+fn can_run() -> bool {
+    // SAFETY: geteuid(2) has no arguments and cannot fail.
+    let why = if unsafe { libc::geteuid() } != 0 {
+        "not root"
+    } else if !bundle("mcp-server-time").join("rootfs").is_dir() || !key().is_file() {
+        "bundles/out (bundles/build.sh) is missing"
+    } else if !Path::new(AGENT_PYTHON).exists() {
+        "the agent venv (scripts/setup.d) is missing"
+    } else {
+        return true;
+    };
+    if std::env::var("GERMLINE_REQUIRE_ROOT_TESTS").as_deref() == Ok("1") {
+        panic!("this test needs root, bundles/out and the agent venv: {why}");
+    }
+    eprintln!("skipped: {why}");
+    false
+}
+
+/// The `germline` binary cargo built for these tests (`germline serve` starts its broker from
+/// its own executable).
+fn germline() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_germline"))
+}
+
+fn write_policy(dir: &Path) -> PathBuf {
+    let p = dir.join("policy.toml");
+    std::fs::write(
+        &p,
+        "[labels]\nhr = \"HR\"\n\n[consumers]\nagent = [\"hr\"]\n\n\
+         [[argument]]\ntool = \"*\"\nname = \"*\"\nlabel = []\n",
+    )
+    .expect("policy");
+    p
+}
+
+/// A running `germline serve`, killed if a test fails before stopping it.
+struct Serve {
+    child: Child,
+    addr: String,
+    token_file: Option<PathBuf>,
+    stderr: Arc<Mutex<Vec<String>>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Serve {
+    /// SIGTERM (its clean stop), SIGKILL only if it hangs: a SIGKILLed serve cannot stop its
+    /// broker and germlines.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: kill(2) on our own, not yet reaped child's pid.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(60) {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+fn serve_cmd(dir: &Path, key: &Path, extra: &[&str], releases: &[PathBuf]) -> Command {
+    let mut cmd = Command::new(germline());
+    cmd.arg("serve")
+        .arg("--policy")
+        .arg(write_policy(dir))
+        .arg("--key")
+        .arg(key)
+        .arg("--listen")
+        .arg("127.0.0.1:0")
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .args(extra)
+        .args(releases)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+impl Serve {
+    fn start(extra: &[&str], releases: &[PathBuf]) -> Serve {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut child = serve_cmd(dir.path(), &key(), extra, releases)
+            .spawn()
+            .expect("spawn germline serve");
+        let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        let err = child.stderr.take().expect("stderr");
+        let keep = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                eprintln!("[serve] {line}");
+                keep.lock().expect("lines").push(line.clone());
+                let _ = tx.send(line);
+            }
+        });
+        let (mut addr, mut token_file) = (None, None);
+        let t0 = Instant::now();
+        while addr.is_none() || (token_file.is_none() && !extra.contains(&"--no-auth")) {
+            let line = rx
+                .recv_timeout(Duration::from_secs(120).saturating_sub(t0.elapsed()))
+                .unwrap_or_else(|_| panic!("germline serve did not come up: {:?}", lines));
+            if let Some(rest) = line.strip_prefix("germline serve: http://") {
+                addr = rest.split('/').next().map(str::to_string);
+            }
+            if let Some(p) = line.strip_prefix("germline serve: bearer token in ") {
+                token_file = Some(PathBuf::from(p.trim()));
+            }
+            if line.contains("--no-auth") {
+                break;
+            }
+        }
+        Serve {
+            child,
+            addr: addr.expect("address"),
+            token_file,
+            stderr: lines,
+            _dir: dir,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    fn token(&self) -> String {
+        std::fs::read_to_string(self.token_file.as_ref().expect("a token file"))
+            .expect("read the token")
+            .trim()
+            .to_string()
+    }
+}
+
+/// One HTTP/1.1 exchange on a fresh connection: (status, lower-cased headers, body).
+fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, Vec<(String, String)>, String) {
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req.push_str(&format!("host: {addr}\r\n"));
+    }
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    exchange(addr, &req)
+}
+
+/// Sends a raw request on a fresh connection and reads the whole response.
+fn exchange(addr: &str, req: &str) -> (u16, Vec<(String, String)>, String) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    // The server may answer (413) before reading everything; its answer still arrives.
+    let _ = s.write_all(req.as_bytes());
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("a response");
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|c| c.parse().ok())
+        .expect("status");
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    (status, headers, body.to_string())
+}
+
+fn get<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}"#;
+const PING: &str = r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
+
+fn median_p99(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let p99 = ((v.len() as f64 * 0.99).ceil() as usize).clamp(1, v.len()) - 1;
+    (v[v.len() / 2], v[p99])
+}
+
+#[test]
+fn serve_answers_the_mcp_sdk_client_over_streamable_http() {
+    if !can_run() {
+        return;
+    }
+    let s = Serve::start(&[], &[bundle("mcp-server-time")]);
+    let token = s.token_file.clone().expect("a generated token");
+    let out = Command::new(AGENT_PYTHON)
+        .arg(repo().join("tests/run/serve_client.py"))
+        .arg(s.url())
+        .arg(&token)
+        .arg("30")
+        .output()
+        .expect("run the MCP client");
+    assert!(
+        out.status.success(),
+        "the MCP SDK client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).expect("the client's JSON");
+    assert_eq!(
+        r["tools"],
+        serde_json::json!(["convert_time", "get_current_time"])
+    );
+    let first = &r["first"];
+    assert_eq!(first["isError"], false, "{first}");
+    assert_eq!(first["structuredContent"]["timezone"], "UTC", "{first}");
+    assert_eq!(first["_meta"]["germline"]["mode"], "germline", "{first}");
+    assert_eq!(first["_meta"]["germline"]["copies"], 1, "{first}");
+    let unknown = r["unknown_tool_error"].as_str().unwrap_or_default();
+    assert!(unknown.contains("unknown tool \"no_such_tool\""), "{r}");
+    let lat: Vec<f64> = r["latency_ms"]
+        .as_array()
+        .expect("latencies")
+        .iter()
+        .filter_map(Value::as_f64)
+        .collect();
+    assert_eq!(lat.len(), 30);
+    let (median, p99) = median_p99(lat);
+    eprintln!("get_current_time through germline serve (MCP SDK client): median {median:.1} ms, p99 {p99:.1} ms");
+}
+
+#[test]
+fn serve_guards_token_origin_and_host_and_health_needs_no_token() {
+    if !can_run() {
+        return;
+    }
+    let mut s = Serve::start(&[], &[bundle("mcp-server-time")]);
+    let token = s.token();
+    assert_eq!(token.len(), 64, "a 256-bit token, hex");
+    let tf = s.token_file.clone().expect("token file");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&tf).expect("token file").permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600, "the token file is private");
+    let bearer = format!("Bearer {token}");
+    let json = ("content-type", "application/json");
+    let auth = ("authorization", bearer.as_str());
+
+    // No token, a wrong one: 401 with a challenge.
+    let (st, h, body) = http(&s.addr, "POST", "/mcp", &[json], INIT);
+    assert_eq!(st, 401, "{body}");
+    assert_eq!(
+        get(&h, "www-authenticate"),
+        Some("Bearer realm=\"germline\"")
+    );
+    let wrong = format!("Bearer {}", "0".repeat(64));
+    let (st, h, _) = http(
+        &s.addr,
+        "POST",
+        "/mcp",
+        &[json, ("authorization", &wrong)],
+        INIT,
+    );
+    assert_eq!(st, 401);
+    assert!(get(&h, "www-authenticate").is_some_and(|v| v.contains("invalid_token")));
+
+    // A foreign Origin or Host (DNS rebinding) is refused even with the token.
+    let (st, _, body) = http(
+        &s.addr,
+        "POST",
+        "/mcp",
+        &[json, auth, ("origin", "http://evil.example")],
+        INIT,
+    );
+    assert_eq!(st, 403, "{body}");
+    let (st, _, _) = http(
+        &s.addr,
+        "POST",
+        "/mcp",
+        &[json, auth, ("origin", "null")],
+        INIT,
+    );
+    assert_eq!(st, 403);
+    let (st, _, _) = http(
+        &s.addr,
+        "GET",
+        "/health",
+        &[("host", "evil.example:80")],
+        "",
+    );
+    assert_eq!(st, 403);
+    let local_origin = format!(
+        "http://localhost:{}",
+        s.addr.rsplit(':').next().unwrap_or_default()
+    );
+    let (st, h, body) = http(
+        &s.addr,
+        "POST",
+        "/mcp",
+        &[json, auth, ("origin", &local_origin)],
+        INIT,
+    );
+    assert_eq!(st, 200, "{body}");
+    let sid = get(&h, "mcp-session-id").expect("a session id").to_string();
+    assert!(sid.len() >= 32 && sid.bytes().all(|b| b.is_ascii_graphic()));
+
+    // /health without a token.
+    let (st, _, body) = http(&s.addr, "GET", "/health", &[], "");
+    assert_eq!(st, 200);
+    let health: Value = serde_json::from_str(&body).expect("health JSON");
+    assert_eq!(health["status"], "ok");
+    assert_eq!(health["mode"], "germline");
+    assert!(health["releases"][0]["release"]
+        .as_str()
+        .is_some_and(|r| r.starts_with("mcp-server-time@")));
+
+    // Sessions: required after initialize, 404 once ended.
+    let with_sid = [json, auth, ("mcp-session-id", sid.as_str())];
+    let (st, _, body) = http(&s.addr, "POST", "/mcp", &[json, auth], PING);
+    assert_eq!(st, 400, "{body}");
+    let (st, _, body) = http(&s.addr, "POST", "/mcp", &with_sid, PING);
+    assert_eq!(
+        (
+            st,
+            serde_json::from_str::<Value>(&body)
+                .ok()
+                .map(|v| v["result"].clone())
+        ),
+        (200, Some(serde_json::json!({})))
+    );
+    let (st, _, body) = http(
+        &s.addr,
+        "POST",
+        "/mcp",
+        &with_sid,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    assert_eq!((st, body.as_str()), (202, ""));
+    let (st, _, body) = http(&s.addr, "POST", "/mcp", &with_sid, "{not json");
+    assert_eq!(st, 400);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).expect("error JSON")["error"]["code"],
+        -32700
+    );
+    let (st, _, _) = http(&s.addr, "POST", "/mcp", &with_sid, &format!("[{PING}]"));
+    assert_eq!(st, 400, "batches are not part of 2025-06-18");
+    // A body over --max-body (4 MiB): refused from its declared length, and when chunked.
+    let big = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
+         authorization: {bearer}\r\nmcp-session-id: {sid}\r\ncontent-length: {}\r\n\r\n",
+        s.addr,
+        5 << 20
+    );
+    let (st, _, _) = exchange(&s.addr, &big);
+    assert_eq!(st, 413);
+    let chunk = "a".repeat(1 << 20);
+    let mut chunked = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
+         authorization: {bearer}\r\nmcp-session-id: {sid}\r\ntransfer-encoding: chunked\r\n\r\n",
+        s.addr
+    );
+    for _ in 0..5 {
+        chunked.push_str(&format!("{:x}\r\n{chunk}\r\n", chunk.len()));
+    }
+    chunked.push_str("0\r\n\r\n");
+    let (st, _, _) = exchange(&s.addr, &chunked);
+    assert_eq!(st, 413);
+    assert_eq!(st, 413);
+    let (st, h, _) = http(&s.addr, "GET", "/mcp", &[auth], "");
+    assert_eq!(st, 405);
+    assert_eq!(get(&h, "allow"), Some("POST, DELETE"));
+    let (st, _, _) = http(
+        &s.addr,
+        "DELETE",
+        "/mcp",
+        &[auth, ("mcp-session-id", &sid)],
+        "",
+    );
+    assert_eq!(st, 204);
+    let (st, _, _) = http(&s.addr, "POST", "/mcp", &with_sid, PING);
+    assert_eq!(st, 404);
+    assert!(
+        s.stderr
+            .lock()
+            .expect("lines")
+            .iter()
+            .all(|l| !l.contains(&token)),
+        "the token is never logged"
+    );
+    // SIGINT (Ctrl-C) stops it as SIGTERM does.
+    let status = stop(&mut s.child, libc::SIGINT);
+    assert!(status.success(), "{status}");
+    assert!(!tf.exists(), "the generated token is gone");
+}
+
+/// Sends `sig` and waits (at most 60 s) for the exit.
+fn stop(child: &mut Child, sig: i32) -> std::process::ExitStatus {
+    // SAFETY: kill(2) on our own child's pid with a valid signal number.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            eprintln!("stopped in {:?}", t0.elapsed());
+            return st;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "germline serve did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn serve_refuses_an_unverified_release_and_clashing_tools_at_start() {
+    if !can_run() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Signed, but not by the pinned key.
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).expect("key dir");
+    let st = Command::new(germline())
+        .args(["keygen", "--dir"])
+        .arg(&other)
+        .env("COSIGN_PASSWORD", "x")
+        .stdout(Stdio::null())
+        .status()
+        .expect("keygen");
+    assert!(st.success());
+    let out = serve_cmd(
+        dir.path(),
+        &other.join("cosign.pub"),
+        &[],
+        &[bundle("mcp-server-time")],
+    )
+    .output()
+    .expect("run germline serve");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("refused"), "{err}");
+    assert!(
+        !err.contains("germline serve: http://"),
+        "nothing was served: {err}"
+    );
+    // Not a release at all.
+    let out = serve_cmd(dir.path(), &key(), &[], &[dir.path().to_path_buf()])
+        .output()
+        .expect("run germline serve");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The same tool names twice.
+    let out = serve_cmd(
+        dir.path(),
+        &key(),
+        &[],
+        &[bundle("mcp-server-time"), bundle("mcp-server-time")],
+    )
+    .output()
+    .expect("run germline serve");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("two releases declare the tool")
+            && err.matches("mcp-server-time@").count() == 2,
+        "{err}"
+    );
+}
+
+/// (pid, start time) of every descendant of `root`.
+fn descendants(root: u32) -> BTreeSet<(u32, u64)> {
+    let mut procs = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if let Some((ppid, start)) = stat(pid) {
+            procs.push((pid, ppid, start));
+        }
+    }
+    let mut out = BTreeSet::new();
+    let mut frontier = vec![root];
+    while let Some(p) = frontier.pop() {
+        for &(pid, ppid, start) in &procs {
+            if ppid == p && out.insert((pid, start)) {
+                frontier.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// (ppid, start time) from /proc/PID/stat.
+fn stat(pid: u32) -> Option<(u32, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    Some((f.get(1)?.parse().ok()?, f.get(19)?.parse().ok()?))
+}
+
+/// The germline cgroups of the serve process `pid` (`germline/run-<pid>-*`, every hierarchy).
+fn cgroups_of(pid: u32) -> Vec<PathBuf> {
+    let prefix = format!("run-{pid}-");
+    let mut roots = vec![PathBuf::from("/sys/fs/cgroup/germline")];
+    for e in std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        roots.push(e.path().join("germline"));
+    }
+    roots
+        .iter()
+        .flat_map(|r| std::fs::read_dir(r).into_iter().flatten().flatten())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&prefix))
+        })
+        .collect()
+}
+
+/// Namespace links (`net:[4026...]`) of `pids` that differ from this test's own.
+fn namespaces_of(pids: &BTreeSet<(u32, u64)>) -> BTreeSet<String> {
+    let kinds = ["net", "mnt", "pid", "ipc", "uts", "user", "cgroup"];
+    let own: BTreeSet<String> = kinds
+        .iter()
+        .filter_map(|k| std::fs::read_link(format!("/proc/self/ns/{k}")).ok())
+        .map(|l| l.display().to_string())
+        .collect();
+    pids.iter()
+        .flat_map(|(p, _)| {
+            kinds
+                .iter()
+                .filter_map(move |k| std::fs::read_link(format!("/proc/{p}/ns/{k}")).ok())
+        })
+        .map(|l| l.display().to_string())
+        .filter(|l| !own.contains(l))
+        .collect()
+}
+
+#[test]
+fn serve_stops_cleanly_on_sigterm_leaving_nothing_behind() {
+    if !can_run() {
+        return;
+    }
+    let mut s = Serve::start(
+        &[],
+        &[bundle("mcp-server-time"), bundle("mcp-server-fetch")],
+    );
+    let pid = s.child.id();
+    let token = s.token();
+    let bearer = format!("Bearer {token}");
+    let h = [
+        ("content-type", "application/json"),
+        ("authorization", bearer.as_str()),
+    ];
+    let (st, hd, body) = http(&s.addr, "POST", "/mcp", &h, INIT);
+    assert_eq!(st, 200, "{body}");
+    let init: Value = serde_json::from_str(&body).expect("initialize JSON");
+    assert_eq!(
+        init["result"]["serverInfo"]["germline"]["releases"]
+            .as_array()
+            .map(Vec::len),
+        Some(2),
+        "{init}"
+    );
+    let sid = get(&hd, "mcp-session-id").expect("session").to_string();
+    let hs = [h[0], h[1], ("mcp-session-id", sid.as_str())];
+    let (_, _, body) = http(
+        &s.addr,
+        "POST",
+        "/mcp",
+        &hs,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+    );
+    let list: Value = serde_json::from_str(&body).expect("tools/list JSON");
+    let mut names: Vec<&str> = list["result"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["convert_time", "fetch", "get_current_time"]);
+    let (_, _, body) = http(
+        &s.addr,
+        "POST",
+        "/mcp",
+        &hs,
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"get_current_time","arguments":{"timezone":"UTC"}}}"#,
+    );
+    let call: Value = serde_json::from_str(&body).expect("tools/call JSON");
+    assert_eq!(
+        call["result"]["structuredContent"]["timezone"], "UTC",
+        "{call}"
+    );
+
+    let procs = descendants(pid);
+    assert!(procs.len() >= 3, "a broker and two germlines: {procs:?}");
+    let groups = cgroups_of(pid);
+    assert!(
+        !groups.is_empty(),
+        "the germlines' cgroups exist while serving"
+    );
+    let namespaces = namespaces_of(&procs);
+    assert!(
+        !namespaces.is_empty(),
+        "the germlines have namespaces of their own"
+    );
+    let token_file = s.token_file.clone().expect("token file");
+    let run_dir = PathBuf::from(format!("/run/germline/session-{pid}"));
+    assert!(run_dir.exists() && token_file.exists());
+
+    let status = stop(&mut s.child, libc::SIGTERM);
+    assert!(status.success(), "{status}");
+    let left: Vec<_> = procs
+        .iter()
+        .filter(|(p, start)| stat(*p).is_some_and(|(_, s)| s == *start))
+        .collect();
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+    assert!(
+        cgroups_of(pid).is_empty(),
+        "cgroups left behind: {:?}",
+        cgroups_of(pid)
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let pinned: Vec<&String> = namespaces
+        .iter()
+        .filter(|ns| mounts.contains(ns.as_str()))
+        .collect();
+    assert!(pinned.is_empty(), "namespaces kept by a mount: {pinned:?}");
+    let runs = [
+        format!("session-{pid}"),
+        format!("serve-{pid}"),
+        format!("run-{pid}-"),
+    ];
+    assert!(
+        mounts
+            .lines()
+            .all(|l| runs.iter().all(|r| !l.contains(r.as_str()))),
+        "mounts left behind"
+    );
+    assert!(!run_dir.exists(), "the broker's run directory is gone");
+    assert!(!token_file.exists(), "the generated token is gone");
+    assert!(s
+        .stderr
+        .lock()
+        .expect("lines")
+        .iter()
+        .any(|l| l.contains("stopped after 1 calls")));
+}
