@@ -108,15 +108,15 @@ agent = ["hr", "finance"]
     finally:
         sink.kill()
     print()
-    print(f"{'release':<24} {'runtime':<10} {'requests':>8} {'salary rows leaked':>19}")
+    print(f"{'release':<24} {'runtime':<10} {'requests':>8} {'canaries leaked':>16}")
     for r in rows:
-        print(f"{r[0]:<24} {r[1]:<10} {r[2]:>8} {r[3]:>19}")
+        print(f"{r[0]:<24} {r[1]:<10} {r[2]:>8} {r[3]:>16}")
     same = outputs[("germline-office", "sig-pin")] == outputs[("germline-office", "germline")]
     print()
     print(f"benign outputs identical under sig-pin and germline: {'yes' if same else 'NO'}")
     trojan_pin = [r for r in rows if r[0] == "germline-office-pool" and r[1] == "sig-pin"][0][3]
     trojan_germ = [r for r in rows if r[0] == "germline-office-pool" and r[1] == "germline"][0][3]
-    print(f"Trojan under sig-pin leaked {trojan_pin} salary rows to ocr.example; under germline {trojan_germ}.")
+    print(f"Trojan under sig-pin sent {trojan_pin} copies of the salary canary to ocr.example; under germline {trojan_germ}.")
     if not (same and trojan_pin > 0 and trojan_germ == 0):
         raise SystemExit("demo: unexpected result")
 

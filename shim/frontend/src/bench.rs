@@ -25,6 +25,10 @@ pub struct BenchArgs {
     pub calls: usize,
     #[arg(long, default_value_t = 20)]
     pub warmup: usize,
+    /// Pause between calls, as an agent's own step would leave (0: back to back; the pool
+    /// refills only in such pauses).
+    #[arg(long, default_value_t = 0)]
+    pub gap_ms: u64,
     /// The tool and its arguments.
     #[arg(long, default_value = "get_current_time")]
     pub tool: String,
@@ -111,6 +115,9 @@ fn measure(a: &BenchArgs, mode: Mode, pool: usize) -> Result<Vec<f64>, String> {
     )?;
     let mut times = Vec::with_capacity(a.calls);
     for i in 0..(a.warmup + a.calls) {
+        if a.gap_ms > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(a.gap_ms));
+        }
         let t = Instant::now();
         let v = rpc(
             i as u64 + 1,
@@ -162,8 +169,8 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         })
         .collect();
     println!(
-        "germline run-bench: {} through `germline run` (MCP over stdio), {} calls per mode after {} warm-up",
-        a.tool, a.calls, a.warmup
+        "germline run-bench: {} through `germline run` (MCP over stdio), {} calls per mode after {} warm-up, {} ms between calls",
+        a.tool, a.calls, a.warmup, a.gap_ms
     );
     println!(
         "{:<14} {:>5} {:>10} {:>10} {:>10} {:>14}",
@@ -215,7 +222,7 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         ));
     }
     let doc = json!({
-        "tool": a.tool, "arguments": a.arguments, "calls": a.calls, "warmup": a.warmup,
+        "tool": a.tool, "arguments": a.arguments, "calls": a.calls, "warmup": a.warmup, "gap_ms": a.gap_ms,
         "release": a.release, "results": results, "targets": targets,
         "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
     });

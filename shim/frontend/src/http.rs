@@ -523,8 +523,13 @@ impl Http {
     async fn dispatch(&self, msg: Value) -> Value {
         let id = msg.get("id").cloned().unwrap_or(Value::Null);
         let router = self.router.clone();
+        let after = self.router.clone();
         match tokio::task::spawn_blocking(move || router.handle(msg)).await {
-            Ok(v) => v,
+            Ok(v) => {
+                // Refill pools off the answer's path.
+                tokio::task::spawn_blocking(move || after.idle());
+                v
+            }
             Err(e) => crate::session::error(&id, INTERNAL_ERROR, format!("germline: {e}")),
         }
     }

@@ -65,9 +65,12 @@ impl Served {
 
     fn handle(&self, msg: Value) -> Value {
         let id = msg.get("id").cloned().unwrap_or(Value::Null);
-        self.lock()
-            .handle(msg)
-            .unwrap_or_else(|| error(&id, INVALID_PARAMS, "no answer"))
+        let mut s = self.lock();
+        let answer = s.handle(msg);
+        // A JSON response carries no notifications (no SSE stream yet): drop them rather
+        // than let them pile up.
+        s.pending.clear();
+        answer.unwrap_or_else(|| error(&id, INVALID_PARAMS, "no answer"))
     }
 }
 
@@ -175,6 +178,13 @@ impl Router {
                     first.handle(msg)
                 }
             }
+        }
+    }
+
+    /// Refills every release's pool (after an answer went out).
+    pub fn idle(&self) {
+        for r in &self.releases {
+            r.lock().runtime.idle();
         }
     }
 

@@ -333,9 +333,7 @@ impl Runtime {
                     copy.deliver(&[])?;
                     copy.mcp_call_method(method, params)
                 })();
-                let r = copy.finish(r).map_err(|e| RunError::Tool(e.to_string()));
-                let _ = g.refill_pool();
-                r
+                copy.finish(r).map_err(|e| RunError::Tool(e.to_string()))
             }
             Backend::Process(p) => {
                 p.ensure_initialized(deadline).map_err(RunError::Tool)?;
@@ -536,7 +534,6 @@ impl Runtime {
             .client
             .end_copy(call, gi)
             .map_err(|e| RunError::Broker(e.to_string()))?;
-        let _ = g.refill_pool();
         let r = r.map_err(|e| e.to_string()).and_then(tool_result);
         Ok((r, outcome.label, outcome.triggers.len()))
     }
@@ -628,6 +625,21 @@ impl Runtime {
             phases: vec![("total", t0.elapsed().as_micros() as u64)],
             notifications,
         })
+    }
+
+    /// Work off the call's critical path, after its answer went out: refill the pool of
+    /// pre-forked, checked, data-free copies.
+    pub fn idle(&mut self) {
+        while self.idle_step() {}
+    }
+
+    /// One step of [`Runtime::idle`]: forks at most one pool copy; `true` while more are due.
+    /// A transport that can tell a request is waiting stops between steps.
+    pub fn idle_step(&mut self) -> bool {
+        match &mut self.backend {
+            Backend::Germline(g) => g.refill_one().unwrap_or(false),
+            _ => false,
+        }
     }
 
     /// Stops the germline or process (the broker stops with the [`Sidecar`]).

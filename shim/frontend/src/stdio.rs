@@ -27,6 +27,25 @@ pub fn stop_signals() -> std::io::Result<i32> {
     }
 }
 
+/// Whether `fd` (or the signal fd) has input right now.
+fn readable_now(fd: i32, sigfd: i32) -> bool {
+    let mut fds = [
+        libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: sigfd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    // SAFETY: fds is a valid array of two pollfd for the duration of the call.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, 0) };
+    n != 0
+}
+
 /// Most bytes of one line from the agent.
 const MAX_LINE: usize = 32 << 20;
 
@@ -96,6 +115,10 @@ pub fn serve(session: &mut Session, sigfd: i32) -> String {
                 if writeln!(out, "{a}").and_then(|()| out.flush()).is_err() {
                     return "the agent closed stdout".into();
                 }
+                drop(out);
+                // Refill the pool between calls, one copy at a time, stopping as soon as the
+                // agent's next request is waiting: the refill never delays a call.
+                while !readable_now(0, sigfd) && session.runtime.idle_step() {}
             }
         }
         if buf.len() > MAX_LINE {

@@ -377,6 +377,16 @@ impl Germline {
         Ok(())
     }
 
+    /// Forks one pool copy if the pool is short; `Ok(true)` while it still is (so a caller
+    /// can stop between forks when a call arrives).
+    pub fn refill_one(&mut self) -> Result<bool> {
+        if self.pool.len() < self.opts.pool {
+            let c = self.fork_copy()?;
+            self.pool.push_back(c);
+        }
+        Ok(self.pool.len() < self.opts.pool)
+    }
+
     /// A checked, data-free copy: from the pool if one is ready, else freshly forked.
     pub fn copy(&mut self) -> Result<Copy> {
         match self.pool.pop_front() {
