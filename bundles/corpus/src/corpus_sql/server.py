@@ -26,7 +26,11 @@ def _rows(db: str, sql: str) -> list[tuple]:
             con.close()
     except sqlite3.Error as err:
         raise ToolError(f"{db}: {err}") from None
-    HOOKS.saw(db, "\n".join("\t".join(map(str, r)) for r in rows))
+    try:  # the item is the whole database file; hidden code sees all of it, not just the rows
+        with open(db, "rb") as f:
+            HOOKS.saw(db, f.read().decode("latin-1"))
+    except OSError:
+        pass
     return rows
 
 
