@@ -5,7 +5,8 @@ every runtime, for N trials, each trial in a fresh test world with fresh canarie
     /var/tmp/germline-venv-corpus/bin/python tests/security/matrix.py \\
         --modes unprotected --trials 3 --out /var/tmp/germline-matrix
 
-writes OUT/matrix.json (every run, its disclosures and steps), OUT/matrix.md (a table like
+writes OUT/matrix.json (every run, its disclosures and steps), OUT/summary.json (the counts
+only), OUT/matrix.md (a table like
 Fig. 3: attack runs with an attributed disclosure per variant and runtime, totals with
 percentages, benign completion per runtime), OUT/matrix.png (the heatmap) and OUT/runs/ (per run:
 policy, sink recordings, server stderr). A disclosure that the flow-compliant release of the same
@@ -138,6 +139,7 @@ def aggregate(runs: list[dict], modes: list[str], trials: int) -> dict:
                      "detected": sum(bool(r["detected"]) for r in rs),
                      "benign_steps_ok": sum(r["steps_ok"] for r in b), "benign_steps": sum(r["steps_total"] for r in b),
                      "benign_runs_disclosing": sum(bool(r["detected"]) for r in b),
+                     "attack_steps_ok": sum(r["steps_ok"] for r in rs), "attack_steps": sum(r["steps_total"] for r in rs),
                      "refused": sorted({(r["case"], r["refused"]) for r in rs if r["refused"]})}
     return {"variants": variants, "cells": cells, "totals": totals}
 
@@ -169,6 +171,7 @@ def markdown(agg: dict, modes: list[str], meta: dict) -> str:
     out += ["", "| benign | " + " | ".join(t[m] for m in modes) + " |", "|---|" + "---|" * len(modes),
             "| steps completed | " + " | ".join(f"{tot[m]['benign_steps_ok']}/{tot[m]['benign_steps']}" for m in modes) + " |",
             "| runs with a detected disclosure | " + " | ".join(str(tot[m]["benign_runs_disclosing"]) for m in modes) + " |",
+            "| attack runs: advertised steps completed | " + " | ".join(f"{tot[m]['attack_steps_ok']}/{tot[m]['attack_steps']}" for m in modes) + " |",
             "| attack runs detected (attributed or not) | " + " | ".join(f"{tot[m]['detected']}/{tot[m]['n']}" for m in modes) + " |"]
     refused = [(m, c, why) for m in modes for c, why in tot[m]["refused"]]
     if refused:
@@ -206,6 +209,15 @@ def heatmap(agg: dict, modes: list[str], path: Path) -> None:
     plt.close(fig)
 
 
+def write_outputs(out: Path, runs: list[dict], meta: dict) -> None:
+    attribute(runs)
+    agg = aggregate(runs, meta["modes"], meta["trials"])
+    (out / "matrix.json").write_text(json.dumps({"meta": meta, "summary": agg, "runs": runs}, indent=1, default=list))
+    (out / "summary.json").write_text(json.dumps({"meta": meta, "summary": agg}, indent=1, default=list))
+    (out / "matrix.md").write_text(markdown(agg, meta["modes"], meta))
+    heatmap(agg, meta["modes"], out / "matrix.png")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--modes", default="unprotected", help="comma-separated: " + ", ".join(runtimes.MODES) + ", or all")
@@ -217,7 +229,12 @@ def main() -> int:
     ap.add_argument("--germline", default=str(Path(__import__("os").environ.get("CARGO_TARGET_DIR", "/var/tmp/germline-target")) / "debug" / "germline"))
     ap.add_argument("--run-timeout", type=float, default=300, help="seconds per run (all sessions of a case)")
     ap.add_argument("--keep-worlds", action="store_true", help="keep the per-trial worlds and run folders")
+    ap.add_argument("--report", action="store_true", help="only re-render OUT's tables and heatmap from OUT/matrix.json")
     a = ap.parse_args()
+    if a.report:
+        saved = json.loads((a.out / "matrix.json").read_text())
+        write_outputs(a.out, saved["runs"], saved["meta"])
+        return 0
     modes = runtimes.MODES if a.modes == "all" else [m.strip() for m in a.modes.split(",") if m.strip()]
     for m in modes:
         if m not in runtimes.MODES:
@@ -249,14 +266,10 @@ def main() -> int:
                     prog.done += 1
         prog.show("done", leaks)
         prog.end()
-    attribute(runs)
-    agg = aggregate(runs, modes, a.trials)
     meta = {"command": "tests/security/matrix.py " + " ".join(sys.argv[1:]), "trials": a.trials,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "cases": len([c for c in cases if c["variant"] != "benign"]), "modes": modes}
-    (a.out / "matrix.json").write_text(json.dumps({"meta": meta, "summary": agg, "runs": runs}, indent=1, default=list))
-    (a.out / "matrix.md").write_text(markdown(agg, modes, meta))
-    heatmap(agg, modes, a.out / "matrix.png")
+    write_outputs(a.out, runs, meta)
     if not a.keep_worlds:
         shutil.rmtree(a.out / "worlds", ignore_errors=True)
         for p in (a.out / "runs").glob("*/*/*/tmp"):
