@@ -63,6 +63,7 @@ class Sinks:
         self._thread = threading.Thread(target=self._loop.run_forever, name="sinks", daemon=True)
         self._lock = threading.Lock()
         self._stopped = threading.Event()
+        self._handlers: set[asyncio.Task] = set()
 
     # --- lifecycle --------------------------------------------------------------------------
     def start(self) -> "Sinks":
@@ -114,7 +115,11 @@ class Sinks:
                 self._servers.append(s)
                 self.tls_addr[h] = s.sockets[0].getsockname()[:2]
         if self.attacker_addr:
-            s = await asyncio.start_server(lambda r, w: self._serve(ATTACKER, r, w, False), *self.attacker_addr)
+            try:
+                s = await asyncio.start_server(lambda r, w: self._serve(ATTACKER, r, w, False), *self.attacker_addr)
+            except OSError as err:
+                raise RuntimeError(f"attacker sink {self.attacker_addr[0]}:{self.attacker_addr[1]}: {err.strerror} "
+                                   "(is another matrix running?)") from None
             self._servers.append(s)
             self.addr[ATTACKER] = self.attacker_addr
         if self.want_forwarder:
@@ -124,8 +129,16 @@ class Sinks:
         self._loop.call_later(self.max_seconds, lambda: asyncio.ensure_future(self._close()))
 
     async def _close(self) -> None:
+        # Let connections the kernel has already accepted reach their handlers, stop accepting,
+        # then let every handler finish reading (a raw sender closes without waiting for an
+        # answer), bounded by the idle timeout.
+        await asyncio.sleep(0.2)
         for s in self._servers:
             s.close()
+        if self._handlers:
+            await asyncio.wait(set(self._handlers), timeout=self.conn_timeout + 1)
+        for t in set(self._handlers):
+            t.cancel()
         for s in self._servers:
             try:
                 await asyncio.wait_for(s.wait_closed(), 2)
@@ -149,6 +162,8 @@ class Sinks:
             return True
 
     async def _serve(self, host: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tls: bool) -> None:
+        task = asyncio.current_task()
+        self._handlers.add(task)  # type: ignore[arg-type]
         peer = writer.get_extra_info("peername")
         conn = {"t": time.time(), "peer": f"{peer[0]}:{peer[1]}" if peer else "?", "tls": tls, "raw": b""}
         with self._lock:
@@ -171,10 +186,11 @@ class Sinks:
                                  b"Connection: close\r\n\r\n" % len(body) + body)
                     await writer.drain()
                     raise _Done
-        except (_Done, ConnectionError, ssl.SSLError, OSError):
+        except (_Done, ConnectionError, ssl.SSLError, OSError, asyncio.CancelledError):
             pass
         finally:
             writer.close()
+            self._handlers.discard(task)  # type: ignore[arg-type]
 
     # --- the unprotected mode's plain forwarding proxy --------------------------------------
     def _route(self, host: str, tls: bool) -> tuple[str, int] | None:
