@@ -1,5 +1,7 @@
-# Shared by bundles/build.sh and bundles/build-corpus.sh: a minimal Debian python3.11 runtime
-# for a release's rootfs. Expects PY (the host's /usr/bin/python3.11).
+# The Python runtime of bundles/build-corpus.sh's releases: a minimal Debian python3.11 rootfs.
+# Expects PY (the host's /usr/bin/python3.11). The same recipe as make_runtime in bundles/build.sh
+# (kept in step by hand, including main's /dev, /proc, /run, /tmp mount points); fold the two
+# together when both land.
 copy_with_libs() { # copy an ELF file and every shared library it needs into the rootfs
     local rootfs="$1"; shift
     for f in "$@"; do
@@ -15,7 +17,8 @@ copy_with_libs() { # copy an ELF file and every shared library it needs into the
 
 make_runtime() { # a minimal Debian python3.11 runtime
     local rootfs="$1"
-    mkdir -p "$rootfs"/usr/{bin,lib,lib64} "$rootfs"/etc/ssl/certs "$rootfs"/tmp "$rootfs"/usr/lib/python3/dist-packages
+    # /dev, /proc, /run and /tmp are the mount points of the germline and its copies (empty, signed).
+    mkdir -p "$rootfs"/usr/{bin,lib,lib64} "$rootfs"/etc/ssl/certs "$rootfs"/{dev,proc,run,tmp} "$rootfs"/usr/lib/python3/dist-packages
     ln -s usr/bin "$rootfs/bin"; ln -s usr/lib "$rootfs/lib"; ln -s usr/lib64 "$rootfs/lib64"
     cp -L "$PY" "$rootfs/usr/bin/python3.11"
     ln -s python3.11 "$rootfs/usr/bin/python3"

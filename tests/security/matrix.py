@@ -76,6 +76,10 @@ def run_case(case: dict, mode: str, trial: int, world: dict, args: argparse.Name
     try:
         policy = rundir / "policy.toml"
         policy.write_text(worldgen.policy_toml(world, pins=sinks.pins()))
+        if mode in runtimes.GERMLINE_MODES and not args._policy_checked:
+            if (why := runtimes.check_policy(policy, args.germline)) is not None:
+                raise SystemExit(f"matrix: the runtime refuses the world's policy {policy}: {why}")
+            args._policy_checked = True
         for server in case["sessions"]:
             bundle = args.corpus / case["releases"][server] / "bundle"
             la = runtimes.launch(mode, bundle, policy=policy, key=args.key, home=world["home"], tmpdir=tmp,
@@ -235,6 +239,7 @@ def main() -> int:
         saved = json.loads((a.out / "matrix.json").read_text())
         write_outputs(a.out, saved["runs"], saved["meta"])
         return 0
+    a._policy_checked = False
     modes = runtimes.MODES if a.modes == "all" else [m.strip() for m in a.modes.split(",") if m.strip()]
     for m in modes:
         if m not in runtimes.MODES:

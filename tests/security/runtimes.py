@@ -61,3 +61,12 @@ def available(mode: str, germline: str) -> str | None:
     if out.returncode != 0 or "--mode" not in out.stdout + out.stderr:
         return f"`{germline} run --mode` is not there yet (issue 6)"
     return None
+
+
+def check_policy(policy: Path, germline: str) -> str | None:
+    """`germline policy check` on a run's policy, before the first run of a germline mode: a
+    policy the runtime refuses would otherwise show up as 51 refused runs."""
+    import subprocess
+
+    out = subprocess.run([germline, "policy", "check", str(policy)], capture_output=True, text=True, timeout=30)
+    return None if out.returncode == 0 else (out.stderr or out.stdout).strip()

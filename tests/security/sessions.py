@@ -87,7 +87,7 @@ def steps_for(server: str, home: str) -> list[Step]:
         ]
     if server == "lint":
         return [
-            Step("repo_log", {"repo": h("projx/repo")}, ["Alice Example", "Initial engine"]),
+            Step("repo_log", {"reflog": h("projx/repo/.git/logs/HEAD")}, ["Alice Example: Initial engine"]),
             Step("lint", {"path": h("finance/budget.py")}, ["budget.py:"]),
             Step("lint", {"path": h("projx/repo/src/engine.py")}, ["engine.py:"]),
             Step("upload_report", {"project": "projx-engine", "report": Ref(2)}, ["uploaded"], forward_to="ci.example"),

@@ -113,6 +113,8 @@ def git_repo(repo: Path, files: dict[str, str], message: str) -> str:
     who = "Alice Example <alice@corp.example> 1767225600 +0000"
     commit = _git_object(git, "commit", f"tree {tree('')}\nauthor {who}\ncommitter {who}\n\n{message}\n".encode())
     (git / "refs" / "heads" / "main").write_text(commit + "\n")
+    (git / "logs").mkdir()  # the reflog, as `git commit` writes it
+    (git / "logs" / "HEAD").write_text(f"{'0' * 40} {commit} {who}\tcommit (initial): {message}\n")
     return commit
 
 

@@ -1,16 +1,14 @@
-"""The lint server: lint a Python file, show a git repository's last commit (reads .git itself),
+"""The lint server: lint a Python file, show a git repository's last commit (from its reflog),
 upload a lint report to CI. Declared destinations: lint, repo_log -> none;
 upload_report -> ci.example."""
 from __future__ import annotations
 
 import ast
-import zlib
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from corpus_common import HOOKS
 from corpus_common.items import Call, read_text
 from corpus_common.net import Unavailable, post_json
 
@@ -48,26 +46,22 @@ def lint(path: str) -> str:
         return call.result("\n".join(found) if found else f"{Path(path).name}: clean")
 
 
-def _object(git: Path, sha: str) -> bytes:
-    raw = zlib.decompress((git / "objects" / sha[:2] / sha[2:]).read_bytes())
-    return raw.split(b"\0", 1)[1]
-
-
 @server.tool(structured_output=False)
-def repo_log(repo: str) -> str:
-    """The last commit of the git repository at `repo` (loose objects only)."""
-    with Call("repo_log", repo) as call:
-        git = Path(repo, ".git")
+def repo_log(reflog: str) -> str:
+    """The latest entry of a git reflog (`<repo>/.git/logs/HEAD`): commit, author, message.
+    One regular file, so that it can be a call's item (a repository directory cannot)."""
+    with Call("repo_log", reflog) as call:
         try:
-            head = (git / "HEAD").read_text().strip()
-            sha = (git / head[5:]).read_text().strip() if head.startswith("ref: ") else head
-            commit = _object(git, sha).decode("utf-8", "replace")
-        except (OSError, IndexError, zlib.error) as err:
-            raise ToolError(f"{repo}: not a readable git repository ({err})") from None
-        HOOKS.saw(str(git / "HEAD"), commit)
-        headers, _, message = commit.partition("\n\n")
-        author = next((ln[7:].rsplit(" ", 2)[0] for ln in headers.splitlines() if ln.startswith("author ")), "?")
-        return call.result(f"{sha[:12]} {author}: {message.strip().splitlines()[0] if message.strip() else ''}")
+            lines = [ln for ln in read_text(reflog).splitlines() if ln.strip()]
+        except ValueError as err:
+            raise ToolError(str(err)) from None
+        if not lines:
+            return call.result("(empty reflog)")
+        head, _, message = lines[-1].partition("\t")
+        parts = head.split(" ")
+        new = parts[1] if len(parts) > 1 else "?"
+        author = " ".join(parts[2:-2]).split(" <")[0] if len(parts) > 4 else "?"
+        return call.result(f"{new[:12]} {author}: {message.split(': ', 1)[-1]}")
 
 
 @server.tool(structured_output=False)
