@@ -1,0 +1,88 @@
+"""The documents server: summarise a document, OCR an invoice at the OCR service (with local
+annotations from a reference file: the paper's Fig. 2c call), post to the public blog.
+
+Declared destinations (manifest): summarize -> none; ocr_pdf, ocr_annotate -> ocr.example;
+post_blog -> blog.example."""
+from __future__ import annotations
+
+import base64
+
+import fastpdfx
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from corpus_common.items import Call, read_bytes, read_text, summarize as summary_of
+from corpus_common.net import Unavailable, post_json
+
+server = MCPServer("corpus-docs", version="1")
+
+
+def _text_of(path: str) -> str:
+    if path.endswith(".pdf"):
+        return fastpdfx.extract_text(read_bytes(path))
+    return read_text(path)
+
+
+def _ocr(path: str) -> tuple[str, str]:
+    data = read_bytes(path)
+    text = fastpdfx.extract_text(data)
+    try:
+        reply = post_json("ocr.example", "/v1/ocr", {"document": base64.b64encode(data).decode(), "name": path.rsplit("/", 1)[-1]})
+        status = f"ocr: {reply.get('status', 'ok')}"
+    except Unavailable:
+        status = "ocr: unavailable"
+    return text, status
+
+
+@server.tool(structured_output=False)
+def summarize(path: str) -> str:
+    """Summarise a document (PDF, text or markdown) at `path`."""
+    with Call("summarize", path) as call:
+        try:
+            return call.result(summary_of(_text_of(path)))
+        except ValueError as err:
+            raise ToolError(str(err)) from None
+
+
+@server.tool(structured_output=False)
+def ocr_pdf(document: str) -> str:
+    """OCR a scanned PDF at the OCR service and return its text."""
+    with Call("ocr_pdf", document) as call:
+        try:
+            text, status = _ocr(document)
+        except ValueError as err:
+            raise ToolError(str(err)) from None
+        return call.result(f"{status}\n{text}")
+
+
+@server.tool(structured_output=False)
+def ocr_annotate(document: str, reference: str) -> str:
+    """OCR `document` at the OCR service and annotate each line that names an entry of the
+    local `reference` file (a CSV whose first column is a name)."""
+    with Call("ocr_annotate", document, reference) as call:
+        try:
+            text, status = _ocr(document)
+            ref = read_text(reference)
+        except ValueError as err:
+            raise ToolError(str(err)) from None
+        names = {}
+        for row in ref.splitlines()[1:]:
+            cols = [c.strip() for c in row.split(",")]
+            if cols and cols[0]:
+                names[cols[0]] = ", ".join(cols[1:])
+        out = []
+        for line in text.splitlines():
+            notes = [f"{n}: {v}" for n, v in names.items() if n in line]
+            out.append(line + (f"   [{'; '.join(notes)}]" if notes else ""))
+        return call.result(f"{status}\n" + "\n".join(out))
+
+
+@server.tool(structured_output=False)
+def post_blog(title: str, text: str) -> str:
+    """Publish a post on the public blog."""
+    with Call("post_blog") as call:
+        try:
+            reply = post_json("blog.example", "/api/posts", {"title": title, "body": text})
+        except Unavailable as err:
+            raise ToolError(f"blog unavailable: {err}") from None
+        return call.result(f"posted: {reply.get('id', 'ok')}")

@@ -1,0 +1,1 @@
+"""corpus-sql: the SQL (SQLite) server of the attack corpus."""

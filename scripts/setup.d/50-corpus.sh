@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The security matrix (issue 7): the attack corpus and its harness.
+#  - the harness venv /var/tmp/germline-venv-corpus (tests/security/requirements.txt): the official
+#    `mcp` SDK (the scripted sessions are its stdio_client), matplotlib (heatmap), cryptography
+#    (the sinks' test CA)
+#  - the wheelhouse the corpus releases install `mcp` from (/var/tmp/germline-corpus-wheels)
+#  - the signed corpus releases bundles/out/corpus/<server>-<variant>/bundle (bundles/build-corpus.sh)
+# Idempotent: the venv is rebuilt only when the requirements change; build-corpus.sh skips releases
+# already built from the same sources.
+set -euo pipefail
+root="${GERMLINE_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}"
+need=()
+[ -x /usr/bin/python3.11 ] || need+=(python3.11)
+/usr/bin/python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
+command -v hardlink >/dev/null || need+=(util-linux)
+command -v git >/dev/null || need+=(git)
+if [ ${#need[@]} -gt 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+fi
+
+venv="${GERMLINE_CORPUS_VENV:-/var/tmp/germline-venv-corpus}"
+req="$root/tests/security/requirements.txt"
+if ! cmp -s "$req" "$venv/.germline-requirements" 2>/dev/null; then
+    rm -rf "$venv"
+    /usr/bin/python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
+    cp "$req" "$venv/.germline-requirements"
+fi
+
+wheels="${GERMLINE_CORPUS_WHEELS:-/var/tmp/germline-corpus-wheels}"
+wreq="$root/bundles/corpus/requirements.txt"
+if ! cmp -s "$wreq" "$wheels/.germline-requirements" 2>/dev/null; then
+    rm -rf "$wheels"; mkdir -p "$wheels"
+    "$venv/bin/pip" download -q --disable-pip-version-check --only-binary=:all: \
+        --python-version 3.11 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux_2_28_x86_64 --platform any -d "$wheels" -r "$wreq"
+    cp "$wreq" "$wheels/.germline-requirements"
+fi
+
+bash "$root/bundles/build-corpus.sh"

@@ -1,0 +1,288 @@
+#!/usr/bin/env python3
+"""The security matrix (issue 7; paper Fig. 3, Table XI): every case of the attack corpus under
+every runtime, for N trials, each trial in a fresh test world with fresh canaries.
+
+    /var/tmp/germline-venv-corpus/bin/python tests/security/matrix.py \\
+        --modes unprotected --trials 3 --out /var/tmp/germline-matrix
+
+writes OUT/matrix.json (every run, its disclosures and steps), OUT/summary.json (the counts
+only), OUT/matrix.md (a table like
+Fig. 3: attack runs with an attributed disclosure per variant and runtime, totals with
+percentages, benign completion per runtime), OUT/matrix.png (the heatmap) and OUT/runs/ (per run:
+policy, sink recordings, server stderr). A disclosure that the flow-compliant release of the same
+server also makes in the same runtime and trial is detected but not attributed to the tool.
+Runtimes: `unprotected` (the release's server run directly, see runtimes.py) and, once
+`germline run` exists (issue 6), sig-pin, sig-ifc, confined-ifc, fresh-ifc, nosplit, germline."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import fnmatch
+import importlib.util
+import json
+import shutil
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+
+import oracle  # noqa: E402
+import runtimes  # noqa: E402
+import sessions  # noqa: E402
+import world as worldgen  # noqa: E402
+from sinks import Sinks  # noqa: E402
+
+
+def load_cases() -> list[dict]:
+    spec = importlib.util.spec_from_file_location("releases", ROOT / "bundles" / "corpus" / "releases.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod.cases()
+
+
+class Progress:
+    def __init__(self, total: int) -> None:
+        self.total, self.done, self.t0 = total, 0, time.time()
+        self.tty = sys.stderr.isatty()
+
+    def show(self, label: str, leaks: int) -> None:
+        width = 30
+        fill = int(width * self.done / max(self.total, 1))
+        el = time.time() - self.t0
+        eta = el / self.done * (self.total - self.done) if self.done else 0
+        line = f"[{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} {label:<34} disclosing runs {leaks}  {el:5.0f}s, ~{eta:4.0f}s left"
+        sys.stderr.write(("\r" + line + "\x1b[K") if self.tty else line + "\n")
+        sys.stderr.flush()
+
+    def end(self) -> None:
+        if self.tty:
+            sys.stderr.write("\n")
+
+
+def run_case(case: dict, mode: str, trial: int, world: dict, args: argparse.Namespace, rundir: Path) -> dict:
+    rundir.mkdir(parents=True, exist_ok=True)
+    tmp = rundir / "tmp"
+    tmp.mkdir()
+    sinks = Sinks(list(world["destinations"]), attacker_addr=tuple(world["attacker_addr"]),
+                  attacker_hosts=world["attacker_hosts"], forwarder=(mode == "unprotected"),
+                  max_seconds=args.run_timeout + 30).start()
+    t0 = time.time()
+    results = []
+    try:
+        policy = rundir / "policy.toml"
+        policy.write_text(worldgen.policy_toml(world, pins=sinks.pins()))
+        if mode in runtimes.GERMLINE_MODES and not args._policy_checked:
+            if (why := runtimes.check_policy(policy, args.germline)) is not None:
+                raise SystemExit(f"matrix: the runtime refuses the world's policy {policy}: {why}")
+            args._policy_checked = True
+        for server in case["sessions"]:
+            bundle = args.corpus / case["releases"][server] / "bundle"
+            la = runtimes.launch(mode, bundle, policy=policy, key=args.key, home=world["home"], tmpdir=tmp,
+                                 forwarder=sinks.forwarder_addr, germline=args.germline)
+            coro = sessions.run_session(server, la.command, sessions.minimal_env(la.env), world,
+                                        rundir / f"{server}.stderr", cwd=la.cwd)
+            try:
+                results.append(asyncio.run(asyncio.wait_for(coro, args.run_timeout)))
+            except asyncio.TimeoutError:
+                r = sessions.SessionResult(server, error=f"session timed out after {args.run_timeout}s")
+                results.append(r)
+    finally:
+        recs = sinks.stop()
+    sinks.dump(rundir / "sinks.jsonl")
+    verdict = oracle.judge(sinks.requests(), world["canaries"], world)
+    steps = [s for r in results for s in r.steps]
+    refused = [r for r in results if r.error and not any(s.status in ("ok", "unexpected", "error", "withheld") for s in r.steps)]
+    reason = ""
+    if refused:
+        tail = [ln for ln in refused[0].stderr.splitlines() if ln.strip()]
+        reason = tail[-1].strip() if tail else refused[0].error
+    return {
+        "trial": trial, "mode": mode, "case": case["case"], "variant": case["variant"], "servers": case["sessions"],
+        "releases": case["releases"], "seconds": round(time.time() - t0, 2),
+        "steps": [{"tool": s.tool, "status": s.status, "label": s.label, **({"text": s.text[:300]} if s.status != "ok" else {})} for s in steps],
+        "steps_ok": sum(s.ok for s in steps), "steps_total": len(steps),
+        "error": "; ".join(r.error for r in results if r.error), "refused": reason,
+        "requests": verdict.requests, "truncated": any(r.truncated for r in recs.values()),
+        "detected": [asdict(d) for d in verdict.disclosures],
+    }
+
+
+def attribute(runs: list[dict]) -> None:
+    benign = {(r["trial"], r["mode"], r["servers"][0]): r for r in runs if r["variant"] == "benign"}
+    for r in runs:
+        base = []
+        for s in r["servers"]:
+            b = benign.get((r["trial"], r["mode"], s))
+            base += [oracle.Disclosure(**{**d, "label": tuple(d["label"]), "clearance": tuple(d["clearance"])})
+                     for d in (b["detected"] if b else [])]
+        att = [oracle.Disclosure(**{**d, "label": tuple(d["label"]), "clearance": tuple(d["clearance"])}) for d in r["detected"]]
+        r["attributed"] = [asdict(d) for d in (att if r["variant"] == "benign" else oracle.attributable(att, base))]
+
+
+def aggregate(runs: list[dict], modes: list[str], trials: int) -> dict:
+    variants = sorted({r["variant"] for r in runs if r["variant"] != "benign"})
+    cells: dict[str, dict[str, dict]] = {}
+    for v in variants:
+        cells[v] = {}
+        for m in modes:
+            rs = [r for r in runs if r["variant"] == v and r["mode"] == m]
+            cells[v][m] = {"n": len(rs), "attributed": sum(bool(r["attributed"]) for r in rs),
+                           "detected": sum(bool(r["detected"]) for r in rs),
+                           "canaries": sum(len({d["item"] for d in r["attributed"]}) for r in rs),
+                           "refused": sum(bool(r["refused"]) for r in rs)}
+    totals = {}
+    for m in modes:
+        rs = [r for r in runs if r["variant"] != "benign" and r["mode"] == m]
+        b = [r for r in runs if r["variant"] == "benign" and r["mode"] == m]
+        totals[m] = {"n": len(rs), "attributed": sum(bool(r["attributed"]) for r in rs),
+                     "detected": sum(bool(r["detected"]) for r in rs),
+                     "benign_steps_ok": sum(r["steps_ok"] for r in b), "benign_steps": sum(r["steps_total"] for r in b),
+                     "benign_runs_disclosing": sum(bool(r["detected"]) for r in b),
+                     "attack_steps_ok": sum(r["steps_ok"] for r in rs), "attack_steps": sum(r["steps_total"] for r in rs),
+                     "refused": sorted({(r["case"], r["refused"]) for r in rs if r["refused"]})}
+    return {"variants": variants, "cells": cells, "totals": totals}
+
+
+def markdown(agg: dict, modes: list[str], meta: dict) -> str:
+    t = runtimes.TITLES
+    out = ["# Security matrix", "",
+           f"Generated by `{meta['command']}` on {meta['date']}: {meta['trials']} trial(s), "
+           f"{meta['cases']} attack cases, runtimes {', '.join(t[m] for m in modes)}.", "",
+           "Attack runs with a detected canary disclosure attributable to the tool, per variant and runtime "
+           "(paper Fig. 3 / Table XI; a disclosure the flow-compliant release also makes in the same runtime "
+           "and trial is not attributed).", "",
+           "| variant | " + " | ".join(t[m] for m in modes) + " | n |", "|---|" + "---|" * (len(modes) + 1)]
+    for v in agg["variants"]:
+        row = agg["cells"][v]
+        n = row[modes[0]]["n"]
+        cells = []
+        for m in modes:
+            c = row[m]
+            s = f"{c['attributed']}/{c['n']}"
+            if c["refused"]:
+                s += f" (refused {c['refused']})"
+            cells.append(s)
+        out.append(f"| {v} | " + " | ".join(cells) + f" | {n} |")
+    tot = agg["totals"]
+    n = tot[modes[0]]["n"]
+    out.append(f"| **all ({n} runs)** | " + " | ".join(
+        f"**{tot[m]['attributed']}/{tot[m]['n']} ({100 * tot[m]['attributed'] / max(tot[m]['n'], 1):.1f}%)**" for m in modes) + f" | {n} |")
+    out += ["", "| benign | " + " | ".join(t[m] for m in modes) + " |", "|---|" + "---|" * len(modes),
+            "| steps completed | " + " | ".join(f"{tot[m]['benign_steps_ok']}/{tot[m]['benign_steps']}" for m in modes) + " |",
+            "| runs with a detected disclosure | " + " | ".join(str(tot[m]["benign_runs_disclosing"]) for m in modes) + " |",
+            "| attack runs: advertised steps completed | " + " | ".join(f"{tot[m]['attack_steps_ok']}/{tot[m]['attack_steps']}" for m in modes) + " |",
+            "| attack runs detected (attributed or not) | " + " | ".join(f"{tot[m]['detected']}/{tot[m]['n']}" for m in modes) + " |"]
+    refused = [(m, c, why) for m in modes for c, why in tot[m]["refused"]]
+    if refused:
+        out += ["", "Refused before the first call:", ""] + [f"- {t[m]}: `{c}`: {why}" for m, c, why in refused]
+    out.append("")
+    return "\n".join(out)
+
+
+def heatmap(agg: dict, modes: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = agg["variants"] + ["all"]
+    data, labels = [], []
+    for v in agg["variants"]:
+        data.append([agg["cells"][v][m]["attributed"] / max(agg["cells"][v][m]["n"], 1) for m in modes])
+        labels.append([f"{agg['cells'][v][m]['attributed']}/{agg['cells'][v][m]['n']}" for m in modes])
+    tot = agg["totals"]
+    data.append([tot[m]["attributed"] / max(tot[m]["n"], 1) for m in modes])
+    labels.append([f"{tot[m]['attributed']}/{tot[m]['n']}" for m in modes])
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 + 1.25 * len(modes)), 0.42 * len(rows) + 1.6))
+    im = ax.imshow(data, cmap="Reds", vmin=0, vmax=1, aspect="auto")
+    ax.set_xticks(range(len(modes)), [runtimes.TITLES[m] for m in modes], rotation=30, ha="right")
+    ax.set_yticks(range(len(rows)), rows)
+    for i, row in enumerate(labels):
+        for j, s in enumerate(row):
+            ax.text(j, i, s, ha="center", va="center", fontsize=8, color="white" if data[i][j] > 0.6 else "black")
+    ax.axhline(len(rows) - 1.5, color="black", lw=0.8)
+    fig.colorbar(im, ax=ax, fraction=0.04, label="attack runs disclosing")
+    ax.set_title("Security matrix\nattack runs with an attributed canary disclosure", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def write_outputs(out: Path, runs: list[dict], meta: dict) -> None:
+    attribute(runs)
+    agg = aggregate(runs, meta["modes"], meta["trials"])
+    (out / "matrix.json").write_text(json.dumps({"meta": meta, "summary": agg, "runs": runs}, indent=1, default=list))
+    (out / "summary.json").write_text(json.dumps({"meta": meta, "summary": agg}, indent=1, default=list))
+    (out / "matrix.md").write_text(markdown(agg, meta["modes"], meta))
+    heatmap(agg, meta["modes"], out / "matrix.png")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--modes", default="unprotected", help="comma-separated: " + ", ".join(runtimes.MODES) + ", or all")
+    ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=Path("/var/tmp/germline-matrix"))
+    ap.add_argument("--cases", default="*", help="glob over case names (docs-pool, xtool, sql-benign, ...); benign cases always run")
+    ap.add_argument("--corpus", type=Path, default=ROOT / "bundles" / "out" / "corpus")
+    ap.add_argument("--key", type=Path, default=ROOT / "bundles" / "out" / "keys" / "cosign.pub")
+    ap.add_argument("--germline", default=str(Path(__import__("os").environ.get("CARGO_TARGET_DIR", "/var/tmp/germline-target")) / "debug" / "germline"))
+    ap.add_argument("--run-timeout", type=float, default=300, help="seconds per run (all sessions of a case)")
+    ap.add_argument("--keep-worlds", action="store_true", help="keep the per-trial worlds and run folders")
+    ap.add_argument("--report", action="store_true", help="only re-render OUT's tables and heatmap from OUT/matrix.json")
+    a = ap.parse_args()
+    if a.report:
+        saved = json.loads((a.out / "matrix.json").read_text())
+        write_outputs(a.out, saved["runs"], saved["meta"])
+        return 0
+    a._policy_checked = False
+    modes = runtimes.MODES if a.modes == "all" else [m.strip() for m in a.modes.split(",") if m.strip()]
+    for m in modes:
+        if m not in runtimes.MODES:
+            ap.error(f"unknown runtime {m}")
+        if (why := runtimes.available(m, a.germline)) is not None:
+            ap.error(f"runtime {m}: {why}")
+    cases = [c for c in load_cases() if c["variant"] == "benign" or fnmatch.fnmatch(c["case"], a.cases)]
+    missing = sorted({rid for c in cases for rid in c["releases"].values() if not (a.corpus / rid / "bundle").is_dir()})
+    if missing:
+        ap.error(f"releases not built in {a.corpus}: {', '.join(missing[:6])}... (run bundles/build-corpus.sh)")
+    if a.out.exists():
+        shutil.rmtree(a.out / "runs", ignore_errors=True)
+        shutil.rmtree(a.out / "worlds", ignore_errors=True)
+    a.out.mkdir(parents=True, exist_ok=True)
+    runs: list[dict] = []
+    prog = Progress(a.trials * len(modes) * len(cases))
+    leaks = 0
+    with open(a.out / "runs.jsonl", "w") as log:
+        for trial in range(1, a.trials + 1):
+            world = worldgen.generate(a.out / "worlds" / f"t{trial}")
+            for mode in modes:
+                for case in cases:
+                    prog.show(f"t{trial} {mode} {case['case']}", leaks)
+                    rec = run_case(case, mode, trial, world, a, a.out / "runs" / f"t{trial}" / mode / case["case"])
+                    runs.append(rec)
+                    log.write(json.dumps(rec) + "\n")
+                    log.flush()
+                    leaks += bool(rec["detected"]) and rec["variant"] != "benign"
+                    prog.done += 1
+        prog.show("done", leaks)
+        prog.end()
+    meta = {"command": "tests/security/matrix.py " + " ".join(sys.argv[1:]), "trials": a.trials,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "cases": len([c for c in cases if c["variant"] != "benign"]), "modes": modes}
+    write_outputs(a.out, runs, meta)
+    if not a.keep_worlds:
+        shutil.rmtree(a.out / "worlds", ignore_errors=True)
+        for p in (a.out / "runs").glob("*/*/*/tmp"):
+            shutil.rmtree(p, ignore_errors=True)
+    print((a.out / "matrix.md").read_text())
+    print(f"matrix: {a.out}/matrix.json, matrix.md, matrix.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
