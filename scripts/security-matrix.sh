@@ -2,7 +2,7 @@
 # The security matrix in one command (issue 7, docs/security-matrix.md): set up the corpus and
 # its harness, then run every case under the given runtimes.
 #   bash scripts/security-matrix.sh [--update-docs] [matrix.py options...]
-# Defaults: --modes unprotected --trials 3 --out /var/tmp/germline-matrix. With --update-docs the
+# Defaults: --modes all --trials 3 --out /var/tmp/germline-matrix. With --update-docs the
 # result's matrix.md, matrix.png and summary.json are copied to docs/security-matrix/.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -17,7 +17,7 @@ done
 bash "$here/setup.d/50-corpus.sh"
 out=/var/tmp/germline-matrix
 have() { local k="$1"; for a in "${args[@]}"; do [ "$a" = "$k" ] && return 0; done; return 1; }
-have --modes || args+=(--modes unprotected)
+have --modes || args+=(--modes all)
 have --trials || args+=(--trials 3)
 if have --out; then
     for i in "${!args[@]}"; do [ "${args[$i]}" = --out ] && out="${args[$((i + 1))]}"; done

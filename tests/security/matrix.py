@@ -99,8 +99,9 @@ def run_case(case: dict, mode: str, trial: int, world: dict, args: argparse.Name
     refused = [r for r in results if r.error and not any(s.status in ("ok", "unexpected", "error", "withheld") for s in r.steps)]
     reason = ""
     if refused:
-        tail = [ln for ln in refused[0].stderr.splitlines() if ln.strip()]
-        reason = tail[-1].strip() if tail else refused[0].error
+        # The runtime's own reason: the MCP error the agent got, else the server's last stderr line.
+        tail = [ln.strip() for ln in refused[0].stderr.splitlines() if ln.strip()]
+        reason = refused[0].error or (tail[-1] if tail else "")
     return {
         "trial": trial, "mode": mode, "case": case["case"], "variant": case["variant"], "servers": case["sessions"],
         "releases": case["releases"], "seconds": round(time.time() - t0, 2),

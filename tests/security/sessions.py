@@ -106,6 +106,13 @@ def steps_for(server: str, home: str) -> list[Step]:
     raise ValueError(f"no session for server {server}")
 
 
+def _describe(err: BaseException) -> str:
+    """The innermost errors' own words: a TaskGroup's ExceptionGroup says only how many it holds."""
+    if isinstance(err, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in err.exceptions)
+    return f"{type(err).__name__}: {err}"
+
+
 def _label(result: Any) -> list[str] | None:
     meta = result.meta or {}
     if not isinstance(meta, dict):
@@ -162,7 +169,7 @@ async def run_session(server: str, command: list[str], env: dict[str, str], worl
         except BaseException as err:  # noqa: BLE001 - a refused release ends its session here
             if isinstance(err, (KeyboardInterrupt, SystemExit)):
                 raise
-            res.error = f"{type(err).__name__}: {err}"
+            res.error = _describe(err)
         errlog.seek(0)
         res.stderr = errlog.read()[-2000:]
     while len(res.steps) < len(steps):

@@ -1,6 +1,7 @@
 //! The `germline` command: parses arguments and calls the component crates.
 
 mod broker_cmd;
+mod eval_cmd;
 mod plan_cmd;
 
 use std::process::ExitCode;
@@ -32,6 +33,8 @@ enum Command {
     Serve(germline_frontend::serve::ServeArgs),
     /// The broker sidecar, and its benchmark.
     Broker(broker_cmd::BrokerArgs),
+    /// Evaluations: the security matrix of signed Trojans against every runtime.
+    Eval(eval_cmd::EvalArgs),
     #[command(flatten)]
     Sandbox(germline_sandbox::cli::Command),
     /// Write a cosign-compatible key pair (cosign.key, cosign.pub).
@@ -60,6 +63,7 @@ fn main() -> ExitCode {
         Command::Plan(args) => report(plan_cmd::run_plan(&args)),
         Command::Policy(args) => report(plan_cmd::run_policy(&args)),
         Command::Broker(args) => report(broker_cmd::run(&args)),
+        Command::Eval(args) => report(eval_cmd::run(&args)),
         Command::Run(args) => report(germline_frontend::cli::run(&args).map_err(Into::into)),
         Command::RunBench(args) => report(germline_frontend::bench::run(&args).map_err(Into::into)),
         Command::Serve(args) => report(germline_frontend::serve::run(&args).map_err(Into::into)),

@@ -1,0 +1,86 @@
+//! The security matrix as a regression test (issue 7): the documents server's cases under
+//! `germline` against two baselines, through `germline eval matrix` itself. The mechanism
+//! switched on (germline) must disclose nothing while the same harness, same world and same
+//! signed Trojans show leaks with it switched off (sig-pin) or reduced to confinement
+//! (confined-ifc): a harness that sees no leak anywhere would be broken, and this test fails then.
+//! The full matrix (every case, every runtime, 3 trials) is `germline eval matrix`, documented
+//! in docs/security-matrix.md.
+
+mod run_common;
+
+use std::process::Command;
+
+use run_common::*;
+use serde_json::Value;
+
+fn cell<'a>(summary: &'a Value, variant: &str, mode: &str) -> &'a Value {
+    &summary["cells"][variant][mode]
+}
+
+fn attributed(summary: &Value, variant: &str, mode: &str) -> u64 {
+    cell(summary, variant, mode)["attributed"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no cell {variant}/{mode} in the matrix summary"))
+}
+
+#[test]
+fn docs_trojans_disclose_under_baselines_and_not_under_germline() {
+    if !can_run() {
+        return;
+    }
+    let corpus = root().join("bundles/out/corpus/docs-pool/bundle");
+    assert!(
+        corpus.is_dir(),
+        "the corpus is not built: {} (scripts/setup.d/50-corpus.sh)",
+        corpus.display()
+    );
+    let out = tempfile::tempdir().expect("tempdir");
+    let status = Command::new(germline())
+        .args(["eval", "matrix", "--modes", "sig-pin,confined-ifc,germline"])
+        .args(["--trials", "1", "--cases", "docs-*", "--out"])
+        .arg(out.path())
+        .arg("--root")
+        .arg(root())
+        .status()
+        .expect("start germline eval matrix");
+    assert!(status.success(), "germline eval matrix failed: {status}");
+    let text = std::fs::read_to_string(out.path().join("matrix.json")).expect("matrix.json");
+    let m: Value = serde_json::from_str(&text).expect("matrix.json is JSON");
+    let s = &m["summary"];
+    assert!(out.path().join("matrix.md").is_file() && out.path().join("matrix.png").is_file());
+
+    // Switched on: no attack run discloses (attributed or not), every benign step completes.
+    let g = &s["totals"]["germline"];
+    assert!(g["n"].as_u64().unwrap_or(0) >= 15, "docs has 15 attack cases: {g}");
+    assert_eq!(g["attributed"], 0, "germline disclosed: {g}");
+    assert_eq!(g["detected"], 0, "germline runs with a canary at a sink: {g}");
+    assert_eq!(g["benign_steps_ok"], g["benign_steps"], "benign steps under germline: {g}");
+    assert_eq!(g["benign_runs_disclosing"], 0);
+
+    // Switched off: the same Trojans leak, as the paper's classes say.
+    for v in ["pool", "trigger", "dormant", "launder", "init_read"] {
+        assert_eq!(attributed(s, v, "sig-pin"), 1, "{v} must disclose under sig-pin");
+    }
+    // Confinement alone stops the raw socket and the return-value channels, not the pool.
+    assert_eq!(attributed(s, "direct", "sig-pin"), 1);
+    assert_eq!(attributed(s, "direct", "confined-ifc"), 0);
+    assert_eq!(attributed(s, "pool", "confined-ifc"), 1);
+    assert_eq!(s["totals"]["sig-pin"]["benign_runs_disclosing"], 0);
+
+    // The bootstrap attacks are refused before their first call under germline, with the reason.
+    let runs = m["runs"].as_array().expect("runs");
+    for case in ["docs-init_thread", "docs-hijack"] {
+        let r = runs
+            .iter()
+            .find(|r| r["mode"] == "germline" && r["case"] == case)
+            .unwrap_or_else(|| panic!("no germline run of {case}"));
+        assert_eq!(r["steps_ok"], 0, "{case} ran under germline: {r}");
+        let why = r["refused"].as_str().unwrap_or("");
+        assert!(why.contains("refused"), "{case}: no reason given: {why:?}");
+        let base = runs
+            .iter()
+            .find(|r| r["mode"] == "sig-pin" && r["case"] == case)
+            .unwrap_or_else(|| panic!("no sig-pin run of {case}"));
+        assert_eq!(base["refused"], "", "{case} must start under sig-pin");
+    }
+}
