@@ -450,6 +450,7 @@ fn prepare(
         key,
         cgroups: Vec::new(),
         paused: false,
+        ignored: ignored.clone(),
         annotations: spec.annotations.clone(),
     };
     st.save(root)?;
@@ -503,6 +504,9 @@ fn init(cli: &Cli, id: &str) -> Result<(), String> {
             .open(state::fifo(root, id))
             .map_err(|e| format!("exec fifo: {e}"))?;
         f.write_all(b"0").map_err(|e| format!("exec fifo: {e}"))?;
+    }
+    for i in &st.ignored {
+        eprintln!("germline-runtime: ignored {i}");
     }
     let mut cmd = Command::new(&cfg.germline);
     cmd.arg("run")

@@ -27,6 +27,10 @@ pub struct State {
     /// The engine's cgroup directories this runtime made and moved the process into.
     pub cgroups: Vec<PathBuf>,
     pub paused: bool,
+    /// What the engine asked for and germline does not apply, said again on the container's
+    /// stderr at start (the engine does not show what `create` printed when it succeeds).
+    #[serde(default)]
+    pub ignored: Vec<String>,
     pub annotations: serde_json::Map<String, Value>,
 }
 
@@ -158,6 +162,7 @@ mod tests {
             key: "/k.pub".into(),
             cgroups: vec![],
             paused: false,
+            ignored: vec![],
             annotations: Default::default(),
         };
         s.save(d.path()).expect("save");
