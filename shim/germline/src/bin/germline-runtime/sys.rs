@@ -296,34 +296,6 @@ pub fn freeze(dirs: &[PathBuf], frozen: bool) -> bool {
     any
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cgroup_paths_with_dots_or_systemd_form_are_not_plain() {
-        assert!(plain_cgroup_path("/libpod_parent/libpod-abc"));
-        assert!(plain_cgroup_path("k8s/pod1/c1"));
-        assert!(!plain_cgroup_path("/libpod_parent/../../etc"));
-        assert!(!plain_cgroup_path("machine.slice:libpod:abc"));
-        assert!(!plain_cgroup_path("/"));
-    }
-
-    #[test]
-    fn own_start_time_is_stable_and_a_dead_pid_has_none() {
-        let me = std::process::id() as i32;
-        let a = start_time(me).expect("own stat");
-        assert_eq!(start_time(me), Some(a));
-        assert_eq!(start_time(i32::MAX), None);
-    }
-
-    #[test]
-    fn mountinfo_octal_escapes_are_decoded() {
-        assert_eq!(unescape_mountinfo("/a\\040b"), b"/a b".to_vec());
-        assert_eq!(unescape_mountinfo("/plain"), b"/plain".to_vec());
-    }
-}
-
 /// If `rootfs` is an overlay mount, its lower directories (top first), resolved: the image's
 /// layers as the engine unpacked them, without what the engine wrote into the upper layer
 /// (podman adds `/etc/mtab`, mount points and the like).
@@ -353,4 +325,32 @@ pub fn overlay_lowerdirs(rootfs: &Path) -> Option<Vec<PathBuf>> {
             })
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cgroup_paths_with_dots_or_systemd_form_are_not_plain() {
+        assert!(plain_cgroup_path("/libpod_parent/libpod-abc"));
+        assert!(plain_cgroup_path("k8s/pod1/c1"));
+        assert!(!plain_cgroup_path("/libpod_parent/../../etc"));
+        assert!(!plain_cgroup_path("machine.slice:libpod:abc"));
+        assert!(!plain_cgroup_path("/"));
+    }
+
+    #[test]
+    fn own_start_time_is_stable_and_a_dead_pid_has_none() {
+        let me = std::process::id() as i32;
+        let a = start_time(me).expect("own stat");
+        assert_eq!(start_time(me), Some(a));
+        assert_eq!(start_time(i32::MAX), None);
+    }
+
+    #[test]
+    fn mountinfo_octal_escapes_are_decoded() {
+        assert_eq!(unescape_mountinfo("/a\\040b"), b"/a b".to_vec());
+        assert_eq!(unescape_mountinfo("/plain"), b"/plain".to_vec());
+    }
 }
