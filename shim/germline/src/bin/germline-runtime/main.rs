@@ -265,8 +265,9 @@ fn parse_signal(s: &str) -> Result<i32, String> {
             return Ok(n);
         }
     }
-    let name = s.trim_start_matches("SIG").to_ascii_uppercase();
-    let n = match name.as_str() {
+    let upper = s.to_ascii_uppercase();
+    let name = upper.trim_start_matches("SIG");
+    let n = match name {
         "HUP" => libc::SIGHUP,
         "INT" => libc::SIGINT,
         "QUIT" => libc::SIGQUIT,
