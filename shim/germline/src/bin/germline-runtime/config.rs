@@ -214,6 +214,14 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_example_loads() {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/germline/runtime.toml");
+        let c = Config::load(Some(&p)).expect("config/germline/runtime.toml");
+        assert_eq!(c.policy, PathBuf::from("/etc/germline/policy.toml"));
+        assert_eq!(c.non_germline, NonGermline::Refuse);
+    }
+
+    #[test]
     fn a_named_missing_file_is_an_error() {
         let e = Config::load(Some(Path::new("/nonexistent/runtime.toml"))).expect_err("missing");
         assert!(e.contains("/nonexistent/runtime.toml"), "{e}");
