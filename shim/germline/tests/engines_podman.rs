@@ -38,6 +38,12 @@ fn image(name: &str, tamper: Option<&str>) -> String {
     } else {
         "signed"
     };
+    let args: Vec<&str> = tamper.map(|p| vec!["--tamper", p]).unwrap_or_default();
+    image_with(name, tag, &args)
+}
+
+/// `bundles/oci-archive.py` with `args`, loaded as `localhost/germline-test/NAME:TAG`.
+fn image_with(name: &str, tag: &str, args: &[&str]) -> String {
     let reference = format!("localhost/germline-test/{name}:{tag}");
     let dir = std::env::temp_dir().join(format!("germline-oci-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("mkdir");
@@ -47,9 +53,7 @@ fn image(name: &str, tamper: Option<&str>) -> String {
         .arg(root().join("bundles/out").join(name).join("image"))
         .arg(&reference)
         .arg(&tar);
-    if let Some(p) = tamper {
-        cmd.arg("--tamper").arg(p);
-    }
+    cmd.args(args);
     let st = cmd.status().expect("oci-archive.py");
     assert!(st.success(), "oci-archive.py {name}");
     let out = Command::new("podman")
@@ -72,11 +76,15 @@ static POOL: OnceLock<String> = OnceLock::new();
 
 /// The node configuration the runtime reads (instead of /etc/germline/runtime.toml).
 fn runtime_config(dir: &Path, policy: &Path) -> PathBuf {
+    runtime_config_with(dir, policy, "")
+}
+
+fn runtime_config_with(dir: &Path, policy: &Path, extra: &str) -> PathBuf {
     let p = dir.join("runtime.toml");
     std::fs::write(
         &p,
         format!(
-            "policy = \"{}\"\nkeys = [\"{}\"]\ngermline = \"{}\"\nstate_dir = \"{}\"\n",
+            "policy = \"{}\"\nkeys = [\"{}\"]\ngermline = \"{}\"\nstate_dir = \"{}\"\n{extra}",
             policy.display(),
             key().display(),
             germline().display(),
@@ -349,5 +357,61 @@ fn podman_stop_and_rm_leave_no_process_cgroup_or_mount() {
     assert!(
         !Path::new(&format!("/sys/fs/cgroup/pids/libpod_parent/libpod-{id}")).exists(),
         "the engine cgroup is left"
+    );
+}
+
+#[test]
+fn a_non_germline_image_is_refused_or_handed_to_runc_if_configured() {
+    if !podman_ready() {
+        return;
+    }
+    let img = image_with("mcp-server-time", "plain", &["--drop-germline"]);
+    let w = World::new();
+    let policy = w.policy(9, "");
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}});
+    let run = |cfg: &Path| {
+        let argv = podman_run(
+            cfg,
+            &runtime_bin().display().to_string(),
+            &["--network".into(), "none".into()],
+            &img,
+        );
+        let mut child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("podman");
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().expect("stdin");
+            writeln!(stdin, "{init}").expect("write");
+        }
+        child.wait_with_output().expect("podman")
+    };
+    // Default: refused at create, with the reason in podman's output.
+    let out = run(&runtime_config(w.path(), &policy));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("is not a germline release"), "{err}");
+    // non_germline = "runc": the same image runs as an ordinary container and answers.
+    let out = run(&runtime_config_with(
+        w.path(),
+        &policy,
+        "non_germline = \"runc\"\n",
+    ));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("\"serverInfo\""), "{stdout}");
+    assert!(
+        !stdout.contains("\"germline\""),
+        "runc served it, not germline: {stdout}"
     );
 }
