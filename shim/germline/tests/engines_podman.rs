@@ -271,7 +271,7 @@ fn a_tampered_image_fails_at_create_with_the_reason() {
 }
 
 #[test]
-fn podman_stop_and_rm_leave_no_process_cgroup_or_mount() {
+fn podman_pause_stop_and_rm_leave_no_process_cgroup_or_mount() {
     if !podman_ready() {
         return;
     }
@@ -327,6 +327,26 @@ fn podman_stop_and_rm_leave_no_process_cgroup_or_mount() {
     }
     assert!(germline_cg() > 0, "the germline never started");
     assert_eq!(inspect("{{.State.Status}}"), "running");
+    // pause / unpause: the engine cgroup's freezer (the front end and its broker).
+    let freezer = PathBuf::from(format!(
+        "/sys/fs/cgroup/freezer/libpod_parent/libpod-{id}/freezer.state"
+    ));
+    for (cmd, want, state) in [
+        ("pause", "paused", "FROZEN"),
+        ("unpause", "running", "THAWED"),
+    ] {
+        let o = Command::new("podman").args([cmd, &id]).output().expect(cmd);
+        assert!(
+            o.status.success(),
+            "{cmd}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(inspect("{{.State.Status}}"), want);
+        if freezer.exists() {
+            let s = std::fs::read_to_string(&freezer).unwrap_or_default();
+            assert_eq!(s.trim(), state, "{cmd}");
+        }
+    }
     let st = Command::new("podman")
         .args(["stop", "-t", "10", &id])
         .output()

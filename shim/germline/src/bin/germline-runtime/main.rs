@@ -201,7 +201,8 @@ fn run(cli: &Cli, log: &Log) -> Result<(), String> {
             let s = State::load(root, id)?;
             let text =
                 serde_json::to_string_pretty(&s.to_runc_json(root)).map_err(|e| e.to_string())?;
-            println!("{text}");
+            // A closed stdout (a pager, `| head`) is not an error of the container.
+            let _ = writeln!(std::io::stdout(), "{text}");
             Ok(())
         }
         Cmd::Kill { id, signal, .. } => {
