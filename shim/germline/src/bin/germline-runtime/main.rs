@@ -395,6 +395,14 @@ fn prepare(
     let root = &cli.root;
     let rel = state::release_dir(root, id);
     let rfs = rel.join("rootfs");
+    for d in [
+        Path::new("/run/germline-runtime"),
+        Path::new(state::RELEASES),
+        &rel,
+    ] {
+        std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        let _ = std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711));
+    }
     std::fs::create_dir_all(&rfs).map_err(|e| format!("{}: {e}", rfs.display()))?;
     // An engine writes into its overlay's upper layer before the runtime runs (podman adds
     // /etc/mtab): verify and run the image's own layer, its one lower directory.
@@ -637,6 +645,7 @@ fn remove_state(root: &Path, id: &str, st: Option<&State>) {
             return;
         }
     }
+    let _ = std::fs::remove_dir_all(state::release_dir(root, id));
     let _ = std::fs::remove_dir_all(state::dir(root, id));
 }
 

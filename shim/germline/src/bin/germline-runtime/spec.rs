@@ -26,8 +26,9 @@ pub struct EngineSpec {
 /// Environment variables engines set on their own (podman, containerd, CRI-O): not reported.
 const ENGINE_ENV: [&str; 5] = ["PATH", "TERM", "container", "HOSTNAME", "HOME"];
 /// Mount points engines add on their own.
-const ENGINE_MOUNTS: [&str; 14] = [
+const ENGINE_MOUNTS: [&str; 15] = [
     "/proc",
+    "/run",
     "/dev",
     "/sys",
     "/dev/pts",

@@ -57,10 +57,21 @@ pub fn dir(root: &Path, id: &str) -> PathBuf {
     root.join(id)
 }
 
-/// The verified release as `germline run` reads it: `ROOT/ID/bundle/rootfs` is a read-only
-/// bind of the engine's rootfs.
+/// Where the verified releases are bound, whatever `--root` is: the germline's unprivileged
+/// user must traverse every directory above its rootfs, and engines keep `--root` private
+/// (containerd's `/run/containerd/runc/NS` is 0700).
+pub const RELEASES: &str = "/run/germline-runtime/releases";
+
+/// The verified release as `germline run` reads it: `RELEASES/<root hash>-ID/rootfs` is a
+/// read-only bind of the engine's image layer (one per `--root` and id: engines reuse ids
+/// across namespaces).
 pub fn release_dir(root: &Path, id: &str) -> PathBuf {
-    dir(root, id).join("bundle")
+    // FNV-1a of the root path: stable, and enough to tell a few state roots apart.
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in root.as_os_str().as_encoded_bytes() {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x100000001b3);
+    }
+    Path::new(RELEASES).join(format!("{:08x}-{id}", h as u32))
 }
 
 pub fn fifo(root: &Path, id: &str) -> PathBuf {

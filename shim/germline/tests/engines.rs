@@ -1,4 +1,5 @@
-//! `podman run -i --runtime germline-runtime` for real (Debian's podman, conmon, runc), with
+//! `podman run -i --runtime germline-runtime` and `ctr run --runc-binary germline-runtime`
+//! for real (Debian's podman, conmon, runc, containerd 1.6), with
 //! images loaded from OCI archives built from the signed example releases (no registry), and
 //! the real MCP client SDK as the agent. Needs root, podman and the example bundles; under
 //! GERMLINE_REQUIRE_ROOT_TESTS=1 a missing part fails the test.
@@ -433,5 +434,134 @@ fn a_non_germline_image_is_refused_or_handed_to_runc_if_configured() {
     assert!(
         !stdout.contains("\"germline\""),
         "runc served it, not germline: {stdout}"
+    );
+}
+
+/// A containerd of the test's own (private root, state and socket), stopped on drop.
+struct Containerd {
+    child: std::process::Child,
+    sock: PathBuf,
+    state: PathBuf,
+}
+
+impl Containerd {
+    fn start(dir: &Path, runtime_config: &Path) -> Containerd {
+        let state = PathBuf::from(format!("/run/germline-test-ctr-{}", rand_u64() as u32));
+        let sock = state.join("c.sock");
+        let cfg = dir.join("containerd.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "version = 2\nroot = \"{}\"\nstate = \"{}\"\n[grpc]\n  address = \"{}\"\n",
+                dir.join("containerd-root").display(),
+                state.join("state").display(),
+                sock.display()
+            ),
+        )
+        .expect("containerd.toml");
+        // The runc shim passes its environment to the runtime it calls.
+        let child = Command::new("containerd")
+            .arg("--config")
+            .arg(&cfg)
+            .env("GERMLINE_RUNTIME_CONFIG", runtime_config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("containerd");
+        for _ in 0..200 {
+            if sock.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert!(sock.exists(), "containerd did not come up");
+        Containerd { child, sock, state }
+    }
+
+    fn ctr(&self) -> Vec<String> {
+        vec![
+            "ctr".into(),
+            "--address".into(),
+            self.sock.display().to_string(),
+            "-n".into(),
+            "germline-test".into(),
+        ]
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.state);
+    }
+}
+
+#[test]
+fn ctr_run_serves_mcp_server_time_through_containerd() {
+    if !podman_ready() {
+        return;
+    }
+    let have = Command::new("containerd")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !have {
+        assert!(
+            std::env::var_os("GERMLINE_REQUIRE_ROOT_TESTS").is_none(),
+            "needs containerd (scripts/setup.d/70-engines.sh)"
+        );
+        return;
+    }
+    let w = World::new();
+    let policy = w.policy(9, "");
+    let cfg = runtime_config(w.path(), &policy);
+    let c = Containerd::start(w.path(), &cfg);
+    let reference = "localhost/germline-test/mcp-server-time:ctr";
+    let tar = w.path().join("time.tar");
+    let st = Command::new("python3")
+        .arg(root().join("bundles/oci-archive.py"))
+        .arg(root().join("bundles/out/mcp-server-time/image"))
+        .arg(reference)
+        .arg(&tar)
+        .status()
+        .expect("oci-archive.py");
+    assert!(st.success());
+    let mut import = c.ctr();
+    import.extend(["images".into(), "import".into(), tar.display().to_string()]);
+    let o = Command::new(&import[0])
+        .args(&import[1..])
+        .output()
+        .expect("ctr import");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // containerd's runc shim (io.containerd.runc.v2) calling germline-runtime as its runc.
+    let mut server = c.ctr();
+    server.extend([
+        "run".into(),
+        "--rm".into(),
+        "--runc-binary".into(),
+        runtime_bin().display().to_string(),
+        reference.into(),
+        format!("germline-{:x}", rand_u64() as u32),
+    ]);
+    let script = json!([{"list_tools": true},
+        {"tool": "get_current_time", "arguments": {"timezone": "UTC"}}]);
+    let (lines, err) = agent_lines(w.path(), &script, &server);
+    assert_eq!(lines.len(), 3, "{lines:?}\n{err}");
+    assert_eq!(lines[0]["server"], "mcp-time", "{err}");
+    assert_eq!(
+        lines[1]["tools"],
+        json!(["convert_time", "get_current_time"])
+    );
+    assert_eq!(lines[2]["ok"], json!(true), "{}", lines[2]);
+    assert_eq!(lines[2]["meta"]["germline"]["mode"], "germline");
+    let mut ls = c.ctr();
+    ls.extend(["tasks".into(), "ls".into(), "-q".into()]);
+    let o = Command::new(&ls[0]).args(&ls[1..]).output().expect("ctr");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "",
+        "a task is left"
     );
 }
