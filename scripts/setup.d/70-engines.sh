@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Container engines (issue 9): Debian's podman (with conmon, crun, netavark) and containerd
+# (with ctr), which the germline-runtime / containerd shim end-to-end tests drive for real.
+# Idempotent: installs only what is missing.
+set -euo pipefail
+need=()
+command -v podman >/dev/null || need+=(podman)
+command -v conmon >/dev/null || need+=(conmon)
+command -v runc >/dev/null || need+=(runc)
+command -v containerd >/dev/null || need+=(containerd)
+command -v ctr >/dev/null || need+=(containerd)
+command -v skopeo >/dev/null || need+=(skopeo)
+if [ ${#need[@]} -gt 0 ]; then
+    apt-get update -qq
+    # No recommends: buildah, dbus-user-session, fuse-overlayfs are for rootless use.
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "${need[@]}" containernetworking-plugins
+fi

@@ -1,0 +1,665 @@
+//! `germline-runtime`: an OCI runtime with runc's command-line contract, as podman (through
+//! conmon) and CRI-O call it, so that `podman run -i --runtime germline-runtime IMAGE` serves
+//! a signed release's tools on the container's stdio exactly as `germline run` does.
+//!
+//! * `create` reads the engine's `config.json` as untrusted input (it takes only the rootfs
+//!   location and the engine's cgroup), verifies the release found in that rootfs against the
+//!   node's pinned keys (`/etc/germline/runtime.toml`, `/etc/germline/keys/*.pub`), says which
+//!   engine settings it ignores, and forks the container's process, which waits for `start`.
+//! * `start` releases it: it execs `germline run` on the verified release (which verifies it
+//!   again, so nothing changed between `create` and `start` runs), with the container's stdio
+//!   as the agent's MCP endpoint.
+//! * `state`, `kill`, `delete`, `pause`, `resume` behave as runc's; `delete` also removes what a
+//!   killed `germline run` could not (its germlines' cgroups and run directories).
+//!
+//! See docs/engines.md.
+
+mod config;
+mod spec;
+mod state;
+mod sys;
+
+use std::io::{Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+
+use config::{Config, NonGermline, Overrides};
+use spec::EngineSpec;
+use state::State;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "germline-runtime",
+    version,
+    about = "OCI runtime (runc's CLI) that runs signed MCP tool releases under germline execution"
+)]
+struct Cli {
+    /// Where container state lives (runc: /run/runc).
+    #[arg(long, global = true, default_value = state::DEFAULT_ROOT)]
+    root: PathBuf,
+    /// Append log messages to this file (podman and conmon read errors from it).
+    #[arg(long, global = true)]
+    log: Option<PathBuf>,
+    /// `text` or `json` (runc's formats).
+    #[arg(long, global = true, default_value = "text")]
+    log_format: String,
+    /// Accepted for runc compatibility: a systemd `slice:prefix:name` cgroup is not joined.
+    #[arg(long, global = true)]
+    systemd_cgroup: bool,
+    /// Accepted for runc compatibility.
+    #[arg(long, global = true)]
+    debug: bool,
+    /// Accepted for runc compatibility (checkpointing is not supported).
+    #[arg(long, global = true)]
+    criu: Option<String>,
+    /// Accepted for runc compatibility.
+    #[arg(long, global = true)]
+    rootless: Option<String>,
+    /// The node configuration (default $GERMLINE_RUNTIME_CONFIG, else /etc/germline/runtime.toml).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Verify the bundle's release and prepare its container; it waits for `start`.
+    Create {
+        #[arg(long, short = 'b', default_value = ".")]
+        bundle: PathBuf,
+        #[arg(long)]
+        pid_file: Option<PathBuf>,
+        /// A terminal is refused: germline speaks MCP on plain stdio.
+        #[arg(long)]
+        console_socket: Option<PathBuf>,
+        #[arg(long)]
+        no_pivot: bool,
+        #[arg(long)]
+        no_new_keyring: bool,
+        #[arg(long, default_value_t = 0)]
+        preserve_fds: u32,
+        id: String,
+    },
+    /// Start the created container: the release's tools are served on its stdio.
+    Start { id: String },
+    /// Print the container's state as runc does (JSON).
+    State { id: String },
+    /// Send a signal (default TERM) to the container's process.
+    Kill {
+        #[arg(long, short = 'a')]
+        all: bool,
+        id: String,
+        signal: Option<String>,
+    },
+    /// Remove a stopped container (with --force, kill it first); nothing of it is left.
+    Delete {
+        #[arg(long, short = 'f')]
+        force: bool,
+        id: String,
+    },
+    /// Freeze the container's front end and broker.
+    Pause { id: String },
+    /// Thaw them.
+    Resume { id: String },
+    /// Refused: a germline container runs only its signed release.
+    Exec {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// The container's process (internal): waits for `start`, then execs `germline run`.
+    #[command(hide = true)]
+    Init { id: String },
+}
+
+/// runc-style logging: messages to `--log` (text or JSON lines) and errors to stderr.
+struct Log {
+    file: Option<PathBuf>,
+    json: bool,
+}
+
+impl Log {
+    fn write(&self, level: &str, msg: &str) {
+        let Some(p) = &self.file else { return };
+        let time = jiff::Timestamp::now().to_string();
+        let line = if self.json {
+            serde_json::json!({"level": level, "msg": msg, "time": time}).to_string()
+        } else {
+            format!("time=\"{time}\" level={level} msg={msg:?}")
+        };
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+        {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+
+    fn warn(&self, msg: &str) {
+        eprintln!("germline-runtime: {msg}");
+        self.write("warning", msg);
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let log = Log {
+        file: cli.log.clone(),
+        json: cli.log_format == "json",
+    };
+    match run(&cli, &log) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("germline-runtime: {e}");
+            log.write("error", &e);
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(cli: &Cli, log: &Log) -> Result<(), String> {
+    let root = &cli.root;
+    // Commands about a container handed to runc go to runc.
+    let id = match &cli.cmd {
+        Cmd::Start { id }
+        | Cmd::State { id }
+        | Cmd::Kill { id, .. }
+        | Cmd::Delete { id, .. }
+        | Cmd::Pause { id }
+        | Cmd::Resume { id } => Some(id.as_str()),
+        _ => None,
+    };
+    if let Some(id) = id {
+        state::check_id(id)?;
+        if state::handoff_marker(root, id).exists() {
+            return to_runc(cli, id);
+        }
+    }
+    match &cli.cmd {
+        Cmd::Create {
+            bundle,
+            pid_file,
+            console_socket,
+            id,
+            ..
+        } => create(
+            cli,
+            log,
+            bundle,
+            pid_file.as_deref(),
+            console_socket.is_some(),
+            id,
+        ),
+        Cmd::Start { id } => start(root, id),
+        Cmd::State { id } => {
+            let s = State::load(root, id)?;
+            let text =
+                serde_json::to_string_pretty(&s.to_runc_json(root)).map_err(|e| e.to_string())?;
+            // A closed stdout (a pager, `| head`) is not an error of the container.
+            let _ = writeln!(std::io::stdout(), "{text}");
+            Ok(())
+        }
+        Cmd::Kill { id, signal, .. } => {
+            let sig = parse_signal(signal.as_deref().unwrap_or("TERM"))?;
+            let s = State::load(root, id)?;
+            if !s.alive() {
+                return Err(format!("container \"{id}\" is not running"));
+            }
+            sys::kill(s.pid, sig)
+        }
+        Cmd::Delete { id, force } => delete(root, id, *force),
+        Cmd::Pause { id } => pause(root, id, true),
+        Cmd::Resume { id } => pause(root, id, false),
+        Cmd::Exec { .. } => Err(
+            "exec is not supported: a germline container runs only its signed release, whose \
+             code runs in copies forked per call"
+                .into(),
+        ),
+        Cmd::Init { id } => init(cli, id),
+    }
+}
+
+/// The runc command line for a handed-off container: this one's arguments with our own
+/// global flags replaced by runc's state root.
+fn runc_args(root: &Path) -> Vec<String> {
+    let mut out = vec![
+        "--root".to_string(),
+        state::runc_root(root).display().to_string(),
+    ];
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        if a == "--root" || a == "--config" {
+            it.next();
+        } else if a.starts_with("--root=") || a.starts_with("--config=") {
+        } else {
+            out.push(a);
+        }
+    }
+    out
+}
+
+fn to_runc(cli: &Cli, id: &str) -> Result<(), String> {
+    let cfg = Config::load(cli.config.as_deref())?;
+    let status = Command::new(&cfg.runc)
+        .args(runc_args(&cli.root))
+        .status()
+        .map_err(|e| format!("{}: {e}", cfg.runc.display()))?;
+    if matches!(cli.cmd, Cmd::Delete { .. }) && status.success() {
+        let _ = std::fs::remove_dir_all(state::dir(&cli.root, id));
+    }
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("runc {status}"))
+    }
+}
+
+fn parse_signal(s: &str) -> Result<i32, String> {
+    if let Ok(n) = s.parse::<i32>() {
+        if (1..=64).contains(&n) {
+            return Ok(n);
+        }
+    }
+    let upper = s.to_ascii_uppercase();
+    let name = upper.trim_start_matches("SIG");
+    let n = match name {
+        "HUP" => libc::SIGHUP,
+        "INT" => libc::SIGINT,
+        "QUIT" => libc::SIGQUIT,
+        "KILL" => libc::SIGKILL,
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        "TERM" => libc::SIGTERM,
+        "CONT" => libc::SIGCONT,
+        "STOP" => libc::SIGSTOP,
+        "WINCH" => libc::SIGWINCH,
+        _ => return Err(format!("unknown signal {s:?}")),
+    };
+    Ok(n)
+}
+
+/// Whether `rootfs` carries a germline release (its signed manifest).
+fn is_germline_release(rootfs: &Path) -> bool {
+    std::fs::symlink_metadata(rootfs.join(".germline/manifest.json"))
+        .map(|m| m.is_file())
+        .unwrap_or(false)
+}
+
+/// Verifies the release at `dir` (`dir/rootfs`) under one of the pinned keys.
+fn verify(
+    dir: &Path,
+    keys: &[PathBuf],
+    cfg: &Config,
+) -> Result<(PathBuf, germline_release::release::Verified), String> {
+    if keys.is_empty() {
+        return Err(format!(
+            "release refused: no pinned publisher key (put one in /etc/germline/keys/*.pub or \
+             set `keys` in {})",
+            cfg.source.display()
+        ));
+    }
+    let mut first = None;
+    for k in keys {
+        let key = germline_release::keys::load_public_key(k)
+            .map_err(|e| format!("pinned key {}: {e}", k.display()))?;
+        match germline_release::release::verify_bundle_dir(dir, &key) {
+            Ok(v) => return Ok((k.clone(), v)),
+            Err(e) => {
+                first.get_or_insert(e.to_string());
+            }
+        }
+    }
+    Err(format!(
+        "release refused: {}",
+        first.unwrap_or_else(|| "no key verified it".into())
+    ))
+}
+
+fn create(
+    cli: &Cli,
+    log: &Log,
+    bundle: &Path,
+    pid_file: Option<&Path>,
+    console: bool,
+    id: &str,
+) -> Result<(), String> {
+    let root = &cli.root;
+    state::check_id(id)?;
+    let cfg = Config::load(cli.config.as_deref())?;
+    let bundle =
+        std::fs::canonicalize(bundle).map_err(|e| format!("bundle {}: {e}", bundle.display()))?;
+    let spec = EngineSpec::load(&bundle)?;
+    let sdir = state::dir(root, id);
+    if sdir.exists() {
+        return Err(format!("container with id \"{id}\" already exists"));
+    }
+    if !is_germline_release(&spec.rootfs) {
+        if cfg.non_germline == NonGermline::Runc {
+            std::fs::create_dir_all(&sdir).map_err(|e| format!("{}: {e}", sdir.display()))?;
+            std::fs::write(state::handoff_marker(root, id), b"")
+                .map_err(|e| format!("{}: {e}", sdir.display()))?;
+            log.write(
+                "info",
+                &format!("{id}: not a germline release, handed to runc"),
+            );
+            let r = to_runc(cli, id);
+            if r.is_err() {
+                let _ = std::fs::remove_dir_all(&sdir);
+            }
+            return r;
+        }
+        return Err(format!(
+            "bundle {} is not a germline release: its rootfs {} has no .germline/manifest.json \
+             (set non_germline = \"runc\" in {} to hand such bundles to runc)",
+            bundle.display(),
+            spec.rootfs.display(),
+            cfg.source.display()
+        ));
+    }
+    if console || spec.terminal {
+        return Err(
+            "a terminal (-t) is not supported: germline serves MCP on the container's plain \
+             stdio; run with -i and without -t"
+                .into(),
+        );
+    }
+    std::fs::create_dir_all(root).map_err(|e| format!("{}: {e}", root.display()))?;
+    std::fs::create_dir(&sdir).map_err(|e| format!("{}: {e}", sdir.display()))?;
+    // Traversable: the germline's unprivileged user (its own user namespace) binds the
+    // rootfs below it. The state file holds nothing secret.
+    let _ = std::fs::set_permissions(&sdir, std::fs::Permissions::from_mode(0o711));
+    match prepare(cli, log, &cfg, &bundle, &spec, pid_file, id) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            remove_state(root, id, None);
+            Err(e)
+        }
+    }
+}
+
+fn prepare(
+    cli: &Cli,
+    log: &Log,
+    cfg: &Config,
+    bundle: &Path,
+    spec: &EngineSpec,
+    pid_file: Option<&Path>,
+    id: &str,
+) -> Result<(), String> {
+    let root = &cli.root;
+    let rel = state::release_dir(root, id);
+    let rfs = rel.join("rootfs");
+    for d in [
+        Path::new("/run/germline-runtime"),
+        Path::new(state::RELEASES),
+        &rel,
+    ] {
+        std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        let _ = std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711));
+    }
+    std::fs::create_dir_all(&rfs).map_err(|e| format!("{}: {e}", rfs.display()))?;
+    // An engine writes into its overlay's upper layer before the runtime runs (podman adds
+    // /etc/mtab): verify and run the image's own layer, its one lower directory.
+    let source = match sys::overlay_lowerdirs(&spec.rootfs) {
+        Some(l) if l.len() == 1 => l[0].clone(),
+        Some(l) => {
+            return Err(format!(
+                "release refused: {} has {} image layers; a germline release image has exactly one",
+                spec.rootfs.display(),
+                l.len()
+            ))
+        }
+        None => spec.rootfs.clone(),
+    };
+    sys::bind_readonly(&source, &rfs)?;
+    let (key, verified) = verify(&rel, &cfg.keys, cfg)?;
+    let m = &verified.manifest;
+    let mut ignored = spec.ignored.clone();
+    if !spec.args.is_empty() && spec.args != m.entry {
+        ignored.push(format!(
+            "the command {:?}: the germline runs the signed entry point {:?}",
+            spec.args, m.entry
+        ));
+    }
+    if !ignored.is_empty() {
+        if cfg.overrides == Overrides::Refuse {
+            return Err(format!(
+                "refused (overrides = \"refuse\" in {}): {}",
+                cfg.source.display(),
+                ignored.join("; ")
+            ));
+        }
+        for i in &ignored {
+            log.warn(&format!("ignored {i}"));
+        }
+    }
+    log.write(
+        "info",
+        &format!(
+            "{id}: release {}@{} ({}) verified under {}",
+            m.name,
+            m.version,
+            verified.rootfs_digest,
+            key.display()
+        ),
+    );
+    sys::mkfifo(&state::fifo(root, id))?;
+    let mut st = State {
+        id: id.to_string(),
+        bundle: bundle.to_path_buf(),
+        rootfs: spec.rootfs.clone(),
+        created: jiff::Timestamp::now().to_string(),
+        pid: 0,
+        start_time: 0,
+        key,
+        cgroups: Vec::new(),
+        paused: false,
+        ignored: ignored.clone(),
+        annotations: spec.annotations.clone(),
+    };
+    st.save(root)?;
+    let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("--root").arg(root);
+    if let Some(c) = &cli.config {
+        cmd.arg("--config").arg(c);
+    }
+    cmd.arg("init").arg(id);
+    // The container's stdio is this command's: the engine's pipes (conmon's, for podman).
+    let child = cmd
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("cannot start the container's process: {e}"))?;
+    let pid = child.id() as i32;
+    st.pid = pid;
+    st.start_time = sys::start_time(pid).ok_or("the container's process exited at once")?;
+    if let Some(cp) = &spec.cgroups_path {
+        if sys::plain_cgroup_path(cp) {
+            st.cgroups = sys::join_cgroup(cp, pid);
+        } else {
+            log.write(
+                "info",
+                &format!("{id}: cgroup {cp:?} is not a cgroupfs path; not joined"),
+            );
+        }
+    }
+    st.save(root)?;
+    if let Some(p) = pid_file {
+        let tmp = p.with_extension("germline-tmp");
+        std::fs::write(&tmp, pid.to_string()).map_err(|e| format!("{}: {e}", tmp.display()))?;
+        std::fs::rename(&tmp, p).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    // The child outlives us: the engine (conmon, a subreaper) reaps it.
+    drop(child);
+    Ok(())
+}
+
+/// The container's process: waits on the exec fifo for `start`, then becomes `germline run`.
+fn init(cli: &Cli, id: &str) -> Result<(), String> {
+    let root = &cli.root;
+    let st = State::load(root, id)?;
+    let cfg = Config::load(cli.config.as_deref())?;
+    {
+        // Blocks until `start` opens the fifo for reading.
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(state::fifo(root, id))
+            .map_err(|e| format!("exec fifo: {e}"))?;
+        f.write_all(b"0").map_err(|e| format!("exec fifo: {e}"))?;
+    }
+    for i in &st.ignored {
+        eprintln!("germline-runtime: ignored {i}");
+    }
+    let mut cmd = Command::new(&cfg.germline);
+    cmd.arg("run")
+        .arg("--policy")
+        .arg(&cfg.policy)
+        .arg("--key")
+        .arg(&st.key)
+        .arg("--mode")
+        .arg(&cfg.mode)
+        .arg("--pool")
+        .arg(cfg.pool.to_string())
+        .arg("--state-dir")
+        .arg(&cfg.state_dir);
+    if let Some(a) = &cfg.audit {
+        cmd.arg("--audit").arg(a);
+    }
+    if let Some(b) = &cfg.broker {
+        cmd.arg("--broker").arg(b);
+    }
+    cmd.arg(state::release_dir(root, id));
+    let e = cmd.exec();
+    Err(format!("cannot exec {}: {e}", cfg.germline.display()))
+}
+
+fn start(root: &Path, id: &str) -> Result<(), String> {
+    let st = State::load(root, id)?;
+    let fifo = state::fifo(root, id);
+    if !fifo.exists() {
+        return Err(format!("container \"{id}\" has already been started"));
+    }
+    if !st.alive() {
+        return Err(format!(
+            "container \"{id}\" is not running: its process exited"
+        ));
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)
+        .map_err(|e| format!("exec fifo: {e}"))?;
+    let t = Instant::now();
+    let mut b = [0u8; 1];
+    loop {
+        match f.read(&mut b) {
+            Ok(1) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(format!("exec fifo: {e}")),
+        }
+        if !st.alive() {
+            return Err(format!("container \"{id}\" exited before it started"));
+        }
+        if t.elapsed() > Duration::from_secs(10) {
+            return Err(format!(
+                "container \"{id}\" did not take the start within 10 s"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    std::fs::remove_file(&fifo).map_err(|e| format!("{}: {e}", fifo.display()))
+}
+
+fn pause(root: &Path, id: &str, frozen: bool) -> Result<(), String> {
+    let mut st = State::load(root, id)?;
+    if !st.alive() {
+        return Err(format!("container \"{id}\" is not running"));
+    }
+    if !sys::freeze(&st.cgroups, frozen) {
+        sys::kill(st.pid, if frozen { libc::SIGSTOP } else { libc::SIGCONT })?;
+    }
+    st.paused = frozen;
+    st.save(root)
+}
+
+fn delete(root: &Path, id: &str, force: bool) -> Result<(), String> {
+    let st = match State::load(root, id) {
+        Ok(s) => s,
+        Err(_) if force && !state::dir(root, id).join("state.json").exists() => {
+            // Nothing recorded (or a create that failed half way): remove what is there.
+            remove_state(root, id, None);
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let status = st.status(root);
+    if st.alive() {
+        if !force && status != "created" {
+            return Err(format!(
+                "cannot delete container \"{id}\" that is not stopped: {status}"
+            ));
+        }
+        sys::freeze(&st.cgroups, false);
+        let _ = sys::kill(st.pid, libc::SIGKILL);
+        let _ = sys::kill(st.pid, libc::SIGCONT);
+        if !sys::wait_gone(st.pid, st.start_time, Duration::from_secs(5)) {
+            return Err(format!("container \"{id}\": pid {} did not die", st.pid));
+        }
+    }
+    remove_state(root, id, Some(&st));
+    Ok(())
+}
+
+/// Removes everything of a container: what a `germline run` killed with SIGKILL leaves (its
+/// germlines' cgroups and processes, its run directories), the engine cgroups we joined, the
+/// read-only bind of the rootfs and the state directory.
+fn remove_state(root: &Path, id: &str, st: Option<&State>) {
+    if let Some(st) = st {
+        if st.pid > 0 {
+            sys::destroy_cgroups(&sys::germline_cgroups_of(st.pid));
+            let _ = std::fs::remove_dir_all(format!("/run/germline/session-{}", st.pid));
+            if let Ok(rd) = std::fs::read_dir("/run/germline") {
+                let prefix = format!("ca-{}-", st.pid);
+                for e in rd.flatten() {
+                    if e.file_name().to_string_lossy().starts_with(&prefix) {
+                        let _ = std::fs::remove_dir_all(e.path());
+                    }
+                }
+            }
+        }
+        sys::destroy_cgroups(&st.cgroups);
+    }
+    let rfs = state::release_dir(root, id).join("rootfs");
+    while sys::is_mount_point(&rfs) {
+        if sys::unmount(&rfs).is_err() {
+            // Never remove files through a rootfs that is still mounted here.
+            return;
+        }
+    }
+    let _ = std::fs::remove_dir_all(state::release_dir(root, id));
+    let _ = std::fs::remove_dir_all(state::dir(root, id));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_by_number_and_name() {
+        assert_eq!(parse_signal("15"), Ok(libc::SIGTERM));
+        assert_eq!(parse_signal("TERM"), Ok(libc::SIGTERM));
+        assert_eq!(parse_signal("SIGKILL"), Ok(libc::SIGKILL));
+        assert_eq!(parse_signal("sigint"), Ok(libc::SIGINT));
+        assert!(parse_signal("0").is_err());
+        assert!(parse_signal("BOGUS").is_err());
+    }
+}

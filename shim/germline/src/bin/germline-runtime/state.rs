@@ -1,0 +1,188 @@
+//! A container's state directory (`ROOT/ID/`) and runc's `state` JSON.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::sys;
+
+/// Default `--root`.
+pub const DEFAULT_ROOT: &str = "/run/germline-runtime";
+
+/// What `create` records; later commands read it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct State {
+    pub id: String,
+    pub bundle: PathBuf,
+    /// The engine's rootfs (as `config.json` named it).
+    pub rootfs: PathBuf,
+    pub created: String,
+    /// The container's process (`germline run` after `start`); 0 before `create` forks it.
+    pub pid: i32,
+    /// Its start time, so that a reused pid is never mistaken for it.
+    pub start_time: u64,
+    /// The key the release verified under.
+    pub key: PathBuf,
+    /// The engine's cgroup directories this runtime made and moved the process into.
+    pub cgroups: Vec<PathBuf>,
+    pub paused: bool,
+    /// What the engine asked for and germline does not apply, said again on the container's
+    /// stderr at start (the engine does not show what `create` printed when it succeeds).
+    #[serde(default)]
+    pub ignored: Vec<String>,
+    pub annotations: serde_json::Map<String, Value>,
+}
+
+/// A container id as runc accepts it: letters, digits, `_`, `.`, `-`, `+`; no path tricks.
+pub fn check_id(id: &str) -> Result<(), String> {
+    let ok = !id.is_empty()
+        && id.len() <= 1024
+        && id != "."
+        && id != ".."
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-+".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid container id {id:?}: expected letters, digits, '_', '.', '-', '+'"
+        ))
+    }
+}
+
+/// `ROOT/ID`.
+pub fn dir(root: &Path, id: &str) -> PathBuf {
+    root.join(id)
+}
+
+/// Where the verified releases are bound, whatever `--root` is: the germline's unprivileged
+/// user must traverse every directory above its rootfs, and engines keep `--root` private
+/// (containerd's `/run/containerd/runc/NS` is 0700).
+pub const RELEASES: &str = "/run/germline-runtime/releases";
+
+/// The verified release as `germline run` reads it: `RELEASES/<root hash>-ID/rootfs` is a
+/// read-only bind of the engine's image layer (one per `--root` and id: engines reuse ids
+/// across namespaces).
+pub fn release_dir(root: &Path, id: &str) -> PathBuf {
+    // FNV-1a of the root path: stable, and enough to tell a few state roots apart.
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in root.as_os_str().as_encoded_bytes() {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x100000001b3);
+    }
+    Path::new(RELEASES).join(format!("{:08x}-{id}", h as u32))
+}
+
+pub fn fifo(root: &Path, id: &str) -> PathBuf {
+    dir(root, id).join("exec.fifo")
+}
+
+/// Marks a container handed to runc.
+pub fn handoff_marker(root: &Path, id: &str) -> PathBuf {
+    dir(root, id).join("handed-to-runc")
+}
+
+/// runc's own state root for containers handed to it.
+pub fn runc_root(root: &Path) -> PathBuf {
+    root.join(".runc")
+}
+
+impl State {
+    pub fn load(root: &Path, id: &str) -> Result<State, String> {
+        check_id(id)?;
+        let p = dir(root, id).join("state.json");
+        let text = std::fs::read_to_string(&p).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                format!("container \"{id}\" does not exist")
+            } else {
+                format!("{}: {e}", p.display())
+            }
+        })?;
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))
+    }
+
+    /// Writes the state atomically.
+    pub fn save(&self, root: &Path) -> Result<(), String> {
+        let d = dir(root, &self.id);
+        let tmp = d.join(".state.json.tmp");
+        let text = serde_json::to_vec_pretty(self).map_err(|e| e.to_string())?;
+        std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", tmp.display()))?;
+        std::fs::rename(&tmp, d.join("state.json")).map_err(|e| format!("{}: {e}", d.display()))
+    }
+
+    /// Whether the container's process is alive (and is the one `create` forked).
+    pub fn alive(&self) -> bool {
+        self.pid > 0 && sys::start_time(self.pid) == Some(self.start_time)
+    }
+
+    /// runc's status words: `created` (waiting for `start`), `running`, `paused`, `stopped`.
+    pub fn status(&self, root: &Path) -> &'static str {
+        if !self.alive() {
+            "stopped"
+        } else if fifo(root, &self.id).exists() {
+            "created"
+        } else if self.paused {
+            "paused"
+        } else {
+            "running"
+        }
+    }
+
+    /// The JSON `runc state` prints.
+    pub fn to_runc_json(&self, root: &Path) -> Value {
+        let status = self.status(root);
+        json!({
+            "ociVersion": "1.0.2",
+            "id": self.id,
+            "pid": if status == "stopped" { 0 } else { self.pid },
+            "status": status,
+            "bundle": self.bundle,
+            "rootfs": self.rootfs,
+            "created": self.created,
+            "owner": "",
+            "annotations": self.annotations,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_that_could_leave_the_root_are_refused() {
+        for bad in ["", ".", "..", "a/b", "../x", "a b", "x\0"] {
+            assert!(check_id(bad).is_err(), "{bad:?}");
+        }
+        check_id("fd9e4e8783490bea21aac970b4d22529811784536f126fbb15354fe1923162b3").expect("ok");
+        check_id("my.container_1-a+b").expect("ok");
+    }
+
+    #[test]
+    fn state_round_trips_and_a_dead_process_is_stopped() {
+        let d = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(d.path().join("c1")).expect("mkdir");
+        let s = State {
+            id: "c1".into(),
+            bundle: "/b".into(),
+            rootfs: "/b/rootfs".into(),
+            created: "2026-12-03T07:00:00Z".into(),
+            pid: i32::MAX,
+            start_time: 1,
+            key: "/k.pub".into(),
+            cgroups: vec![],
+            paused: false,
+            ignored: vec![],
+            annotations: Default::default(),
+        };
+        s.save(d.path()).expect("save");
+        let l = State::load(d.path(), "c1").expect("load");
+        let j = l.to_runc_json(d.path());
+        assert_eq!(j["status"], "stopped");
+        assert_eq!(j["pid"], 0);
+        assert_eq!(j["id"], "c1");
+        let e = State::load(d.path(), "c2").expect_err("missing");
+        assert_eq!(e, "container \"c2\" does not exist");
+    }
+}

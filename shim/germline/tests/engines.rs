@@ -1,0 +1,567 @@
+//! `podman run -i --runtime germline-runtime` and `ctr run --runc-binary germline-runtime`
+//! for real (Debian's podman, conmon, runc, containerd 1.6), with
+//! images loaded from OCI archives built from the signed example releases (no registry), and
+//! the real MCP client SDK as the agent. Needs root, podman and the example bundles; under
+//! GERMLINE_REQUIRE_ROOT_TESTS=1 a missing part fails the test.
+
+mod run_common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use run_common::*;
+use serde_json::{json, Value};
+
+fn runtime_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_germline-runtime"))
+}
+
+fn podman_ready() -> bool {
+    let ok = can_run()
+        && Command::new("podman")
+            .arg("--version")
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+    assert!(
+        ok || std::env::var_os("GERMLINE_REQUIRE_ROOT_TESTS").is_none(),
+        "needs root, podman (scripts/setup.d/70-engines.sh) and the example bundles"
+    );
+    ok
+}
+
+/// Loads bundles/out/NAME/image (optionally tampered) as `localhost/germline-test/NAME:TAG`,
+/// once per test binary.
+fn image(name: &str, tamper: Option<&str>) -> String {
+    let tag = if tamper.is_some() {
+        "tampered"
+    } else {
+        "signed"
+    };
+    let args: Vec<&str> = tamper.map(|p| vec!["--tamper", p]).unwrap_or_default();
+    image_with(name, tag, &args)
+}
+
+/// `bundles/oci-archive.py` with `args`, loaded as `localhost/germline-test/NAME:TAG`.
+fn image_with(name: &str, tag: &str, args: &[&str]) -> String {
+    let reference = format!("localhost/germline-test/{name}:{tag}");
+    let dir = std::env::temp_dir().join(format!("germline-oci-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let tar = dir.join(format!("{name}-{tag}.tar"));
+    let mut cmd = Command::new("python3");
+    cmd.arg(root().join("bundles/oci-archive.py"))
+        .arg(root().join("bundles/out").join(name).join("image"))
+        .arg(&reference)
+        .arg(&tar);
+    cmd.args(args);
+    let st = cmd.status().expect("oci-archive.py");
+    assert!(st.success(), "oci-archive.py {name}");
+    let out = Command::new("podman")
+        .arg("load")
+        .arg("-i")
+        .arg(&tar)
+        .output()
+        .expect("podman load");
+    assert!(
+        out.status.success(),
+        "podman load: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_file(&tar);
+    reference
+}
+
+static TIME: OnceLock<String> = OnceLock::new();
+static POOL: OnceLock<String> = OnceLock::new();
+
+/// The node configuration the runtime reads (instead of /etc/germline/runtime.toml).
+fn runtime_config(dir: &Path, policy: &Path) -> PathBuf {
+    runtime_config_with(dir, policy, "")
+}
+
+fn runtime_config_with(dir: &Path, policy: &Path, extra: &str) -> PathBuf {
+    let p = dir.join("runtime.toml");
+    std::fs::write(
+        &p,
+        format!(
+            "policy = \"{}\"\nkeys = [\"{}\"]\ngermline = \"{}\"\nstate_dir = \"{}\"\n{extra}",
+            policy.display(),
+            key().display(),
+            germline().display(),
+            dir.join("broker-state").display()
+        ),
+    )
+    .expect("runtime.toml");
+    p
+}
+
+/// `podman run -i --rm` of `image` under `runtime` (germline-runtime or runc), with this
+/// machine's ulimits (podman's defaults need CAP_SYS_RESOURCE, which the sandbox lacks).
+fn podman_run(config: &Path, runtime: &str, extra: &[String], image: &str) -> Vec<String> {
+    let mut v: Vec<String> = vec!["podman".into()];
+    if runtime != "runc" {
+        // Passed to every runtime command podman runs (runc would refuse the flag).
+        v.extend([
+            "--runtime-flag".into(),
+            format!("config={}", config.display()),
+        ]);
+    }
+    v.extend([
+        "run".into(),
+        "-i".into(),
+        "--rm".into(),
+        "--ulimit".into(),
+        "nofile=20000:20000".into(),
+        "--ulimit".into(),
+        "nproc=32768:32768".into(),
+        "--runtime".into(),
+        runtime.into(),
+    ]);
+    v.extend(extra.iter().cloned());
+    v.push(image.into());
+    v
+}
+
+/// Every JSON line the agent printed.
+fn agent_lines(dir: &Path, script: &Value, server: &[String]) -> (Vec<Value>, String) {
+    let sp = dir.join(format!("script-{:x}.json", rand_u64()));
+    std::fs::write(&sp, script.to_string()).expect("script");
+    let out = Command::new(agent_python())
+        .arg(root().join("tests/run/agent.py"))
+        .arg(&sp)
+        .arg("--")
+        .args(server)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("agent");
+    let lines = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    (lines, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn podman_serves_mcp_server_time_to_the_mcp_sdk_client() {
+    if !podman_ready() {
+        return;
+    }
+    let img = TIME.get_or_init(|| image("mcp-server-time", None));
+    let w = World::new();
+    let policy = w.policy(9, "");
+    let cfg = runtime_config(w.path(), &policy);
+    let server = podman_run(
+        &cfg,
+        &runtime_bin().display().to_string(),
+        &["--network".into(), "none".into()],
+        img,
+    );
+    let script = json!([{"list_tools": true},
+        {"tool": "get_current_time", "arguments": {"timezone": "Europe/Paris"}},
+        {"tool": "convert_time", "arguments": {"source_timezone": "UTC", "time": "12:00",
+                                               "target_timezone": "Asia/Tokyo"}}]);
+    let (lines, err) = agent_lines(w.path(), &script, &server);
+    assert_eq!(lines.len(), 4, "{lines:?}\n{err}");
+    assert_eq!(lines[0]["step"], "initialize", "{err}");
+    assert_eq!(lines[0]["server"], "mcp-time");
+    assert_eq!(
+        lines[1]["tools"],
+        json!(["convert_time", "get_current_time"])
+    );
+    assert_eq!(lines[2]["ok"], json!(true), "{}", lines[2]);
+    assert!(text(&lines[2]).contains("Europe/Paris"), "{}", lines[2]);
+    assert_eq!(lines[2]["meta"]["germline"]["mode"], "germline");
+    assert!(text(&lines[3]).contains("21:00"), "{}", lines[3]);
+}
+
+#[test]
+fn pool_trojan_leaks_under_runc_and_not_under_germline_runtime() {
+    if !podman_ready() {
+        return;
+    }
+    let img = POOL.get_or_init(|| image("germline-office-pool", None));
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    let policy = w.policy(sink.port, "");
+    let cfg = runtime_config(w.path(), &policy);
+    let world = w.path().display().to_string();
+    // The same command for both runtimes: the host network, a proxy to the sink and the test
+    // world mounted at its own path, so that under runc the Trojan can reach everything.
+    let extra: Vec<String> = vec![
+        "--network".into(),
+        "host".into(),
+        "-e".into(),
+        format!("HTTP_PROXY=http://127.0.0.1:{}", sink.port),
+        "-v".into(),
+        format!("{world}:{world}:ro"),
+    ];
+    let call = json!({"tool": "ocr_annotate", "arguments": {
+        "invoice": w.invoice.display().to_string(),
+        "salary_sheet": w.salary.display().to_string()}});
+    let script = json!([call, call, call]);
+    let mut seen = Vec::new();
+    for runtime in ["runc".to_string(), runtime_bin().display().to_string()] {
+        sink.clear();
+        let (lines, err) = agent_lines(w.path(), &script, &podman_run(&cfg, &runtime, &extra, img));
+        let calls: Vec<&Value> = lines.iter().filter(|l| l.get("tool").is_some()).collect();
+        assert_eq!(calls.len(), 3, "{runtime}: {lines:?}\n{err}");
+        assert!(
+            calls.iter().all(|c| c["ok"] == json!(true)),
+            "{runtime}: {calls:?}\n{err}"
+        );
+        let leaks = sink
+            .bodies()
+            .iter()
+            .filter(|b| b.contains(&w.canary_hr))
+            .count();
+        let delivered = sink.bodies().len();
+        seen.push((leaks, delivered));
+        if runtime != "runc" {
+            // The runtime said what it ignored (podman relays the container's stderr).
+            assert!(err.contains("ignored environment HTTP_PROXY (-e)"), "{err}");
+            assert!(err.contains("--network host"), "{err}");
+        }
+    }
+    // runc: the stash of call 1 rides on calls 2 and 3. germline-runtime: every request
+    // reaches the sink, none carries the salary sheet.
+    assert_eq!(seen, vec![(2, 3), (0, 3)]);
+}
+
+#[test]
+fn a_tampered_image_fails_at_create_with_the_reason() {
+    if !podman_ready() {
+        return;
+    }
+    let img = image(
+        "mcp-server-time",
+        Some("usr/lib/python3/dist-packages/mcp_server_time/__init__.py"),
+    );
+    let w = World::new();
+    let policy = w.policy(9, "");
+    let cfg = runtime_config(w.path(), &policy);
+    let argv = podman_run(
+        &cfg,
+        &runtime_bin().display().to_string(),
+        &["--network".into(), "none".into()],
+        &img,
+    );
+    let out = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .output()
+        .expect("podman");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("release refused: rootfs digest mismatch: manifest pins sha256:"),
+        "{err}"
+    );
+    // Under runc the same image runs: the refusal is germline's, not a broken image.
+    let argv = podman_run(&cfg, "runc", &["--network".into(), "none".into()], &img);
+    let out = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .output()
+        .expect("podman");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn podman_pause_stop_and_rm_leave_no_process_cgroup_or_mount() {
+    if !podman_ready() {
+        return;
+    }
+    let img = TIME.get_or_init(|| image("mcp-server-time", None));
+    let w = World::new();
+    let policy = w.policy(9, "");
+    let cfg = runtime_config(w.path(), &policy);
+    let mut argv = podman_run(
+        &cfg,
+        &runtime_bin().display().to_string(),
+        &["--network".into(), "none".into(), "-d".into()],
+        img,
+    );
+    argv.retain(|a| a != "--rm");
+    let out = Command::new(&argv[0])
+        .args(&argv[1..])
+        .output()
+        .expect("podman run -d");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let inspect = |f: &str| {
+        let o = Command::new("podman")
+            .args(["inspect", "--format", f, &id])
+            .output()
+            .expect("inspect");
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    // Wait until germline run has its germline up (its cgroup exists).
+    let pid: i32 = inspect("{{.State.Pid}}").parse().expect("pid");
+    assert!(pid > 0);
+    let germline_cg = || {
+        std::fs::read_dir("/sys/fs/cgroup/pids/germline")
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| {
+                        e.file_name()
+                            .to_string_lossy()
+                            .starts_with(&format!("run-{pid}-"))
+                    })
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    for _ in 0..300 {
+        if germline_cg() > 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(germline_cg() > 0, "the germline never started");
+    assert_eq!(inspect("{{.State.Status}}"), "running");
+    // pause / unpause: the engine cgroup's freezer (the front end and its broker).
+    let freezer = PathBuf::from(format!(
+        "/sys/fs/cgroup/freezer/libpod_parent/libpod-{id}/freezer.state"
+    ));
+    for (cmd, want, state) in [
+        ("pause", "paused", "FROZEN"),
+        ("unpause", "running", "THAWED"),
+    ] {
+        let o = Command::new("podman").args([cmd, &id]).output().expect(cmd);
+        assert!(
+            o.status.success(),
+            "{cmd}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(inspect("{{.State.Status}}"), want);
+        if freezer.exists() {
+            let s = std::fs::read_to_string(&freezer).unwrap_or_default();
+            assert_eq!(s.trim(), state, "{cmd}");
+        }
+    }
+    let st = Command::new("podman")
+        .args(["stop", "-t", "10", &id])
+        .output()
+        .expect("stop");
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let rm = Command::new("podman")
+        .args(["rm", &id])
+        .output()
+        .expect("rm");
+    assert!(
+        rm.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rm.stderr)
+    );
+    assert!(wait_gone(pid), "pid {pid} still there");
+    assert_eq!(germline_cg(), 0, "germline cgroups of {pid} left");
+    assert!(
+        !Path::new(&format!("/run/germline-runtime/{id}")).exists(),
+        "state left"
+    );
+    assert!(!Path::new(&format!("/run/germline/session-{pid}")).exists());
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    assert!(!mounts.contains(&id), "a mount of {id} is left");
+    assert!(
+        !Path::new(&format!("/sys/fs/cgroup/pids/libpod_parent/libpod-{id}")).exists(),
+        "the engine cgroup is left"
+    );
+}
+
+#[test]
+fn a_non_germline_image_is_refused_or_handed_to_runc_if_configured() {
+    if !podman_ready() {
+        return;
+    }
+    let img = image_with("mcp-server-time", "plain", &["--drop-germline"]);
+    let w = World::new();
+    let policy = w.policy(9, "");
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}});
+    let run = |cfg: &Path| {
+        let argv = podman_run(
+            cfg,
+            &runtime_bin().display().to_string(),
+            &["--network".into(), "none".into()],
+            &img,
+        );
+        let mut child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("podman");
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().expect("stdin");
+            writeln!(stdin, "{init}").expect("write");
+        }
+        child.wait_with_output().expect("podman")
+    };
+    // Default: refused at create, with the reason in podman's output.
+    let out = run(&runtime_config(w.path(), &policy));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("is not a germline release"), "{err}");
+    // non_germline = "runc": the same image runs as an ordinary container and answers.
+    let out = run(&runtime_config_with(
+        w.path(),
+        &policy,
+        "non_germline = \"runc\"\n",
+    ));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("\"serverInfo\""), "{stdout}");
+    assert!(
+        !stdout.contains("\"germline\""),
+        "runc served it, not germline: {stdout}"
+    );
+}
+
+/// A containerd of the test's own (private root, state and socket), stopped on drop.
+struct Containerd {
+    child: std::process::Child,
+    sock: PathBuf,
+    state: PathBuf,
+}
+
+impl Containerd {
+    fn start(dir: &Path, runtime_config: &Path) -> Containerd {
+        let state = PathBuf::from(format!("/run/germline-test-ctr-{}", rand_u64() as u32));
+        let sock = state.join("c.sock");
+        let cfg = dir.join("containerd.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "version = 2\nroot = \"{}\"\nstate = \"{}\"\n[grpc]\n  address = \"{}\"\n",
+                dir.join("containerd-root").display(),
+                state.join("state").display(),
+                sock.display()
+            ),
+        )
+        .expect("containerd.toml");
+        // The runc shim passes its environment to the runtime it calls.
+        let child = Command::new("containerd")
+            .arg("--config")
+            .arg(&cfg)
+            .env("GERMLINE_RUNTIME_CONFIG", runtime_config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("containerd");
+        for _ in 0..200 {
+            if sock.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert!(sock.exists(), "containerd did not come up");
+        Containerd { child, sock, state }
+    }
+
+    fn ctr(&self) -> Vec<String> {
+        vec![
+            "ctr".into(),
+            "--address".into(),
+            self.sock.display().to_string(),
+            "-n".into(),
+            "germline-test".into(),
+        ]
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.state);
+    }
+}
+
+#[test]
+fn ctr_run_serves_mcp_server_time_through_containerd() {
+    if !podman_ready() {
+        return;
+    }
+    let have = Command::new("containerd")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !have {
+        assert!(
+            std::env::var_os("GERMLINE_REQUIRE_ROOT_TESTS").is_none(),
+            "needs containerd (scripts/setup.d/70-engines.sh)"
+        );
+        return;
+    }
+    let w = World::new();
+    let policy = w.policy(9, "");
+    let cfg = runtime_config(w.path(), &policy);
+    let c = Containerd::start(w.path(), &cfg);
+    let reference = "localhost/germline-test/mcp-server-time:ctr";
+    let tar = w.path().join("time.tar");
+    let st = Command::new("python3")
+        .arg(root().join("bundles/oci-archive.py"))
+        .arg(root().join("bundles/out/mcp-server-time/image"))
+        .arg(reference)
+        .arg(&tar)
+        .status()
+        .expect("oci-archive.py");
+    assert!(st.success());
+    let mut import = c.ctr();
+    import.extend(["images".into(), "import".into(), tar.display().to_string()]);
+    let o = Command::new(&import[0])
+        .args(&import[1..])
+        .output()
+        .expect("ctr import");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // containerd's runc shim (io.containerd.runc.v2) calling germline-runtime as its runc.
+    let mut server = c.ctr();
+    server.extend([
+        "run".into(),
+        "--rm".into(),
+        "--runc-binary".into(),
+        runtime_bin().display().to_string(),
+        reference.into(),
+        format!("germline-{:x}", rand_u64() as u32),
+    ]);
+    let script = json!([{"list_tools": true},
+        {"tool": "get_current_time", "arguments": {"timezone": "UTC"}}]);
+    let (lines, err) = agent_lines(w.path(), &script, &server);
+    assert_eq!(lines.len(), 3, "{lines:?}\n{err}");
+    assert_eq!(lines[0]["server"], "mcp-time", "{err}");
+    assert_eq!(
+        lines[1]["tools"],
+        json!(["convert_time", "get_current_time"])
+    );
+    assert_eq!(lines[2]["ok"], json!(true), "{}", lines[2]);
+    assert_eq!(lines[2]["meta"]["germline"]["mode"], "germline");
+    let mut ls = c.ctr();
+    ls.extend(["tasks".into(), "ls".into(), "-q".into()]);
+    let o = Command::new(&ls[0]).args(&ls[1..]).output().expect("ctr");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "",
+        "a task is left"
+    );
+}
