@@ -121,6 +121,14 @@ struct CopyJob<'a> {
     meta: &'a CallMeta,
     in_view: &'a dyn Fn(&ArgItem) -> bool,
     is_agent: bool,
+    /// Twin inputs of the call, unless twin inputs are off (the reference runs).
+    twin: Option<(u128, u64)>,
+}
+
+/// Whether copies get the call's twin inputs: on unless `GERMLINE_TWIN=off` (the reference
+/// for the twin-input test, issue 10).
+fn twin_inputs_on() -> bool {
+    std::env::var("GERMLINE_TWIN").map_or(true, |v| v != "off")
 }
 
 enum Backend {
@@ -356,7 +364,7 @@ impl Runtime {
         meta: &CallMeta,
         mode: PlanMode,
         open: bool,
-    ) -> Result<(u64, Plan), RunError> {
+    ) -> Result<(u64, germline_broker::Twin, Plan), RunError> {
         let call = BeginCall {
             release: self.release.digest.clone(),
             user: self.user.clone(),
@@ -379,8 +387,8 @@ impl Runtime {
             }
             ok => ok,
         };
-        let (id, _twin, plan) = r.map_err(|e| RunError::Broker(e.to_string()))?;
-        Ok((id, plan))
+        let (id, twin, plan) = r.map_err(|e| RunError::Broker(e.to_string()))?;
+        Ok((id, twin, plan))
     }
 
     /// One `tools/call`.
@@ -395,7 +403,8 @@ impl Runtime {
     fn call_germline(&mut self, meta: &CallMeta, plan_mode: PlanMode) -> Result<Outcome, RunError> {
         let t0 = Instant::now();
         let mut phases = Vec::new();
-        let (call, plan) = self.begin(meta, plan_mode, false)?;
+        let (call, twin, plan) = self.begin(meta, plan_mode, false)?;
+        let twin = twin_inputs_on().then_some((twin.time_ns, twin.seed));
         phases.push(("plan", t0.elapsed().as_micros() as u64));
         let agent_group = plan
             .groups
@@ -416,6 +425,7 @@ impl Runtime {
                 meta,
                 in_view: &in_view,
                 is_agent,
+                twin,
             };
             let r = self.run_copy(job, &mut seen, &mut phases);
             if is_agent {
@@ -482,12 +492,14 @@ impl Runtime {
             meta,
             in_view,
             is_agent,
+            twin,
         } = job;
         let Backend::Germline(g) = &mut self.backend else {
             return Err(RunError::Sandbox("no germline".into()));
         };
         let t = Instant::now();
         let mut copy = g.copy().map_err(|e| RunError::Sandbox(e.to_string()))?;
+        copy.set_twin(twin);
         phases.push(("fork", t.elapsed().as_micros() as u64));
         let t = Instant::now();
         let netns = File::open(format!("/proc/{}/ns/net", copy.pid()))
@@ -541,7 +553,7 @@ impl Runtime {
     fn call_process(&mut self, meta: &CallMeta) -> Result<Outcome, RunError> {
         let t0 = Instant::now();
         let open = matches!(self.mode, Mode::SigPin | Mode::SigIfc);
-        let (call, plan) = self.begin(meta, PlanMode::NoSplit, open)?;
+        let (call, _twin, plan) = self.begin(meta, PlanMode::NoSplit, open)?;
         let deadline = Instant::now() + self.limits.deadline();
         let mut fresh;
         let p: &mut ToolProcess = match &mut self.backend {

@@ -17,6 +17,7 @@ pub mod label;
 pub mod plan;
 pub mod policy;
 pub mod slots;
+pub mod witness;
 
 pub use label::Label;
 pub use plan::{plan, Group, ItemMeta, Member, Plan, PlanInput, PlanMode};

@@ -77,6 +77,8 @@ pub struct Copy {
     initialized: bool,
     /// Item store slots mounted in this copy; freed (and emptied) once it is dead.
     leases: Vec<SlotLease>,
+    /// Twin inputs `(time_ns, seed)` sent with the data (A4), if set.
+    twin: Option<(u128, u64)>,
 }
 
 impl Copy {
@@ -101,6 +103,7 @@ impl Copy {
             sweep: true,
             initialized: false,
             leases: Vec::new(),
+            twin: None,
         }
     }
 
@@ -207,6 +210,12 @@ impl Copy {
         }
     }
 
+    /// Sets the twin inputs `(time_ns, seed)` the copy derives its clocks and entropy from
+    /// (paper A4); sent with the data by [`Copy::deliver`].
+    pub fn set_twin(&mut self, twin: Option<(u128, u64)>) {
+        self.twin = twin;
+    }
+
     /// Sends the items (those in the view with contents, the others empty) as memfds.
     pub fn deliver(&mut self, items: &[(String, Vec<u8>, bool)]) -> Result<()> {
         let items: Vec<Item> = items.iter().map(Item::from).collect();
@@ -236,7 +245,13 @@ impl Copy {
             });
         }
         let raw: Vec<i32> = fds.iter().map(AsRawFd::as_raw_fd).collect();
-        self.send_line(&json!({"op": "data", "items": names}), &raw)?;
+        let mut msg = json!({"op": "data", "items": names});
+        if let Some((time_ns, seed)) = self.twin {
+            // u128 does not fit a JSON number every reader accepts: send the clock as u64.
+            let t = u64::try_from(time_ns).unwrap_or(u64::MAX);
+            msg["twin"] = json!({"time_ns": t, "seed": seed});
+        }
+        self.send_line(&msg, &raw)?;
         drop(fds);
         let ack = self.recv_json()?;
         if ack.get("op").and_then(Value::as_str) != Some("started") {

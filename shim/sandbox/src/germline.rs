@@ -21,7 +21,11 @@ use crate::spec::{Language, LaunchSpec};
 use crate::sys;
 
 /// The Python bootstrap, run with `python3 -c` so that it never has to exist in the rootfs.
-pub const PYTHON_BOOTSTRAP: &str = include_str!("../bootstrap/python/germline_bootstrap.py");
+/// The Python bootstrap: the twin-input shim (`germline_twin.py`) followed by the bootstrap.
+pub const PYTHON_BOOTSTRAP: &str = concat!(
+    include_str!("../bootstrap/python/germline_twin.py"),
+    include_str!("../bootstrap/python/germline_bootstrap.py")
+);
 
 /// Size limit of a germline's item store (a tmpfs: only what is written counts).
 const ITEM_STORE_BYTES: u64 = 1 << 30;

@@ -9,7 +9,8 @@
 #     germline -> shim  {"op":"forked"}
 #   copy socket (SOCK_STREAM, newline-delimited JSON)
 #     copy -> shim      {"op":"ready"}
-#     shim -> copy      {"op":"data","items":[{"name":str}...]} + SCM_RIGHTS [memfd per item]
+#     shim -> copy      {"op":"data","items":[{"name":str}...],"twin"?:{"time_ns","seed"}}
+#                       + SCM_RIGHTS [memfd per item]
 #     copy -> shim      {"op":"started"}; then MCP JSON-RPC on the same socket (its stdio).
 import ctypes
 import gc
@@ -269,6 +270,9 @@ def copy_main(sock_fd, cmd):
     for item, fd in zip(data.get("items", []), fds):
         items[item["name"]] = fd
     os.environ["GERMLINE_ITEM_FDS"] = json.dumps(items)
+    twin = data.get("twin")
+    if twin is not None:
+        twin_install(int(twin["time_ns"]), int(twin["seed"]))  # germline_twin.py, prepended
     sock.sendall(b'{"op":"started"}\n')
     # The copy socket becomes the server's standard input and output.
     os.dup2(sock.fileno(), 0)
