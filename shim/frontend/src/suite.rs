@@ -84,6 +84,9 @@ pub struct SuiteArgs {
     /// The Python with matplotlib that draws the plots (scripts/setup.d/70-bench.sh).
     #[arg(long, default_value = "/var/tmp/germline-venv-bench/bin/python")]
     pub plot_python: PathBuf,
+    /// Calls of the time breakdown (default: the latency's calls, at most 100).
+    #[arg(long)]
+    pub breakdown_calls: Option<usize>,
     #[arg(long, default_value = "/var/lib/germline/broker-bench")]
     pub state_dir: PathBuf,
 }
@@ -792,7 +795,7 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
         let mut s = crate::cli::start_session(&ra)?;
         s.handle(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params":
             {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}}));
-        let n = sz.calls.min(100);
+        let n = a.breakdown_calls.unwrap_or(sz.calls.min(100));
         let mut phases: std::collections::BTreeMap<&'static str, Vec<f64>> = Default::default();
         let mut work = Vec::new();
         let mut handle = Vec::new();
