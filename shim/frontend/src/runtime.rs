@@ -321,6 +321,14 @@ impl Runtime {
         }
     }
 
+    /// The germline, to fork copies outside a call (`germline bench`'s memory of live copies).
+    pub fn germline_mut(&mut self) -> Option<&mut Germline> {
+        match &mut self.backend {
+            Backend::Germline(g) => Some(g),
+            _ => None,
+        }
+    }
+
     /// A request that carries no data (`tools/list`, `resources/*`, `prompts/*`), answered by
     /// a data-free copy (or the baseline's process).
     pub fn passthrough(&mut self, method: &str, params: Value) -> Result<Value, RunError> {

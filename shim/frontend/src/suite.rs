@@ -644,6 +644,18 @@ pub fn run(a: &SuiteArgs) -> Result<(), String> {
     };
     let one_germline_kb = ry.first().copied().unwrap_or(f64::NAN);
 
+    // 2c. Memory of live copies: copies of one germline of mcp-server-time, each after its
+    // own call, kept alive together.
+    eprintln!("bench: memory, live copies");
+    let live = live_copies(a, &policy, if a.quick { 2 } else { 5 })?;
+    let per_copy_private = live
+        .last()
+        .map(|r| {
+            r["copies_private_kb"].as_f64().unwrap_or(f64::NAN)
+                / r["copies"].as_f64().unwrap_or(1.0)
+        })
+        .unwrap_or(f64::NAN);
+
     // 3. Where the time goes: the shim's own phase timestamps of single-copy calls, in process.
     eprintln!("bench: time breakdown of a single-copy call");
     let breakdown = breakdown(a, &policy, &sz)?;
@@ -724,8 +736,8 @@ pub fn run(a: &SuiteArgs) -> Result<(), String> {
     );
     target(
         "< 8 MB private memory per live copy",
-        false,
-        "not measured by this version (see docs/performance.md)".into(),
+        per_copy_private < 8.0 * 1024.0,
+        format!("{per_copy_private:.0} kB private per live copy"),
     );
     let ratio = one_germline_kb / idle.0 as f64;
     target(
@@ -748,7 +760,7 @@ pub fn run(a: &SuiteArgs) -> Result<(), String> {
         "scaling": {"copies": scaling, "slope_ms_per_copy": slope, "intercept_ms": intercept},
         "memory": {"idle_server": {"pss_kb": idle.0, "private_kb": idle.1, "processes": idle.2},
                    "resident_germlines": resident, "pss_kb_per_germline": pss_slope_kb,
-                   "live_copies": null},
+                   "live_copies": live},
         "breakdown": breakdown,
         "targets": targets,
         "seconds": started.elapsed().as_secs_f64(),
@@ -768,6 +780,52 @@ pub fn run(a: &SuiteArgs) -> Result<(), String> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// PSS and private memory of 1..=n live copies of one germline (each after one
+/// `get_current_time`), and the germline's own.
+fn live_copies(a: &SuiteArgs, policy: &Path, n: usize) -> Result<Vec<Value>, String> {
+    let ra = crate::cli::RunArgs {
+        policy: policy.to_path_buf(),
+        key: a.key.clone(),
+        mode: Mode::Germline,
+        broker: None,
+        state_dir: a.state_dir.clone(),
+        audit: None,
+        pool: 0,
+        release: a.time_release.clone(),
+    };
+    let mut s = crate::cli::start_session(&ra)?;
+    let mut rows = Vec::new();
+    let r = (|| -> Result<(), String> {
+        let g = s.runtime.germline_mut().ok_or("no germline")?;
+        let mut live = Vec::new();
+        for k in 1..=n {
+            let mut c = g.copy().map_err(|e| e.to_string())?;
+            g.prepare_copy(&mut c, &[]).map_err(|e| e.to_string())?;
+            c.deliver(&[]).map_err(|e| e.to_string())?;
+            c.mcp_call("get_current_time", json!({"timezone": "UTC"}))
+                .map_err(|e| e.to_string())?;
+            live.push(c);
+            let (gp, gv) = smaps(g.pid()).unwrap_or((0, 0));
+            let (mut cp, mut cv) = (0, 0);
+            for c in &live {
+                let (p, v) = smaps(c.pid()).unwrap_or((0, 0));
+                cp += p;
+                cv += v;
+            }
+            rows.push(
+                json!({"copies": k, "germline_pss_kb": gp, "germline_private_kb": gv,
+                "copies_pss_kb": cp, "copies_private_kb": cv}),
+            );
+        }
+        for c in live {
+            let _ = c.finish(Ok(Value::Null));
+        }
+        Ok(())
+    })();
+    s.runtime.stop();
+    r.map(|()| rows)
 }
 
 /// Median per phase of single-copy calls, from the runtime's own timestamps (`Outcome.phases`),
@@ -969,6 +1027,13 @@ fn markdown(doc: &Value) -> String {
         s.push_str(&format!(
             "| {} | {} | {} |\n",
             r["germlines"], r["pss_kb"], r["private_kb"]
+        ));
+    }
+    s.push_str("\n| live copies | copies' PSS kB | copies' private kB | germline PSS kB |\n|---|---|---|---|\n");
+    for r in m["live_copies"].as_array().into_iter().flatten() {
+        s.push_str(&format!(
+            "| {} | {} | {} | {} |\n",
+            r["copies"], r["copies_pss_kb"], r["copies_private_kb"], r["germline_pss_kb"]
         ));
     }
     s.push_str(
