@@ -23,3 +23,4 @@ pub mod serve;
 pub mod session;
 pub mod sidecar;
 pub mod stdio;
+pub mod suite;

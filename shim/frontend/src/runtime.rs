@@ -329,6 +329,14 @@ impl Runtime {
         }
     }
 
+    /// The germline, to fork copies outside a call (`germline bench`'s memory of live copies).
+    pub fn germline_mut(&mut self) -> Option<&mut Germline> {
+        match &mut self.backend {
+            Backend::Germline(g) => Some(g),
+            _ => None,
+        }
+    }
+
     /// A request that carries no data (`tools/list`, `resources/*`, `prompts/*`), answered by
     /// a data-free copy (or the baseline's process).
     pub fn passthrough(&mut self, method: &str, params: Value) -> Result<Value, RunError> {
@@ -534,18 +542,38 @@ impl Runtime {
                 seen.push(m.clone());
             }
         };
+        // Sub-phases of `copy` for `germline bench` (a few clock reads per call).
+        let mut marks = [0u64; 4];
+        let us = |s: Instant| s.elapsed().as_micros() as u64;
         let r = (|| {
+            let s = Instant::now();
             g.prepare_copy(&mut copy, &files)?;
+            marks[0] = us(s);
+            let s = Instant::now();
             copy.deliver(&files)?;
-            copy.mcp_call_observed(&meta.tool, args, call_meta, &mut observer)
+            marks[1] = us(s);
+            let s = Instant::now();
+            let v = copy.mcp_call_observed(&meta.tool, args, call_meta, &mut observer);
+            marks[2] = us(s);
+            v
         })();
+        let s = Instant::now();
         let r = copy.finish(r);
+        marks[3] = us(s);
         phases.push(("copy", t.elapsed().as_micros() as u64));
+        phases.extend([
+            ("copy.mounts", marks[0]),
+            ("copy.deliver", marks[1]),
+            ("copy.mcp", marks[2]),
+            ("copy.teardown", marks[3]),
+        ]);
+        let s = Instant::now();
         let outcome = self
             .broker
             .client
             .end_copy(call, gi)
             .map_err(|e| RunError::Broker(e.to_string()))?;
+        phases.push(("broker.end_copy", us(s)));
         let r = r.map_err(|e| e.to_string()).and_then(tool_result);
         Ok((r, outcome.label, outcome.triggers.len()))
     }

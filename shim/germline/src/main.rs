@@ -29,6 +29,8 @@ enum Command {
     Run(germline_frontend::cli::RunArgs),
     /// Per-call latency through `germline run` for one tool under every runtime.
     RunBench(germline_frontend::bench::BenchArgs),
+    /// The paper's cost figures (Table VII, Fig. 4) on this machine: bench.json, bench.md, plots.
+    Bench(germline_frontend::suite::SuiteArgs),
     /// Serve signed releases to MCP clients over Streamable HTTP (bearer token, localhost only).
     Serve(germline_frontend::serve::ServeArgs),
     /// The broker sidecar, and its benchmark.
@@ -66,6 +68,7 @@ fn main() -> ExitCode {
         Command::Eval(args) => report(eval_cmd::run(&args)),
         Command::Run(args) => report(germline_frontend::cli::run(&args).map_err(Into::into)),
         Command::RunBench(args) => report(germline_frontend::bench::run(&args).map_err(Into::into)),
+        Command::Bench(args) => report(germline_frontend::suite::run(&args).map_err(Into::into)),
         Command::Serve(args) => report(germline_frontend::serve::run(&args).map_err(Into::into)),
         Command::Sandbox(c) => germline_sandbox::cli::run(c),
         Command::Keygen(args) => germline_release::cli::run_keygen(&args),

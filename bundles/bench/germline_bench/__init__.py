@@ -1,0 +1,1 @@
+"""germline's benchmark release (`germline bench`, docs/performance.md)."""

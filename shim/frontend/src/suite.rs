@@ -1,0 +1,1093 @@
+//! `germline bench --out DIR [--quick]`: the paper's cost figures (Table VII, Fig. 4) measured
+//! on this machine in one run: per-call latency of the benchmark release's cases and of
+//! `mcp-server-time`'s `get_current_time` under sig-pin, confined-ifc, fresh-ifc, germline and
+//! germline with a pool; latency against copies per call; memory (PSS, private) against
+//! resident germlines; the phases of one single-copy call; the CPU placement used. Writes
+//! `bench.json` and `bench.md`, and PNG plots when the plotting venv is there. A benchmark,
+//! not a test: targets are reported as met or not, never asserted.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use serde_json::{json, Value};
+
+use crate::runtime::Mode;
+
+/// Where the processes of the benchmark run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Pin {
+    /// The kernel places every process (no affinity set).
+    None,
+    /// Shim, broker, germline and copies all on CPU 0 (no cross-CPU wake-ups).
+    All0,
+}
+
+impl Pin {
+    fn name(self) -> &'static str {
+        match self {
+            Pin::None => "none",
+            Pin::All0 => "all0",
+        }
+    }
+
+    /// Sets this process's affinity; every process it starts afterwards (each `germline run`,
+    /// its broker, germline and copies) inherits it.
+    fn apply(self) -> Result<(), String> {
+        if self == Pin::None {
+            return Ok(());
+        }
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: CPU 0 < CPU_SETSIZE; `set` is a valid cpu_set_t.
+        unsafe { libc::CPU_SET(0, &mut set) };
+        // SAFETY: pid 0 is the calling thread; `set` is valid for its size.
+        let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
+        if r != 0 {
+            return Err(format!(
+                "sched_setaffinity: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct SuiteArgs {
+    /// Where bench.json, bench.md, the plots, the policy and the test world go.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// A few calls per figure (for CI): checks that everything runs, measures little.
+    #[arg(long)]
+    pub quick: bool,
+    /// The publisher's pinned public key.
+    #[arg(long, default_value = "bundles/out/keys/cosign.pub")]
+    pub key: PathBuf,
+    /// The benchmark release (bundles/germline-bench).
+    #[arg(long, default_value = "bundles/out/germline-bench/bundle")]
+    pub bench_release: PathBuf,
+    /// The official time server's release.
+    #[arg(long, default_value = "bundles/out/mcp-server-time/bundle")]
+    pub time_release: PathBuf,
+    /// CPU placement of shim, broker, germline and copies.
+    #[arg(long, value_enum, default_value = "none")]
+    pub pin: Pin,
+    /// Pool size of the `germline` runs with a pool.
+    #[arg(long, default_value_t = 2)]
+    pub pool: usize,
+    /// Pause between calls (the pool refills only in pauses, as an agent's own step leaves).
+    #[arg(long, default_value_t = 20)]
+    pub gap_ms: u64,
+    /// The Python with matplotlib that draws the plots (scripts/setup.d/70-bench.sh).
+    #[arg(long, default_value = "/var/tmp/germline-venv-bench/bin/python")]
+    pub plot_python: PathBuf,
+    /// Calls of the time breakdown (default: the latency's calls, at most 100).
+    #[arg(long)]
+    pub breakdown_calls: Option<usize>,
+    #[arg(long, default_value = "/var/lib/germline/broker-bench")]
+    pub state_dir: PathBuf,
+}
+
+struct Sizes {
+    passes: usize,
+    calls: usize,
+    warmup: usize,
+    fresh_calls: usize,
+    scale_calls: usize,
+    germlines: Vec<usize>,
+}
+
+impl Sizes {
+    fn of(quick: bool) -> Sizes {
+        if quick {
+            Sizes {
+                passes: 1,
+                calls: 3,
+                warmup: 1,
+                fresh_calls: 1,
+                scale_calls: 2,
+                germlines: vec![1, 2],
+            }
+        } else {
+            Sizes {
+                passes: 3,
+                calls: 200,
+                warmup: 20,
+                fresh_calls: 20,
+                scale_calls: 60,
+                germlines: vec![1, 5, 10, 15, 20],
+            }
+        }
+    }
+}
+
+/// Per pass P50s, per pass P99s, every call's time, and the tool's own time.
+type CaseTimes = (Vec<f64>, Vec<f64>, Vec<f64>, Option<f64>);
+
+/// One benchmark case: a tool call of a release.
+struct Case {
+    name: &'static str,
+    time_release: bool,
+    tool: &'static str,
+    args: Value,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    percentile(&s, 0.5)
+}
+
+/// A `germline run` child and its stdio, speaking MCP line by line.
+struct RunClient {
+    child: Child,
+    stdin: std::process::ChildStdin,
+    out: BufReader<std::process::ChildStdout>,
+    next: u64,
+}
+
+impl RunClient {
+    fn start(
+        policy: &Path,
+        key: &Path,
+        state: &Path,
+        mode: Mode,
+        pool: usize,
+        release: &Path,
+    ) -> Result<RunClient, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let mut child = Command::new(exe)
+            .arg("run")
+            .arg("--policy")
+            .arg(policy)
+            .arg("--key")
+            .arg(key)
+            .arg("--mode")
+            .arg(mode.name())
+            .arg("--pool")
+            .arg(pool.to_string())
+            .arg("--state-dir")
+            .arg(state)
+            .arg(release)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("germline run: {e}"))?;
+        let stdin = child.stdin.take().ok_or("stdin")?;
+        let out = BufReader::new(child.stdout.take().ok_or("stdout")?);
+        let mut c = RunClient {
+            child,
+            stdin,
+            out,
+            next: 0,
+        };
+        c.rpc(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "germline-bench", "version": env!("CARGO_PKG_VERSION")}}),
+        )?;
+        Ok(c)
+    }
+
+    fn rpc(&mut self, method: &str, params: Value) -> Result<Value, String> {
+        self.next += 1;
+        let id = self.next;
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(self.stdin, "{msg}").map_err(|e| e.to_string())?;
+        self.stdin.flush().map_err(|e| e.to_string())?;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if self.out.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
+                return Err("germline run exited".into());
+            }
+            let v: Value = serde_json::from_str(&line).map_err(|e| e.to_string())?;
+            if v.get("id") == Some(&json!(id)) {
+                return Ok(v);
+            }
+        }
+    }
+
+    /// Times `n` calls after `warmup`, in ms; the last result for inspection.
+    fn time_calls(
+        &mut self,
+        tool: &str,
+        args: &Value,
+        warmup: usize,
+        n: usize,
+        gap: Duration,
+    ) -> Result<(Vec<f64>, Value), String> {
+        let mut times = Vec::with_capacity(n);
+        let mut last = Value::Null;
+        for i in 0..warmup + n {
+            if !gap.is_zero() {
+                std::thread::sleep(gap);
+            }
+            let t = Instant::now();
+            let v = self.rpc("tools/call", json!({"name": tool, "arguments": args}))?;
+            let ms = t.elapsed().as_secs_f64() * 1000.0;
+            if v.get("result").is_none() || v["result"]["isError"] == json!(true) {
+                return Err(format!("{tool}: the call failed: {v}"));
+            }
+            if i >= warmup {
+                times.push(ms);
+            }
+            last = v;
+        }
+        Ok((times, last))
+    }
+
+    fn stop(mut self) {
+        drop(self.stdin);
+        let _ = self.child.wait();
+    }
+}
+
+/// The test world: files under `out/world/<label>/` and a policy labelling them.
+fn make_world(out: &Path) -> Result<(PathBuf, Value), String> {
+    let world = out.join("world");
+    let w = |rel: &str, text: String| -> Result<String, String> {
+        let p = world.join(rel);
+        if let Some(d) = p.parent() {
+            std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        }
+        std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))?;
+        Ok(p.display().to_string())
+    };
+    let mut csv = String::from("id,amount,hours,rate\n");
+    for i in 0..500u32 {
+        csv.push_str(&format!(
+            "{i},{},{},{}\n",
+            1000 + (i * 37) % 900,
+            20 + (i * 7) % 30,
+            15 + (i * 3) % 40
+        ));
+    }
+    let sentence = |i: u32| {
+        format!(
+            "Section {i} of the quarterly review notes that the budget for item {} grew while the \
+             schedule for milestone {} held steady. ",
+            i * 7 % 13,
+            i % 5
+        )
+    };
+    let doc: String = (0..300).map(sentence).collect();
+    let table = w("finance/table.csv", csv)?;
+    let document = w("hr/review.txt", doc.clone())?;
+    let finance_doc = w("finance/report.txt", doc.clone())?;
+    let projx_doc = w("projx/design.txt", doc)?;
+    let policy = out.join("policy.toml");
+    let root = world.display().to_string();
+    let mut p = String::from(
+        "# Written by `germline bench`: the benchmark's labels, clearances and test world.\n\
+         [labels]\nhr = \"personnel\"\nfinance = \"finance\"\nprojx = \"project X\"\n\
+         t1 = \"fan-out 1\"\nt2 = \"fan-out 2\"\nt3 = \"fan-out 3\"\nt4 = \"fan-out 4\"\n\n\
+         [defaults]\nhost_clearance = []\nconsumer_clearance = []\n\n",
+    );
+    for l in ["hr", "finance", "projx"] {
+        p.push_str(&format!(
+            "[[item]]\npath = \"{root}/{l}/**\"\nlabel = [\"{l}\"]\n\n"
+        ));
+    }
+    p.push_str("[[argument]]\ntool = \"*_time\"\nname = \"*\"\nlabel = []\n\n");
+    for i in 1..=4 {
+        p.push_str(&format!(
+            "[[argument]]\ntool = \"fanout*\"\nname = \"a{i}\"\nlabel = [\"t{i}\"]\n\n"
+        ));
+    }
+    p.push_str(
+        "[destinations]\n\"b1.bench.example\" = [\"t1\", \"finance\"]\n\
+         \"b2.bench.example\" = [\"t2\", \"projx\"]\n\"b3.bench.example\" = [\"t3\"]\n\
+         \"b4.bench.example\" = [\"t4\"]\n\n[consumers]\n\
+         agent = [\"hr\", \"finance\", \"projx\", \"t1\", \"t2\", \"t3\", \"t4\"]\n",
+    );
+    std::fs::write(&policy, p).map_err(|e| format!("{}: {e}", policy.display()))?;
+    Ok((
+        policy,
+        json!({"table": table, "document": document, "finance_doc": finance_doc, "projx_doc": projx_doc}),
+    ))
+}
+
+fn cases(files: &Value) -> Vec<Case> {
+    vec![
+        Case {
+            name: "noop",
+            time_release: false,
+            tool: "noop",
+            args: json!({}),
+        },
+        Case {
+            name: "stats",
+            time_release: false,
+            tool: "stats",
+            args: json!({"table": files["table"]}),
+        },
+        Case {
+            name: "summarize",
+            time_release: false,
+            tool: "summarize",
+            args: json!({"document": files["document"]}),
+        },
+        Case {
+            name: "summarize_many",
+            time_release: false,
+            tool: "summarize_many",
+            args: json!({"document": files["document"], "finance_doc": files["finance_doc"],
+                         "projx_doc": files["projx_doc"]}),
+        },
+        Case {
+            name: "get_current_time",
+            time_release: true,
+            tool: "get_current_time",
+            args: json!({"timezone": "UTC"}),
+        },
+    ]
+}
+
+/// The tool's own time (`work_us` of the benchmark release's answer), if it says.
+fn work_us(result: &Value) -> Option<f64> {
+    let text = result.pointer("/result/content/0/text")?.as_str()?;
+    let v: Value = serde_json::from_str(text).ok()?;
+    v.get("work_us")?.as_f64()
+}
+
+/// PSS and private memory (kB) of a process, from smaps_rollup.
+fn smaps(pid: i32) -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    let field = |names: &[&str]| -> u64 {
+        s.lines()
+            .filter(|l| names.iter().any(|n| l.starts_with(n)))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum()
+    };
+    Some((
+        field(&["Pss:"]),
+        field(&["Private_Clean:", "Private_Dirty:"]),
+    ))
+}
+
+/// Every descendant of `pid` (through /proc/*/task/*/children).
+fn descendants(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let Ok(s) = std::fs::read_to_string(t.path().join("children")) else {
+                continue;
+            };
+            for k in s.split_whitespace().filter_map(|k| k.parse::<i32>().ok()) {
+                if !out.contains(&k) {
+                    out.push(k);
+                    todo.push(k);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// PSS and private (kB) of the release's own processes under a `germline run` (the germline
+/// or the baseline's server): every descendant that is not a germline binary (shim, broker).
+fn release_memory(run_pid: i32) -> (u64, u64, usize) {
+    let own = std::env::current_exe()
+        .ok()
+        .and_then(|p| std::fs::canonicalize(p).ok());
+    let mut pss = 0;
+    let mut private = 0;
+    let mut n = 0;
+    for p in descendants(run_pid) {
+        let exe = std::fs::read_link(format!("/proc/{p}/exe")).ok();
+        if exe.is_some() && exe == own {
+            continue;
+        }
+        if let Some((a, b)) = smaps(p) {
+            pss += a;
+            private += b;
+            n += 1;
+        }
+    }
+    (pss, private, n)
+}
+
+fn lsq_slope(xs: &[f64], ys: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    let mx = xs.iter().sum::<f64>() / n;
+    let my = ys.iter().sum::<f64>() / n;
+    let sxy: f64 = xs.iter().zip(ys).map(|(x, y)| (x - mx) * (y - my)).sum();
+    let sxx: f64 = xs.iter().map(|x| (x - mx) * (x - mx)).sum();
+    let slope = if sxx > 0.0 { sxy / sxx } else { f64::NAN };
+    (slope, my - slope * mx)
+}
+
+pub fn run(a: &SuiteArgs) -> Result<(), String> {
+    let started = Instant::now();
+    std::fs::create_dir_all(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
+    for (what, p) in [
+        ("--bench-release", &a.bench_release),
+        ("--time-release", &a.time_release),
+        ("--key", &a.key),
+    ] {
+        if !p.exists() {
+            return Err(format!(
+                "{what} {}: not found (build it with scripts/setup.d/30-release.sh)",
+                p.display()
+            ));
+        }
+    }
+    a.pin.apply()?;
+    let sz = Sizes::of(a.quick);
+    let gap = Duration::from_millis(a.gap_ms);
+    let (policy, files) = make_world(&a.out)?;
+    let cases = cases(&files);
+    let runs: Vec<(&str, Mode, usize)> = vec![
+        ("sig-pin", Mode::SigPin, 0),
+        ("confined-ifc", Mode::ConfinedIfc, 0),
+        ("fresh-ifc", Mode::FreshIfc, 0),
+        ("germline", Mode::Germline, 0),
+        ("germline+pool", Mode::Germline, a.pool),
+    ];
+    // 1. Per-call latency: per pass a fresh `germline run` per release and mode.
+    let mut latency = Vec::new();
+    for (label, mode, pool) in &runs {
+        let fresh = *mode == Mode::FreshIfc;
+        let (passes, calls, warmup) = if fresh {
+            (1, sz.fresh_calls, 1.min(sz.warmup))
+        } else {
+            (sz.passes, sz.calls, sz.warmup)
+        };
+        let mut per_case: Vec<CaseTimes> = cases.iter().map(|_| Default::default()).collect();
+        for pass in 0..passes {
+            for time_rel in [false, true] {
+                let release = if time_rel {
+                    &a.time_release
+                } else {
+                    &a.bench_release
+                };
+                eprintln!(
+                    "bench: latency {label} pass {} {}",
+                    pass + 1,
+                    release.display()
+                );
+                let mut c = RunClient::start(&policy, &a.key, &a.state_dir, *mode, *pool, release)?;
+                for (ci, case) in cases.iter().enumerate() {
+                    if case.time_release != time_rel {
+                        continue;
+                    }
+                    let (mut t, last) = c
+                        .time_calls(case.tool, &case.args, warmup, calls, gap)
+                        .map_err(|e| format!("{label} {}: {e}", case.name))?;
+                    t.sort_by(f64::total_cmp);
+                    per_case[ci].0.push(percentile(&t, 0.5));
+                    per_case[ci].1.push(percentile(&t, 0.99));
+                    per_case[ci].2.extend(t);
+                    if per_case[ci].3.is_none() {
+                        per_case[ci].3 = work_us(&last);
+                    }
+                }
+                c.stop();
+            }
+        }
+        for (ci, case) in cases.iter().enumerate() {
+            let (p50s, p99s, all, work) = &per_case[ci];
+            latency.push(json!({
+                "case": case.name, "runtime": label, "pool": pool,
+                "passes": passes, "calls_per_pass": calls, "warmup": warmup,
+                "p50_ms": median(p50s), "p99_ms": p99s.iter().copied().fold(f64::NAN, f64::max),
+                "pass_p50_ms": p50s, "pass_p99_ms": p99s,
+                "min_ms": all.iter().copied().fold(f64::NAN, f64::min),
+                "tool_work_us": work,
+            }));
+        }
+    }
+    let p50 = |case: &str, rt: &str| -> f64 {
+        latency
+            .iter()
+            .find(|r| r["case"] == case && r["runtime"] == rt)
+            .and_then(|r| r["p50_ms"].as_f64())
+            .unwrap_or(f64::NAN)
+    };
+    let p99 = |case: &str, rt: &str| -> f64 {
+        latency
+            .iter()
+            .find(|r| r["case"] == case && r["runtime"] == rt)
+            .and_then(|r| r["p99_ms"].as_f64())
+            .unwrap_or(f64::NAN)
+    };
+    let mut table7 = Vec::new();
+    for case in &cases {
+        let copies = if case.name == "summarize_many" { 3 } else { 1 };
+        let mut row = json!({"case": case.name, "copies": copies});
+        for rt in ["germline", "germline+pool"] {
+            let g = p50(case.name, rt);
+            row[rt] = json!({
+                "p50_ms": g, "p99_ms": p99(case.name, rt),
+                "added_over_sig_pin_ms": g - p50(case.name, "sig-pin"),
+                "added_over_confined_ifc_ms": g - p50(case.name, "confined-ifc"),
+                "saved_vs_fresh_ms": p50(case.name, "fresh-ifc") - g,
+                "speedup_over_fresh": p50(case.name, "fresh-ifc") / g,
+            });
+        }
+        table7.push(row);
+    }
+
+    // 2a. Scaling: latency against copies per call (fanout1..5), germline without a pool.
+    eprintln!("bench: scaling, copies per call 1-5");
+    let mut scaling = Vec::new();
+    {
+        let mut c = RunClient::start(
+            &policy,
+            &a.key,
+            &a.state_dir,
+            Mode::Germline,
+            0,
+            &a.bench_release,
+        )?;
+        let args = json!({"a1": "one", "a2": "two", "a3": "three", "a4": "four"});
+        for k in 1..=5usize {
+            let tool = format!("fanout{k}");
+            let (mut t, last) =
+                c.time_calls(&tool, &args, sz.warmup.min(5), sz.scale_calls, gap)?;
+            t.sort_by(f64::total_cmp);
+            let copies = last
+                .pointer("/result/_meta/germline/copies")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            scaling.push(json!({"tool": tool, "copies": copies, "calls": t.len(),
+                "p50_ms": percentile(&t, 0.5), "p99_ms": percentile(&t, 0.99)}));
+        }
+        c.stop();
+    }
+    let xs: Vec<f64> = scaling
+        .iter()
+        .filter_map(|r| r["copies"].as_f64())
+        .collect();
+    let ys: Vec<f64> = scaling
+        .iter()
+        .filter_map(|r| r["p50_ms"].as_f64())
+        .collect();
+    let (slope, intercept) = lsq_slope(&xs, &ys);
+
+    // 2b. Memory: resident germlines of mcp-server-time (one `germline run` each), against
+    // the idle server's own process under sig-pin.
+    eprintln!("bench: memory, idle server and resident germlines");
+    let idle = {
+        let c = RunClient::start(
+            &policy,
+            &a.key,
+            &a.state_dir,
+            Mode::SigPin,
+            0,
+            &a.time_release,
+        )?;
+        let m = release_memory(c.child.id() as i32);
+        c.stop();
+        m
+    };
+    let mut resident = Vec::new();
+    let max_n = sz.germlines.iter().copied().max().unwrap_or(1);
+    let mut clients = Vec::new();
+    for n in 1..=max_n {
+        let mut c = RunClient::start(
+            &policy,
+            &a.key,
+            &a.state_dir,
+            Mode::Germline,
+            0,
+            &a.time_release,
+        )?;
+        // One call each, so the germline is as it is between calls.
+        c.time_calls("get_current_time", &json!({"timezone": "UTC"}), 0, 1, gap)?;
+        clients.push(c);
+        if sz.germlines.contains(&n) {
+            let (mut pss, mut private, mut procs) = (0, 0, 0);
+            for c in &clients {
+                let (a, b, k) = release_memory(c.child.id() as i32);
+                pss += a;
+                private += b;
+                procs += k;
+            }
+            resident.push(
+                json!({"germlines": n, "pss_kb": pss, "private_kb": private, "processes": procs}),
+            );
+        }
+    }
+    for c in clients {
+        c.stop();
+    }
+    let rx: Vec<f64> = resident
+        .iter()
+        .filter_map(|r| r["germlines"].as_f64())
+        .collect();
+    let ry: Vec<f64> = resident
+        .iter()
+        .filter_map(|r| r["pss_kb"].as_f64())
+        .collect();
+    let (pss_slope_kb, _) = if rx.len() >= 2 {
+        lsq_slope(&rx, &ry)
+    } else {
+        (ry.first().copied().unwrap_or(f64::NAN), 0.0)
+    };
+    let one_germline_kb = ry.first().copied().unwrap_or(f64::NAN);
+
+    // 2c. Memory of live copies: copies of one germline of mcp-server-time, each after its
+    // own call, kept alive together.
+    eprintln!("bench: memory, live copies");
+    let live = live_copies(a, &policy, if a.quick { 2 } else { 5 })?;
+    let per_copy_private = live
+        .last()
+        .map(|r| {
+            r["copies_private_kb"].as_f64().unwrap_or(f64::NAN)
+                / r["copies"].as_f64().unwrap_or(1.0)
+        })
+        .unwrap_or(f64::NAN);
+
+    // 3. Where the time goes: the shim's own phase timestamps of single-copy calls, in process.
+    eprintln!("bench: time breakdown of a single-copy call");
+    let breakdown = breakdown(a, &policy, &sz)?;
+
+    // Targets of the issue.
+    let mut targets = Vec::new();
+    let mut target = |name: &str, ok: bool, value: String| {
+        println!(
+            "  target {name}: {} ({value})",
+            if ok { "met" } else { "NOT met" }
+        );
+        targets.push(json!({"target": name, "met": ok, "value": value}));
+    };
+    println!(
+        "germline bench ({}), pin {}",
+        if a.quick { "quick" } else { "full" },
+        a.pin.name()
+    );
+    println!(
+        "{:<18} {:>10} {:>10} {:>10} {:>10} {:>14}",
+        "case", "sig-pin", "confined", "fresh", "germline", "germline+pool"
+    );
+    for case in &cases {
+        println!(
+            "{:<18} {:>10.2} {:>10.2} {:>10.1} {:>10.2} {:>14.2}",
+            case.name,
+            p50(case.name, "sig-pin"),
+            p50(case.name, "confined-ifc"),
+            p50(case.name, "fresh-ifc"),
+            p50(case.name, "germline"),
+            p50(case.name, "germline+pool")
+        );
+    }
+    println!("  (P50 ms; fresh-ifc over {} calls)", sz.fresh_calls);
+    println!(
+        "  scaling: {slope:.2} ms per extra copy (least squares, intercept {intercept:.2} ms)"
+    );
+    println!(
+        "  memory: idle server {} kB PSS; resident germlines {:?}; {:.0} kB PSS per extra germline",
+        idle.0,
+        resident
+            .iter()
+            .map(|r| (r["germlines"].clone(), r["pss_kb"].clone()))
+            .collect::<Vec<_>>(),
+        pss_slope_kb
+    );
+    let noop_pool = p50("noop", "germline+pool");
+    target(
+        "single-copy noop P50 < 5 ms with the pool",
+        noop_pool < 5.0,
+        format!("{noop_pool:.2} ms"),
+    );
+    let t_pool = p50("get_current_time", "germline+pool");
+    target(
+        "get_current_time P50 < 10 ms with the pool",
+        t_pool < 10.0,
+        format!("{t_pool:.2} ms"),
+    );
+    let sp = p50("get_current_time", "fresh-ifc") / t_pool;
+    target(
+        ">= 50x faster than fresh-ifc for the official server",
+        sp >= 50.0,
+        format!("{sp:.1}x with the pool"),
+    );
+    target(
+        "< 10 ms per extra copy",
+        slope < 10.0,
+        format!("{slope:.2} ms"),
+    );
+    let worst = cases
+        .iter()
+        .map(|c| p99(c.name, "germline+pool") - p50(c.name, "germline+pool"))
+        .fold(f64::NAN, f64::max);
+    target(
+        "P99 within 5 ms of P50 (germline+pool, worst case)",
+        worst <= 5.0,
+        format!("{worst:.2} ms"),
+    );
+    target(
+        "< 8 MB private memory per live copy",
+        per_copy_private < 8.0 * 1024.0,
+        format!("{per_copy_private:.0} kB private per live copy"),
+    );
+    let ratio = one_germline_kb / idle.0 as f64;
+    target(
+        "a resident germline <= 1.1x the idle server's PSS",
+        ratio <= 1.1,
+        format!(
+            "{one_germline_kb:.0} kB vs {} kB: {ratio:.2}x; {pss_slope_kb:.0} kB per extra germline",
+            idle.0
+        ),
+    );
+    let doc = json!({
+        "schema": "germline.bench/v1",
+        "quick": a.quick,
+        "machine": machine(),
+        "pin": a.pin.name(),
+        "gap_ms": a.gap_ms,
+        "pool": a.pool,
+        "latency": latency,
+        "table_vii": table7,
+        "scaling": {"copies": scaling, "slope_ms_per_copy": slope, "intercept_ms": intercept},
+        "memory": {"idle_server": {"pss_kb": idle.0, "private_kb": idle.1, "processes": idle.2},
+                   "resident_germlines": resident, "pss_kb_per_germline": pss_slope_kb,
+                   "live_copies": live},
+        "breakdown": breakdown,
+        "targets": targets,
+        "seconds": started.elapsed().as_secs_f64(),
+    });
+    let json_path = a.out.join("bench.json");
+    std::fs::write(
+        &json_path,
+        serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| format!("{}: {e}", json_path.display()))?;
+    std::fs::write(a.out.join("bench.md"), markdown(&doc))
+        .map_err(|e| format!("{}: {e}", a.out.display()))?;
+    plot(a, &json_path);
+    println!(
+        "  written to {} and bench.md ({:.0} s)",
+        json_path.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// PSS and private memory of 1..=n live copies of one germline (each after one
+/// `get_current_time`), and the germline's own.
+fn live_copies(a: &SuiteArgs, policy: &Path, n: usize) -> Result<Vec<Value>, String> {
+    let ra = crate::cli::RunArgs {
+        policy: policy.to_path_buf(),
+        key: a.key.clone(),
+        mode: Mode::Germline,
+        broker: None,
+        state_dir: a.state_dir.clone(),
+        audit: None,
+        pool: 0,
+        release: a.time_release.clone(),
+    };
+    let mut s = crate::cli::start_session(&ra)?;
+    let mut rows = Vec::new();
+    let r = (|| -> Result<(), String> {
+        let g = s.runtime.germline_mut().ok_or("no germline")?;
+        let mut live = Vec::new();
+        for k in 1..=n {
+            let mut c = g.copy().map_err(|e| e.to_string())?;
+            g.prepare_copy(&mut c, &[]).map_err(|e| e.to_string())?;
+            c.deliver(&[]).map_err(|e| e.to_string())?;
+            c.mcp_call("get_current_time", json!({"timezone": "UTC"}))
+                .map_err(|e| e.to_string())?;
+            live.push(c);
+            let (gp, gv) = smaps(g.pid()).unwrap_or((0, 0));
+            let (mut cp, mut cv) = (0, 0);
+            for c in &live {
+                let (p, v) = smaps(c.pid()).unwrap_or((0, 0));
+                cp += p;
+                cv += v;
+            }
+            rows.push(
+                json!({"copies": k, "germline_pss_kb": gp, "germline_private_kb": gv,
+                "copies_pss_kb": cp, "copies_private_kb": cv}),
+            );
+        }
+        for c in live {
+            let _ = c.finish(Ok(Value::Null));
+        }
+        Ok(())
+    })();
+    s.runtime.stop();
+    r.map(|()| rows)
+}
+
+/// Median per phase of single-copy calls, from the runtime's own timestamps (`Outcome.phases`),
+/// in process (no stdio): noop of the benchmark release and get_current_time.
+fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> {
+    let mut out = Vec::new();
+    for (release, tool, args) in [
+        (&a.bench_release, "noop", json!({})),
+        (
+            &a.time_release,
+            "get_current_time",
+            json!({"timezone": "UTC"}),
+        ),
+    ] {
+        let ra = crate::cli::RunArgs {
+            policy: policy.to_path_buf(),
+            key: a.key.clone(),
+            mode: Mode::Germline,
+            broker: None,
+            state_dir: a.state_dir.clone(),
+            audit: None,
+            pool: 0,
+            release: release.clone(),
+        };
+        let mut s = crate::cli::start_session(&ra)?;
+        s.handle(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params":
+            {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}}));
+        let n = a.breakdown_calls.unwrap_or(sz.calls.min(100));
+        let mut phases: std::collections::BTreeMap<&'static str, Vec<f64>> = Default::default();
+        let mut work = Vec::new();
+        let mut handle = Vec::new();
+        for i in 0..sz.warmup + n {
+            std::thread::sleep(Duration::from_millis(a.gap_ms));
+            let t = Instant::now();
+            let r = s
+                .handle(
+                    json!({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call",
+                    "params": {"name": tool, "arguments": args}}),
+                )
+                .unwrap_or(Value::Null);
+            let us = t.elapsed().as_secs_f64() * 1e6;
+            if i < sz.warmup {
+                continue;
+            }
+            handle.push(us);
+            if let Some(w) = work_us(&r) {
+                work.push(w);
+            }
+            if let Some(o) = &s.last {
+                for (k, v) in &o.phases {
+                    phases.entry(k).or_default().push(*v as f64);
+                }
+            }
+        }
+        s.runtime.stop();
+        let total = phases.get("total").map(|v| median(v)).unwrap_or(f64::NAN);
+        let med = |k: &str| phases.get(k).map(|v| median(v)).unwrap_or(0.0);
+        // `plan` is the broker's begin_call (Plan), `fork` the copy's fork, confinement and
+        // checks, `broker` the copy's broker endpoint, `copy` mounts, item delivery, the copy's
+        // MCP session, the tool's own work and the copy's teardown.
+        let work_med = if work.is_empty() {
+            f64::NAN
+        } else {
+            median(&work)
+        };
+        let mut shares = serde_json::Map::new();
+        for k in [
+            "plan",
+            "fork",
+            "broker",
+            "copy",
+            "copy.mounts",
+            "copy.deliver",
+            "copy.mcp",
+            "copy.teardown",
+            "broker.end_copy",
+        ] {
+            shares.insert(k.into(), json!({"us": med(k), "share": med(k) / total}));
+        }
+        if work_med.is_finite() {
+            shares.insert(
+                "tool_work (inside copy)".into(),
+                json!({"us": work_med, "share": work_med / total}),
+            );
+            let framing = med("copy.mcp") - work_med;
+            shares.insert(
+                "copy.mcp minus tool_work (MCP framing, SDK first-call work)".into(),
+                json!({"us": framing, "share": framing / total}),
+            );
+        }
+        let rest = total
+            - ["plan", "fork", "broker", "copy", "broker.end_copy"]
+                .iter()
+                .map(|k| med(k))
+                .sum::<f64>();
+        shares.insert(
+            "other (end_call, labels)".into(),
+            json!({"us": rest, "share": rest / total}),
+        );
+        out.push(
+            json!({"release": release, "tool": tool, "calls": n, "total_us": total,
+            "session_handle_us": median(&handle), "phases": shares}),
+        );
+    }
+    Ok(Value::Array(out))
+}
+
+fn machine() -> Value {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let model = read("/proc/cpuinfo")
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let mem = read("/proc/meminfo")
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    json!({
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "cpu_model": model,
+        "kernel": read("/proc/sys/kernel/osrelease").trim(),
+        "memory": mem,
+        "load_at_start": read("/proc/loadavg").trim(),
+    })
+}
+
+fn markdown(doc: &Value) -> String {
+    let mut s = format!(
+        "# germline bench{}\n\nMachine: {} CPUs, {}, kernel {}; load at start {}. Pin: {}. \
+         {} ms between calls.\n\n## Per-call latency (P50 / max P99 over passes, ms)\n\n\
+         | case | copies | runtime | P50 | P99 | passes x calls |\n|---|---|---|---|---|---|\n",
+        if doc["quick"] == json!(true) {
+            " (quick: too few calls to read figures from)"
+        } else {
+            ""
+        },
+        doc["machine"]["cpus"],
+        doc["machine"]["cpu_model"].as_str().unwrap_or(""),
+        doc["machine"]["kernel"].as_str().unwrap_or(""),
+        doc["machine"]["load_at_start"].as_str().unwrap_or(""),
+        doc["pin"].as_str().unwrap_or(""),
+        doc["gap_ms"],
+    );
+    for r in doc["latency"].as_array().into_iter().flatten() {
+        s.push_str(&format!(
+            "| {} | {} | {} | {:.2} | {:.2} | {} x {} |\n",
+            r["case"].as_str().unwrap_or(""),
+            if r["case"] == "summarize_many" { 3 } else { 1 },
+            r["runtime"].as_str().unwrap_or(""),
+            r["p50_ms"].as_f64().unwrap_or(f64::NAN),
+            r["p99_ms"].as_f64().unwrap_or(f64::NAN),
+            r["passes"],
+            r["calls_per_pass"]
+        ));
+    }
+    s.push_str("\n## Table VII on this machine (germline+pool; germline without pool in brackets)\n\n| case | copies | P50 ms | + vs sig-pin | + vs confined-ifc | saved vs fresh | speed-up |\n|---|---|---|---|---|---|---|\n");
+    for r in doc["table_vii"].as_array().into_iter().flatten() {
+        let g = &r["germline+pool"];
+        let n = &r["germline"];
+        let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+        s.push_str(&format!(
+            "| {} | {} | {:.1} ({:.1}) | {:.1} | {:.1} | {:.1} | {:.1}x ({:.1}x) |\n",
+            r["case"].as_str().unwrap_or(""),
+            r["copies"],
+            f(g, "p50_ms"),
+            f(n, "p50_ms"),
+            f(g, "added_over_sig_pin_ms"),
+            f(g, "added_over_confined_ifc_ms"),
+            f(g, "saved_vs_fresh_ms"),
+            f(g, "speedup_over_fresh"),
+            f(n, "speedup_over_fresh"),
+        ));
+    }
+    s.push_str(&format!(
+        "\n## Scaling\n\nLeast-squares slope {:.2} ms per copy (intercept {:.2} ms).\n\n| copies | P50 ms | P99 ms |\n|---|---|---|\n",
+        doc["scaling"]["slope_ms_per_copy"].as_f64().unwrap_or(f64::NAN),
+        doc["scaling"]["intercept_ms"].as_f64().unwrap_or(f64::NAN)
+    ));
+    for r in doc["scaling"]["copies"].as_array().into_iter().flatten() {
+        s.push_str(&format!(
+            "| {} | {:.2} | {:.2} |\n",
+            r["copies"],
+            r["p50_ms"].as_f64().unwrap_or(f64::NAN),
+            r["p99_ms"].as_f64().unwrap_or(f64::NAN)
+        ));
+    }
+    let m = &doc["memory"];
+    s.push_str(&format!(
+        "\n## Memory (mcp-server-time)\n\nIdle server (sig-pin process): {} kB PSS, {} kB private. \
+         {:.0} kB PSS per extra resident germline.\n\n| germlines | PSS kB | private kB |\n|---|---|---|\n",
+        m["idle_server"]["pss_kb"],
+        m["idle_server"]["private_kb"],
+        m["pss_kb_per_germline"].as_f64().unwrap_or(f64::NAN)
+    ));
+    for r in m["resident_germlines"].as_array().into_iter().flatten() {
+        s.push_str(&format!(
+            "| {} | {} | {} |\n",
+            r["germlines"], r["pss_kb"], r["private_kb"]
+        ));
+    }
+    s.push_str("\n| live copies | copies' PSS kB | copies' private kB | germline PSS kB |\n|---|---|---|---|\n");
+    for r in m["live_copies"].as_array().into_iter().flatten() {
+        s.push_str(&format!(
+            "| {} | {} | {} | {} |\n",
+            r["copies"], r["copies_pss_kb"], r["copies_private_kb"], r["germline_pss_kb"]
+        ));
+    }
+    s.push_str(
+        "\n## Where the time goes (single-copy call, germline without pool, in process)\n\n",
+    );
+    for b in doc["breakdown"].as_array().into_iter().flatten() {
+        s.push_str(&format!(
+            "{}: total {:.0} us\n\n| phase | us | share |\n|---|---|---|\n",
+            b["tool"].as_str().unwrap_or(""),
+            b["total_us"].as_f64().unwrap_or(f64::NAN)
+        ));
+        for (k, v) in b["phases"].as_object().into_iter().flatten() {
+            s.push_str(&format!(
+                "| {k} | {:.0} | {:.1}% |\n",
+                v["us"].as_f64().unwrap_or(f64::NAN),
+                100.0 * v["share"].as_f64().unwrap_or(f64::NAN)
+            ));
+        }
+        s.push('\n');
+    }
+    s.push_str("## Targets\n\n");
+    for t in doc["targets"].as_array().into_iter().flatten() {
+        s.push_str(&format!(
+            "- {}: **{}** ({})\n",
+            t["target"].as_str().unwrap_or(""),
+            if t["met"] == json!(true) {
+                "met"
+            } else {
+                "not met"
+            },
+            t["value"].as_str().unwrap_or("")
+        ));
+    }
+    s
+}
+
+/// Draws the PNG plots with scripts/bench-plot.py when its Python is installed.
+fn plot(a: &SuiteArgs, json_path: &Path) {
+    let script = Path::new("scripts/bench-plot.py");
+    if !a.plot_python.exists() || !script.exists() {
+        eprintln!(
+            "bench: no plots ({} or {} missing; scripts/setup.d/70-bench.sh installs them)",
+            a.plot_python.display(),
+            script.display()
+        );
+        return;
+    }
+    match Command::new(&a.plot_python)
+        .arg(script)
+        .arg(json_path)
+        .arg(&a.out)
+        .status()
+    {
+        Ok(s) if s.success() => println!("  plots in {}", a.out.display()),
+        other => eprintln!("bench: plotting failed: {other:?}"),
+    }
+}
