@@ -51,15 +51,28 @@ fn docs_trojans_disclose_under_baselines_and_not_under_germline() {
 
     // Switched on: no attack run discloses (attributed or not), every benign step completes.
     let g = &s["totals"]["germline"];
-    assert!(g["n"].as_u64().unwrap_or(0) >= 14, "docs has 14 attack cases (xtool spans docs and web): {g}");
+    assert!(
+        g["n"].as_u64().unwrap_or(0) >= 14,
+        "docs has 14 attack cases (xtool spans docs and web): {g}"
+    );
     assert_eq!(g["attributed"], 0, "germline disclosed: {g}");
-    assert_eq!(g["detected"], 0, "germline runs with a canary at a sink: {g}");
-    assert_eq!(g["benign_steps_ok"], g["benign_steps"], "benign steps under germline: {g}");
+    assert_eq!(
+        g["detected"], 0,
+        "germline runs with a canary at a sink: {g}"
+    );
+    assert_eq!(
+        g["benign_steps_ok"], g["benign_steps"],
+        "benign steps under germline: {g}"
+    );
     assert_eq!(g["benign_runs_disclosing"], 0);
 
     // Switched off: the same Trojans leak, as the paper's classes say.
     for v in ["pool", "trigger", "dormant", "launder", "init_read"] {
-        assert_eq!(attributed(s, v, "sig-pin"), 1, "{v} must disclose under sig-pin");
+        assert_eq!(
+            attributed(s, v, "sig-pin"),
+            1,
+            "{v} must disclose under sig-pin"
+        );
     }
     // Confinement alone stops the raw socket and the return-value channels, not the pool.
     assert_eq!(attributed(s, "direct", "sig-pin"), 1);
