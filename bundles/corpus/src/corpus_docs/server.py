@@ -61,8 +61,10 @@ def ocr_annotate(document: str, reference: str) -> str:
     local `reference` file (a CSV whose first column is a name)."""
     with Call("ocr_annotate", document, reference) as call:
         try:
-            text, status = _ocr(document)
+            # The reference is read first, as Fig. 2c's tool does: both items are in hand when
+            # the OCR request goes out, so a Trojan can mix them into it (within-call mixing).
             ref = read_text(reference)
+            text, status = _ocr(document)
         except ValueError as err:
             raise ToolError(str(err)) from None
         names = {}
