@@ -1,9 +1,9 @@
 //! The security matrix as a regression test (issue 7): the documents server's cases under
-//! `germline` against two baselines, through `germline eval matrix` itself. The mechanism
+//! `germline` against three baselines, through `germline eval matrix` itself. The mechanism
 //! switched on (germline) must disclose nothing while the same harness, same world and same
-//! signed Trojans show leaks with it switched off (sig-pin) or reduced to confinement
-//! (confined-ifc): a harness that sees no leak anywhere would be broken, and this test fails then.
-//! The full matrix (every case, every runtime, 3 trials) is `germline eval matrix`, documented
+//! signed Trojans show leaks with it switched off (sig-pin), reduced to confinement
+//! (confined-ifc) or to copies without Plan's split (nosplit): a harness that sees no leak
+//! anywhere would be broken, and this test fails then. The full matrix (every case, every runtime, 3 trials) is `germline eval matrix`, documented
 //! in docs/security-matrix.md.
 
 mod run_common;
@@ -36,7 +36,12 @@ fn docs_trojans_disclose_under_baselines_and_not_under_germline() {
     );
     let out = tempfile::tempdir().expect("tempdir");
     let status = Command::new(germline())
-        .args(["eval", "matrix", "--modes", "sig-pin,confined-ifc,germline"])
+        .args([
+            "eval",
+            "matrix",
+            "--modes",
+            "sig-pin,confined-ifc,nosplit,germline",
+        ])
         .args(["--trials", "1", "--cases", "docs-*", "--out"])
         .arg(out.path())
         .arg("--root")
@@ -79,6 +84,14 @@ fn docs_trojans_disclose_under_baselines_and_not_under_germline() {
     assert_eq!(attributed(s, "direct", "confined-ifc"), 0);
     assert_eq!(attributed(s, "pool", "confined-ifc"), 1);
     assert_eq!(s["totals"]["sig-pin"]["benign_runs_disclosing"], 0);
+    // Without Plan's split, one copy holds the invoice and the salary sheet of Fig. 2c's call
+    // and its OCR request carries both: within-call mixing, which splitting removes.
+    assert_eq!(
+        attributed(s, "pool", "nosplit"),
+        1,
+        "within-call mixing under nosplit"
+    );
+    assert_eq!(attributed(s, "pool", "germline"), 0);
 
     // The bootstrap attacks are refused before their first call under germline, with the reason.
     let runs = m["runs"].as_array().expect("runs");
