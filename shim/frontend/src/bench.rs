@@ -59,7 +59,8 @@ pub struct ModeResult {
     pub speedup_over_fresh: f64,
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+/// The `p` quantile (0..=1) of sorted samples, nearest rank; NaN when there are none.
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }

@@ -151,6 +151,8 @@ pub struct Runtime {
     pub user: String,
     /// The CA bundles bind-mounted into the copies (removed at stop).
     ca_dir: PathBuf,
+    /// Copies get the call's twin inputs (read once at start, not per call).
+    twin_on: bool,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -310,6 +312,7 @@ impl Runtime {
             host_proxy,
             limits,
             user: std::env::var("USER").unwrap_or_else(|_| "root".into()),
+            twin_on: twin_inputs_on(),
         })
     }
 
@@ -412,7 +415,7 @@ impl Runtime {
         let t0 = Instant::now();
         let mut phases = Vec::new();
         let (call, twin, plan) = self.begin(meta, plan_mode, false)?;
-        let twin = twin_inputs_on().then_some((twin.time_ns, twin.seed));
+        let twin = self.twin_on.then_some((twin.time_ns, twin.seed));
         phases.push(("plan", t0.elapsed().as_micros() as u64));
         let agent_group = plan
             .groups

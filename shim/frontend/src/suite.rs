@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde_json::{json, Value};
 
+use crate::bench::percentile;
 use crate::runtime::Mode;
 
 /// Where the processes of the benchmark run.
@@ -133,14 +134,6 @@ struct Case {
     time_release: bool,
     tool: &'static str,
     args: Value,
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
 }
 
 fn median(v: &[f64]) -> f64 {
