@@ -38,6 +38,10 @@ pub struct ProcessSpec {
     pub readable: Vec<String>,
     /// Read-only bind mounts `(host file, path inside the rootfs)`: the CA bundles.
     pub binds: Vec<(PathBuf, PathBuf)>,
+    /// A host directory bound read-write at `/tmp`: the user's temporary directory, which an
+    /// ordinary deployment shares between all of the user's tools (the baselines model that;
+    /// `xtool` uses it). `None`: a private tmpfs.
+    pub shared_tmp: Option<PathBuf>,
 }
 
 fn cstr(p: &Path) -> Result<CString, String> {
@@ -73,6 +77,16 @@ impl ToolProcess {
         let tmpfs = CString::new("tmpfs").map_err(|e| e.to_string())?;
         let opts = CString::new("size=256m,mode=755").map_err(|e| e.to_string())?;
         let slash = CString::new("/").map_err(|e| e.to_string())?;
+        let shared_tmp = match &spec.shared_tmp {
+            Some(d) if d.is_dir() => Some(cstr(d)?),
+            Some(d) => {
+                return Err(format!(
+                    "shared temporary directory {}: not a directory",
+                    d.display()
+                ))
+            }
+            None => None,
+        };
         let ruleset = if spec.confined {
             let mut rules: Vec<(String, u64, bool)> = Vec::new();
             for p in &spec.readable {
@@ -102,6 +116,13 @@ impl ToolProcess {
                 true,
             ));
             let abi = germline_sandbox::landlock::abi();
+            // /tmp is writable, as confinement of the AgentBound and MCPGuard class leaves a
+            // tool's scratch directory (the rule is resolved after /tmp is mounted).
+            rules.push((
+                rootfs.join("tmp").display().to_string(),
+                germline_sandbox::landlock::all_fs_rights(abi),
+                true,
+            ));
             // TCP connect only to the broker's proxy port, in the process's own namespace.
             Some(
                 germline_sandbox::landlock::Ruleset::new(
@@ -171,13 +192,22 @@ impl ToolProcess {
                     opts.as_ptr().cast(),
                 ))?;
                 check(libc::mkdir(items.as_ptr(), 0o755))?;
-                check(libc::mount(
-                    tmpfs.as_ptr(),
-                    tmp.as_ptr(),
-                    tmpfs.as_ptr(),
-                    libc::MS_NOSUID | libc::MS_NODEV,
-                    tmp_opts.as_ptr().cast(),
-                ))?;
+                match &shared_tmp {
+                    Some(src) => check(libc::mount(
+                        src.as_ptr(),
+                        tmp.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND,
+                        std::ptr::null(),
+                    ))?,
+                    None => check(libc::mount(
+                        tmpfs.as_ptr(),
+                        tmp.as_ptr(),
+                        tmpfs.as_ptr(),
+                        libc::MS_NOSUID | libc::MS_NODEV,
+                        tmp_opts.as_ptr().cast(),
+                    ))?,
+                }
                 check(libc::mount(
                     host_dev.as_ptr(),
                     dev.as_ptr(),

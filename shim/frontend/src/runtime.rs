@@ -189,6 +189,16 @@ fn base_env() -> Vec<(String, String)> {
     ]
 }
 
+/// The temporary directory of the user who started germline (`$TMPDIR` when it names a
+/// directory, else `/tmp`). The baselines bind it at the tool's `/tmp`, as an ordinary
+/// deployment shares it between all of the user's tools; copies never see it.
+fn user_tmp_dir() -> PathBuf {
+    std::env::var_os("TMPDIR")
+        .map(PathBuf::from)
+        .filter(|d| d.is_absolute() && d.is_dir())
+        .unwrap_or_else(|| PathBuf::from("/tmp"))
+}
+
 /// The sandbox's launch spec of a verified release.
 pub fn launch_spec(release: &Release, trust: &CopyTrust) -> Result<LaunchSpec, String> {
     let m = &release.manifest;
@@ -200,6 +210,9 @@ pub fn launch_spec(release: &Release, trust: &CopyTrust) -> Result<LaunchSpec, S
         .into_iter()
         .chain(proxy_env(&COPY_PROXY_ADDR.to_string()))
         .chain(trust.env.iter().cloned())
+        // A release that asks for scratch space gets it as its temporary directory: the
+        // copy's private tmpfs, discarded with the copy (the rootfs's /tmp is read-only).
+        .chain((m.scratch_mb > 0).then(|| ("TMPDIR".to_string(), "/run/scratch".to_string())))
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     env.sort();
@@ -288,6 +301,7 @@ impl Runtime {
                     binds: trust.mounts.clone(),
                     confined,
                     readable: release.manifest.readable_paths.clone(),
+                    shared_tmp: Some(user_tmp_dir()),
                 };
                 proc_spec = Some(spec.clone());
                 if mode == Mode::FreshIfc {

@@ -38,7 +38,16 @@ struct MatrixArgs {
     /// Output directory.
     #[arg(long, default_value = "/var/tmp/germline-matrix")]
     out: PathBuf,
-    /// A glob over case names (docs-pool, xtool, ...); the benign sessions always run.
+    /// Number of the first trial, to run the trials of one matrix as separate invocations
+    /// (each with its own --out) that --merge then combines.
+    #[arg(long, default_value_t = 1)]
+    first_trial: u32,
+    /// Only combine the matrix.json of these directories (distinct trials, the same cases;
+    /// each cell counts the runs it has) into --out, and write its table and heatmap.
+    #[arg(long, num_args = 1.., value_name = "DIR")]
+    merge: Vec<PathBuf>,
+    /// Comma-separated globs over case names (docs-pool, xtool, docs-*, ...); the benign
+    /// sessions always run.
     #[arg(long, default_value = "*")]
     cases: String,
     /// Seconds allowed per run (all sessions of one case).
@@ -62,8 +71,8 @@ pub fn run(args: &EvalArgs) -> Result<(), Error> {
 const SCRIPT: &str = "scripts/security-matrix.sh";
 
 fn matrix(a: &MatrixArgs) -> Result<(), Error> {
-    if a.trials == 0 {
-        return Err("--trials: expected at least 1".into());
+    if a.trials == 0 || a.first_trial == 0 {
+        return Err("--trials and --first-trial: expected at least 1".into());
     }
     let root = find_root(a.root.as_deref())?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot locate this binary: {e}"))?;
@@ -85,6 +94,12 @@ fn matrix(a: &MatrixArgs) -> Result<(), Error> {
         .env("GERMLINE_ROOT", &root);
     if let Some(t) = a.run_timeout {
         cmd.arg("--run-timeout").arg(t.to_string());
+    }
+    if a.first_trial != 1 {
+        cmd.arg("--first-trial").arg(a.first_trial.to_string());
+    }
+    if !a.merge.is_empty() {
+        cmd.arg("--merge").args(&a.merge);
     }
     let status = cmd
         .status()

@@ -1,8 +1,8 @@
-//! The security matrix as a regression test (issue 7): the documents server's cases under
-//! `germline` against three baselines, through `germline eval matrix` itself. The mechanism
+//! The security matrix as a regression test (issue 7): the documents server's cases and xtool
+//! under `germline` against four baselines, through `germline eval matrix` itself. The mechanism
 //! switched on (germline) must disclose nothing while the same harness, same world and same
 //! signed Trojans show leaks with it switched off (sig-pin), reduced to confinement
-//! (confined-ifc) or to copies without Plan's split (nosplit): a harness that sees no leak
+//! (confined-ifc), to a fresh process per call (fresh-ifc) or to copies without Plan's split (nosplit): a harness that sees no leak
 //! anywhere would be broken, and this test fails then. The full matrix (every case, every runtime, 3 trials) is `germline eval matrix`, documented
 //! in docs/security-matrix.md.
 
@@ -40,9 +40,9 @@ fn docs_trojans_disclose_under_baselines_and_not_under_germline() {
             "eval",
             "matrix",
             "--modes",
-            "sig-pin,confined-ifc,nosplit,germline",
+            "sig-pin,confined-ifc,fresh-ifc,nosplit,germline",
         ])
-        .args(["--trials", "1", "--cases", "docs-*", "--out"])
+        .args(["--trials", "1", "--cases", "docs-*,xtool", "--out"])
         .arg(out.path())
         .arg("--root")
         .arg(root())
@@ -57,8 +57,8 @@ fn docs_trojans_disclose_under_baselines_and_not_under_germline() {
     // Switched on: no attack run discloses (attributed or not), every benign step completes.
     let g = &s["totals"]["germline"];
     assert!(
-        g["n"].as_u64().unwrap_or(0) >= 14,
-        "docs has 14 attack cases (xtool spans docs and web): {g}"
+        g["n"].as_u64().unwrap_or(0) >= 15,
+        "docs has 14 attack cases, and xtool spans docs and web: {g}"
     );
     assert_eq!(g["attributed"], 0, "germline disclosed: {g}");
     assert_eq!(
@@ -92,9 +92,37 @@ fn docs_trojans_disclose_under_baselines_and_not_under_germline() {
         "within-call mixing under nosplit"
     );
     assert_eq!(attributed(s, "pool", "germline"), 0);
+    // xtool: the documents server drops the call's text in the user's temporary directory and
+    // the web server ships it. A fresh process per call still shares that directory; a copy's
+    // scratch is its own and is discarded with it (Table XI: 3/3 under every baseline, 0 under
+    // NoSplit and Germline).
+    for mode in ["sig-pin", "confined-ifc", "fresh-ifc"] {
+        assert_eq!(
+            attributed(s, "xtool", mode),
+            1,
+            "xtool must disclose under {mode}"
+        );
+    }
+    for mode in ["nosplit", "germline"] {
+        assert_eq!(
+            attributed(s, "xtool", mode),
+            0,
+            "xtool disclosed under {mode}"
+        );
+    }
+    // ... and not because the dropper broke: the copy's temporary directory (its scratch)
+    // works, so the Trojan does its advertised job and its drop is discarded with the copy.
+    let runs = m["runs"].as_array().expect("runs");
+    let xg = runs
+        .iter()
+        .find(|r| r["mode"] == "germline" && r["case"] == "xtool")
+        .expect("a germline run of xtool");
+    assert!(
+        xg["steps_total"].as_u64().unwrap_or(0) > 0 && xg["steps_ok"] == xg["steps_total"],
+        "xtool's advertised steps under germline: {xg}"
+    );
 
     // The bootstrap attacks are refused before their first call under germline, with the reason.
-    let runs = m["runs"].as_array().expect("runs");
     for case in ["docs-init_thread", "docs-hijack"] {
         let r = runs
             .iter()
