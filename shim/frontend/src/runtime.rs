@@ -385,6 +385,7 @@ impl Runtime {
             mode,
             rules: LabelRules::default(),
             open,
+            replay: None,
         };
         let r = self.broker.client.begin_call(call.clone());
         let r = match r {
