@@ -90,3 +90,112 @@ fn twin_inputs_make_copies_agree_and_without_them_every_call_trips() {
         "(twin, calls, calls with a trigger, delivered, distinct)"
     );
 }
+
+/// `germline witness list` of an evidence directory.
+fn witness_list(evidence: &Path) -> Value {
+    let out = std::process::Command::new(germline())
+        .args(["witness", "list", "--evidence"])
+        .arg(evidence)
+        .output()
+        .expect("germline witness list");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("list JSON")
+}
+
+/// (tool, verdict) of every record, in the order they were written.
+fn verdicts(list: &Value) -> Vec<(String, String)> {
+    list["witnesses"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|r| {
+                    (
+                        r["tool"].as_str().unwrap_or("?").to_string(),
+                        r["verdict"].as_str().unwrap_or("?").to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn probe_replay_tells_item_witnesses_from_state_divergence_and_nondeterminism() {
+    if !can_run() {
+        return;
+    }
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    let policy = w.policy(sink.port, "");
+    let evidence = w.path().join("evidence");
+    let ev = evidence.display().to_string();
+    let invoice_only = json!({"tool": "count", "arguments": {
+        "invoice": w.invoice.display().to_string()}});
+    // count: the first call forms one copy (horizon {finance}) and counts 1 there; the second
+    // call's copies start from different counters (their horizons differ): one trigger.
+    let script = json!([
+        invoice_only,
+        call(&w, "count"),
+        call(&w, "added"),
+        call(&w, "omitted"),
+        call(&w, "duplicated"),
+        call(&w, "reordered"),
+        call(&w, "jitter"),
+        call(&w, "stamp"),
+    ]);
+    fresh_audit(w.path(), RELEASE);
+    let out = run_agent(
+        w.path(),
+        &script,
+        &cmd(
+            &policy,
+            w.path(),
+            RELEASE,
+            &[],
+            &["--evidence", &ev, "--probe-tries", "3"],
+        ),
+    );
+    assert!(out.iter().all(|r| r["ok"] == json!(true)), "{out:?}");
+    let log = audit(w.path(), "germline", RELEASE);
+    let online: Vec<&Value> = log
+        .iter()
+        .filter(|e| e["event"] == "call" && e["replay"] == json!(false))
+        .collect();
+    assert_eq!(online.len(), 8);
+    // Re-runs deliver nothing: every delivered request is an online one.
+    let delivered_in_replays = log
+        .iter()
+        .filter(|e| e["event"] == "request" && e["verdict"] == "delivered")
+        .filter(|e| {
+            log.iter().any(|c| {
+                c["event"] == "call" && c["call"] == e["call"] && c["replay"] == json!(true)
+            })
+        })
+        .count();
+    assert_eq!(delivered_in_replays, 0);
+    let list = witness_list(&evidence);
+    let v = verdicts(&list);
+    let expect: Vec<(String, String)> = [
+        ("count", "state_or_response_divergence"),
+        ("added", "item_witness"),
+        ("omitted", "item_witness"),
+        ("duplicated", "item_witness"),
+        ("reordered", "item_witness"),
+        ("jitter", "unverified_nondeterminism"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    assert_eq!(v, expect, "{list}");
+    // stamp (flow-compliant, twin inputs on) raised no trigger, so it left no record.
+    // The ledger: six unverified-weight events (the release does not declare determinism).
+    let rel = list["dampening"].as_object().expect("dampening");
+    assert_eq!(rel.len(), 1, "{list}");
+    let st = rel.values().next().expect("one release");
+    assert_eq!(st["suppressed"], json!(false), "{st}");
+    assert_eq!(st["admitted"], json!(8), "{st}");
+}

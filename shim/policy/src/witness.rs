@@ -145,6 +145,8 @@ pub struct WitnessRecord {
     /// Twin inputs of the call.
     pub twin_time_ns: u64,
     pub twin_seed: u64,
+    /// Whether the copies got twin inputs (off only in the reference runs).
+    pub twin: bool,
     /// `T(d)`: `d`'s group's delivered requests and replies, in order.
     pub transcript: Vec<Exchange>,
     /// The comparing copy's request digests to `d`, in order.
@@ -153,6 +155,8 @@ pub struct WitnessRecord {
     pub tries: u32,
     pub verdict: Verdict,
     pub label: Vec<String>,
+    /// The signing deployment key: its name and SPKI fingerprint.
+    pub key: String,
 }
 
 impl WitnessRecord {
