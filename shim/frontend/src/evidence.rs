@@ -9,7 +9,7 @@
 //! A record file is two lines: the record's JSON (canonical: what serde writes for it), then
 //! the lowercase hex signature over `germline-witness-v1\n` + that line. Anything else (one
 //! byte changed anywhere) is refused. The items a record names travel beside it, content
-//! addressed (`<record>.items/<sha256>`), at the same clearance.
+//! addressed (`<stem>.items/<sha256>` beside `<stem>.json`), at the same clearance.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;

@@ -27,7 +27,7 @@ enum WitnessCmd {
         /// The deployment key's public half that signed the record.
         #[arg(long)]
         witness_key: PathBuf,
-        /// The record's items, named by SHA-256 (`<record>.items/`).
+        /// The record's items, named by SHA-256 (`<stem>.items/` beside `<stem>.json`).
         #[arg(long)]
         items: PathBuf,
         /// Re-runs per side (default: the record's).

@@ -57,18 +57,34 @@ fn twin_inputs_make_copies_agree_and_without_them_every_call_trips() {
         sink.clear();
         fresh_audit(w.path(), RELEASE);
         let env = format!("GERMLINE_TWIN={twin}");
+        let evidence = w.path().join(format!("evidence-{twin}"));
+        let ev = evidence.display().to_string();
+        // The reference's triggers would all be re-run and dampened (its copies' clocks are
+        // nondeterminism beyond twin control): it only counts tripwire triggers.
+        let extra: &[&str] = if twin == "on" {
+            &["--evidence", &ev, "--probe-tries", "2"]
+        } else {
+            &["--no-evidence"]
+        };
         let out = run_agent(
             w.path(),
             &json!([s]),
-            &cmd(&policy, w.path(), RELEASE, &[&env], &[]),
+            &cmd(&policy, w.path(), RELEASE, &[&env], extra),
         );
+        if twin == "on" {
+            // No trigger, so no witness record and no dampening event.
+            assert_eq!(verdicts(&witness_list(&evidence)), vec![]);
+        }
         assert_eq!(out.len(), 20);
         assert!(
             out.iter().all(|r| r["ok"] == json!(true)),
             "{twin}: {out:?}"
         );
         let log = audit(w.path(), "germline", RELEASE);
-        let calls = log.iter().filter(|e| e["event"] == "call").count();
+        let calls = log
+            .iter()
+            .filter(|e| e["event"] == "call" && e["replay"] == json!(false))
+            .count();
         // Every call's stamp reached ocr.example once, from the copy that serves it, and the
         // stamps differ from call to call (twin inputs are fresh per call, not a constant).
         let bodies = sink.bodies();
@@ -198,4 +214,128 @@ fn probe_replay_tells_item_witnesses_from_state_divergence_and_nondeterminism() 
     let st = rel.values().next().expect("one release");
     assert_eq!(st["suppressed"], json!(false), "{st}");
     assert_eq!(st["admitted"], json!(8), "{st}");
+}
+
+#[test]
+fn always_diverging_release_is_suppressed_after_9_calls_and_usable_after_76_more_attempts() {
+    if !can_run() {
+        return;
+    }
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    let policy = w.policy(sink.port, "");
+    let ev = w.path().join("evidence").display().to_string();
+    let mut s = call(&w, "jitter");
+    s["repeat"] = json!(9 + 76 + 1);
+    let out = run_agent(
+        w.path(),
+        &json!([s]),
+        &cmd(
+            &policy,
+            w.path(),
+            RELEASE,
+            &[],
+            &["--evidence", &ev, "--probe-tries", "2"],
+        ),
+    );
+    let ok: Vec<bool> = out.iter().map(|r| r["ok"] == json!(true)).collect();
+    let first_refused = ok.iter().position(|o| !o);
+    let refused = ok.iter().filter(|o| !**o).count();
+    assert_eq!(
+        (ok.len(), first_refused, refused, ok.last().copied()),
+        (86, Some(9), 76, Some(true)),
+        "{ok:?}"
+    );
+    let why = out[9]["error"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("suppressed by dampening") && why.contains("unverified nondeterminism"),
+        "{why}"
+    );
+    // Refused calls never reach a copy: nothing was sent for them.
+    assert_eq!(sink.bodies().len(), 10);
+}
+
+#[test]
+fn declared_release_witness_suppresses_at_once_and_verifies_offline_but_not_altered() {
+    if !can_run() {
+        return;
+    }
+    let release = "germline-evidence-det";
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    let policy = w.policy(sink.port, "");
+    let evidence = w.path().join("evidence");
+    let ev = evidence.display().to_string();
+    let out = run_agent(
+        w.path(),
+        &json!([call(&w, "added"), call(&w, "stamp")]),
+        &cmd(
+            &policy,
+            w.path(),
+            release,
+            &[],
+            &["--evidence", &ev, "--probe-tries", "3"],
+        ),
+    );
+    assert_eq!(out[0]["ok"], json!(true), "{}", out[0]);
+    assert_eq!(out[1]["ok"], json!(false), "{}", out[1]);
+    let why = out[1]["error"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("suppressed") && why.contains("item witness"),
+        "{why}"
+    );
+    let list = witness_list(&evidence);
+    assert_eq!(
+        verdicts(&list),
+        vec![("added".to_string(), "item_witness".to_string())]
+    );
+    let record = std::path::PathBuf::from(list["witnesses"][0]["path"].as_str().expect("path"));
+    let verify = |rec: &Path| {
+        let items = record.with_extension("items");
+        std::process::Command::new(germline())
+            .args(["witness", "verify"])
+            .arg(rec)
+            .arg("--release")
+            .arg(bundle(release))
+            .arg("--key")
+            .arg(key())
+            .arg("--witness-key")
+            .arg(evidence.join("keys/deployment.pub"))
+            .arg("--items")
+            .arg(&items)
+            .output()
+            .expect("germline witness verify")
+    };
+    let o = verify(&record);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| {
+        panic!("verify: {}", String::from_utf8_lossy(&o.stderr));
+    });
+    assert!(
+        o.status.success(),
+        "{v} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        (v["verdict"].clone(), v["agrees"].clone()),
+        (json!("item_witness"), json!(true)),
+        "{v}"
+    );
+    // One byte changed, in the record and in the signature: refused before any re-run.
+    let bytes = std::fs::read(&record).expect("record");
+    let sig_at = bytes.iter().position(|&b| b == b'\n').expect("two lines") + 5;
+    let digit_at = bytes
+        .windows(12)
+        .position(|x| x == b"\"twin_seed\":")
+        .expect("twin_seed")
+        + 12;
+    for at in [digit_at, sig_at] {
+        let mut b = bytes.clone();
+        b[at] = if b[at] == b'1' { b'2' } else { b'1' };
+        let altered = w.path().join("altered.json");
+        std::fs::write(&altered, &b).expect("write");
+        let o = verify(&altered);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "byte {at}: {err}");
+        assert!(err.contains("refused"), "byte {at}: {err}");
+    }
 }
