@@ -568,7 +568,7 @@ pub fn list(dir: &Path) -> Result<Value, String> {
             for e in rd.flatten() {
                 let p = e.path();
                 if p.is_dir() {
-                    if !p.extension().is_some_and(|x| x == "items") {
+                    if p.extension().is_none_or(|x| x != "items") {
                         stack.push(p);
                     }
                     continue;
@@ -676,4 +676,100 @@ pub fn verify_offline(v: &VerifyInput<'_>) -> Result<Value, String> {
         "verdict": verdict, "verdict_name": verdict.name(),
         "recorded_verdict": rec.verdict, "agrees": verdict == rec.verdict,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> Job {
+        let item = |name: &str, label: &str, body: &[u8]| ArgItem {
+            name: name.into(),
+            arg: name.rsplit('/').next().unwrap_or(name).into(),
+            label: Label::of([label]),
+            kind: ItemKind::File {
+                host_path: PathBuf::from(name),
+            },
+            file_name: Some(format!("{label}.txt")),
+            contents: body.to_vec(),
+        };
+        let meta = CallMeta {
+            tool: "added".into(),
+            arguments: json!({"invoice": "/h/finance/i.txt", "salary_sheet": "/h/hr/s.csv"}),
+            items: vec![
+                item("/h/finance/i.txt", "finance", b"INVOICE"),
+                item("/h/hr/s.csv", "hr", b"alice,1"),
+            ],
+            hosts: vec![Member {
+                name: "ocr.example".into(),
+                clearance: Label::of(["finance"]),
+            }],
+            consumers: vec![],
+            progress_token: None,
+        };
+        Job {
+            meta,
+            spec: ReplaySpec {
+                host: "ocr.example".into(),
+                transcript: vec![Exchange {
+                    request_sha256: "ab".repeat(32),
+                    reply_status: 200,
+                    reply_body_hex: hex::encode("ok"),
+                }],
+                slot: BTreeMap::from([("calls".to_string(), hex::encode("1"))]),
+                twin_time_ns: 1_796_000_000_000_000_000,
+                twin_seed: 77,
+            },
+            probe_view: vec!["/h/finance/i.txt".into(), "/h/hr/s.csv".into()],
+            control_view: vec!["/h/finance/i.txt".into()],
+            probe_requests: vec!["cd".repeat(32), "ef".repeat(32)],
+            label: Label::of(["finance", "hr"]),
+            twin_on: true,
+        }
+    }
+
+    #[test]
+    fn a_record_round_trips_and_every_single_byte_change_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let key = SigningKey::generate(Algorithm::Ed25519);
+        let j = job();
+        let rec = record_of("sha256:aa", &j, 3, Verdict::ItemWitness, "test", &key.public())
+            .expect("record");
+        let p = dir.path().join("r.json");
+        write_signed(&p, &rec, &key).expect("write");
+        assert_eq!(read_signed(&p, &key.public()).expect("valid"), rec);
+        // The re-run is rebuilt from the record: same views, transcript, slot, twin inputs.
+        let items = dir.path().join("items");
+        std::fs::create_dir(&items).expect("mkdir");
+        for i in &j.meta.items {
+            std::fs::write(items.join(sha256_hex(&i.contents)), &i.contents).expect("item");
+        }
+        let back = job_of(&rec, meta_of(&rec, &items).expect("meta"));
+        assert_eq!(
+            (&back.spec, &back.probe_view, &back.control_view),
+            (&j.spec, &j.probe_view, &j.control_view)
+        );
+        // Another key does not verify it.
+        let other = SigningKey::generate(Algorithm::Ed25519).public();
+        assert!(read_signed(&p, &other).is_err());
+        let bytes = std::fs::read(&p).expect("read");
+        let q = dir.path().join("altered.json");
+        for at in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[at] ^= 0x01;
+            std::fs::write(&q, &b).expect("write");
+            assert!(read_signed(&q, &key.public()).is_err(), "byte {at} changed was accepted");
+        }
+        // An item whose contents do not match the record's digest is refused.
+        let first = items.join(sha256_hex(&j.meta.items[0].contents));
+        std::fs::write(&first, b"INVOICE, altered").expect("write");
+        let e = meta_of(&rec, &items).expect_err("altered item");
+        assert!(e.contains("does not hash"), "{e}");
+    }
+
+    #[test]
+    fn clearance_dirs_name_labels() {
+        assert_eq!(clearance_dir(&Label::public()), "public");
+        assert_eq!(clearance_dir(&Label::of(["hr", "finance"])), "finance+hr");
+    }
 }
