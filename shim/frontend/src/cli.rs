@@ -91,6 +91,7 @@ pub fn start_session(a: &RunArgs) -> Result<Session, String> {
                 .unwrap_or_else(|| a.state_dir.join("evidence")),
             key_name: e.witness_key.clone(),
             tries: e.probe_tries,
+            params: policy.dampening().clone(),
         })?;
     }
     Ok(Session::new(runtime, policy))

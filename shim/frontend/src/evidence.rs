@@ -39,6 +39,8 @@ pub struct EvidenceConfig {
     /// The deployment key's name: `<dir>/keys/<name>.key` (made on first use) and `.pub`.
     pub key_name: String,
     pub tries: usize,
+    /// The policy's `[dampening]` parameters (authoritative over a stored ledger's).
+    pub params: germline_policy::dampening::DampeningParams,
 }
 
 /// One item as a record describes it (contents by digest only).
@@ -158,6 +160,10 @@ impl Evidence {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ledger::default(),
             Err(e) => return Err(io(&lp, e)),
         };
+        let ledger = Ledger {
+            params: cfg.params.clone(),
+            ..ledger
+        };
         Ok(Evidence {
             key: Some((cfg.key_name.clone(), key)),
             cfg: Some(cfg),
@@ -191,7 +197,15 @@ impl Evidence {
     /// attempt counts (the penalty decays per attempt, Appendix B-E).
     pub fn admit(&mut self, release: &str) -> Result<(), String> {
         let r = self.ledger.admit(release);
-        self.save_ledger();
+        // A release with no penalty has nothing to persist: no disk write on a clean call.
+        if self
+            .ledger
+            .releases
+            .get(release)
+            .is_some_and(|s| s.penalty.value > 0.0 || s.refused > 0)
+        {
+            self.save_ledger();
+        }
         r
     }
 
@@ -733,8 +747,15 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let key = SigningKey::generate(Algorithm::Ed25519);
         let j = job();
-        let rec = record_of("sha256:aa", &j, 3, Verdict::ItemWitness, "test", &key.public())
-            .expect("record");
+        let rec = record_of(
+            "sha256:aa",
+            &j,
+            3,
+            Verdict::ItemWitness,
+            "test",
+            &key.public(),
+        )
+        .expect("record");
         let p = dir.path().join("r.json");
         write_signed(&p, &rec, &key).expect("write");
         assert_eq!(read_signed(&p, &key.public()).expect("valid"), rec);
@@ -758,7 +779,10 @@ mod tests {
             let mut b = bytes.clone();
             b[at] ^= 0x01;
             std::fs::write(&q, &b).expect("write");
-            assert!(read_signed(&q, &key.public()).is_err(), "byte {at} changed was accepted");
+            assert!(
+                read_signed(&q, &key.public()).is_err(),
+                "byte {at} changed was accepted"
+            );
         }
         // An item whose contents do not match the record's digest is refused.
         let first = items.join(sha256_hex(&j.meta.items[0].contents));
