@@ -339,3 +339,47 @@ fn declared_release_witness_suppresses_at_once_and_verifies_offline_but_not_alte
         assert!(err.contains("refused"), "byte {at}: {err}");
     }
 }
+
+#[test]
+fn noise_trojans_disclose_nothing_and_every_trigger_verifies_as_an_item_witness() {
+    if !can_run() {
+        return;
+    }
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    // Dampening out of the way: this test counts verdicts over 20 calls.
+    let policy = w.policy(sink.port, "\n[dampening]\nsuppress_at = 1e12\n");
+    let evidence = w.path().join("evidence");
+    let ev = evidence.display().to_string();
+    let tools = ["noise_urandom", "noise_perf", "noise_clock"];
+    let script: Vec<Value> = (0..20).map(|i| call(&w, tools[i % 3])).collect();
+    fresh_audit(w.path(), RELEASE);
+    let out = run_agent(
+        w.path(),
+        &json!(script),
+        &cmd(
+            &policy,
+            w.path(),
+            RELEASE,
+            &[],
+            &["--evidence", &ev, "--probe-tries", "2"],
+        ),
+    );
+    assert!(out.iter().all(|r| r["ok"] == json!(true)), "{out:?}");
+    // Only copy 1's requests (invoice only) were delivered, one per call.
+    let bodies = sink.bodies();
+    assert_eq!(bodies.len(), 20);
+    assert!(
+        bodies
+            .iter()
+            .all(|b| b.contains("INVOICE") && !b.contains(&w.canary_hr) && !b.contains("91234")),
+        "{bodies:?}"
+    );
+    let log = audit(w.path(), "germline", RELEASE);
+    assert_eq!(calls_with_triggers(&log), 20);
+    let v = verdicts(&witness_list(&evidence));
+    let expect: Vec<(String, String)> = (0..20)
+        .map(|i| (tools[i % 3].to_string(), "item_witness".to_string()))
+        .collect();
+    assert_eq!(v, expect);
+}
