@@ -119,7 +119,7 @@ fn forwardable(msg: &Value, token: Option<&Value>) -> bool {
 }
 
 /// What one group's copy is to do.
-pub(crate) struct CopyJob<'a> {
+struct CopyJob<'a> {
     call: u64,
     group: usize,
     meta: &'a CallMeta,
