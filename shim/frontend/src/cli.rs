@@ -71,6 +71,26 @@ impl Default for EvidenceArgs {
     }
 }
 
+/// The evidence layer a runtime gets from its options (disabled with `--no-evidence`).
+pub fn evidence_for(
+    e: &EvidenceArgs,
+    state_dir: &std::path::Path,
+    policy: &Policy,
+) -> Result<crate::evidence::Evidence, String> {
+    if e.no_evidence {
+        return Ok(crate::evidence::Evidence::disabled());
+    }
+    crate::evidence::Evidence::open(crate::evidence::EvidenceConfig {
+        dir: e
+            .evidence
+            .clone()
+            .unwrap_or_else(|| state_dir.join("evidence")),
+        key_name: e.witness_key.clone(),
+        tries: e.probe_tries,
+        params: policy.dampening().clone(),
+    })
+}
+
 /// Verifies the release, starts the broker (unless given) and the germline.
 pub fn start_session(a: &RunArgs) -> Result<Session, String> {
     let policy = Arc::new(Policy::load(&a.policy).map_err(|e| e.to_string())?);
@@ -82,18 +102,7 @@ pub fn start_session(a: &RunArgs) -> Result<Session, String> {
         audit: a.audit.clone(),
     })?;
     let mut runtime = Runtime::start(a.mode, release, broker, a.pool)?;
-    let e = &a.evidence;
-    if !e.no_evidence {
-        runtime.evidence = crate::evidence::Evidence::open(crate::evidence::EvidenceConfig {
-            dir: e
-                .evidence
-                .clone()
-                .unwrap_or_else(|| a.state_dir.join("evidence")),
-            key_name: e.witness_key.clone(),
-            tries: e.probe_tries,
-            params: policy.dampening().clone(),
-        })?;
-    }
+    runtime.evidence = evidence_for(&a.evidence, &a.state_dir, &policy)?;
     Ok(Session::new(runtime, policy))
 }
 

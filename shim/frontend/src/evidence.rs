@@ -87,6 +87,9 @@ pub struct Evidence {
     pending: Vec<Job>,
     /// Records written in this session (paths), newest last.
     pub written: Vec<PathBuf>,
+    /// Releases whose state this runtime changed: only those are written back, over what
+    /// the file holds then (several runtimes of `germline serve` share one ledger file).
+    touched: std::collections::BTreeSet<String>,
 }
 
 fn io(p: &Path, e: std::io::Error) -> String {
@@ -170,6 +173,7 @@ impl Evidence {
             ledger,
             pending: Vec::new(),
             written: Vec::new(),
+            touched: Default::default(),
         })
     }
 
@@ -181,11 +185,24 @@ impl Evidence {
         self.pending.len()
     }
 
-    fn save_ledger(&self) {
+    fn save_ledger(&mut self, release: &str) {
+        self.touched.insert(release.to_string());
         if let Some(c) = &self.cfg {
             let p = c.dir.join("dampening.json");
-            let tmp = c.dir.join("dampening.json.tmp");
-            if let Ok(b) = serde_json::to_vec_pretty(&self.ledger) {
+            let tmp = c
+                .dir
+                .join(format!("dampening.json.{}.tmp", std::process::id()));
+            let mut on_disk: Ledger = std::fs::read(&p)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or_default();
+            on_disk.params = self.ledger.params.clone();
+            for r in &self.touched {
+                if let Some(s) = self.ledger.releases.get(r) {
+                    on_disk.releases.insert(r.clone(), s.clone());
+                }
+            }
+            if let Ok(b) = serde_json::to_vec_pretty(&on_disk) {
                 if std::fs::write(&tmp, b).is_ok() {
                     let _ = std::fs::rename(&tmp, &p);
                 }
@@ -204,7 +221,7 @@ impl Evidence {
             .get(release)
             .is_some_and(|s| s.penalty.value > 0.0 || s.refused > 0)
         {
-            self.save_ledger();
+            self.save_ledger(release);
         }
         r
     }
@@ -292,7 +309,7 @@ impl Evidence {
     ) -> Result<PathBuf, String> {
         let (digest, _label, declared) = rt_release;
         self.ledger.record(digest, verdict, declared);
-        self.save_ledger();
+        self.save_ledger(digest);
         let (Some(cfg), Some((name, key))) = (&self.cfg, &self.key) else {
             return Err("evidence is not enabled".into());
         };
@@ -552,13 +569,16 @@ pub fn process(rt: &mut Runtime) {
         let digest = rt.release.digest.clone();
         let label = rt.release.label();
         let declared = rt.release.manifest.deterministic;
-        match rerun(rt, &job, tries) {
+        let t0 = std::time::Instant::now();
+        let r = rerun(rt, &job, tries);
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        match r {
             Ok((v, t)) => {
                 let r = rt.evidence.finish((&digest, &label, declared), &job, v);
                 eprintln!(
                     "{}",
                     json!({"evidence": "verdict", "release": label, "destination": job.spec.host,
-                           "verdict": v, "probe": t.probe, "control": t.control,
+                           "verdict": v, "probe": t.probe, "control": t.control, "rerun_ms": ms,
                            "record": r.as_ref().ok(), "error": r.as_ref().err()})
                 );
             }
@@ -789,6 +809,35 @@ mod tests {
         std::fs::write(&first, b"INVOICE, altered").expect("write");
         let e = meta_of(&rec, &items).expect_err("altered item");
         assert!(e.contains("does not hash"), "{e}");
+    }
+
+    #[test]
+    fn runtimes_sharing_a_ledger_file_keep_each_others_releases() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = EvidenceConfig {
+            dir: dir.path().join("evidence"),
+            key_name: "test".into(),
+            tries: 1,
+            params: Default::default(),
+        };
+        let mut a = Evidence::open(cfg.clone()).expect("open a");
+        let mut b = Evidence::open(cfg.clone()).expect("open b");
+        a.admit("sha256:aa").expect("admit");
+        b.admit("sha256:bb").expect("admit");
+        a.ledger.record("sha256:aa", Verdict::ItemWitness, true);
+        a.save_ledger("sha256:aa");
+        b.ledger
+            .record("sha256:bb", Verdict::StateOrResponseDivergence, false);
+        b.save_ledger("sha256:bb");
+        let c = Evidence::open(cfg).expect("open c");
+        assert!(c.ledger.suppressed("sha256:aa"));
+        assert!(!c.ledger.suppressed("sha256:bb"));
+        assert_eq!(c.ledger.releases.len(), 2);
+        assert!(Evidence::open(EvidenceConfig {
+            key_name: "../x".into(),
+            ..c.cfg.clone().expect("cfg")
+        })
+        .is_err());
     }
 
     #[test]
