@@ -122,6 +122,23 @@ fn witness_list(evidence: &Path) -> Value {
     serde_json::from_slice(&out.stdout).expect("list JSON")
 }
 
+/// `germline witness verify` of `rec` (its items beside `items_of`) in a process of its own.
+fn verify(rec: &Path, items_of: &Path, release: &str, evidence: &Path) -> std::process::Output {
+    std::process::Command::new(germline())
+        .args(["witness", "verify"])
+        .arg(rec)
+        .arg("--release")
+        .arg(bundle(release))
+        .arg("--key")
+        .arg(key())
+        .arg("--witness-key")
+        .arg(evidence.join("keys/deployment.pub"))
+        .arg("--items")
+        .arg(items_of.with_extension("items"))
+        .output()
+        .expect("germline witness verify")
+}
+
 /// (tool, verdict) of every record, in the order they were written.
 fn verdicts(list: &Value) -> Vec<(String, String)> {
     list["witnesses"]
@@ -207,6 +224,16 @@ fn probe_replay_tells_item_witnesses_from_state_divergence_and_nondeterminism() 
     .map(|(a, b)| (a.to_string(), b.to_string()))
     .collect();
     assert_eq!(v, expect, "{list}");
+    // The state divergence verifies offline too (the probe gets the group's slot snapshot).
+    let count = std::path::PathBuf::from(list["witnesses"][0]["path"].as_str().expect("path"));
+    let o = verify(&count, &count, RELEASE, &evidence);
+    let got: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    assert_eq!(
+        (got["verdict"].clone(), got["agrees"].clone()),
+        (json!("state_or_response_divergence"), json!(true)),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     // stamp (flow-compliant, twin inputs on) raised no trigger, so it left no record.
     // The ledger: six unverified-weight events (the release does not declare determinism).
     let rel = list["dampening"].as_object().expect("dampening");
@@ -290,22 +317,7 @@ fn declared_release_witness_suppresses_at_once_and_verifies_offline_but_not_alte
         vec![("added".to_string(), "item_witness".to_string())]
     );
     let record = std::path::PathBuf::from(list["witnesses"][0]["path"].as_str().expect("path"));
-    let verify = |rec: &Path| {
-        let items = record.with_extension("items");
-        std::process::Command::new(germline())
-            .args(["witness", "verify"])
-            .arg(rec)
-            .arg("--release")
-            .arg(bundle(release))
-            .arg("--key")
-            .arg(key())
-            .arg("--witness-key")
-            .arg(evidence.join("keys/deployment.pub"))
-            .arg("--items")
-            .arg(&items)
-            .output()
-            .expect("germline witness verify")
-    };
+    let verify = |rec: &Path| verify(rec, &record, release, &evidence);
     let o = verify(&record);
     let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| {
         panic!("verify: {}", String::from_utf8_lossy(&o.stderr));
