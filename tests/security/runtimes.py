@@ -41,7 +41,10 @@ def launch(mode: str, bundle: Path, *, policy: Path, key: Path, home: str, tmpdi
         return Launch(entry, env, cwd=str(tmpdir))
     if mode in GERMLINE_MODES:
         # >>> PLUG-IN POINT for issue 6: this is the whole contract with `germline run`.
-        return Launch([germline, "run", "--policy", str(policy), "--key", str(key), "--mode", mode, str(bundle)],
+        # --no-evidence: the matrix measures prevention by the copies alone; dampening would
+        # refuse a Trojan's later calls (the evidence layer has its own tests, run_evidence).
+        return Launch([germline, "run", "--policy", str(policy), "--key", str(key), "--mode", mode,
+                       "--no-evidence", str(bundle)],
                       {"HOME": home, "TMPDIR": str(tmpdir)}, cwd=str(tmpdir))
     raise ValueError(f"unknown runtime {mode!r}; known: {', '.join(MODES)}")
 

@@ -85,6 +85,9 @@ pub struct BeginCall {
     /// Baselines only (`sig-pin`, `sig-ifc`): deliver every request, to any host.
     #[serde(default)]
     pub open: bool,
+    /// A probe or control re-run of the evidence layer (nothing is delivered).
+    #[serde(default)]
+    pub replay: Option<germline_policy::witness::ReplaySpec>,
 }
 
 fn monotonic_ns() -> u64 {
@@ -281,9 +284,18 @@ fn handle(broker: &Broker, req: Request, passed: Option<OwnedFd>) -> Result<Valu
                 consumers: &c.consumers,
             };
             let p = plan(input, c.mode).map_err(|e| e.to_string())?;
-            let (call, twin) = broker
-                .begin_call_with(&c.release, &c.user, p.clone(), &c.hosts, c.rules, c.open)
-                .map_err(|e| e.to_string())?;
+            let (call, twin) = match c.replay {
+                Some(r) => broker.begin_replay(&c.release, &c.user, p.clone(), &c.hosts, r),
+                None => broker.begin_call_with(
+                    &c.release,
+                    &c.user,
+                    p.clone(),
+                    &c.hosts,
+                    c.rules,
+                    c.open,
+                ),
+            }
+            .map_err(|e| e.to_string())?;
             Ok(json!({"call": call, "twin": twin, "plan": p}))
         }
         Request::StartCopy {

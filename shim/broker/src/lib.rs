@@ -84,6 +84,8 @@ pub enum BrokerError {
     NoCopy { call: u64, group: usize },
     #[error("broker state lock poisoned")]
     Poisoned,
+    #[error("replay spec: {0}")]
+    Replay(String),
 }
 
 /// How the broker is set up. Everything here comes from the deployer, never from a release.
@@ -177,6 +179,9 @@ pub struct CallRecord {
 pub struct CopyRecord {
     pub horizon: Label,
     pub slot_snapshot: BTreeMap<String, (String, Label)>,
+    /// The snapshot's values (hex), for the evidence layer's probe (a witness record holds
+    /// them at the clearance of its contents).
+    pub slot_values: BTreeMap<String, String>,
     pub outcome: Option<CopyOutcome>,
     pub triggers: Vec<Trigger>,
 }
@@ -215,7 +220,53 @@ pub(crate) struct CallState {
     /// Reference behaviour of the `sig-pin` and `sig-ifc` baselines: every request is
     /// delivered, to any host, as an ordinary forward proxy would. germline never sets it.
     pub(crate) open: bool,
+    /// A probe or control re-run (evidence layer): nothing is delivered.
+    pub(crate) replay: Option<Replay>,
     pub(crate) m: Mutex<CallMut>,
+}
+
+/// A re-run's destination, its transcript `T(d)` and the slot snapshot it starts from.
+#[derive(Debug)]
+pub(crate) struct Replay {
+    pub(crate) host: String,
+    pub(crate) replies: Vec<Arc<Reply>>,
+    pub(crate) slot: Slot,
+}
+
+impl Replay {
+    fn from_spec(spec: &germline_policy::witness::ReplaySpec) -> Result<Self, BrokerError> {
+        let bad = |what: String| BrokerError::Replay(what);
+        let replies = spec
+            .transcript
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let body = hex::decode(&e.reply_body_hex)
+                    .map_err(|err| bad(format!("transcript[{i}].reply_body_hex: {err}")))?;
+                Ok(Arc::new(Reply {
+                    status: e.reply_status,
+                    headers: vec![("x-germline".into(), "probe-replay".into())],
+                    body: Bytes::from(body),
+                }))
+            })
+            .collect::<Result<Vec<_>, BrokerError>>()?;
+        let mut slot = Slot::default();
+        for (k, v) in &spec.slot {
+            let value = hex::decode(v).map_err(|err| bad(format!("slot[{k:?}]: {err}")))?;
+            slot.entries.insert(
+                k.clone(),
+                germline_policy::slots::SlotEntry {
+                    value,
+                    label: Label::public(),
+                },
+            );
+        }
+        Ok(Self {
+            host: spec.host.clone(),
+            replies,
+            slot,
+        })
+    }
 }
 
 #[derive(Debug, Default)]
@@ -408,7 +459,6 @@ impl Broker {
         open: bool,
     ) -> Result<(u64, Twin), BrokerError> {
         let cx = CallContext::new(plan, hosts, rules)?;
-        let id = self.inner.next_call.fetch_add(1, Ordering::Relaxed);
         let time_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
@@ -417,7 +467,42 @@ impl Broker {
             time_ns,
             seed: random_seed(),
         };
+        self.register(release, user, (cx, hosts), twin, open, None)
+    }
+
+    /// Registers a probe or control re-run (evidence layer, issue 10): the twin inputs, the
+    /// destination's transcript and the slot snapshot come from `spec`; no request of it is
+    /// delivered and no slot write of it is stored.
+    pub fn begin_replay(
+        &self,
+        release: &str,
+        user: &str,
+        plan: Plan,
+        hosts: &[Member],
+        spec: germline_policy::witness::ReplaySpec,
+    ) -> Result<(u64, Twin), BrokerError> {
+        let cx = CallContext::new(plan, hosts, LabelRules::default())?;
+        let replay = Replay::from_spec(&spec)?;
+        let twin = Twin {
+            time_ns: u128::from(spec.twin_time_ns),
+            seed: spec.twin_seed,
+        };
+        self.register(release, user, (cx, hosts), twin, false, Some(replay))
+    }
+
+    fn register(
+        &self,
+        release: &str,
+        user: &str,
+        (cx, hosts): (CallContext, &[Member]),
+        twin: Twin,
+        open: bool,
+        replay: Option<Replay>,
+    ) -> Result<(u64, Twin), BrokerError> {
+        let id = self.inner.next_call.fetch_add(1, Ordering::Relaxed);
         let groups = cx.plan().groups.len();
+        let hosts: Vec<&String> = hosts.iter().map(|h| &h.name).collect();
+        let probe = replay.is_some();
         let state = Arc::new(CallState {
             id,
             release: release.to_string(),
@@ -425,6 +510,7 @@ impl Broker {
             cx,
             twin,
             open,
+            replay,
             m: Mutex::new(CallMut::default()),
         });
         self.inner
@@ -432,7 +518,7 @@ impl Broker {
             .lock()
             .map_err(|_| BrokerError::Poisoned)?
             .insert(id, state);
-        self.inner.audit.event("call", || json!({"call": id, "release": release, "groups": groups, "open": open, "hosts": hosts.iter().map(|h| &h.name).collect::<Vec<_>>()}),
+        self.inner.audit.event("call", || json!({"call": id, "release": release, "groups": groups, "open": open, "replay": probe, "hosts": hosts}),
         );
         Ok((id, twin))
     }
@@ -481,7 +567,10 @@ impl Broker {
             user: state.user.clone(),
             horizon: g.horizon.clone(),
         };
-        let snapshot = self.inner.slots()?.snapshot(&slot_key)?;
+        let snapshot = match &state.replay {
+            Some(r) => r.slot.clone(),
+            None => self.inner.slots()?.snapshot(&slot_key)?,
+        };
         let tracker = CopyTracker::start(&state.cx, group, &snapshot.label());
         let (tx, rx) = watch::channel(());
         {
@@ -545,6 +634,12 @@ impl Broker {
             group,
             CopyRecord {
                 horizon: copy.slot_key.horizon.clone(),
+                slot_values: copy
+                    .snapshot
+                    .entries
+                    .iter()
+                    .map(|(k, e)| (k.clone(), hex::encode(&e.value)))
+                    .collect(),
                 slot_snapshot: snapshot,
                 triggers: outcome.triggers.clone(),
                 outcome: Some(outcome.clone()),

@@ -329,6 +329,8 @@ fn request_digest(
 }
 
 enum Decision {
+    /// A probe or control re-run: the transcript's reply at this position, if any.
+    Probe(Option<Arc<Reply>>),
     Deliver,
     Replay(Arc<Reply>),
     Placeholder,
@@ -372,7 +374,19 @@ async fn exchange(
         &parts.headers,
         &body,
     );
-    let decision = if env.call.open {
+    let decision = if let Some(rp) = &env.call.replay {
+        let Ok(mut m) = env.call.lock() else {
+            return placeholder();
+        };
+        let Some(copy) = m.copies.get_mut(&env.group) else {
+            return placeholder();
+        };
+        let position = copy.tracker.note(&host, &digest);
+        let reply = (host == rp.host)
+            .then(|| rp.replies.get(position - 1).cloned())
+            .flatten();
+        Decision::Probe(reply)
+    } else if env.call.open {
         Decision::Deliver
     } else {
         let Ok(mut m) = env.call.lock() else {
@@ -398,6 +412,14 @@ async fn exchange(
         );
     };
     match decision {
+        Decision::Probe(Some(r)) => {
+            log("probe-replayed", Some(r.status));
+            respond(&r)
+        }
+        Decision::Probe(None) => {
+            log("probe-placeholder", None);
+            placeholder()
+        }
         Decision::Deny => record_denied(inner, env, &host, "host not declared for this call"),
         Decision::Placeholder => {
             inner.stats.placeholders.fetch_add(1, Ordering::Relaxed);
@@ -759,6 +781,11 @@ async fn state(inner: &Inner, env: &CopyEnv, req: Request<Incoming>) -> Resp {
                     "germline: no such slot key\n",
                 ),
             }
+        }
+        // A re-run's writes stay in the re-run.
+        (Method::PUT, _, Some(k)) if valid_key(&k) && env.call.replay.is_some() => {
+            copy.writes.insert(k.clone(), body.to_vec());
+            fixed(StatusCode::NO_CONTENT, "slot-written", "")
         }
         (Method::PUT, _, Some(k)) if valid_key(&k) => {
             let label = copy.tracker.label().clone();

@@ -60,6 +60,7 @@ fn a_call_through_the_control_socket() {
             mode: PlanMode::Split,
             rules: LabelRules::default(),
             open: false,
+            replay: None,
         })
         .expect("begin");
     assert_eq!(plan.groups.len(), 2);

@@ -34,8 +34,61 @@ pub struct RunArgs {
     /// Pre-forked, checked, data-free copies to keep ready (germline and nosplit modes).
     #[arg(long, default_value_t = 0)]
     pub pool: usize,
+    #[command(flatten)]
+    pub evidence: EvidenceArgs,
     /// The signed release: an unpacked bundle (with rootfs/) or an OCI image layout.
     pub release: PathBuf,
+}
+
+/// The evidence layer's options (docs/evidence.md).
+#[derive(Debug, Args, Clone)]
+pub struct EvidenceArgs {
+    /// Witness records, their items, the deployment key and the dampening ledger
+    /// (default: <state-dir>/evidence).
+    #[arg(long)]
+    pub evidence: Option<PathBuf>,
+    /// The name of the deployment key that signs witness records (<evidence>/keys/NAME.key,
+    /// made on first use; its password is COSIGN_PASSWORD, empty if unset).
+    #[arg(long, default_value = "deployment")]
+    pub witness_key: String,
+    /// Probe and control re-runs per trigger.
+    #[arg(long, default_value_t = crate::evidence::DEFAULT_TRIES)]
+    pub probe_tries: usize,
+    /// No probe replay, witness records or dampening (benchmarks).
+    #[arg(long)]
+    pub no_evidence: bool,
+}
+
+impl Default for EvidenceArgs {
+    /// In-process sessions (benchmarks): evidence off.
+    fn default() -> Self {
+        Self {
+            evidence: None,
+            witness_key: "deployment".into(),
+            probe_tries: crate::evidence::DEFAULT_TRIES,
+            no_evidence: true,
+        }
+    }
+}
+
+/// The evidence layer a runtime gets from its options (disabled with `--no-evidence`).
+pub fn evidence_for(
+    e: &EvidenceArgs,
+    state_dir: &std::path::Path,
+    policy: &Policy,
+) -> Result<crate::evidence::Evidence, String> {
+    if e.no_evidence {
+        return Ok(crate::evidence::Evidence::disabled());
+    }
+    crate::evidence::Evidence::open(crate::evidence::EvidenceConfig {
+        dir: e
+            .evidence
+            .clone()
+            .unwrap_or_else(|| state_dir.join("evidence")),
+        key_name: e.witness_key.clone(),
+        tries: e.probe_tries,
+        params: policy.dampening().clone(),
+    })
 }
 
 /// Verifies the release, starts the broker (unless given) and the germline.
@@ -48,7 +101,8 @@ pub fn start_session(a: &RunArgs) -> Result<Session, String> {
         state_dir: a.state_dir.clone(),
         audit: a.audit.clone(),
     })?;
-    let runtime = Runtime::start(a.mode, release, broker, a.pool)?;
+    let mut runtime = Runtime::start(a.mode, release, broker, a.pool)?;
+    runtime.evidence = evidence_for(&a.evidence, &a.state_dir, &policy)?;
     Ok(Session::new(runtime, policy))
 }
 

@@ -5,6 +5,8 @@
 //! * [`runtime`]: the per-call pipeline of germline execution (Plan via the broker, one copy
 //!   per group) and the paper's baselines, behind one [`runtime::Runtime`].
 //! * [`session`]: MCP JSON-RPC from the agent, transport-free.
+//! * [`evidence`]: probe and control re-runs of triggers, signed witness records, dampening
+//!   (docs/evidence.md).
 //! * [`stdio`]: `germline run` (MCP over stdio).
 //! * [`sidecar`]: starting or reaching the broker.
 //! * [`serve`], [`http`], [`router`]: `germline serve` (MCP Streamable HTTP, several releases).
@@ -14,6 +16,7 @@
 pub mod bench;
 pub mod callmeta;
 pub mod cli;
+pub mod evidence;
 pub mod http;
 pub mod process;
 pub mod release;

@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 use germline_broker::ca::CopyTrust;
 use germline_broker::control::BeginCall;
 use germline_broker::COPY_PROXY_ADDR;
-use germline_policy::call::LabelRules;
+use germline_policy::call::{CopyOutcome, LabelRules};
+use germline_policy::witness::ReplaySpec;
 use germline_policy::{Label, Plan, PlanMode};
 use germline_sandbox::spec::BindMount;
 use germline_sandbox::{Germline, LaunchSpec, Limits, Options};
@@ -85,6 +86,9 @@ pub enum RunError {
     /// The germline or a copy was refused, or could not be started.
     #[error("{0}")]
     Sandbox(String),
+    /// Dampening refuses the release until its penalty decays (docs/evidence.md).
+    #[error("{0}")]
+    Suppressed(String),
 }
 
 /// What one call returned to the agent.
@@ -153,6 +157,8 @@ pub struct Runtime {
     ca_dir: PathBuf,
     /// Copies get the call's twin inputs (read once at start, not per call).
     twin_on: bool,
+    /// Triggers awaiting probe replay, witness records, dampening (crate::evidence).
+    pub evidence: crate::evidence::Evidence,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -327,6 +333,7 @@ impl Runtime {
             limits,
             user: std::env::var("USER").unwrap_or_else(|_| "root".into()),
             twin_on: twin_inputs_on(),
+            evidence: crate::evidence::Evidence::disabled(),
         })
     }
 
@@ -390,7 +397,7 @@ impl Runtime {
         mode: PlanMode,
         open: bool,
     ) -> Result<(u64, germline_broker::Twin, Plan), RunError> {
-        let call = BeginCall {
+        self.begin_with(BeginCall {
             release: self.release.digest.clone(),
             user: self.user.clone(),
             items: meta.item_meta(),
@@ -399,7 +406,14 @@ impl Runtime {
             mode,
             rules: LabelRules::default(),
             open,
-        };
+            replay: None,
+        })
+    }
+
+    fn begin_with(
+        &mut self,
+        call: BeginCall,
+    ) -> Result<(u64, germline_broker::Twin, Plan), RunError> {
         let r = self.broker.client.begin_call(call.clone());
         let r = match r {
             Err(germline_broker::control::ControlError::Refused(e)) => {
@@ -428,8 +442,12 @@ impl Runtime {
     fn call_germline(&mut self, meta: &CallMeta, plan_mode: PlanMode) -> Result<Outcome, RunError> {
         let t0 = Instant::now();
         let mut phases = Vec::new();
-        let (call, twin, plan) = self.begin(meta, plan_mode, false)?;
-        let twin = self.twin_on.then_some((twin.time_ns, twin.seed));
+        self.evidence
+            .admit(&self.release.digest)
+            .map_err(RunError::Suppressed)?;
+        let (call, twin0, plan) = self.begin(meta, plan_mode, false)?;
+        let twin = self.twin_on.then_some((twin0.time_ns, twin0.seed));
+        let mut outcomes = Vec::new();
         phases.push(("plan", t0.elapsed().as_micros() as u64));
         let agent_group = plan
             .groups
@@ -457,8 +475,11 @@ impl Runtime {
                 notifications = seen;
             }
             match r {
-                Ok((result, label, trig)) => {
-                    triggers += trig;
+                Ok((result, label, out)) => {
+                    triggers += out.triggers.len();
+                    if !out.triggers.is_empty() {
+                        outcomes.push((gi, out));
+                    }
                     if Some(gi) == agent_group {
                         agent = Some((result, label));
                     } else if result
@@ -479,7 +500,10 @@ impl Runtime {
         if let Some(e) = failure {
             return Err(e);
         }
-        end.map_err(|e| RunError::Broker(e.to_string()))?;
+        let record = end.map_err(|e| RunError::Broker(e.to_string()))?;
+        let twin_in = (twin0.time_ns, twin0.seed);
+        self.evidence
+            .queue(meta, &plan, &outcomes, &record, twin_in, self.twin_on);
         let Some((result, label)) = agent else {
             return Err(RunError::Sandbox(
                 "Plan formed no group for the agent".into(),
@@ -510,7 +534,7 @@ impl Runtime {
         job: CopyJob<'_>,
         seen: &mut Vec<Value>,
         phases: &mut Vec<(&'static str, u64)>,
-    ) -> Result<(Result<Value, String>, Label, usize), RunError> {
+    ) -> Result<(Result<Value, String>, Label, CopyOutcome), RunError> {
         let CopyJob {
             call,
             group: gi,
@@ -592,7 +616,44 @@ impl Runtime {
             .map_err(|e| RunError::Broker(e.to_string()))?;
         phases.push(("broker.end_copy", us(s)));
         let r = r.map_err(|e| e.to_string()).and_then(tool_result);
-        Ok((r, outcome.label, outcome.triggers.len()))
+        Ok((r, outcome.label.clone(), outcome))
+    }
+
+    /// One probe or control re-run (crate::evidence): a single copy with `view`'s items,
+    /// served by the broker from `spec` (nothing delivered). Returns its request digests to
+    /// the destination, in order.
+    pub(crate) fn replay_copy(
+        &mut self,
+        meta: &CallMeta,
+        view: &[String],
+        spec: &ReplaySpec,
+        twin_on: bool,
+    ) -> Result<Vec<String>, RunError> {
+        let (call, twin, _) = self.begin_with(BeginCall {
+            release: self.release.digest.clone(),
+            user: self.user.clone(),
+            items: meta.item_meta(),
+            hosts: meta.hosts.clone(),
+            consumers: meta.consumers.clone(),
+            mode: PlanMode::NoSplit,
+            rules: LabelRules::default(),
+            open: false,
+            replay: Some(spec.clone()),
+        })?;
+        let in_view = |i: &ArgItem| view.iter().any(|v| v == &i.name);
+        let job = CopyJob {
+            call,
+            group: 0,
+            meta,
+            in_view: &in_view,
+            is_agent: false,
+            twin: twin_on.then_some((twin.time_ns, twin.seed)),
+        };
+        let r = self.run_copy(job, &mut Vec::new(), &mut Vec::new());
+        let end = self.broker.client.end_call(call);
+        let (_, _, out) = r?;
+        end.map_err(|e| RunError::Broker(e.to_string()))?;
+        Ok(out.requests.get(&spec.host).cloned().unwrap_or_default())
     }
 
     fn call_process(&mut self, meta: &CallMeta) -> Result<Outcome, RunError> {
@@ -687,6 +748,7 @@ impl Runtime {
     /// Work off the call's critical path, after its answer went out: refill the pool of
     /// pre-forked, checked, data-free copies.
     pub fn idle(&mut self) {
+        crate::evidence::process(self);
         while self.idle_step() {}
     }
 

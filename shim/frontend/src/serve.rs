@@ -54,6 +54,8 @@ pub struct ServeArgs {
     /// Pre-forked, checked, data-free copies to keep ready per release (germline, nosplit).
     #[arg(long, default_value_t = 0)]
     pub pool: usize,
+    #[command(flatten)]
+    pub evidence: crate::cli::EvidenceArgs,
     /// The signed releases (unpacked bundles with rootfs/, or OCI image layouts). Their tool
     /// names must be distinct.
     #[arg(required = true, num_args = 1..)]
@@ -192,7 +194,8 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
             state_dir: a.state_dir.clone(),
             audit: None,
         })?;
-        let runtime = Runtime::start(a.mode, release, client, a.pool)?;
+        let mut runtime = Runtime::start(a.mode, release, client, a.pool)?;
+        runtime.evidence = crate::cli::evidence_for(&a.evidence, &a.state_dir, &policy)?;
         sessions.push(Session::new(runtime, policy.clone()));
     }
     let router = Arc::new(Router::new(sessions, owners, a.mode));

@@ -201,6 +201,6 @@ fn code_of(e: &RunError) -> i64 {
     match e {
         RunError::Invalid(_) => INVALID_PARAMS,
         RunError::Tool(_) => TOOL_FAILED,
-        RunError::Broker(_) | RunError::Sandbox(_) => RUNTIME_FAILED,
+        RunError::Broker(_) | RunError::Sandbox(_) | RunError::Suppressed(_) => RUNTIME_FAILED,
     }
 }

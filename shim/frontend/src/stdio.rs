@@ -116,6 +116,9 @@ pub fn serve(session: &mut Session, sigfd: i32) -> String {
                     return "the agent closed stdout".into();
                 }
                 drop(out);
+                // Probe and control re-runs of this call's triggers, after its answer went out
+                // (docs/evidence.md).
+                crate::evidence::process(&mut session.runtime);
                 // Refill the pool between calls, one copy at a time, stopping as soon as the
                 // agent's next request is waiting: the refill never delays a call.
                 while !readable_now(0, sigfd) && session.runtime.idle_step() {}

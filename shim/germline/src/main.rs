@@ -3,6 +3,7 @@
 mod broker_cmd;
 mod eval_cmd;
 mod plan_cmd;
+mod witness_cmd;
 
 use std::process::ExitCode;
 
@@ -35,6 +36,8 @@ enum Command {
     Serve(germline_frontend::serve::ServeArgs),
     /// The broker sidecar, and its benchmark.
     Broker(broker_cmd::BrokerArgs),
+    /// Witness records of the evidence layer: verify one offline, list them with dampening.
+    Witness(witness_cmd::WitnessArgs),
     /// Evaluations: the security matrix of signed Trojans against every runtime.
     Eval(eval_cmd::EvalArgs),
     #[command(flatten)]
@@ -66,6 +69,14 @@ fn main() -> ExitCode {
         Command::Policy(args) => report(plan_cmd::run_policy(&args)),
         Command::Broker(args) => report(broker_cmd::run(&args)),
         Command::Eval(args) => report(eval_cmd::run(&args)),
+        Command::Witness(args) => match witness_cmd::run(&args) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::from(1),
+            Err(e) => {
+                eprintln!("germline: error: {e}");
+                ExitCode::from(2)
+            }
+        },
         Command::Run(args) => report(germline_frontend::cli::run(&args).map_err(Into::into)),
         Command::RunBench(args) => report(germline_frontend::bench::run(&args).map_err(Into::into)),
         Command::Bench(args) => report(germline_frontend::suite::run(&args).map_err(Into::into)),

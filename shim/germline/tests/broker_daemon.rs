@@ -91,6 +91,7 @@ fn broker_serve_process() {
             mode: PlanMode::Split,
             rules: LabelRules::default(),
             open: false,
+            replay: None,
         })
         .expect("begin");
     assert_eq!(plan.groups.len(), 1);

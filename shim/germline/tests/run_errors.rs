@@ -115,12 +115,15 @@ fn bad_input_and_failures_give_clear_errors_and_the_next_call_works() {
         sink.port,
         "\n[[argument]]\ntool = \"ocr_text\"\nname = \"text\"\nlabel = []\n",
     );
+    // --no-evidence: the crash (only in a copy that sees the salary sheet) leaves the agent's
+    // copy short of ocr.example's requests, a genuine item witness that would suppress this
+    // declared-deterministic release; this test is about the calls after a failure.
     let mut s = Raw::start(&run_cmd(
         &policy,
         "germline",
         "germline-office-crash",
         w.path(),
-        &[],
+        &["--no-evidence"],
     ));
     let init = s.send_line(
         &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {

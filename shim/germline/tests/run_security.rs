@@ -155,7 +155,16 @@ fn inline_hr_value_never_reaches_a_sink_not_cleared_for_hr() {
         let out = run_agent(
             w.path(),
             &json!([call, raised]),
-            &run_cmd(&policy, mode, "germline-office", w.path(), &[]),
+            // --no-evidence: ocr_text's request carries its hr argument only in the agent's
+            // copy, a genuine item witness that would suppress this declared-deterministic
+            // release before the second call; this test is about labels (docs/evidence.md).
+            &run_cmd(
+                &policy,
+                mode,
+                "germline-office",
+                w.path(),
+                &["--no-evidence"],
+            ),
         );
         assert!(
             out.iter().all(|r| r["ok"] == json!(true)),

@@ -158,6 +158,10 @@ pub struct Trigger {
     pub kind: TriggerKind,
 }
 
+fn hex_digest(d: &Digest) -> String {
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The broker's state for one live copy.
 #[derive(Debug)]
 pub struct CopyTracker {
@@ -166,6 +170,9 @@ pub struct CopyTracker {
     sent: BTreeMap<String, usize>,
     triggered: BTreeSet<String>,
     triggers: Vec<Trigger>,
+    /// Every request this copy sent to a declared host outside its group, in order (the
+    /// evidence layer's request sequences).
+    requests: BTreeMap<String, Vec<Digest>>,
 }
 
 /// What a finished copy leaves: its output label `ℓ(g)` and its triggers.
@@ -176,6 +183,9 @@ pub struct CopyOutcome {
     /// Declared hosts outside the copy's group it sent requests to, with counts (what a lazy
     /// plan's fork rule reads).
     pub contacted: BTreeMap<String, usize>,
+    /// The digests (hex) of those requests, per host, in order.
+    #[serde(default)]
+    pub requests: BTreeMap<String, Vec<String>>,
 }
 
 impl CopyTracker {
@@ -191,6 +201,7 @@ impl CopyTracker {
             sent: BTreeMap::new(),
             triggered: BTreeSet::new(),
             triggers: Vec::new(),
+            requests: BTreeMap::new(),
         }
     }
 
@@ -218,9 +229,7 @@ impl CopyTracker {
         if cx.group(g).has_host(host) {
             return Verdict::Deliver;
         }
-        let n = self.sent.entry(host.to_string()).or_insert(0);
-        *n += 1;
-        let position = *n;
+        let position = self.note(host, q);
         let rel = records.record(host);
         let admissible = cx.admissible(host, g);
         if admissible && !rel.is_empty() && cx.rules.match_bit {
@@ -244,6 +253,15 @@ impl CopyTracker {
             });
         }
         Verdict::Placeholder
+    }
+
+    /// Counts a request to `host` outside the copy's group and keeps its digest; returns its
+    /// position (1-based).
+    pub fn note(&mut self, host: &str, q: &Digest) -> usize {
+        self.requests.entry(host.to_string()).or_default().push(*q);
+        let n = self.sent.entry(host.to_string()).or_insert(0);
+        *n += 1;
+        *n
     }
 
     /// Records a delivered request and its reply: `Rel[e] += (q, ρ)`, `L ← L ⊔ c(e)`.
@@ -290,6 +308,11 @@ impl CopyTracker {
             label: self.label,
             triggers: self.triggers,
             contacted: self.sent,
+            requests: self
+                .requests
+                .into_iter()
+                .map(|(h, v)| (h, v.iter().map(hex_digest).collect()))
+                .collect(),
         }
     }
 }

@@ -109,6 +109,21 @@ pub struct Exchange {
     pub reply_body_hex: String,
 }
 
+/// What the broker serves a probe or control re-run: nothing is delivered; requests to
+/// `host` are answered by position from `transcript` (the placeholder past its end), every
+/// other declared host gets the placeholder, and the state slot starts from `slot` (writes
+/// stay in the re-run).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplaySpec {
+    pub host: String,
+    pub transcript: Vec<Exchange>,
+    /// key → value (hex).
+    pub slot: BTreeMap<String, String>,
+    pub twin_time_ns: u64,
+    pub twin_seed: u64,
+}
+
 /// A witness record (Section IV-F): everything a third party needs to re-run probe and
 /// control, with the release and the items it names. Handled at the clearance of its contents
 /// (`label`): the join of both views' labels, the slot's and the replies'.
@@ -130,6 +145,8 @@ pub struct WitnessRecord {
     /// Twin inputs of the call.
     pub twin_time_ns: u64,
     pub twin_seed: u64,
+    /// Whether the copies got twin inputs (off only in the reference runs).
+    pub twin: bool,
     /// `T(d)`: `d`'s group's delivered requests and replies, in order.
     pub transcript: Vec<Exchange>,
     /// The comparing copy's request digests to `d`, in order.
@@ -138,6 +155,8 @@ pub struct WitnessRecord {
     pub tries: u32,
     pub verdict: Verdict,
     pub label: Vec<String>,
+    /// The signing deployment key: its name and SPKI fingerprint.
+    pub key: String,
 }
 
 impl WitnessRecord {

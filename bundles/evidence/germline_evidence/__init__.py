@@ -1,0 +1,1 @@
+"""Fixture tools for germline's evidence layer (issue 10)."""

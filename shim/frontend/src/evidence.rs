@@ -1,0 +1,848 @@
+//! The evidence layer at run time (paper Section IV-F, Definition 6, Theorem 2, Table XIV;
+//! issue 10): after a call's answer went out, each trigger is re-run offline as a **probe**
+//! (the comparing copy's items) and a **control** (the destination group's exact items), both
+//! with the group's slot snapshot, the call's twin inputs and the destination's replies served
+//! by position, N tries each; [`classify`] gives the verdict, a signed [`WitnessRecord`] is
+//! stored at the clearance of its contents, and the release's dampening [`Ledger`] is updated.
+//! Suppressed releases are refused with the reason before any copy runs.
+//!
+//! A record file is two lines: the record's JSON (canonical: what serde writes for it), then
+//! the lowercase hex signature over `germline-witness-v1\n` + that line. Anything else (one
+//! byte changed anywhere) is refused. The items a record names travel beside it, content
+//! addressed (`<stem>.items/<sha256>` beside `<stem>.json`), at the same clearance.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use germline_policy::call::CopyOutcome;
+use germline_policy::witness::{
+    classify, Exchange, ItemRef, Ledger, ReplaySpec, Verdict, WitnessRecord,
+};
+use germline_policy::{Label, Member, Plan};
+use germline_release::keys::{self, Algorithm, PublicKey, SigningKey};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sha2::Digest as _;
+
+use crate::callmeta::{ArgItem, CallMeta, ItemKind};
+use crate::runtime::{RunError, Runtime};
+
+/// Probe and control tries per trigger unless configured.
+pub const DEFAULT_TRIES: usize = 5;
+const SIGNED_PREFIX: &[u8] = b"germline-witness-v1\n";
+
+/// Where records, items, the key and the ledger live, and how many tries.
+#[derive(Debug, Clone)]
+pub struct EvidenceConfig {
+    pub dir: PathBuf,
+    /// The deployment key's name: `<dir>/keys/<name>.key` (made on first use) and `.pub`.
+    pub key_name: String,
+    pub tries: usize,
+    /// The policy's `[dampening]` parameters (authoritative over a stored ledger's).
+    pub params: germline_policy::dampening::DampeningParams,
+}
+
+/// One item as a record describes it (contents by digest only).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordItem {
+    pub name: String,
+    pub arg: String,
+    pub label: Label,
+    /// The file name under `/run/items` (file items); `None` for an inline value.
+    pub file_name: Option<String>,
+    pub sha256: String,
+}
+
+/// The call's public metadata in a record: what a re-run needs besides the item contents.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RecordMeta {
+    pub tool: String,
+    pub arguments: Value,
+    pub items: Vec<RecordItem>,
+    pub hosts: Vec<Member>,
+    pub consumers: Vec<Member>,
+}
+
+/// A trigger waiting for its re-runs.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub meta: CallMeta,
+    pub spec: ReplaySpec,
+    /// The comparing copy's view `W` and the destination group's view `V(g)` (item names).
+    pub probe_view: Vec<String>,
+    pub control_view: Vec<String>,
+    /// The comparing copy's requests to the destination, as it sent them online.
+    pub probe_requests: Vec<String>,
+    pub label: Label,
+    pub twin_on: bool,
+}
+
+/// The runtime's evidence state: pending triggers, the ledger, where records go.
+#[derive(Debug, Default)]
+pub struct Evidence {
+    cfg: Option<EvidenceConfig>,
+    key: Option<(String, SigningKey)>,
+    pub ledger: Ledger,
+    pending: Vec<Job>,
+    /// Records written in this session (paths), newest last.
+    pub written: Vec<PathBuf>,
+    /// Releases whose state this runtime changed: only those are written back, over what
+    /// the file holds then (several runtimes of `germline serve` share one ledger file).
+    touched: std::collections::BTreeSet<String>,
+}
+
+fn io(p: &Path, e: std::io::Error) -> String {
+    format!("{}: {e}", p.display())
+}
+
+fn private_dir(p: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(p).map_err(|e| io(p, e))?;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700)).map_err(|e| io(p, e))
+}
+
+fn sha256_hex(b: &[u8]) -> String {
+    hex::encode(sha2::Sha256::digest(b))
+}
+
+/// A label as a directory name: `finance+hr`, `public` for the empty label.
+pub fn clearance_dir(l: &Label) -> String {
+    if l.is_public() {
+        "public".into()
+    } else {
+        l.tags().collect::<Vec<_>>().join("+")
+    }
+}
+
+impl Evidence {
+    /// No probes and no records; the ledger is kept in memory (`germline serve`, benches).
+    pub fn disabled() -> Evidence {
+        Evidence::default()
+    }
+
+    /// Opens (or creates, 0700) the evidence directory, loads the ledger and the named
+    /// deployment key, generating the key on first use.
+    pub fn open(cfg: EvidenceConfig) -> Result<Evidence, String> {
+        if cfg.tries == 0 {
+            return Err("--probe-tries: at least 1 try is needed".into());
+        }
+        let valid = !cfg.key_name.is_empty()
+            && cfg
+                .key_name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b));
+        if !valid {
+            return Err(format!(
+                "--witness-key {:?}: a key name is letters, digits, '-' or '_'",
+                cfg.key_name
+            ));
+        }
+        private_dir(&cfg.dir)?;
+        let keys_dir = cfg.dir.join("keys");
+        private_dir(&keys_dir)?;
+        let kp = keys_dir.join(format!("{}.key", cfg.key_name));
+        if !kp.exists() {
+            keys::keygen(
+                &keys_dir,
+                &cfg.key_name,
+                Algorithm::Ed25519,
+                &keys::password_from_env(),
+            )
+            .map_err(|e| format!("witness key {}: {e}", kp.display()))?;
+        }
+        let key = keys::load_signing_key(&kp)
+            .map_err(|e| format!("witness key {}: {e}", kp.display()))?;
+        let lp = cfg.dir.join("dampening.json");
+        let ledger = match std::fs::read(&lp) {
+            Ok(b) => serde_json::from_slice(&b).map_err(|e| {
+                format!(
+                    "{}: not a dampening ledger (expected the JSON germline writes): {e}",
+                    lp.display()
+                )
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ledger::default(),
+            Err(e) => return Err(io(&lp, e)),
+        };
+        let ledger = Ledger {
+            params: cfg.params.clone(),
+            ..ledger
+        };
+        Ok(Evidence {
+            key: Some((cfg.key_name.clone(), key)),
+            cfg: Some(cfg),
+            ledger,
+            pending: Vec::new(),
+            written: Vec::new(),
+            touched: Default::default(),
+        })
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.cfg.is_some()
+    }
+
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    fn save_ledger(&mut self, release: &str) {
+        self.touched.insert(release.to_string());
+        if let Some(c) = &self.cfg {
+            let p = c.dir.join("dampening.json");
+            let tmp = c
+                .dir
+                .join(format!("dampening.json.{}.tmp", std::process::id()));
+            let mut on_disk: Ledger = std::fs::read(&p)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or_default();
+            on_disk.params = self.ledger.params.clone();
+            for r in &self.touched {
+                if let Some(s) = self.ledger.releases.get(r) {
+                    on_disk.releases.insert(r.clone(), s.clone());
+                }
+            }
+            if let Ok(b) = serde_json::to_vec_pretty(&on_disk) {
+                if std::fs::write(&tmp, b).is_ok() {
+                    let _ = std::fs::rename(&tmp, &p);
+                }
+            }
+        }
+    }
+
+    /// One call attempt of `release`: the refusal reason while it is suppressed. Every
+    /// attempt counts (the penalty decays per attempt, Appendix B-E).
+    pub fn admit(&mut self, release: &str) -> Result<(), String> {
+        let r = self.ledger.admit(release);
+        // A release with no penalty has nothing to persist: no disk write on a clean call.
+        if self
+            .ledger
+            .releases
+            .get(release)
+            .is_some_and(|s| s.penalty.value > 0.0 || s.refused > 0)
+        {
+            self.save_ledger(release);
+        }
+        r
+    }
+
+    /// Queues every trigger of a finished call for its re-runs.
+    #[allow(clippy::too_many_arguments)]
+    pub fn queue(
+        &mut self,
+        meta: &CallMeta,
+        plan: &Plan,
+        outcomes: &[(usize, CopyOutcome)],
+        record: &Value,
+        twin: (u128, u64),
+        twin_on: bool,
+    ) {
+        if !self.enabled() {
+            return;
+        }
+        for (gi, out) in outcomes {
+            for t in &out.triggers {
+                let Some(gd) = plan.group_of_host(&t.host) else {
+                    continue;
+                };
+                let transcript = record["delivered"][&t.host]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(exchange_of).collect())
+                    .unwrap_or_default();
+                let slot = record["copies"][gd.to_string()]["slot_values"]
+                    .as_object()
+                    .map(|m| {
+                        m.iter()
+                            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let mut label = plan.groups[*gi].view_label.clone();
+                if let Some(arr) = record["copies"][gd.to_string()]["slot_snapshot"].as_object() {
+                    for (_, v) in arr {
+                        if let Ok(l) = serde_json::from_value::<Label>(v[1].clone()) {
+                            label.join(&l);
+                        }
+                    }
+                }
+                if let Some(h) = meta.hosts.iter().find(|h| h.name == t.host) {
+                    label.join(&h.clearance);
+                }
+                self.pending.push(Job {
+                    meta: meta.clone(),
+                    spec: ReplaySpec {
+                        host: t.host.clone(),
+                        transcript,
+                        slot,
+                        twin_time_ns: u64::try_from(twin.0).unwrap_or(u64::MAX),
+                        twin_seed: twin.1,
+                    },
+                    probe_view: plan.groups[*gi].view.clone(),
+                    control_view: plan.groups[gd].view.clone(),
+                    probe_requests: out.requests.get(&t.host).cloned().unwrap_or_default(),
+                    label,
+                    twin_on,
+                });
+            }
+        }
+    }
+
+    pub fn next_job(&mut self) -> Option<Job> {
+        if self.pending.is_empty() {
+            None
+        } else {
+            Some(self.pending.remove(0))
+        }
+    }
+
+    fn tries(&self) -> usize {
+        self.cfg.as_ref().map_or(DEFAULT_TRIES, |c| c.tries)
+    }
+
+    /// Records a job's verdict: the signed record and its items at their clearance, and the
+    /// ledger.
+    pub fn finish(
+        &mut self,
+        rt_release: (&str, &str, bool),
+        job: &Job,
+        verdict: Verdict,
+    ) -> Result<PathBuf, String> {
+        let (digest, _label, declared) = rt_release;
+        self.ledger.record(digest, verdict, declared);
+        self.save_ledger(digest);
+        let (Some(cfg), Some((name, key))) = (&self.cfg, &self.key) else {
+            return Err("evidence is not enabled".into());
+        };
+        let rec = record_of(digest, job, self.tries(), verdict, name, &key.public())?;
+        let dir = cfg.dir.join("witnesses").join(clearance_dir(&job.label));
+        private_dir(&dir)?;
+        let n = std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
+        let stem = format!(
+            "{}-{:04}-{}",
+            job.spec.twin_time_ns,
+            n,
+            &sha256_hex(job.spec.host.as_bytes())[..8]
+        );
+        let path = dir.join(format!("{stem}.json"));
+        write_signed(&path, &rec, key)?;
+        let items = dir.join(format!("{stem}.items"));
+        private_dir(&items)?;
+        for i in &job.meta.items {
+            let p = items.join(sha256_hex(&i.contents));
+            std::fs::write(&p, &i.contents).map_err(|e| io(&p, e))?;
+        }
+        self.written.push(path.clone());
+        Ok(path)
+    }
+}
+
+fn exchange_of(v: &Value) -> Option<Exchange> {
+    let pair = v.as_array()?;
+    Some(Exchange {
+        request_sha256: pair.first()?.as_str()?.to_string(),
+        reply_status: u16::try_from(pair.get(1)?["status"].as_u64()?).ok()?,
+        reply_body_hex: pair.get(1)?["body"].as_str()?.to_string(),
+    })
+}
+
+fn record_of(
+    release: &str,
+    job: &Job,
+    tries: usize,
+    verdict: Verdict,
+    key_name: &str,
+    public: &PublicKey,
+) -> Result<WitnessRecord, String> {
+    let refs = |view: &[String]| -> Vec<ItemRef> {
+        job.meta
+            .items
+            .iter()
+            .filter(|i| view.contains(&i.name))
+            .map(|i| ItemRef {
+                name: i.name.clone(),
+                sha256: sha256_hex(&i.contents),
+            })
+            .collect()
+    };
+    let meta = RecordMeta {
+        tool: job.meta.tool.clone(),
+        arguments: job.meta.arguments.clone(),
+        items: job
+            .meta
+            .items
+            .iter()
+            .map(|i| RecordItem {
+                name: i.name.clone(),
+                arg: i.arg.clone(),
+                label: i.label.clone(),
+                file_name: i.file_name.clone(),
+                sha256: sha256_hex(&i.contents),
+            })
+            .collect(),
+        hosts: job.meta.hosts.clone(),
+        consumers: job.meta.consumers.clone(),
+    };
+    let fp = public.fingerprint().map_err(|e| e.to_string())?;
+    Ok(WitnessRecord {
+        version: WitnessRecord::VERSION,
+        release: release.to_string(),
+        tool: job.meta.tool.clone(),
+        metadata: serde_json::to_value(&meta).map_err(|e| e.to_string())?,
+        destination: job.spec.host.clone(),
+        probe_items: refs(&job.probe_view),
+        control_items: refs(&job.control_view),
+        slot_snapshot: job.spec.slot.clone(),
+        twin_time_ns: job.spec.twin_time_ns,
+        twin_seed: job.spec.twin_seed,
+        twin: job.twin_on,
+        transcript: job.spec.transcript.clone(),
+        probe_requests: job.probe_requests.clone(),
+        tries: u32::try_from(tries).unwrap_or(u32::MAX),
+        verdict,
+        label: job.label.tags().map(str::to_string).collect(),
+        key: format!("{key_name} {fp}"),
+    })
+}
+
+fn write_signed(path: &Path, rec: &WitnessRecord, key: &SigningKey) -> Result<(), String> {
+    let line = serde_json::to_vec(rec).map_err(|e| e.to_string())?;
+    let mut msg = SIGNED_PREFIX.to_vec();
+    msg.extend(&line);
+    let sig = key.sign(&msg);
+    let mut out = line;
+    out.push(b'\n');
+    out.extend(hex::encode(sig).as_bytes());
+    out.push(b'\n');
+    std::fs::write(path, out).map_err(|e| io(path, e))
+}
+
+/// Reads a record file and checks its signature with `public`; any byte changed is refused.
+pub fn read_signed(path: &Path, public: &PublicKey) -> Result<WitnessRecord, String> {
+    let bytes = std::fs::read(path).map_err(|e| io(path, e))?;
+    let bad = |why: &str| format!("witness record {} refused: {why}", path.display());
+    let text = std::str::from_utf8(&bytes).map_err(|_| bad("not UTF-8"))?;
+    let mut parts = text.split('\n');
+    let (Some(line), Some(sig), Some(""), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(bad(
+            "expected two lines: the record's JSON and its hex signature",
+        ));
+    };
+    let valid_hex = !sig.is_empty()
+        && sig
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if !valid_hex {
+        return Err(bad("line 2: the signature must be lowercase hex"));
+    }
+    let sig = hex::decode(sig).map_err(|_| bad("line 2: the signature is not hex"))?;
+    let mut msg = SIGNED_PREFIX.to_vec();
+    msg.extend(line.as_bytes());
+    public.verify(&msg, &sig).map_err(|e| {
+        bad(&format!(
+            "the signature does not verify with the given key{}",
+            if e.is_empty() {
+                String::new()
+            } else {
+                format!(" ({e})")
+            }
+        ))
+    })?;
+    let rec: WitnessRecord =
+        serde_json::from_str(line).map_err(|e| bad(&format!("line 1: {e}")))?;
+    if rec.version != WitnessRecord::VERSION {
+        return Err(bad(&format!(
+            "version {} (this germline reads {})",
+            rec.version,
+            WitnessRecord::VERSION
+        )));
+    }
+    Ok(rec)
+}
+
+/// The [`CallMeta`] of a record, with the item contents read from `items` (content
+/// addressed, each checked against its digest).
+pub fn meta_of(rec: &WitnessRecord, items: &Path) -> Result<CallMeta, String> {
+    let m: RecordMeta = serde_json::from_value(rec.metadata.clone())
+        .map_err(|e| format!("the record's metadata: {e}"))?;
+    let mut out = Vec::new();
+    for i in &m.items {
+        let p = items.join(&i.sha256);
+        let contents = std::fs::read(&p).map_err(|e| {
+            format!(
+                "item {:?} (argument {}): {} (--items names a directory of the items by SHA-256)",
+                i.name,
+                i.arg,
+                io(&p, e)
+            )
+        })?;
+        if sha256_hex(&contents) != i.sha256 {
+            return Err(format!(
+                "item {:?}: {} does not hash to the record's digest {}",
+                i.name,
+                p.display(),
+                i.sha256
+            ));
+        }
+        out.push(ArgItem {
+            name: i.name.clone(),
+            arg: i.arg.clone(),
+            label: i.label.clone(),
+            kind: match &i.file_name {
+                Some(_) => ItemKind::File { host_path: p },
+                None => ItemKind::Inline,
+            },
+            file_name: i.file_name.clone(),
+            contents,
+        });
+    }
+    Ok(CallMeta {
+        tool: m.tool,
+        arguments: m.arguments,
+        items: out,
+        hosts: m.hosts,
+        consumers: m.consumers,
+        progress_token: None,
+    })
+}
+
+/// The job a record describes, to re-run it.
+pub fn job_of(rec: &WitnessRecord, meta: CallMeta) -> Job {
+    let names = |v: &[ItemRef]| v.iter().map(|i| i.name.clone()).collect();
+    Job {
+        meta,
+        spec: ReplaySpec {
+            host: rec.destination.clone(),
+            transcript: rec.transcript.clone(),
+            slot: rec.slot_snapshot.clone(),
+            twin_time_ns: rec.twin_time_ns,
+            twin_seed: rec.twin_seed,
+        },
+        probe_view: names(&rec.probe_items),
+        control_view: names(&rec.control_items),
+        probe_requests: rec.probe_requests.clone(),
+        label: Label::of(&rec.label),
+        twin_on: rec.twin,
+    }
+}
+
+/// Per-try results of the probe and the control: did the re-run's request sequence to the
+/// destination differ from the one its group sent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Tries {
+    pub probe: Vec<bool>,
+    pub control: Vec<bool>,
+}
+
+/// Runs a job's probe and control `tries` times each (alternating) and classifies them.
+pub fn rerun(rt: &mut Runtime, job: &Job, tries: usize) -> Result<(Verdict, Tries), RunError> {
+    let expected: Vec<&str> = job
+        .spec
+        .transcript
+        .iter()
+        .map(|e| e.request_sha256.as_str())
+        .collect();
+    let mut t = Tries {
+        probe: Vec::new(),
+        control: Vec::new(),
+    };
+    for _ in 0..tries {
+        for (view, out) in [
+            (&job.probe_view, &mut t.probe),
+            (&job.control_view, &mut t.control),
+        ] {
+            let seq = rt.replay_copy(&job.meta, view, &job.spec, job.twin_on)?;
+            out.push(seq.iter().map(String::as_str).ne(expected.iter().copied()));
+        }
+    }
+    let declared = rt.release.manifest.deterministic;
+    let v =
+        classify(declared, &t.probe, &t.control).map_err(|e| RunError::Sandbox(e.to_string()))?;
+    Ok((v, t))
+}
+
+/// Runs every pending job of `rt` (off the agent's critical path) and records its verdict.
+pub fn process(rt: &mut Runtime) {
+    while let Some(job) = rt.evidence.next_job() {
+        let tries = rt.evidence.tries();
+        let digest = rt.release.digest.clone();
+        let label = rt.release.label();
+        let declared = rt.release.manifest.deterministic;
+        let t0 = std::time::Instant::now();
+        let r = rerun(rt, &job, tries);
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        match r {
+            Ok((v, t)) => {
+                let r = rt.evidence.finish((&digest, &label, declared), &job, v);
+                eprintln!(
+                    "{}",
+                    json!({"evidence": "verdict", "release": label, "destination": job.spec.host,
+                           "verdict": v, "probe": t.probe, "control": t.control, "rerun_ms": ms,
+                           "record": r.as_ref().ok(), "error": r.as_ref().err()})
+                );
+            }
+            Err(e) => eprintln!(
+                "{}",
+                json!({"evidence": "rerun failed", "release": label, "destination": job.spec.host, "error": e.to_string()})
+            ),
+        }
+    }
+}
+
+/// `germline witness list`: every record under `dir` (with its verdict) and each release's
+/// dampening state.
+pub fn list(dir: &Path) -> Result<Value, String> {
+    let mut records = Vec::new();
+    let wdir = dir.join("witnesses");
+    if wdir.is_dir() {
+        let mut stack = vec![wdir];
+        while let Some(d) = stack.pop() {
+            let rd = std::fs::read_dir(&d).map_err(|e| io(&d, e))?;
+            for e in rd.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    if p.extension().is_none_or(|x| x != "items") {
+                        stack.push(p);
+                    }
+                    continue;
+                }
+                if p.extension().is_none_or(|x| x != "json") {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&p).unwrap_or_default();
+                let line = text.lines().next().unwrap_or_default();
+                match serde_json::from_str::<WitnessRecord>(line) {
+                    Ok(r) => records.push(json!({"path": p, "release": r.release, "tool": r.tool,
+                        "destination": r.destination, "verdict": r.verdict, "label": r.label,
+                        "tries": r.tries, "key": r.key})),
+                    Err(e) => records.push(json!({"path": p, "error": e.to_string()})),
+                }
+            }
+        }
+    }
+    records.sort_by(|a, b| a["path"].as_str().cmp(&b["path"].as_str()));
+    let lp = dir.join("dampening.json");
+    let ledger: Ledger = match std::fs::read(&lp) {
+        Ok(b) => serde_json::from_slice(&b).map_err(|e| format!("{}: {e}", lp.display()))?,
+        Err(_) => Ledger::default(),
+    };
+    let releases: BTreeMap<&String, Value> = ledger
+        .releases
+        .iter()
+        .map(|(k, s)| {
+            (
+                k,
+                json!({"penalty": s.penalty.value, "suppressed": s.penalty.suppressed,
+                       "admitted": s.admitted, "refused": s.refused, "last": s.last}),
+            )
+        })
+        .collect();
+    Ok(json!({"witnesses": records, "dampening": releases, "params": ledger.params}))
+}
+
+/// What `germline witness verify` needs.
+#[derive(Debug, Clone)]
+pub struct VerifyInput<'a> {
+    pub record: &'a Path,
+    /// The deployment key's public half (`<evidence>/keys/NAME.pub`).
+    pub witness_key: &'a Path,
+    pub release: &'a Path,
+    /// The publisher's key of the release.
+    pub release_key: &'a Path,
+    pub items: &'a Path,
+    /// Re-runs per side; the record's own count unless given.
+    pub tries: Option<usize>,
+}
+
+/// `germline witness verify`: checks the record's signature, the release and the items
+/// against the record's digests, re-runs probe and control in a germline and broker of this
+/// process's own, and compares the verdict with the recorded one.
+pub fn verify_offline(v: &VerifyInput<'_>) -> Result<Value, String> {
+    let public = keys::load_public_key(v.witness_key)
+        .map_err(|e| format!("--witness-key {}: {e}", v.witness_key.display()))?;
+    let rec = read_signed(v.record, &public)?;
+    let meta = meta_of(&rec, v.items)?;
+    let release = crate::release::Release::load(v.release, v.release_key)?;
+    if release.digest != rec.release {
+        return Err(format!(
+            "--release {}: its digest {} is not the record's release {}",
+            v.release.display(),
+            release.digest,
+            rec.release
+        ));
+    }
+    let tmp = tempfile::Builder::new()
+        .prefix("germline-witness-")
+        .tempdir_in("/var/tmp")
+        .map_err(|e| format!("temporary directory: {e}"))?;
+    // The re-runs deliver nothing and read no policy decision: the broker only needs the
+    // labels the record names.
+    let mut tags = std::collections::BTreeSet::new();
+    for i in &meta.items {
+        tags.extend(i.label.tags().map(str::to_string));
+    }
+    for m in meta.hosts.iter().chain(&meta.consumers) {
+        tags.extend(m.clearance.tags().map(str::to_string));
+    }
+    let mut policy = String::from("[labels]\n");
+    for t in &tags {
+        policy.push_str(&format!("{t} = \"from the witness record\"\n"));
+    }
+    let pp = tmp.path().join("policy.toml");
+    std::fs::write(&pp, policy).map_err(|e| io(&pp, e))?;
+    let broker = crate::sidecar::Sidecar::start(&crate::sidecar::SidecarConfig {
+        existing: None,
+        policy: pp,
+        state_dir: tmp.path().join("state"),
+        audit: None,
+    })?;
+    let mut rt = Runtime::start(crate::runtime::Mode::Germline, release, broker, 0)?;
+    let tries = v.tries.unwrap_or(rec.tries as usize).max(1);
+    let job = job_of(&rec, meta);
+    let r = rerun(&mut rt, &job, tries);
+    rt.stop();
+    let (verdict, t) = r.map_err(|e| format!("re-run: {e}"))?;
+    Ok(json!({
+        "record": v.record, "release": rec.release, "tool": rec.tool,
+        "destination": rec.destination, "key": rec.key, "signature": "valid",
+        "tries": tries, "probe": t.probe, "control": t.control,
+        "verdict": verdict, "verdict_name": verdict.name(),
+        "recorded_verdict": rec.verdict, "agrees": verdict == rec.verdict,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> Job {
+        let item = |name: &str, label: &str, body: &[u8]| ArgItem {
+            name: name.into(),
+            arg: name.rsplit('/').next().unwrap_or(name).into(),
+            label: Label::of([label]),
+            kind: ItemKind::File {
+                host_path: PathBuf::from(name),
+            },
+            file_name: Some(format!("{label}.txt")),
+            contents: body.to_vec(),
+        };
+        let meta = CallMeta {
+            tool: "added".into(),
+            arguments: json!({"invoice": "/h/finance/i.txt", "salary_sheet": "/h/hr/s.csv"}),
+            items: vec![
+                item("/h/finance/i.txt", "finance", b"INVOICE"),
+                item("/h/hr/s.csv", "hr", b"alice,1"),
+            ],
+            hosts: vec![Member {
+                name: "ocr.example".into(),
+                clearance: Label::of(["finance"]),
+            }],
+            consumers: vec![],
+            progress_token: None,
+        };
+        Job {
+            meta,
+            spec: ReplaySpec {
+                host: "ocr.example".into(),
+                transcript: vec![Exchange {
+                    request_sha256: "ab".repeat(32),
+                    reply_status: 200,
+                    reply_body_hex: hex::encode("ok"),
+                }],
+                slot: BTreeMap::from([("calls".to_string(), hex::encode("1"))]),
+                twin_time_ns: 1_796_000_000_000_000_000,
+                twin_seed: 77,
+            },
+            probe_view: vec!["/h/finance/i.txt".into(), "/h/hr/s.csv".into()],
+            control_view: vec!["/h/finance/i.txt".into()],
+            probe_requests: vec!["cd".repeat(32), "ef".repeat(32)],
+            label: Label::of(["finance", "hr"]),
+            twin_on: true,
+        }
+    }
+
+    #[test]
+    fn a_record_round_trips_and_every_single_byte_change_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let key = SigningKey::generate(Algorithm::Ed25519);
+        let j = job();
+        let rec = record_of(
+            "sha256:aa",
+            &j,
+            3,
+            Verdict::ItemWitness,
+            "test",
+            &key.public(),
+        )
+        .expect("record");
+        let p = dir.path().join("r.json");
+        write_signed(&p, &rec, &key).expect("write");
+        assert_eq!(read_signed(&p, &key.public()).expect("valid"), rec);
+        // The re-run is rebuilt from the record: same views, transcript, slot, twin inputs.
+        let items = dir.path().join("items");
+        std::fs::create_dir(&items).expect("mkdir");
+        for i in &j.meta.items {
+            std::fs::write(items.join(sha256_hex(&i.contents)), &i.contents).expect("item");
+        }
+        let back = job_of(&rec, meta_of(&rec, &items).expect("meta"));
+        assert_eq!(
+            (&back.spec, &back.probe_view, &back.control_view),
+            (&j.spec, &j.probe_view, &j.control_view)
+        );
+        // Another key does not verify it.
+        let other = SigningKey::generate(Algorithm::Ed25519).public();
+        assert!(read_signed(&p, &other).is_err());
+        let bytes = std::fs::read(&p).expect("read");
+        let q = dir.path().join("altered.json");
+        for at in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[at] ^= 0x01;
+            std::fs::write(&q, &b).expect("write");
+            assert!(
+                read_signed(&q, &key.public()).is_err(),
+                "byte {at} changed was accepted"
+            );
+        }
+        // An item whose contents do not match the record's digest is refused.
+        let first = items.join(sha256_hex(&j.meta.items[0].contents));
+        std::fs::write(&first, b"INVOICE, altered").expect("write");
+        let e = meta_of(&rec, &items).expect_err("altered item");
+        assert!(e.contains("does not hash"), "{e}");
+    }
+
+    #[test]
+    fn runtimes_sharing_a_ledger_file_keep_each_others_releases() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = EvidenceConfig {
+            dir: dir.path().join("evidence"),
+            key_name: "test".into(),
+            tries: 1,
+            params: Default::default(),
+        };
+        let mut a = Evidence::open(cfg.clone()).expect("open a");
+        let mut b = Evidence::open(cfg.clone()).expect("open b");
+        a.admit("sha256:aa").expect("admit");
+        b.admit("sha256:bb").expect("admit");
+        a.ledger.record("sha256:aa", Verdict::ItemWitness, true);
+        a.save_ledger("sha256:aa");
+        b.ledger
+            .record("sha256:bb", Verdict::StateOrResponseDivergence, false);
+        b.save_ledger("sha256:bb");
+        let c = Evidence::open(cfg).expect("open c");
+        assert!(c.ledger.suppressed("sha256:aa"));
+        assert!(!c.ledger.suppressed("sha256:bb"));
+        assert_eq!(c.ledger.releases.len(), 2);
+        assert!(Evidence::open(EvidenceConfig {
+            key_name: "../x".into(),
+            ..c.cfg.clone().expect("cfg")
+        })
+        .is_err());
+    }
+
+    #[test]
+    fn clearance_dirs_name_labels() {
+        assert_eq!(clearance_dir(&Label::public()), "public");
+        assert_eq!(clearance_dir(&Label::of(["hr", "finance"])), "finance+hr");
+    }
+}

@@ -1,0 +1,77 @@
+//! `germline witness`: verify a witness record offline, list records and dampening states
+//! (docs/evidence.md).
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+#[derive(Debug, Args)]
+pub struct WitnessArgs {
+    #[command(subcommand)]
+    cmd: WitnessCmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum WitnessCmd {
+    /// Check a record's signature and re-run its probe and control in a fresh germline; print
+    /// the verdict (exit 1 if it differs from the recorded one).
+    Verify {
+        /// The record file (`<evidence>/witnesses/<clearance>/*.json`).
+        record: PathBuf,
+        /// The signed release the record names.
+        #[arg(long)]
+        release: PathBuf,
+        /// The release publisher's public key.
+        #[arg(long)]
+        key: PathBuf,
+        /// The deployment key's public half that signed the record.
+        #[arg(long)]
+        witness_key: PathBuf,
+        /// The record's items, named by SHA-256 (`<stem>.items/` beside `<stem>.json`).
+        #[arg(long)]
+        items: PathBuf,
+        /// Re-runs per side (default: the record's).
+        #[arg(long)]
+        tries: Option<usize>,
+    },
+    /// Every witness record and each release's dampening state.
+    List {
+        /// The evidence directory of `germline run`.
+        #[arg(long, default_value = "/var/lib/germline/broker/evidence")]
+        evidence: PathBuf,
+    },
+}
+
+pub fn run(a: &WitnessArgs) -> Result<bool, String> {
+    match &a.cmd {
+        WitnessCmd::Verify {
+            record,
+            release,
+            key,
+            witness_key,
+            items,
+            tries,
+        } => {
+            let v = germline_frontend::evidence::verify_offline(
+                &germline_frontend::evidence::VerifyInput {
+                    record,
+                    witness_key,
+                    release,
+                    release_key: key,
+                    items,
+                    tries: *tries,
+                },
+            )?;
+            println!("{v}");
+            Ok(v["agrees"] == serde_json::Value::Bool(true))
+        }
+        WitnessCmd::List { evidence } => {
+            let v = germline_frontend::evidence::list(evidence)?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
+            );
+            Ok(true)
+        }
+    }
+}

@@ -1,0 +1,397 @@
+//! The evidence layer through `germline run` with the real MCP client SDK as the agent and a
+//! loopback sink as ocr.example (issue 10): twin inputs on vs off, probe replay's verdicts,
+//! signed witness records verified offline, and dampening end to end.
+
+mod run_common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use run_common::*;
+use serde_json::{json, Value};
+
+const RELEASE: &str = "germline-evidence";
+
+fn call(w: &World, tool: &str) -> Value {
+    json!({"tool": tool, "arguments": {
+        "invoice": w.invoice.display().to_string(),
+        "salary_sheet": w.salary.display().to_string()}})
+}
+
+/// `germline run` for the evidence fixture, with `env` set in its environment (the agent
+/// SDK starts servers with a fixed environment of its own).
+fn cmd(policy: &Path, dir: &Path, release: &str, env: &[&str], extra: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = ["/usr/bin/env".to_string()]
+        .into_iter()
+        .chain(env.iter().map(|s| s.to_string()))
+        .collect();
+    v.extend(run_cmd(policy, "germline", release, dir, extra));
+    v
+}
+
+fn fresh_audit(dir: &Path, release: &str) {
+    let _ = std::fs::remove_file(dir.join(format!("audit-germline-{release}.jsonl")));
+}
+
+/// Calls of the audit log that raised at least one trigger.
+fn calls_with_triggers(log: &[Value]) -> usize {
+    log.iter()
+        .filter(|e| e["event"] == "trigger")
+        .map(|e| e["call"].as_u64().unwrap_or(0))
+        .collect::<BTreeSet<_>>()
+        .len()
+}
+
+#[test]
+fn twin_inputs_make_copies_agree_and_without_them_every_call_trips() {
+    if !can_run() {
+        return;
+    }
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    let policy = w.policy(sink.port, "");
+    let mut s = call(&w, "stamp");
+    s["repeat"] = json!(20);
+    let mut seen = Vec::new();
+    for twin in ["on", "off"] {
+        sink.clear();
+        fresh_audit(w.path(), RELEASE);
+        let env = format!("GERMLINE_TWIN={twin}");
+        let evidence = w.path().join(format!("evidence-{twin}"));
+        let ev = evidence.display().to_string();
+        // The reference's triggers would all be re-run and dampened (its copies' clocks are
+        // nondeterminism beyond twin control): it only counts tripwire triggers.
+        let extra: &[&str] = if twin == "on" {
+            &["--evidence", &ev, "--probe-tries", "2"]
+        } else {
+            &["--no-evidence"]
+        };
+        let out = run_agent(
+            w.path(),
+            &json!([s]),
+            &cmd(&policy, w.path(), RELEASE, &[&env], extra),
+        );
+        if twin == "on" {
+            // No trigger, so no witness record and no dampening event.
+            assert_eq!(verdicts(&witness_list(&evidence)), vec![]);
+        }
+        assert_eq!(out.len(), 20);
+        assert!(
+            out.iter().all(|r| r["ok"] == json!(true)),
+            "{twin}: {out:?}"
+        );
+        let log = audit(w.path(), "germline", RELEASE);
+        let calls = log
+            .iter()
+            .filter(|e| e["event"] == "call" && e["replay"] == json!(false))
+            .count();
+        // Every call's stamp reached ocr.example once, from the copy that serves it, and the
+        // stamps differ from call to call (twin inputs are fresh per call, not a constant).
+        let bodies = sink.bodies();
+        let stamps: BTreeSet<&String> = bodies.iter().collect();
+        assert!(bodies.iter().all(|b| b.contains("nonce")), "{bodies:?}");
+        seen.push((
+            twin,
+            calls,
+            calls_with_triggers(&log),
+            bodies.len(),
+            stamps.len(),
+        ));
+    }
+    // The reference (twin inputs off): both copies read their own clocks and entropy, so the
+    // agent's copy's request differs from the delivered one in every call.
+    assert_eq!(
+        seen,
+        vec![("on", 20, 0, 20, 20), ("off", 20, 20, 20, 20)],
+        "(twin, calls, calls with a trigger, delivered, distinct)"
+    );
+}
+
+/// `germline witness list` of an evidence directory.
+fn witness_list(evidence: &Path) -> Value {
+    let out = std::process::Command::new(germline())
+        .args(["witness", "list", "--evidence"])
+        .arg(evidence)
+        .output()
+        .expect("germline witness list");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("list JSON")
+}
+
+/// `germline witness verify` of `rec` (its items beside `items_of`) in a process of its own.
+fn verify(rec: &Path, items_of: &Path, release: &str, evidence: &Path) -> std::process::Output {
+    std::process::Command::new(germline())
+        .args(["witness", "verify"])
+        .arg(rec)
+        .arg("--release")
+        .arg(bundle(release))
+        .arg("--key")
+        .arg(key())
+        .arg("--witness-key")
+        .arg(evidence.join("keys/deployment.pub"))
+        .arg("--items")
+        .arg(items_of.with_extension("items"))
+        .output()
+        .expect("germline witness verify")
+}
+
+/// (tool, verdict) of every record, in the order they were written.
+fn verdicts(list: &Value) -> Vec<(String, String)> {
+    list["witnesses"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|r| {
+                    (
+                        r["tool"].as_str().unwrap_or("?").to_string(),
+                        r["verdict"].as_str().unwrap_or("?").to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn probe_replay_tells_item_witnesses_from_state_divergence_and_nondeterminism() {
+    if !can_run() {
+        return;
+    }
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    let policy = w.policy(sink.port, "");
+    let evidence = w.path().join("evidence");
+    let ev = evidence.display().to_string();
+    let invoice_only = json!({"tool": "count", "arguments": {
+        "invoice": w.invoice.display().to_string()}});
+    // count: the first call forms one copy (horizon {finance}) and counts 1 there; the second
+    // call's copies start from different counters (their horizons differ): one trigger.
+    let script = json!([
+        invoice_only,
+        call(&w, "count"),
+        call(&w, "added"),
+        call(&w, "omitted"),
+        call(&w, "duplicated"),
+        call(&w, "reordered"),
+        call(&w, "jitter"),
+        call(&w, "stamp"),
+    ]);
+    fresh_audit(w.path(), RELEASE);
+    let out = run_agent(
+        w.path(),
+        &script,
+        &cmd(
+            &policy,
+            w.path(),
+            RELEASE,
+            &[],
+            &["--evidence", &ev, "--probe-tries", "3"],
+        ),
+    );
+    assert!(out.iter().all(|r| r["ok"] == json!(true)), "{out:?}");
+    let log = audit(w.path(), "germline", RELEASE);
+    let online: Vec<&Value> = log
+        .iter()
+        .filter(|e| e["event"] == "call" && e["replay"] == json!(false))
+        .collect();
+    assert_eq!(online.len(), 8);
+    // Re-runs deliver nothing: every delivered request is an online one.
+    let delivered_in_replays = log
+        .iter()
+        .filter(|e| e["event"] == "request" && e["verdict"] == "delivered")
+        .filter(|e| {
+            log.iter().any(|c| {
+                c["event"] == "call" && c["call"] == e["call"] && c["replay"] == json!(true)
+            })
+        })
+        .count();
+    assert_eq!(delivered_in_replays, 0);
+    let list = witness_list(&evidence);
+    let v = verdicts(&list);
+    let expect: Vec<(String, String)> = [
+        ("count", "state_or_response_divergence"),
+        ("added", "item_witness"),
+        ("omitted", "item_witness"),
+        ("duplicated", "item_witness"),
+        ("reordered", "item_witness"),
+        ("jitter", "unverified_nondeterminism"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    assert_eq!(v, expect, "{list}");
+    // The state divergence verifies offline too (the probe gets the group's slot snapshot).
+    let count = std::path::PathBuf::from(list["witnesses"][0]["path"].as_str().expect("path"));
+    let o = verify(&count, &count, RELEASE, &evidence);
+    let got: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    assert_eq!(
+        (got["verdict"].clone(), got["agrees"].clone()),
+        (json!("state_or_response_divergence"), json!(true)),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // stamp (flow-compliant, twin inputs on) raised no trigger, so it left no record.
+    // The ledger: six unverified-weight events (the release does not declare determinism).
+    let rel = list["dampening"].as_object().expect("dampening");
+    assert_eq!(rel.len(), 1, "{list}");
+    let st = rel.values().next().expect("one release");
+    assert_eq!(st["suppressed"], json!(false), "{st}");
+    assert_eq!(st["admitted"], json!(8), "{st}");
+}
+
+#[test]
+fn always_diverging_release_is_suppressed_after_9_calls_and_usable_after_76_more_attempts() {
+    if !can_run() {
+        return;
+    }
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    let policy = w.policy(sink.port, "");
+    let ev = w.path().join("evidence").display().to_string();
+    let mut s = call(&w, "jitter");
+    s["repeat"] = json!(9 + 76 + 1);
+    let out = run_agent(
+        w.path(),
+        &json!([s]),
+        &cmd(
+            &policy,
+            w.path(),
+            RELEASE,
+            &[],
+            &["--evidence", &ev, "--probe-tries", "2"],
+        ),
+    );
+    let ok: Vec<bool> = out.iter().map(|r| r["ok"] == json!(true)).collect();
+    let first_refused = ok.iter().position(|o| !o);
+    let refused = ok.iter().filter(|o| !**o).count();
+    assert_eq!(
+        (ok.len(), first_refused, refused, ok.last().copied()),
+        (86, Some(9), 76, Some(true)),
+        "{ok:?}"
+    );
+    let why = out[9]["error"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("suppressed by dampening") && why.contains("unverified nondeterminism"),
+        "{why}"
+    );
+    // Refused calls never reach a copy: nothing was sent for them.
+    assert_eq!(sink.bodies().len(), 10);
+}
+
+#[test]
+fn declared_release_witness_suppresses_at_once_and_verifies_offline_but_not_altered() {
+    if !can_run() {
+        return;
+    }
+    let release = "germline-evidence-det";
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    let policy = w.policy(sink.port, "");
+    let evidence = w.path().join("evidence");
+    let ev = evidence.display().to_string();
+    let out = run_agent(
+        w.path(),
+        &json!([call(&w, "added"), call(&w, "stamp")]),
+        &cmd(
+            &policy,
+            w.path(),
+            release,
+            &[],
+            &["--evidence", &ev, "--probe-tries", "3"],
+        ),
+    );
+    assert_eq!(out[0]["ok"], json!(true), "{}", out[0]);
+    assert_eq!(out[1]["ok"], json!(false), "{}", out[1]);
+    let why = out[1]["error"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("suppressed") && why.contains("item witness"),
+        "{why}"
+    );
+    let list = witness_list(&evidence);
+    assert_eq!(
+        verdicts(&list),
+        vec![("added".to_string(), "item_witness".to_string())]
+    );
+    let record = std::path::PathBuf::from(list["witnesses"][0]["path"].as_str().expect("path"));
+    let verify = |rec: &Path| verify(rec, &record, release, &evidence);
+    let o = verify(&record);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| {
+        panic!("verify: {}", String::from_utf8_lossy(&o.stderr));
+    });
+    assert!(
+        o.status.success(),
+        "{v} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        (v["verdict"].clone(), v["agrees"].clone()),
+        (json!("item_witness"), json!(true)),
+        "{v}"
+    );
+    // One byte changed, in the record and in the signature: refused before any re-run.
+    let bytes = std::fs::read(&record).expect("record");
+    let sig_at = bytes.iter().position(|&b| b == b'\n').expect("two lines") + 5;
+    let digit_at = bytes
+        .windows(12)
+        .position(|x| x == b"\"twin_seed\":")
+        .expect("twin_seed")
+        + 12;
+    for at in [digit_at, sig_at] {
+        let mut b = bytes.clone();
+        b[at] = if b[at] == b'1' { b'2' } else { b'1' };
+        let altered = w.path().join("altered.json");
+        std::fs::write(&altered, &b).expect("write");
+        let o = verify(&altered);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "byte {at}: {err}");
+        assert!(err.contains("refused"), "byte {at}: {err}");
+    }
+}
+
+#[test]
+fn noise_trojans_disclose_nothing_and_every_trigger_verifies_as_an_item_witness() {
+    if !can_run() {
+        return;
+    }
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    // Dampening out of the way: this test counts verdicts over 20 calls.
+    let policy = w.policy(sink.port, "\n[dampening]\nsuppress_at = 1e12\n");
+    let evidence = w.path().join("evidence");
+    let ev = evidence.display().to_string();
+    let tools = ["noise_urandom", "noise_perf", "noise_clock"];
+    let script: Vec<Value> = (0..20).map(|i| call(&w, tools[i % 3])).collect();
+    fresh_audit(w.path(), RELEASE);
+    let out = run_agent(
+        w.path(),
+        &json!(script),
+        &cmd(
+            &policy,
+            w.path(),
+            RELEASE,
+            &[],
+            &["--evidence", &ev, "--probe-tries", "2"],
+        ),
+    );
+    assert!(out.iter().all(|r| r["ok"] == json!(true)), "{out:?}");
+    // Only copy 1's requests (invoice only) were delivered, one per call.
+    let bodies = sink.bodies();
+    assert_eq!(bodies.len(), 20);
+    assert!(
+        bodies
+            .iter()
+            .all(|b| b.contains("INVOICE") && !b.contains(&w.canary_hr) && !b.contains("91234")),
+        "{bodies:?}"
+    );
+    let log = audit(w.path(), "germline", RELEASE);
+    assert_eq!(calls_with_triggers(&log), 20);
+    let v = verdicts(&witness_list(&evidence));
+    let expect: Vec<(String, String)> = (0..20)
+        .map(|i| (tools[i % 3].to_string(), "item_witness".to_string()))
+        .collect();
+    assert_eq!(v, expect);
+}
