@@ -41,6 +41,7 @@ pub struct RunArgs {
 /// Verifies the release, starts the broker (unless given) and the germline.
 pub fn start_session(a: &RunArgs) -> Result<Session, String> {
     let policy = Arc::new(Policy::load(&a.policy).map_err(|e| e.to_string())?);
+    crate::limits::check_pool(policy.limits(), a.pool)?;
     let release = Release::load(&a.release, &a.key)?;
     let broker = Sidecar::start(&SidecarConfig {
         existing: a.broker.clone(),
@@ -48,7 +49,8 @@ pub fn start_session(a: &RunArgs) -> Result<Session, String> {
         state_dir: a.state_dir.clone(),
         audit: a.audit.clone(),
     })?;
-    let runtime = Runtime::start(a.mode, release, broker, a.pool)?;
+    let mut runtime = Runtime::start(a.mode, release, broker, a.pool)?;
+    runtime.limiter = crate::limits::Limiter::new(policy.limits(), &runtime.release.digest);
     Ok(Session::new(runtime, policy))
 }
 

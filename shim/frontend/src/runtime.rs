@@ -85,6 +85,9 @@ pub enum RunError {
     /// The germline or a copy was refused, or could not be started.
     #[error("{0}")]
     Sandbox(String),
+    /// A `[limits]` value of the policy refused this call (crate::limits).
+    #[error("{0}")]
+    Limit(String),
 }
 
 /// What one call returned to the agent.
@@ -153,6 +156,8 @@ pub struct Runtime {
     ca_dir: PathBuf,
     /// Copies get the call's twin inputs (read once at start, not per call).
     twin_on: bool,
+    /// The policy's `[limits]` (off until the caller sets them).
+    pub limiter: crate::limits::Limiter,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -313,6 +318,7 @@ impl Runtime {
             limits,
             user: std::env::var("USER").unwrap_or_else(|_| "root".into()),
             twin_on: twin_inputs_on(),
+            limiter: crate::limits::Limiter::off(),
         })
     }
 
@@ -346,6 +352,7 @@ impl Runtime {
         let deadline = Instant::now() + self.limits.deadline();
         match &mut self.backend {
             Backend::Germline(g) => {
+                let _permit = self.limiter.admit_copy(0).map_err(limit)?;
                 let mut copy = g.copy().map_err(|e| RunError::Sandbox(e.to_string()))?;
                 let r = (|| {
                     g.prepare_copy(&mut copy, &[])?;
@@ -404,6 +411,7 @@ impl Runtime {
 
     /// One `tools/call`.
     pub fn call(&mut self, meta: &CallMeta) -> Result<Outcome, RunError> {
+        self.limiter.admit_call().map_err(limit)?;
         match self.mode {
             Mode::Germline => self.call_germline(meta, PlanMode::Split),
             Mode::Nosplit => self.call_germline(meta, PlanMode::NoSplit),
@@ -508,6 +516,14 @@ impl Runtime {
         let Backend::Germline(g) = &mut self.backend else {
             return Err(RunError::Sandbox("no germline".into()));
         };
+        let view_bytes = meta
+            .items
+            .iter()
+            .filter(|i| in_view(i))
+            .map(|i| i.contents.len() as u64)
+            .sum();
+        // Held until this function returns, after the copy is gone.
+        let _permit = self.limiter.admit_copy(view_bytes).map_err(limit)?;
         let t = Instant::now();
         let mut copy = g.copy().map_err(|e| RunError::Sandbox(e.to_string()))?;
         copy.set_twin(twin);
@@ -703,6 +719,10 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+fn limit(e: crate::limits::LimitHit) -> RunError {
+    RunError::Limit(e.to_string())
 }
 
 /// A `CallToolResult` must be an object; anything else from a copy is malformed.

@@ -164,6 +164,7 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         );
     }
     let policy = Arc::new(Policy::load(&a.policy).map_err(|e| e.to_string())?);
+    crate::limits::check_pool(policy.limits(), a.pool)?;
     // Every release is verified before anything of any of them runs.
     let mut releases = Vec::new();
     for path in &a.releases {
@@ -192,7 +193,8 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
             state_dir: a.state_dir.clone(),
             audit: None,
         })?;
-        let runtime = Runtime::start(a.mode, release, client, a.pool)?;
+        let mut runtime = Runtime::start(a.mode, release, client, a.pool)?;
+        runtime.limiter = crate::limits::Limiter::new(policy.limits(), &runtime.release.digest);
         sessions.push(Session::new(runtime, policy.clone()));
     }
     let router = Arc::new(Router::new(sessions, owners, a.mode));

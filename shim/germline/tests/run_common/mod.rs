@@ -292,3 +292,58 @@ pub fn wait_gone(pid: i32) -> bool {
     }
     false
 }
+
+/// An agent session read as it goes (for tests that act between its steps).
+pub struct AgentRun {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<Value>,
+}
+
+impl AgentRun {
+    /// Starts tests/run/agent.py on `script` against `server`.
+    pub fn start(dir: &Path, script: &Value, server: &[String]) -> AgentRun {
+        let sp = dir.join(format!("script-{:x}.json", rand_u64()));
+        std::fs::write(&sp, script.to_string()).expect("script");
+        let mut child = Command::new(agent_python())
+            .arg(root().join("tests/run/agent.py"))
+            .arg(&sp)
+            .arg("--")
+            .args(server)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("agent");
+        let out = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    if (v.get("tool").is_some() || v.get("fetch").is_some()) && tx.send(v).is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        });
+        AgentRun { child, lines: rx }
+    }
+
+    /// The next call's (or fetch's) line, within 120 s.
+    pub fn next(&self) -> Value {
+        self.lines
+            .recv_timeout(Duration::from_secs(120))
+            .expect("the agent's next line within 120 s")
+    }
+
+    /// Waits for the agent to end; true if it succeeded.
+    pub fn finish(mut self) -> bool {
+        self.child.wait().map(|s| s.success()).unwrap_or(false)
+    }
+}
+
+impl Drop for AgentRun {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
