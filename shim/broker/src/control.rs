@@ -66,6 +66,8 @@ pub enum Request {
         call: u64,
     },
     CaCert,
+    /// Counters for metrics: requests by release, declared host (or `undeclared`), verdict.
+    Stats,
 }
 
 /// A call's public inputs: Plan's inputs plus the release digest and user.
@@ -312,6 +314,7 @@ fn handle(broker: &Broker, req: Request, passed: Option<OwnedFd>) -> Result<Valu
             Ok(json!({"record": rec}))
         }
         Request::CaCert => Ok(json!({"pem": broker.ca_cert_pem()})),
+        Request::Stats => Ok(json!({"requests": broker.stats().verdict_rows()})),
     }
 }
 
@@ -406,6 +409,12 @@ impl BrokerClient {
     pub fn end_call(&self, call: u64) -> Result<Value, ControlError> {
         let v = self.call(&Request::EndCall { call }, None)?;
         Ok(v["record"].clone())
+    }
+
+    /// Requests by (release digest, host label, verdict) with their counts.
+    pub fn stats(&self) -> Result<Vec<(String, String, String, u64)>, ControlError> {
+        let v = self.call(&Request::Stats, None)?;
+        serde_json::from_value(v["requests"].clone()).map_err(ControlError::Json)
     }
 
     pub fn ca_cert(&self) -> Result<String, ControlError> {

@@ -159,6 +159,36 @@ pub struct Stats {
     pub placeholders: AtomicU64,
     pub denied: AtomicU64,
     pub malformed: AtomicU64,
+    /// Requests by (release digest, host, verdict), for metrics (docs/operations.md). The
+    /// host is one the policy declares, or `undeclared`: never a name a copy made up.
+    pub by_verdict: Mutex<BTreeMap<(String, String, &'static str), u64>>,
+}
+
+impl Stats {
+    /// Counts one request of `release` to `host` with `verdict`.
+    pub(crate) fn count(&self, policy: &Policy, release: &str, host: &str, verdict: &'static str) {
+        let host = if policy.hosts().any(|h| h == host) {
+            host
+        } else {
+            "undeclared"
+        };
+        if let Ok(mut m) = self.by_verdict.lock() {
+            *m.entry((release.to_string(), host.to_string(), verdict))
+                .or_insert(0) += 1;
+        }
+    }
+
+    /// [`Stats::by_verdict`] as `[release, host, verdict, count]` rows.
+    pub fn verdict_rows(&self) -> Vec<(String, String, String, u64)> {
+        self.by_verdict
+            .lock()
+            .map(|m| {
+                m.iter()
+                    .map(|((r, h, v), n)| (r.clone(), h.clone(), v.to_string(), *n))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
 }
 
 /// What a call leaves for the evidence layer (issue 5, item 7).
@@ -536,6 +566,10 @@ impl Broker {
             .map(|(k, e)| (k.clone(), (audit::digest_hex(&e.value), e.label.clone())))
             .collect();
         for t in &outcome.triggers {
+            let policy = &self.inner.cfg.policy;
+            self.inner
+                .stats
+                .count(policy, &state.release, &t.host, "trigger");
             self.inner.audit.event("trigger", || json!({"call": call, "group": group, "host": t.host, "release": state.release, "kind": t.kind}),
             );
         }

@@ -133,6 +133,10 @@ async fn connection(inner: Arc<Inner>, env: Arc<CopyEnv>, stream: TcpStream) {
 
 fn record_malformed(inner: &Inner, env: &CopyEnv, what: &str, raw: &[u8]) -> Resp {
     inner.stats.malformed.fetch_add(1, Ordering::Relaxed);
+    let policy = &inner.cfg.policy;
+    inner
+        .stats
+        .count(policy, &env.call.release, "", "malformed");
     inner.audit.event("request", || {
         json!({"call": env.call.id, "group": env.group, "release": env.call.release,
                "verdict": "malformed", "reason": what, "digest": digest_hex(raw)})
@@ -142,6 +146,8 @@ fn record_malformed(inner: &Inner, env: &CopyEnv, what: &str, raw: &[u8]) -> Res
 
 fn record_denied(inner: &Inner, env: &CopyEnv, host: &str, reason: &str) -> Resp {
     inner.stats.denied.fetch_add(1, Ordering::Relaxed);
+    let policy = &inner.cfg.policy;
+    inner.stats.count(policy, &env.call.release, host, "denied");
     inner.audit.event("request", || {
         json!({"call": env.call.id, "group": env.group, "release": env.call.release,
                "verdict": "denied", "reason": reason, "host_digest": digest_hex(host.as_bytes())})
@@ -401,11 +407,19 @@ async fn exchange(
         Decision::Deny => record_denied(inner, env, &host, "host not declared for this call"),
         Decision::Placeholder => {
             inner.stats.placeholders.fetch_add(1, Ordering::Relaxed);
+            let policy = &inner.cfg.policy;
+            inner
+                .stats
+                .count(policy, &env.call.release, &host, "placeholder");
             log("placeholder", None);
             placeholder()
         }
         Decision::Replay(r) => {
             inner.stats.replayed.fetch_add(1, Ordering::Relaxed);
+            let policy = &inner.cfg.policy;
+            inner
+                .stats
+                .count(policy, &env.call.release, &host, "replayed");
             log("replayed", Some(r.status));
             respond(&r)
         }
@@ -427,6 +441,10 @@ async fn exchange(
                 Ok(Err(UpstreamError::Resolve(e))) => {
                     verdict = "denied";
                     inner.stats.denied.fetch_add(1, Ordering::Relaxed);
+                    let policy = &inner.cfg.policy;
+                    inner
+                        .stats
+                        .count(policy, &env.call.release, &host, "denied");
                     inner.audit.event("resolve", || json!({"call": env.call.id, "group": env.group, "host": host, "refused": e.to_string()}),
                     );
                     Reply {
@@ -465,6 +483,10 @@ async fn exchange(
             }
             if verdict == "delivered" {
                 inner.stats.delivered.fetch_add(1, Ordering::Relaxed);
+                let policy = &inner.cfg.policy;
+                inner
+                    .stats
+                    .count(policy, &env.call.release, &host, "delivered");
             }
             log(verdict, Some(reply.status));
             respond(&reply)

@@ -34,6 +34,13 @@ pub struct RunArgs {
     /// Pre-forked, checked, data-free copies to keep ready (germline and nosplit modes).
     #[arg(long, default_value_t = 0)]
     pub pool: usize,
+    /// Serve Prometheus metrics at http://ADDR/metrics (off by default; docs/operations.md).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Send one OpenTelemetry trace per call, OTLP/JSON over HTTP, to this collector
+    /// (`http://HOST:PORT`; off by default; docs/operations.md).
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
     /// The signed release: an unpacked bundle (with rootfs/) or an OCI image layout.
     pub release: PathBuf,
 }
@@ -51,6 +58,20 @@ pub fn start_session(a: &RunArgs) -> Result<Session, String> {
     })?;
     let mut runtime = Runtime::start(a.mode, release, broker, a.pool)?;
     runtime.limiter = crate::limits::Limiter::new(policy.limits(), &runtime.release.digest);
+    if let Some(addr) = a.metrics_listen {
+        let m = Arc::new(crate::metrics::Metrics::new());
+        m.add_release(
+            &runtime.release.digest,
+            &runtime.release.label(),
+            runtime.broker.socket().to_path_buf(),
+        );
+        let local = crate::metrics::serve(addr, m.clone())?;
+        eprintln!("germline run: metrics at http://{local}/metrics");
+        runtime.metrics = Some(m);
+    }
+    if let Some(url) = &a.otlp_endpoint {
+        runtime.tracer = Some(Arc::new(crate::trace::Tracer::start(url)?));
+    }
     Ok(Session::new(runtime, policy))
 }
 

@@ -87,7 +87,7 @@ pub enum RunError {
     Sandbox(String),
     /// A `[limits]` value of the policy refused this call (crate::limits).
     #[error("{0}")]
-    Limit(String),
+    Limit(crate::limits::LimitHit),
 }
 
 /// What one call returned to the agent.
@@ -158,6 +158,10 @@ pub struct Runtime {
     twin_on: bool,
     /// The policy's `[limits]` (off until the caller sets them).
     pub limiter: crate::limits::Limiter,
+    /// Where this runtime's metrics go (`--metrics-listen`; none by default).
+    pub metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
+    /// Where this runtime's traces go (`--otlp-endpoint`; none by default).
+    pub tracer: Option<std::sync::Arc<crate::trace::Tracer>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -319,6 +323,8 @@ impl Runtime {
             user: std::env::var("USER").unwrap_or_else(|_| "root".into()),
             twin_on: twin_inputs_on(),
             limiter: crate::limits::Limiter::off(),
+            metrics: None,
+            tracer: None,
         })
     }
 
@@ -411,12 +417,23 @@ impl Runtime {
 
     /// One `tools/call`.
     pub fn call(&mut self, meta: &CallMeta) -> Result<Outcome, RunError> {
-        self.limiter.admit_call().map_err(limit)?;
-        match self.mode {
-            Mode::Germline => self.call_germline(meta, PlanMode::Split),
-            Mode::Nosplit => self.call_germline(meta, PlanMode::NoSplit),
-            _ => self.call_process(meta),
+        let started = std::time::SystemTime::now();
+        let r = self
+            .limiter
+            .admit_call()
+            .map_err(limit)
+            .and_then(|()| match self.mode {
+                Mode::Germline => self.call_germline(meta, PlanMode::Split),
+                Mode::Nosplit => self.call_germline(meta, PlanMode::NoSplit),
+                _ => self.call_process(meta),
+            });
+        if let Some(m) = &self.metrics {
+            crate::metrics::after_call(m, self, &r);
         }
+        if let Some(t) = &self.tracer {
+            crate::trace::after_call(t, self, &meta.tool, started, &r);
+        }
+        r
     }
 
     fn call_germline(&mut self, meta: &CallMeta, plan_mode: PlanMode) -> Result<Outcome, RunError> {
@@ -525,7 +542,17 @@ impl Runtime {
         // Held until this function returns, after the copy is gone.
         let _permit = self.limiter.admit_copy(view_bytes).map_err(limit)?;
         let t = Instant::now();
-        let mut copy = g.copy().map_err(|e| RunError::Sandbox(e.to_string()))?;
+        let metrics = self.metrics.as_deref();
+        let release = &self.release;
+        let mut copy = g.copy().map_err(|e| {
+            if let (Some(m), germline_sandbox::Error::Refused(_)) = (metrics, &e) {
+                m.check_failed(&release.label());
+            }
+            RunError::Sandbox(e.to_string())
+        })?;
+        if let Some(m) = metrics {
+            m.item_bytes(&release.label(), view_bytes);
+        }
         copy.set_twin(twin);
         phases.push(("fork", t.elapsed().as_micros() as u64));
         let t = Instant::now();
@@ -690,6 +717,9 @@ impl Runtime {
     /// pre-forked, checked, data-free copies.
     pub fn idle(&mut self) {
         while self.idle_step() {}
+        if let (Some(m), Some(g)) = (&self.metrics, self.germline()) {
+            m.pool_depth(&self.release.label(), g.pool_len());
+        }
     }
 
     /// One step of [`Runtime::idle`]: forks at most one pool copy; `true` while more are due.
@@ -722,7 +752,7 @@ impl Drop for Runtime {
 }
 
 fn limit(e: crate::limits::LimitHit) -> RunError {
-    RunError::Limit(e.to_string())
+    RunError::Limit(e)
 }
 
 /// A `CallToolResult` must be an object; anything else from a copy is malformed.

@@ -786,6 +786,8 @@ fn live_copies(a: &SuiteArgs, policy: &Path, n: usize) -> Result<Vec<Value>, Str
         state_dir: a.state_dir.clone(),
         audit: None,
         pool: 0,
+        metrics_listen: None,
+        otlp_endpoint: None,
         release: a.time_release.clone(),
     };
     let mut s = crate::cli::start_session(&ra)?;
@@ -841,6 +843,8 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
             state_dir: a.state_dir.clone(),
             audit: None,
             pool: 0,
+            metrics_listen: None,
+            otlp_endpoint: None,
             release: release.clone(),
         };
         let mut s = crate::cli::start_session(&ra)?;

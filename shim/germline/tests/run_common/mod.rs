@@ -297,6 +297,8 @@ pub fn wait_gone(pid: i32) -> bool {
 pub struct AgentRun {
     child: Child,
     lines: std::sync::mpsc::Receiver<Value>,
+    /// Where the agent's and `germline run`'s stderr go.
+    pub stderr: PathBuf,
 }
 
 impl AgentRun {
@@ -304,13 +306,15 @@ impl AgentRun {
     pub fn start(dir: &Path, script: &Value, server: &[String]) -> AgentRun {
         let sp = dir.join(format!("script-{:x}.json", rand_u64()));
         std::fs::write(&sp, script.to_string()).expect("script");
+        // The agent's stderr holds the server's (germline run's) stderr too.
+        let stderr = dir.join(format!("agent-stderr-{:x}.log", rand_u64()));
         let mut child = Command::new(agent_python())
             .arg(root().join("tests/run/agent.py"))
             .arg(&sp)
             .arg("--")
             .args(server)
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(std::fs::File::create(&stderr).expect("agent stderr"))
             .spawn()
             .expect("agent");
         let out = child.stdout.take().expect("stdout");
@@ -325,7 +329,11 @@ impl AgentRun {
                 }
             }
         });
-        AgentRun { child, lines: rx }
+        AgentRun {
+            child,
+            lines: rx,
+            stderr,
+        }
     }
 
     /// The next call's (or fetch's) line, within 120 s.
