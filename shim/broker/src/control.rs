@@ -306,8 +306,10 @@ fn handle(broker: &Broker, req: Request, passed: Option<OwnedFd>) -> Result<Valu
             Ok(json!({"proxy": addr.to_string()}))
         }
         Request::EndCopy { call, group } => {
-            let out = broker.end_copy(call, group).map_err(|e| e.to_string())?;
-            Ok(json!({"outcome": out}))
+            let (out, requests) = broker
+                .end_copy_with_requests(call, group)
+                .map_err(|e| e.to_string())?;
+            Ok(json!({"outcome": out, "requests": requests}))
         }
         Request::EndCall { call } => {
             let rec = broker.end_call(call).map_err(|e| e.to_string())?;
@@ -401,8 +403,22 @@ impl BrokerClient {
     }
 
     pub fn end_copy(&self, call: u64, group: usize) -> Result<CopyOutcome, ControlError> {
+        self.end_copy_with_requests(call, group).map(|(o, _)| o)
+    }
+
+    /// [`BrokerClient::end_copy`], with the copy's request events (for its trace).
+    pub fn end_copy_with_requests(
+        &self,
+        call: u64,
+        group: usize,
+    ) -> Result<(CopyOutcome, Vec<crate::RequestEvent>), ControlError> {
         let v = self.call(&Request::EndCopy { call, group }, None)?;
-        serde_json::from_value(v["outcome"].clone()).map_err(ControlError::Json)
+        let outcome = serde_json::from_value(v["outcome"].clone()).map_err(ControlError::Json)?;
+        let requests = match v.get("requests") {
+            Some(r) => serde_json::from_value(r.clone()).map_err(ControlError::Json)?,
+            None => Vec::new(),
+        };
+        Ok((outcome, requests))
     }
 
     /// The call's record as JSON (replies carry hex bodies).

@@ -166,7 +166,14 @@ pub struct Stats {
 
 impl Stats {
     /// Counts one request of `release` to `host` with `verdict`.
-    pub(crate) fn count(&self, policy: &Policy, release: &str, host: &str, verdict: &'static str) {
+    /// Counts one request of `release` to `host` with `verdict`; returns the host's label.
+    pub(crate) fn count(
+        &self,
+        policy: &Policy,
+        release: &str,
+        host: &str,
+        verdict: &'static str,
+    ) -> String {
         let host = if policy.hosts().any(|h| h == host) {
             host
         } else {
@@ -176,6 +183,7 @@ impl Stats {
             *m.entry((release.to_string(), host.to_string(), verdict))
                 .or_insert(0) += 1;
         }
+        host.to_string()
     }
 
     /// [`Stats::by_verdict`] as `[release, host, verdict, count]` rows.
@@ -262,6 +270,23 @@ pub(crate) struct CopyMut {
     pub(crate) snapshot: Slot,
     pub(crate) writes: BTreeMap<String, Vec<u8>>,
     cancel: watch::Sender<()>,
+    /// The copy's requests, for its trace (at most [`MAX_REQUEST_EVENTS`]).
+    pub(crate) requests: Vec<RequestEvent>,
+}
+
+/// Most request events kept per copy (a copy cannot grow the broker's memory with them).
+pub const MAX_REQUEST_EVENTS: usize = 256;
+
+/// One request of a copy as traces show it: no URL, header or body, and the host only as a
+/// declared host or `undeclared` (docs/operations.md).
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct RequestEvent {
+    pub host: String,
+    pub verdict: String,
+    /// CLOCK_MONOTONIC nanoseconds at which the broker received it.
+    pub start_mono_ns: u64,
+    /// Microseconds until its verdict (and, if delivered, the upstream's reply).
+    pub us: u64,
 }
 
 /// Per-copy context the proxy tasks hold.
@@ -527,6 +552,7 @@ impl Broker {
                     snapshot,
                     writes: BTreeMap::new(),
                     cancel: tx,
+                    requests: Vec::new(),
                 },
             );
         }
@@ -551,6 +577,15 @@ impl Broker {
     /// Ends a copy: closes its endpoint (cutting anything in flight) and returns its output
     /// label `ℓ(g)` and triggers.
     pub fn end_copy(&self, call: u64, group: usize) -> Result<CopyOutcome, BrokerError> {
+        self.end_copy_with_requests(call, group).map(|(o, _)| o)
+    }
+
+    /// [`Broker::end_copy`], with the copy's request events (for its trace).
+    pub fn end_copy_with_requests(
+        &self,
+        call: u64,
+        group: usize,
+    ) -> Result<(CopyOutcome, Vec<RequestEvent>), BrokerError> {
         let state = self.call(call)?;
         let mut m = state.lock()?;
         let copy = m
@@ -584,7 +619,7 @@ impl Broker {
                 outcome: Some(outcome.clone()),
             },
         );
-        Ok(outcome)
+        Ok((outcome, copy.requests))
     }
 
     /// Ends a call (ending any copy still live) and returns its record.

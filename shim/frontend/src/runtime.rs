@@ -162,6 +162,8 @@ pub struct Runtime {
     pub metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
     /// Where this runtime's traces go (`--otlp-endpoint`; none by default).
     pub tracer: Option<std::sync::Arc<crate::trace::Tracer>>,
+    /// The last call's broker requests by group (verdicts, declared hosts; for its trace).
+    pub last_requests: Vec<(usize, germline_broker::RequestEvent)>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -325,6 +327,7 @@ impl Runtime {
             limiter: crate::limits::Limiter::off(),
             metrics: None,
             tracer: None,
+            last_requests: Vec::new(),
         })
     }
 
@@ -418,6 +421,7 @@ impl Runtime {
     /// One `tools/call`.
     pub fn call(&mut self, meta: &CallMeta) -> Result<Outcome, RunError> {
         let started = std::time::SystemTime::now();
+        self.last_requests.clear();
         let r = self
             .limiter
             .admit_call()
@@ -614,11 +618,13 @@ impl Runtime {
             ("copy.teardown", marks[3]),
         ]);
         let s = Instant::now();
-        let outcome = self
+        let (outcome, requests) = self
             .broker
             .client
-            .end_copy(call, gi)
+            .end_copy_with_requests(call, gi)
             .map_err(|e| RunError::Broker(e.to_string()))?;
+        self.last_requests
+            .extend(requests.into_iter().map(|r| (gi, r)));
         phases.push(("broker.end_copy", us(s)));
         let r = r.map_err(|e| e.to_string()).and_then(tool_result);
         Ok((r, outcome.label, outcome.triggers.len()))

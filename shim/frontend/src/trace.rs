@@ -179,6 +179,7 @@ pub fn after_call(
         // deliver, mcp, teardown), broker.end_copy.
         let mut at = t0;
         let mut copy: Option<String> = None;
+        let mut copies: Vec<String> = Vec::new();
         let mut group = 0u64;
         let mut sub = t0;
         for (name, us) in &o.phases {
@@ -197,6 +198,7 @@ pub fn after_call(
                         vec![attr("germline.group", json!(group))],
                     );
                     group += 1;
+                    copies.push(id.clone());
                     b.span(
                         "fork",
                         Some(&id),
@@ -241,6 +243,25 @@ pub fn after_call(
                 }
                 _ => {}
             }
+        }
+        // The broker's requests, on the wall clock (both processes share CLOCK_MONOTONIC).
+        let mono_now = germline_broker::control::mono_ns_of(std::time::Instant::now());
+        let wall_now = nanos(SystemTime::now());
+        for (g, r) in &rt.last_requests {
+            let Some(parent) = copies.get(*g) else {
+                continue;
+            };
+            let start = wall_now.saturating_sub(mono_now.saturating_sub(r.start_mono_ns));
+            b.span(
+                "broker.request",
+                Some(parent),
+                start,
+                r.us,
+                vec![
+                    attr("germline.host", json!(r.host)),
+                    attr("germline.verdict", json!(r.verdict)),
+                ],
+            );
         }
     }
     t.send(json!({"resourceSpans": [{

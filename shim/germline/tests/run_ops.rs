@@ -239,6 +239,33 @@ impl Collector {
         Collector { addr, bodies }
     }
 
+    /// The string values of attribute `key` of every span named `name`.
+    fn attrs(&self, name: &str, key: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for b in self.bodies.lock().expect("lock").iter() {
+            for rs in b["resourceSpans"].as_array().into_iter().flatten() {
+                for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
+                    for sp in ss["spans"].as_array().into_iter().flatten() {
+                        if sp["name"] != json!(name) {
+                            continue;
+                        }
+                        for a in sp["attributes"].as_array().into_iter().flatten() {
+                            if a["key"] == json!(key) {
+                                out.push(
+                                    a["value"]["stringValue"]
+                                        .as_str()
+                                        .unwrap_or_default()
+                                        .to_string(),
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Every span received so far, as (trace id, span id, parent id, name).
     fn spans(&self) -> Vec<(String, String, String, String)> {
         let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
@@ -308,6 +335,13 @@ fn one_trace_per_call_with_plan_copy_and_phase_spans() {
         ),
         (1, 2, 2, 2, 2),
         "{spans:?}"
+    );
+    // Copy 1 (the invoice) reached ocr.example; copy 2's identical request was replayed.
+    assert_eq!(of("broker.request"), 2, "{spans:?}");
+    let verdicts = collector.attrs("broker.request", "germline.verdict");
+    assert!(
+        verdicts.contains(&"delivered".to_string()) && verdicts.contains(&"replayed".to_string()),
+        "{verdicts:?}"
     );
     // Every span hangs off the call's root or a copy of the same trace.
     let ids: Vec<&String> = spans.iter().filter(|s| &s.0 == t).map(|s| &s.1).collect();

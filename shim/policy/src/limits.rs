@@ -126,3 +126,51 @@ impl LimitsFile {
         })
     }
 }
+
+/// How long a release's germline lives (issue 11, docs/operations.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Lifetime {
+    /// A fresh germline for every `tools/call`.
+    SingleShot,
+    /// One germline per agent session (the default).
+    #[default]
+    Session,
+    /// One persistent germline shared by the sessions of one deployment (`germline serve`).
+    LongLived,
+}
+
+impl Lifetime {
+    pub fn name(self) -> &'static str {
+        match self {
+            Lifetime::SingleShot => "single-shot",
+            Lifetime::Session => "session",
+            Lifetime::LongLived => "long-lived",
+        }
+    }
+}
+
+/// The `[lifetimes]` table: release name (the signed manifest's `name`) -> lifetime.
+pub(crate) fn parse_lifetimes(
+    raw: &std::collections::BTreeMap<String, Spanned<String>>,
+    at: &dyn Fn(Range<usize>) -> Location,
+) -> Result<std::collections::BTreeMap<String, Lifetime>, PolicyError> {
+    let mut out = std::collections::BTreeMap::new();
+    for (name, v) in raw {
+        let l = match v.get_ref().as_str() {
+            "single-shot" => Lifetime::SingleShot,
+            "session" => Lifetime::Session,
+            "long-lived" => Lifetime::LongLived,
+            other => {
+                return Err(PolicyError::Invalid {
+                    at: at(v.span()),
+                    field: format!("lifetimes.{name:?}"),
+                    message: format!(
+                        "expected \"single-shot\", \"session\" or \"long-lived\", found {other:?}"
+                    ),
+                })
+            }
+        };
+        out.insert(name.clone(), l);
+    }
+    Ok(out)
+}

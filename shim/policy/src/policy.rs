@@ -16,7 +16,7 @@ use toml::Spanned;
 
 use crate::dampening::DampeningParams;
 use crate::label::Label;
-use crate::limits::OperatingLimits;
+use crate::limits::{Lifetime, OperatingLimits};
 use crate::plan::{ItemMeta, Member};
 
 /// Where in a policy (or call) file something is.
@@ -96,6 +96,9 @@ struct PolicyFile {
     /// Operating limits (crate::limits, docs/operations.md).
     #[serde(default)]
     limits: Option<crate::limits::LimitsFile>,
+    /// Release name -> germline lifetime (crate::limits::Lifetime).
+    #[serde(default)]
+    lifetimes: BTreeMap<String, Spanned<String>>,
     /// Declared host -> fixed address (`ip` or `ip:port`), resolved by the broker only.
     #[serde(default)]
     pins: BTreeMap<String, Spanned<String>>,
@@ -244,6 +247,7 @@ pub struct Policy {
     default_consumer_clearance: Label,
     dampening: DampeningParams,
     limits: OperatingLimits,
+    lifetimes: BTreeMap<String, Lifetime>,
     pins: BTreeMap<String, Pin>,
     credentials: BTreeMap<String, Credential>,
 }
@@ -517,6 +521,7 @@ impl Policy {
             Some(l) => l.validate(&|span| cx.at(span))?,
             None => OperatingLimits::default(),
         };
+        let lifetimes = crate::limits::parse_lifetimes(&raw.lifetimes, &|span| cx.at(span))?;
 
         let mut pins = BTreeMap::new();
         for (host, addr) in &raw.pins {
@@ -593,6 +598,7 @@ impl Policy {
             default_consumer_clearance,
             dampening,
             limits,
+            lifetimes,
         })
     }
 
@@ -675,6 +681,12 @@ impl Policy {
     /// The `[limits]` table (every limit off when absent).
     pub fn limits(&self) -> &OperatingLimits {
         &self.limits
+    }
+
+    /// The germline lifetime of the release named `release` (`session` unless `[lifetimes]`
+    /// says otherwise).
+    pub fn lifetime(&self, release: &str) -> Lifetime {
+        self.lifetimes.get(release).copied().unwrap_or_default()
     }
 
     /// The declared destination hosts (the only host names metrics may carry as labels).
@@ -1042,6 +1054,19 @@ agent = ["hr", "finance"]
             .expect_err("negative")
             .to_string();
         assert!(s.contains("limits.calls_per_second"), "{s}");
+        let p = parse(&format!(
+            "{GOOD}\n[lifetimes]\n\"mcp-server-time\" = \"single-shot\"\n"
+        ))
+        .expect("lifetimes");
+        assert_eq!(p.lifetime("mcp-server-time"), Lifetime::SingleShot);
+        assert_eq!(p.lifetime("other"), Lifetime::Session);
+        let s = parse(&format!("{GOOD}\n[lifetimes]\nx = \"forever\"\n"))
+            .expect_err("bad lifetime")
+            .to_string();
+        assert!(
+            s.contains("lifetimes.\"x\"") && s.contains("single-shot"),
+            "{s}"
+        );
     }
 
     #[test]
