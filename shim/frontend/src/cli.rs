@@ -50,6 +50,15 @@ pub fn start_session(a: &RunArgs) -> Result<Session, String> {
     let policy = Arc::new(Policy::load(&a.policy).map_err(|e| e.to_string())?);
     crate::limits::check_pool(policy.limits(), a.pool)?;
     let release = Release::load(&a.release, &a.key)?;
+    let lifetime = policy.lifetime(&release.manifest.name);
+    if lifetime == germline_policy::limits::Lifetime::LongLived {
+        return Err(format!(
+            "{}: the policy's lifetimes.{:?} = \"long-lived\" needs `germline serve`, whose \
+             germline outlives agent sessions; `germline run` is one session",
+            release.label(),
+            release.manifest.name
+        ));
+    }
     let broker = Sidecar::start(&SidecarConfig {
         existing: a.broker.clone(),
         policy: a.policy.clone(),
@@ -58,6 +67,7 @@ pub fn start_session(a: &RunArgs) -> Result<Session, String> {
     })?;
     let mut runtime = Runtime::start(a.mode, release, broker, a.pool)?;
     runtime.limiter = crate::limits::Limiter::new(policy.limits(), &runtime.release.digest);
+    runtime.lifetime = lifetime;
     if let Some(addr) = a.metrics_listen {
         let m = Arc::new(crate::metrics::Metrics::new());
         m.add_release(

@@ -164,6 +164,13 @@ pub struct Runtime {
     pub tracer: Option<std::sync::Arc<crate::trace::Tracer>>,
     /// The last call's broker requests by group (verdicts, declared hosts; for its trace).
     pub last_requests: Vec<(usize, germline_broker::RequestEvent)>,
+    /// How long the germline lives (policy `[lifetimes]`; docs/operations.md).
+    pub lifetime: germline_policy::limits::Lifetime,
+    /// What started the germline, to start a fresh one (`single-shot`), and how many were.
+    launch: Option<(LaunchSpec, Options)>,
+    generation: u32,
+    /// A `single-shot` germline served a call: a fresh one is due before the next.
+    fresh_due: bool,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -267,12 +274,14 @@ impl Runtime {
         }
         let mut host_proxy = None;
         let mut proc_spec = None;
+        let mut launch = None;
         let backend = match mode {
             Mode::Germline | Mode::Nosplit => {
                 let spec = launch_spec(&release, &trust)?;
                 let id = format!("run-{}-{n}-{}", std::process::id(), mode.name());
                 let mut opts = Options::new(&id);
                 opts.pool = pool;
+                launch = Some((spec.clone(), opts.clone()));
                 let g = Germline::start(spec, opts)
                     .map_err(|e| format!("{}: the germline did not start: {e}", release.label()))?;
                 Backend::Germline(Box::new(g))
@@ -328,6 +337,10 @@ impl Runtime {
             metrics: None,
             tracer: None,
             last_requests: Vec::new(),
+            lifetime: Default::default(),
+            launch,
+            generation: 0,
+            fresh_due: false,
         })
     }
 
@@ -426,11 +439,15 @@ impl Runtime {
             .limiter
             .admit_call()
             .map_err(limit)
+            .and_then(|()| self.relaunch_if_due().map_err(RunError::Sandbox))
             .and_then(|()| match self.mode {
                 Mode::Germline => self.call_germline(meta, PlanMode::Split),
                 Mode::Nosplit => self.call_germline(meta, PlanMode::NoSplit),
                 _ => self.call_process(meta),
             });
+        if self.lifetime == germline_policy::limits::Lifetime::SingleShot && self.launch.is_some() {
+            self.fresh_due = true;
+        }
         if let Some(m) = &self.metrics {
             crate::metrics::after_call(m, self, &r);
         }
@@ -731,10 +748,39 @@ impl Runtime {
     /// One step of [`Runtime::idle`]: forks at most one pool copy; `true` while more are due.
     /// A transport that can tell a request is waiting stops between steps.
     pub fn idle_step(&mut self) -> bool {
+        if self.fresh_due {
+            // Off the call's path: the answer went out; an error shows at the next call.
+            let _ = self.relaunch_if_due();
+            return false;
+        }
         match &mut self.backend {
             Backend::Germline(g) => g.refill_one().unwrap_or(false),
             _ => false,
         }
+    }
+
+    /// `single-shot`: stops the germline that served the last call and starts a fresh one.
+    fn relaunch_if_due(&mut self) -> Result<(), String> {
+        if !self.fresh_due {
+            return Ok(());
+        }
+        let (Backend::Germline(g), Some((spec, opts))) = (&mut self.backend, &self.launch) else {
+            self.fresh_due = false;
+            return Ok(());
+        };
+        let _ = g.stop();
+        self.generation += 1;
+        let mut opts = opts.clone();
+        opts.id = format!("{}-g{}", opts.id, self.generation);
+        let fresh = Germline::start(spec.clone(), opts).map_err(|e| {
+            format!(
+                "{}: a fresh single-shot germline did not start: {e}",
+                self.release.label()
+            )
+        })?;
+        **g = fresh;
+        self.fresh_due = false;
+        Ok(())
     }
 
     /// Stops the germline or process (the broker stops with the [`Sidecar`]).

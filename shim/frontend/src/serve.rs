@@ -215,6 +215,9 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         })?;
         let mut runtime = Runtime::start(a.mode, release, client, a.pool)?;
         runtime.limiter = crate::limits::Limiter::new(policy.limits(), &runtime.release.digest);
+        // `session` and `long-lived` are served alike here: one germline per release for the
+        // life of `germline serve`, shared by its HTTP sessions (docs/operations.md).
+        runtime.lifetime = policy.lifetime(&runtime.release.manifest.name);
         if let Some(m) = &metrics {
             m.add_release(
                 &runtime.release.digest,

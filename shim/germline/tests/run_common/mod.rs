@@ -343,6 +343,10 @@ impl AgentRun {
             .expect("the agent's next line within 120 s")
     }
 
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
     /// Waits for the agent to end; true if it succeeded.
     pub fn finish(mut self) -> bool {
         self.child.wait().map(|s| s.success()).unwrap_or(false)
@@ -354,4 +358,26 @@ impl Drop for AgentRun {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Every live descendant of `pid` (children of each of its threads, recursively).
+pub fn descendants(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let Ok(rd) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for t in rd.flatten() {
+            let c = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            for k in c.split_whitespace().filter_map(|x| x.parse::<i32>().ok()) {
+                if !out.contains(&k) {
+                    out.push(k);
+                    todo.push(k);
+                }
+            }
+        }
+    }
+    out.sort_unstable();
+    out
 }
