@@ -68,6 +68,7 @@ pub fn start_session(a: &RunArgs) -> Result<Session, String> {
     let mut runtime = Runtime::start(a.mode, release, broker, a.pool)?;
     runtime.limiter = crate::limits::Limiter::new(policy.limits(), &runtime.release.digest);
     runtime.lifetime = lifetime;
+    runtime.status = Some(crate::status::StatusWriter::start(&runtime, "run")?);
     if let Some(addr) = a.metrics_listen {
         let m = Arc::new(crate::metrics::Metrics::new());
         m.add_release(

@@ -24,6 +24,7 @@ pub mod runtime;
 pub mod serve;
 pub mod session;
 pub mod sidecar;
+pub mod status;
 pub mod stdio;
 pub mod suite;
 pub mod trace;

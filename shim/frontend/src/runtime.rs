@@ -171,6 +171,8 @@ pub struct Runtime {
     generation: u32,
     /// A `single-shot` germline served a call: a fresh one is due before the next.
     fresh_due: bool,
+    /// The state file `germline status` reads (crate::status).
+    pub status: Option<crate::status::StatusWriter>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -341,6 +343,7 @@ impl Runtime {
             launch,
             generation: 0,
             fresh_due: false,
+            status: None,
         })
     }
 
@@ -454,6 +457,7 @@ impl Runtime {
         if let Some(t) = &self.tracer {
             crate::trace::after_call(t, self, &meta.tool, started, &r);
         }
+        crate::status::after_call(self, &r);
         r
     }
 
@@ -751,12 +755,17 @@ impl Runtime {
         if self.fresh_due {
             // Off the call's path: the answer went out; an error shows at the next call.
             let _ = self.relaunch_if_due();
+            crate::status::after_idle(self);
             return false;
         }
-        match &mut self.backend {
+        let more = match &mut self.backend {
             Backend::Germline(g) => g.refill_one().unwrap_or(false),
             _ => false,
+        };
+        if !more {
+            crate::status::after_idle(self);
         }
+        more
     }
 
     /// `single-shot`: stops the germline that served the last call and starts a fresh one.
@@ -785,6 +794,7 @@ impl Runtime {
 
     /// Stops the germline or process (the broker stops with the [`Sidecar`]).
     pub fn stop(&mut self) {
+        self.status = None;
         match &mut self.backend {
             Backend::Germline(g) => {
                 let _ = g.stop();

@@ -218,6 +218,7 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         // `session` and `long-lived` are served alike here: one germline per release for the
         // life of `germline serve`, shared by its HTTP sessions (docs/operations.md).
         runtime.lifetime = policy.lifetime(&runtime.release.manifest.name);
+        runtime.status = Some(crate::status::StatusWriter::start(&runtime, "serve")?);
         if let Some(m) = &metrics {
             m.add_release(
                 &runtime.release.digest,

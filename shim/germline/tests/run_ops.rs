@@ -355,3 +355,74 @@ fn one_trace_per_call_with_plan_copy_and_phase_spans() {
         "{all}"
     );
 }
+
+fn status(json: bool) -> String {
+    let mut cmd = std::process::Command::new(germline());
+    cmd.arg("status");
+    if json {
+        cmd.arg("--json");
+    }
+    let out = cmd.output().expect("germline status");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+#[test]
+fn status_shows_a_running_session_and_forgets_it_when_it_ends() {
+    if !can_run() {
+        return;
+    }
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    let policy = w.policy(sink.port, "\n[limits]\ncopies_per_release = 4\n");
+    let turn = w.path().join("turn");
+    let run = AgentRun::start(
+        w.path(),
+        &json!([annotate(&w), {"wait_file": turn}]),
+        &run_cmd(&policy, "germline", "germline-office", w.path(), &[]),
+    );
+    let first = run.next();
+    assert_eq!(first["ok"], json!(true), "{first}");
+    // `germline run` is the agent's child.
+    let run_pid = descendants(run.pid())
+        .into_iter()
+        .find(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/cmdline"))
+                .map(|c| c.split('\0').nth(1) == Some("run"))
+                .unwrap_or(false)
+        })
+        .expect("the germline run process");
+    let rows: Vec<Value> = serde_json::from_str(&status(true)).expect("status json");
+    let mine: Vec<&Value> = rows.iter().filter(|r| r["pid"] == json!(run_pid)).collect();
+    assert_eq!(mine.len(), 1, "{rows:?}");
+    let r = mine[0];
+    assert_eq!(r["release"], json!("germline-office@1.0.0"), "{r}");
+    assert_eq!(
+        (r["mode"].clone(), r["lifetime"].clone(), r["calls"].clone()),
+        (json!("germline"), json!("session"), json!(1))
+    );
+    assert_eq!(r["outcomes"]["ok"], json!(1));
+    assert_eq!(r["limits"]["copies_per_release"], json!(4));
+    let verdicts = r["verdicts"].as_array().cloned().unwrap_or_default();
+    assert!(
+        verdicts
+            .iter()
+            .any(|v| v["host"] == json!("ocr.example") && v["verdict"] == json!("delivered")),
+        "{verdicts:?}"
+    );
+    let human = status(false);
+    assert!(
+        human.contains(&format!(
+            "germline-office@1.0.0 (pid {run_pid}, germline run)"
+        )),
+        "{human}"
+    );
+    std::fs::write(&turn, "").expect("turn");
+    assert!(run.finish());
+    let rows: Vec<Value> = serde_json::from_str(&status(true)).expect("status json");
+    assert!(rows.iter().all(|r| r["pid"] != json!(run_pid)), "{rows:?}");
+}
