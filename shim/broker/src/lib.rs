@@ -660,3 +660,32 @@ impl Broker {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts_are_counted_under_declared_hosts_or_undeclared() {
+        let policy = Policy::parse(
+            Path::new("p.toml"),
+            "[labels]\nhr = \"x\"\n[destinations]\n\"ocr.example\" = []\n",
+        )
+        .expect("policy");
+        let s = Stats::default();
+        assert_eq!(
+            s.count(&policy, "sha256:r", "ocr.example", "delivered"),
+            "ocr.example"
+        );
+        // A host a copy made up (here carrying a secret) is never kept as a label.
+        let secret = "canary-hr-0123456789abcdef.leak.example";
+        assert_eq!(s.count(&policy, "sha256:r", secret, "denied"), "undeclared");
+        assert_eq!(s.count(&policy, "sha256:r", "", "malformed"), "undeclared");
+        let rows = s.verdict_rows();
+        assert!(
+            rows.iter().all(|(_, h, _, _)| !h.contains("canary")),
+            "{rows:?}"
+        );
+        assert!(rows.contains(&("sha256:r".into(), "undeclared".into(), "denied".into(), 1)));
+    }
+}
