@@ -129,7 +129,8 @@ def main():
                 stop(p)
     result = {"sessions": a.sessions, "calls_per_session": a.calls, "cores": os.cpu_count(),
               "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-              "take_turns_one_germline": turns, "own_germline_each": each}
+              "take_turns_one_germline": turns, "own_germline_each": each,
+              "one_session_by_lifetime": single}
     print(f"{a.sessions} concurrent sessions x {a.calls} get_current_time calls ({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})")
     for name, s in [("take turns, one germline", turns), ("own germline each", each)]:
         print(f"  {name:26s} p50 {s['p50_ms']:8.2f} ms  p95 {s['p95_ms']:8.2f} ms  "
