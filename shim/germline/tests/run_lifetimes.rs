@@ -134,8 +134,12 @@ fn long_lived_is_served_by_germline_serve_and_refused_by_run() {
         "{err}"
     );
 
+    let metrics = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").to_string()
+    };
     let mut serve = Command::new(germline())
-        .args(["serve", "--policy"])
+        .args(["serve", "--metrics-listen", metrics.as_str(), "--policy"])
         .arg(&policy)
         .arg("--key")
         .arg(key())
@@ -188,6 +192,22 @@ fn long_lived_is_served_by_germline_serve_and_refused_by_run() {
                 .to_string(),
         );
     }
+    // The serve process's metrics count the four calls of both sessions on one germline.
+    let text = {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(&metrics).expect("metrics");
+        c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .expect("write");
+        let mut t = String::new();
+        c.read_to_string(&mut t).expect("read");
+        t
+    };
+    assert!(
+        text.lines().any(|l| l.starts_with("germline_calls_total{")
+            && l.contains("outcome=\"ok\"")
+            && l.ends_with(" 4")),
+        "{text}"
+    );
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(serve.id() as i32, libc::SIGTERM) };
     let status = serve.wait().expect("serve ended");
