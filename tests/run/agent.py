@@ -8,11 +8,16 @@ A script is a list of steps:
     {"tool": NAME, "arguments": {...}, "repeat": N, "meta": {...}, "progress": true}
     {"list_tools": true}
     {"raw": "a line written to the server as is"}   (only as the first steps: before initialize)
+    {"sleep": SECONDS}
+    {"wait_file": PATH}      (waits, at most 60 s, until PATH exists: the test's turn)
+    {"fetch": URL}           (an HTTP GET, e.g. a metrics scrape: {"step": i, "fetch": URL, "body": ...})
 Each output line: {"step": i, "ok": bool, "text": [...], "structured": ..., "meta": ...,
 "error": str|null, "logs": [...], "progress": [...], "ms": float}."""
 import json
+import os
 import sys
 import time
+import urllib.request
 
 import anyio
 from mcp import ClientSession, StdioServerParameters
@@ -42,6 +47,20 @@ async def main():
             init = await s.initialize()
             dump({"step": "initialize", "ok": True, "server": init.server_info.name})
             for i, step in enumerate(steps):
+                if "sleep" in step:
+                    await anyio.sleep(float(step["sleep"]))
+                    continue
+                if "wait_file" in step:
+                    for _ in range(600):
+                        if os.path.exists(step["wait_file"]):
+                            break
+                        await anyio.sleep(0.1)
+                    continue
+                if "fetch" in step:
+                    with urllib.request.urlopen(step["fetch"], timeout=10) as r:
+                        body = r.read().decode()
+                    dump({"step": i, "ok": True, "fetch": step["fetch"], "body": body})
+                    continue
                 if step.get("list_tools"):
                     t = await s.list_tools()
                     dump({"step": i, "ok": True, "tools": sorted(x.name for x in t.tools)})

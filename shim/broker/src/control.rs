@@ -66,6 +66,8 @@ pub enum Request {
         call: u64,
     },
     CaCert,
+    /// Counters for metrics: requests by release, declared host (or `undeclared`), verdict.
+    Stats,
 }
 
 /// A call's public inputs: Plan's inputs plus the release digest and user.
@@ -316,14 +318,17 @@ fn handle(broker: &Broker, req: Request, passed: Option<OwnedFd>) -> Result<Valu
             Ok(json!({"proxy": addr.to_string()}))
         }
         Request::EndCopy { call, group } => {
-            let out = broker.end_copy(call, group).map_err(|e| e.to_string())?;
-            Ok(json!({"outcome": out}))
+            let (out, requests) = broker
+                .end_copy_with_requests(call, group)
+                .map_err(|e| e.to_string())?;
+            Ok(json!({"outcome": out, "requests": requests}))
         }
         Request::EndCall { call } => {
             let rec = broker.end_call(call).map_err(|e| e.to_string())?;
             Ok(json!({"record": rec}))
         }
         Request::CaCert => Ok(json!({"pem": broker.ca_cert_pem()})),
+        Request::Stats => Ok(json!({"requests": broker.stats().verdict_rows()})),
     }
 }
 
@@ -410,14 +415,34 @@ impl BrokerClient {
     }
 
     pub fn end_copy(&self, call: u64, group: usize) -> Result<CopyOutcome, ControlError> {
+        self.end_copy_with_requests(call, group).map(|(o, _)| o)
+    }
+
+    /// [`BrokerClient::end_copy`], with the copy's request events (for its trace).
+    pub fn end_copy_with_requests(
+        &self,
+        call: u64,
+        group: usize,
+    ) -> Result<(CopyOutcome, Vec<crate::RequestEvent>), ControlError> {
         let v = self.call(&Request::EndCopy { call, group }, None)?;
-        serde_json::from_value(v["outcome"].clone()).map_err(ControlError::Json)
+        let outcome = serde_json::from_value(v["outcome"].clone()).map_err(ControlError::Json)?;
+        let requests = match v.get("requests") {
+            Some(r) => serde_json::from_value(r.clone()).map_err(ControlError::Json)?,
+            None => Vec::new(),
+        };
+        Ok((outcome, requests))
     }
 
     /// The call's record as JSON (replies carry hex bodies).
     pub fn end_call(&self, call: u64) -> Result<Value, ControlError> {
         let v = self.call(&Request::EndCall { call }, None)?;
         Ok(v["record"].clone())
+    }
+
+    /// Requests by (release digest, host label, verdict) with their counts.
+    pub fn stats(&self) -> Result<Vec<(String, String, String, u64)>, ControlError> {
+        let v = self.call(&Request::Stats, None)?;
+        serde_json::from_value(v["requests"].clone()).map_err(ControlError::Json)
     }
 
     pub fn ca_cert(&self) -> Result<String, ControlError> {

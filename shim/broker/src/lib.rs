@@ -161,6 +161,44 @@ pub struct Stats {
     pub placeholders: AtomicU64,
     pub denied: AtomicU64,
     pub malformed: AtomicU64,
+    /// Requests by (release digest, host, verdict), for metrics (docs/operations.md). The
+    /// host is one the policy declares, or `undeclared`: never a name a copy made up.
+    pub by_verdict: Mutex<BTreeMap<(String, String, &'static str), u64>>,
+}
+
+impl Stats {
+    /// Counts one request of `release` to `host` with `verdict`.
+    /// Counts one request of `release` to `host` with `verdict`; returns the host's label.
+    pub(crate) fn count(
+        &self,
+        policy: &Policy,
+        release: &str,
+        host: &str,
+        verdict: &'static str,
+    ) -> String {
+        let host = if policy.hosts().any(|h| h == host) {
+            host
+        } else {
+            "undeclared"
+        };
+        if let Ok(mut m) = self.by_verdict.lock() {
+            *m.entry((release.to_string(), host.to_string(), verdict))
+                .or_insert(0) += 1;
+        }
+        host.to_string()
+    }
+
+    /// [`Stats::by_verdict`] as `[release, host, verdict, count]` rows.
+    pub fn verdict_rows(&self) -> Vec<(String, String, String, u64)> {
+        self.by_verdict
+            .lock()
+            .map(|m| {
+                m.iter()
+                    .map(|((r, h, v), n)| (r.clone(), h.clone(), v.to_string(), *n))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
 }
 
 /// What a call leaves for the evidence layer (issue 5, item 7).
@@ -283,6 +321,23 @@ pub(crate) struct CopyMut {
     pub(crate) snapshot: Slot,
     pub(crate) writes: BTreeMap<String, Vec<u8>>,
     cancel: watch::Sender<()>,
+    /// The copy's requests, for its trace (at most [`MAX_REQUEST_EVENTS`]).
+    pub(crate) requests: Vec<RequestEvent>,
+}
+
+/// Most request events kept per copy (a copy cannot grow the broker's memory with them).
+pub const MAX_REQUEST_EVENTS: usize = 256;
+
+/// One request of a copy as traces show it: no URL, header or body, and the host only as a
+/// declared host or `undeclared` (docs/operations.md).
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct RequestEvent {
+    pub host: String,
+    pub verdict: String,
+    /// CLOCK_MONOTONIC nanoseconds at which the broker received it.
+    pub start_mono_ns: u64,
+    /// Microseconds until its verdict (and, if delivered, the upstream's reply).
+    pub us: u64,
 }
 
 /// Per-copy context the proxy tasks hold.
@@ -586,6 +641,7 @@ impl Broker {
                     snapshot,
                     writes: BTreeMap::new(),
                     cancel: tx,
+                    requests: Vec::new(),
                 },
             );
         }
@@ -610,6 +666,15 @@ impl Broker {
     /// Ends a copy: closes its endpoint (cutting anything in flight) and returns its output
     /// label `ℓ(g)` and triggers.
     pub fn end_copy(&self, call: u64, group: usize) -> Result<CopyOutcome, BrokerError> {
+        self.end_copy_with_requests(call, group).map(|(o, _)| o)
+    }
+
+    /// [`Broker::end_copy`], with the copy's request events (for its trace).
+    pub fn end_copy_with_requests(
+        &self,
+        call: u64,
+        group: usize,
+    ) -> Result<(CopyOutcome, Vec<RequestEvent>), BrokerError> {
         let state = self.call(call)?;
         let mut m = state.lock()?;
         let copy = m
@@ -625,6 +690,10 @@ impl Broker {
             .map(|(k, e)| (k.clone(), (audit::digest_hex(&e.value), e.label.clone())))
             .collect();
         for t in &outcome.triggers {
+            let policy = &self.inner.cfg.policy;
+            self.inner
+                .stats
+                .count(policy, &state.release, &t.host, "trigger");
             self.inner.audit.event("trigger", || json!({"call": call, "group": group, "host": t.host, "release": state.release, "kind": t.kind}),
             );
         }
@@ -645,7 +714,7 @@ impl Broker {
                 outcome: Some(outcome.clone()),
             },
         );
-        Ok(outcome)
+        Ok((outcome, copy.requests))
     }
 
     /// Ends a call (ending any copy still live) and returns its record.
@@ -684,5 +753,34 @@ impl Broker {
             delivered,
             copies: m.done.clone(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts_are_counted_under_declared_hosts_or_undeclared() {
+        let policy = Policy::parse(
+            Path::new("p.toml"),
+            "[labels]\nhr = \"x\"\n[destinations]\n\"ocr.example\" = []\n",
+        )
+        .expect("policy");
+        let s = Stats::default();
+        assert_eq!(
+            s.count(&policy, "sha256:r", "ocr.example", "delivered"),
+            "ocr.example"
+        );
+        // A host a copy made up (here carrying a secret) is never kept as a label.
+        let secret = "canary-hr-0123456789abcdef.leak.example";
+        assert_eq!(s.count(&policy, "sha256:r", secret, "denied"), "undeclared");
+        assert_eq!(s.count(&policy, "sha256:r", "", "malformed"), "undeclared");
+        let rows = s.verdict_rows();
+        assert!(
+            rows.iter().all(|(_, h, _, _)| !h.contains("canary")),
+            "{rows:?}"
+        );
+        assert!(rows.contains(&("sha256:r".into(), "undeclared".into(), "denied".into(), 1)));
     }
 }

@@ -131,8 +131,28 @@ async fn connection(inner: Arc<Inner>, env: Arc<CopyEnv>, stream: TcpStream) {
     }
 }
 
+/// Counts a request's verdict (metrics) and keeps it for the copy's trace. The host is
+/// counted as a declared host or `undeclared`; never call with the copy's lock held.
+fn note(inner: &Inner, env: &CopyEnv, host: &str, verdict: &'static str, t0: std::time::Instant) {
+    let policy = &inner.cfg.policy;
+    let host = inner.stats.count(policy, &env.call.release, host, verdict);
+    if let Ok(mut m) = env.call.lock() {
+        if let Some(c) = m.copies.get_mut(&env.group) {
+            if c.requests.len() < crate::MAX_REQUEST_EVENTS {
+                c.requests.push(crate::RequestEvent {
+                    host,
+                    verdict: verdict.to_string(),
+                    start_mono_ns: crate::control::mono_ns_of(t0),
+                    us: t0.elapsed().as_micros() as u64,
+                });
+            }
+        }
+    }
+}
+
 fn record_malformed(inner: &Inner, env: &CopyEnv, what: &str, raw: &[u8]) -> Resp {
     inner.stats.malformed.fetch_add(1, Ordering::Relaxed);
+    note(inner, env, "", "malformed", std::time::Instant::now());
     inner.audit.event("request", || {
         json!({"call": env.call.id, "group": env.group, "release": env.call.release,
                "verdict": "malformed", "reason": what, "digest": digest_hex(raw)})
@@ -142,6 +162,7 @@ fn record_malformed(inner: &Inner, env: &CopyEnv, what: &str, raw: &[u8]) -> Res
 
 fn record_denied(inner: &Inner, env: &CopyEnv, host: &str, reason: &str) -> Resp {
     inner.stats.denied.fetch_add(1, Ordering::Relaxed);
+    note(inner, env, host, "denied", std::time::Instant::now());
     inner.audit.event("request", || {
         json!({"call": env.call.id, "group": env.group, "release": env.call.release,
                "verdict": "denied", "reason": reason, "host_digest": digest_hex(host.as_bytes())})
@@ -345,6 +366,7 @@ async fn exchange(
     port: u16,
     req: Request<Incoming>,
 ) -> Resp {
+    let t0 = std::time::Instant::now();
     let (parts, body) = req.into_parts();
     let body = match Limited::new(body, inner.cfg.max_body).collect().await {
         Ok(b) => b.to_bytes(),
@@ -423,11 +445,13 @@ async fn exchange(
         Decision::Deny => record_denied(inner, env, &host, "host not declared for this call"),
         Decision::Placeholder => {
             inner.stats.placeholders.fetch_add(1, Ordering::Relaxed);
+            note(inner, env, &host, "placeholder", t0);
             log("placeholder", None);
             placeholder()
         }
         Decision::Replay(r) => {
             inner.stats.replayed.fetch_add(1, Ordering::Relaxed);
+            note(inner, env, &host, "replayed", t0);
             log("replayed", Some(r.status));
             respond(&r)
         }
@@ -437,6 +461,7 @@ async fn exchange(
                 env.deadline,
             );
             let mut verdict = "delivered";
+            let mut resolve_denied = false;
             let reply = match tokio::time::timeout_at(
                 until,
                 deliver(inner, scheme, &host, port, &parts, &path, body.clone()),
@@ -449,6 +474,7 @@ async fn exchange(
                 Ok(Err(UpstreamError::Resolve(e))) => {
                     verdict = "denied";
                     inner.stats.denied.fetch_add(1, Ordering::Relaxed);
+                    resolve_denied = true;
                     inner.audit.event("resolve", || json!({"call": env.call.id, "group": env.group, "host": host, "refused": e.to_string()}),
                     );
                     Reply {
@@ -487,6 +513,9 @@ async fn exchange(
             }
             if verdict == "delivered" {
                 inner.stats.delivered.fetch_add(1, Ordering::Relaxed);
+                note(inner, env, &host, "delivered", t0);
+            } else if resolve_denied {
+                note(inner, env, &host, "denied", t0);
             }
             log(verdict, Some(reply.status));
             respond(&reply)
@@ -747,14 +776,14 @@ async fn state(inner: &Inner, env: &CopyEnv, req: Request<Incoming>) -> Resp {
         return json_resp(json!({"time_ns": t.time_ns.to_string(), "seed": t.seed}));
     }
     let key = path.strip_prefix("/slot/").map(str::to_string);
-    let Ok(mut m) = env.call.lock() else {
+    let Ok(mut guard) = env.call.lock() else {
         return placeholder();
     };
-    let m = &mut *m;
+    let m = &mut *guard;
     let Some(copy) = m.copies.get_mut(&env.group) else {
         return placeholder();
     };
-    match (method, path.as_str(), key) {
+    let answer = match (method, path.as_str(), key) {
         (Method::GET, "/slot", _) => {
             let mut keys: Vec<&String> = copy
                 .snapshot
@@ -764,7 +793,7 @@ async fn state(inner: &Inner, env: &CopyEnv, req: Request<Incoming>) -> Resp {
                 .collect();
             keys.sort();
             keys.dedup();
-            json_resp(json!({"keys": keys}))
+            Some(json_resp(json!({"keys": keys})))
         }
         (Method::GET, _, Some(k)) => {
             let v = copy
@@ -773,26 +802,26 @@ async fn state(inner: &Inner, env: &CopyEnv, req: Request<Incoming>) -> Resp {
                 .cloned()
                 .or_else(|| copy.snapshot.entries.get(&k).map(|e| e.value.clone()));
             inner.audit.event("slot_read", || json!({"call": env.call.id, "group": env.group, "key_digest": digest_hex(k.as_bytes())}));
-            match v {
+            Some(match v {
                 Some(v) => Response::new(Full::new(Bytes::from(v))),
                 None => fixed(
                     StatusCode::NOT_FOUND,
                     "slot-miss",
                     "germline: no such slot key\n",
                 ),
-            }
+            })
         }
         // A re-run's writes stay in the re-run.
         (Method::PUT, _, Some(k)) if valid_key(&k) && env.call.replay.is_some() => {
             copy.writes.insert(k.clone(), body.to_vec());
-            fixed(StatusCode::NO_CONTENT, "slot-written", "")
+            Some(fixed(StatusCode::NO_CONTENT, "slot-written", ""))
         }
         (Method::PUT, _, Some(k)) if valid_key(&k) => {
             let label = copy.tracker.label().clone();
             let res = inner
                 .slots()
                 .map(|mut s| s.write(&copy.slot_key, &k, &body, &label));
-            match res {
+            Some(match res {
                 Ok(Ok(())) => {
                     copy.writes.insert(k.clone(), body.to_vec());
                     inner.audit.event("slot_write", || json!({"call": env.call.id, "group": env.group, "key_digest": digest_hex(k.as_bytes()), "bytes": body.len(), "label": label}),
@@ -804,10 +833,13 @@ async fn state(inner: &Inner, env: &CopyEnv, req: Request<Incoming>) -> Resp {
                     "slot-refused",
                     "germline: slot write refused\n",
                 ),
-            }
+            })
         }
-        _ => record_malformed(inner, env, "unknown state request", path.as_bytes()),
-    }
+        _ => None,
+    };
+    // The copy's lock is released before a malformed request is noted (note takes it).
+    drop(guard);
+    answer.unwrap_or_else(|| record_malformed(inner, env, "unknown state request", path.as_bytes()))
 }
 
 fn valid_key(k: &str) -> bool {

@@ -36,6 +36,13 @@ pub struct RunArgs {
     pub pool: usize,
     #[command(flatten)]
     pub evidence: EvidenceArgs,
+    /// Serve Prometheus metrics at http://ADDR/metrics (off by default; docs/operations.md).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Send one OpenTelemetry trace per call, OTLP/JSON over HTTP, to this collector
+    /// (`http://HOST:PORT`; off by default; docs/operations.md).
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
     /// The signed release: an unpacked bundle (with rootfs/) or an OCI image layout.
     pub release: PathBuf,
 }
@@ -94,7 +101,17 @@ pub fn evidence_for(
 /// Verifies the release, starts the broker (unless given) and the germline.
 pub fn start_session(a: &RunArgs) -> Result<Session, String> {
     let policy = Arc::new(Policy::load(&a.policy).map_err(|e| e.to_string())?);
+    crate::limits::check_pool(policy.limits(), a.pool)?;
     let release = Release::load(&a.release, &a.key)?;
+    let lifetime = policy.lifetime(&release.manifest.name);
+    if lifetime == germline_policy::limits::Lifetime::LongLived {
+        return Err(format!(
+            "{}: the policy's lifetimes.{:?} = \"long-lived\" needs `germline serve`, whose \
+             germline outlives agent sessions; `germline run` is one session",
+            release.label(),
+            release.manifest.name
+        ));
+    }
     let broker = Sidecar::start(&SidecarConfig {
         existing: a.broker.clone(),
         policy: a.policy.clone(),
@@ -103,6 +120,23 @@ pub fn start_session(a: &RunArgs) -> Result<Session, String> {
     })?;
     let mut runtime = Runtime::start(a.mode, release, broker, a.pool)?;
     runtime.evidence = evidence_for(&a.evidence, &a.state_dir, &policy)?;
+    runtime.limiter = crate::limits::Limiter::new(policy.limits(), &runtime.release.digest);
+    runtime.lifetime = lifetime;
+    runtime.status = Some(crate::status::StatusWriter::start(&runtime, "run")?);
+    if let Some(addr) = a.metrics_listen {
+        let m = Arc::new(crate::metrics::Metrics::new());
+        m.add_release(
+            &runtime.release.digest,
+            &runtime.release.label(),
+            runtime.broker.socket().to_path_buf(),
+        );
+        let local = crate::metrics::serve(addr, m.clone())?;
+        eprintln!("germline run: metrics at http://{local}/metrics");
+        runtime.metrics = Some(m);
+    }
+    if let Some(url) = &a.otlp_endpoint {
+        runtime.tracer = Some(Arc::new(crate::trace::Tracer::start(url)?));
+    }
     Ok(Session::new(runtime, policy))
 }
 

@@ -89,6 +89,24 @@ pub enum RunError {
     /// Dampening refuses the release until its penalty decays (docs/evidence.md).
     #[error("{0}")]
     Suppressed(String),
+    /// A `[limits]` value of the policy refused this call (crate::limits).
+    #[error("{0}")]
+    Limit(crate::limits::LimitHit),
+}
+
+impl RunError {
+    /// The outcome name of a failed call, for metrics, traces and `germline status` (a fixed
+    /// set: never the error's own text).
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            RunError::Invalid(_) => "invalid",
+            RunError::Tool(_) => "tool_failed",
+            RunError::Broker(_) => "broker_failed",
+            RunError::Sandbox(_) => "sandbox_failed",
+            RunError::Suppressed(_) => "suppressed",
+            RunError::Limit(_) => "limit",
+        }
+    }
 }
 
 /// What one call returned to the agent.
@@ -159,6 +177,23 @@ pub struct Runtime {
     twin_on: bool,
     /// Triggers awaiting probe replay, witness records, dampening (crate::evidence).
     pub evidence: crate::evidence::Evidence,
+    /// The policy's `[limits]` (off until the caller sets them).
+    pub limiter: crate::limits::Limiter,
+    /// Where this runtime's metrics go (`--metrics-listen`; none by default).
+    pub metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
+    /// Where this runtime's traces go (`--otlp-endpoint`; none by default).
+    pub tracer: Option<std::sync::Arc<crate::trace::Tracer>>,
+    /// The last call's broker requests by group (verdicts, declared hosts; for its trace).
+    pub last_requests: Vec<(usize, germline_broker::RequestEvent)>,
+    /// How long the germline lives (policy `[lifetimes]`; docs/operations.md).
+    pub lifetime: germline_policy::limits::Lifetime,
+    /// What started the germline, to start a fresh one (`single-shot`), and how many were.
+    launch: Option<(LaunchSpec, Options)>,
+    generation: u32,
+    /// A `single-shot` germline served a call: a fresh one is due before the next.
+    fresh_due: bool,
+    /// The state file `germline status` reads (crate::status).
+    pub status: Option<crate::status::StatusWriter>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -275,12 +310,14 @@ impl Runtime {
         }
         let mut host_proxy = None;
         let mut proc_spec = None;
+        let mut launch = None;
         let backend = match mode {
             Mode::Germline | Mode::Nosplit => {
                 let spec = launch_spec(&release, &trust)?;
                 let id = format!("run-{}-{n}-{}", std::process::id(), mode.name());
                 let mut opts = Options::new(&id);
                 opts.pool = pool;
+                launch = Some((spec.clone(), opts.clone()));
                 let g = Germline::start(spec, opts)
                     .map_err(|e| format!("{}: the germline did not start: {e}", release.label()))?;
                 Backend::Germline(Box::new(g))
@@ -334,6 +371,15 @@ impl Runtime {
             user: std::env::var("USER").unwrap_or_else(|_| "root".into()),
             twin_on: twin_inputs_on(),
             evidence: crate::evidence::Evidence::disabled(),
+            limiter: crate::limits::Limiter::off(),
+            metrics: None,
+            tracer: None,
+            last_requests: Vec::new(),
+            lifetime: Default::default(),
+            launch,
+            generation: 0,
+            fresh_due: false,
+            status: None,
         })
     }
 
@@ -367,6 +413,7 @@ impl Runtime {
         let deadline = Instant::now() + self.limits.deadline();
         match &mut self.backend {
             Backend::Germline(g) => {
+                let _permit = self.limiter.admit_copy(0).map_err(limit)?;
                 let mut copy = g.copy().map_err(|e| RunError::Sandbox(e.to_string()))?;
                 let r = (|| {
                     g.prepare_copy(&mut copy, &[])?;
@@ -432,11 +479,29 @@ impl Runtime {
 
     /// One `tools/call`.
     pub fn call(&mut self, meta: &CallMeta) -> Result<Outcome, RunError> {
-        match self.mode {
-            Mode::Germline => self.call_germline(meta, PlanMode::Split),
-            Mode::Nosplit => self.call_germline(meta, PlanMode::NoSplit),
-            _ => self.call_process(meta),
+        let started = std::time::SystemTime::now();
+        self.last_requests.clear();
+        let r = self
+            .limiter
+            .admit_call()
+            .map_err(limit)
+            .and_then(|()| self.relaunch_if_due().map_err(RunError::Sandbox))
+            .and_then(|()| match self.mode {
+                Mode::Germline => self.call_germline(meta, PlanMode::Split),
+                Mode::Nosplit => self.call_germline(meta, PlanMode::NoSplit),
+                _ => self.call_process(meta),
+            });
+        if self.lifetime == germline_policy::limits::Lifetime::SingleShot && self.launch.is_some() {
+            self.fresh_due = true;
         }
+        if let Some(m) = &self.metrics {
+            crate::metrics::after_call(m, self, &r);
+        }
+        if let Some(t) = &self.tracer {
+            crate::trace::after_call(t, self, &meta.tool, started, &r);
+        }
+        crate::status::after_call(self, &r);
+        r
     }
 
     fn call_germline(&mut self, meta: &CallMeta, plan_mode: PlanMode) -> Result<Outcome, RunError> {
@@ -546,8 +611,26 @@ impl Runtime {
         let Backend::Germline(g) = &mut self.backend else {
             return Err(RunError::Sandbox("no germline".into()));
         };
+        let view_bytes = meta
+            .items
+            .iter()
+            .filter(|i| in_view(i))
+            .map(|i| i.contents.len() as u64)
+            .sum();
+        // Held until this function returns, after the copy is gone.
+        let _permit = self.limiter.admit_copy(view_bytes).map_err(limit)?;
         let t = Instant::now();
-        let mut copy = g.copy().map_err(|e| RunError::Sandbox(e.to_string()))?;
+        let metrics = self.metrics.as_deref();
+        let release = &self.release;
+        let mut copy = g.copy().map_err(|e| {
+            if let (Some(m), germline_sandbox::Error::Refused(_)) = (metrics, &e) {
+                m.check_failed(&release.label());
+            }
+            RunError::Sandbox(e.to_string())
+        })?;
+        if let Some(m) = metrics {
+            m.item_bytes(&release.label(), view_bytes);
+        }
         copy.set_twin(twin);
         phases.push(("fork", t.elapsed().as_micros() as u64));
         let t = Instant::now();
@@ -609,11 +692,13 @@ impl Runtime {
             ("copy.teardown", marks[3]),
         ]);
         let s = Instant::now();
-        let outcome = self
+        let (outcome, requests) = self
             .broker
             .client
-            .end_copy(call, gi)
+            .end_copy_with_requests(call, gi)
             .map_err(|e| RunError::Broker(e.to_string()))?;
+        self.last_requests
+            .extend(requests.into_iter().map(|r| (gi, r)));
         phases.push(("broker.end_copy", us(s)));
         let r = r.map_err(|e| e.to_string()).and_then(tool_result);
         Ok((r, outcome.label.clone(), outcome))
@@ -750,19 +835,57 @@ impl Runtime {
     pub fn idle(&mut self) {
         crate::evidence::process(self);
         while self.idle_step() {}
+        if let (Some(m), Some(g)) = (&self.metrics, self.germline()) {
+            m.pool_depth(&self.release.label(), g.pool_len());
+        }
     }
 
     /// One step of [`Runtime::idle`]: forks at most one pool copy; `true` while more are due.
     /// A transport that can tell a request is waiting stops between steps.
     pub fn idle_step(&mut self) -> bool {
-        match &mut self.backend {
+        if self.fresh_due {
+            // Off the call's path: the answer went out; an error shows at the next call.
+            let _ = self.relaunch_if_due();
+            crate::status::after_idle(self);
+            return false;
+        }
+        let more = match &mut self.backend {
             Backend::Germline(g) => g.refill_one().unwrap_or(false),
             _ => false,
+        };
+        if !more {
+            crate::status::after_idle(self);
         }
+        more
+    }
+
+    /// `single-shot`: stops the germline that served the last call and starts a fresh one.
+    fn relaunch_if_due(&mut self) -> Result<(), String> {
+        if !self.fresh_due {
+            return Ok(());
+        }
+        let (Backend::Germline(g), Some((spec, opts))) = (&mut self.backend, &self.launch) else {
+            self.fresh_due = false;
+            return Ok(());
+        };
+        let _ = g.stop();
+        self.generation += 1;
+        let mut opts = opts.clone();
+        opts.id = format!("{}-g{}", opts.id, self.generation);
+        let fresh = Germline::start(spec.clone(), opts).map_err(|e| {
+            format!(
+                "{}: a fresh single-shot germline did not start: {e}",
+                self.release.label()
+            )
+        })?;
+        **g = fresh;
+        self.fresh_due = false;
+        Ok(())
     }
 
     /// Stops the germline or process (the broker stops with the [`Sidecar`]).
     pub fn stop(&mut self) {
+        self.status = None;
         match &mut self.backend {
             Backend::Germline(g) => {
                 let _ = g.stop();
@@ -779,6 +902,10 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+fn limit(e: crate::limits::LimitHit) -> RunError {
+    RunError::Limit(e)
 }
 
 /// A `CallToolResult` must be an object; anything else from a copy is malformed.

@@ -56,6 +56,13 @@ pub struct ServeArgs {
     pub pool: usize,
     #[command(flatten)]
     pub evidence: crate::cli::EvidenceArgs,
+    /// Serve Prometheus metrics at http://ADDR/metrics (off by default; docs/operations.md).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Send one OpenTelemetry trace per call, OTLP/JSON over HTTP, to this collector
+    /// (`http://HOST:PORT`; off by default; docs/operations.md).
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
     /// The signed releases (unpacked bundles with rootfs/, or OCI image layouts). Their tool
     /// names must be distinct.
     #[arg(required = true, num_args = 1..)]
@@ -166,6 +173,7 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         );
     }
     let policy = Arc::new(Policy::load(&a.policy).map_err(|e| e.to_string())?);
+    crate::limits::check_pool(policy.limits(), a.pool)?;
     // Every release is verified before anything of any of them runs.
     let mut releases = Vec::new();
     for path in &a.releases {
@@ -185,6 +193,19 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         state_dir: a.state_dir.clone(),
         audit: a.audit.clone(),
     })?;
+    let metrics = match a.metrics_listen {
+        Some(addr) => {
+            let m = Arc::new(crate::metrics::Metrics::new());
+            let local = crate::metrics::serve(addr, m.clone())?;
+            eprintln!("germline serve: metrics at http://{local}/metrics");
+            Some(m)
+        }
+        None => None,
+    };
+    let tracer = match &a.otlp_endpoint {
+        Some(url) => Some(Arc::new(crate::trace::Tracer::start(url)?)),
+        None => None,
+    };
     let mut sessions = Vec::new();
     for release in releases {
         // Each runtime has its own connection to the one broker (never the sidecar's owner).
@@ -196,6 +217,20 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         })?;
         let mut runtime = Runtime::start(a.mode, release, client, a.pool)?;
         runtime.evidence = crate::cli::evidence_for(&a.evidence, &a.state_dir, &policy)?;
+        runtime.limiter = crate::limits::Limiter::new(policy.limits(), &runtime.release.digest);
+        // `session` and `long-lived` are served alike here: one germline per release for the
+        // life of `germline serve`, shared by its HTTP sessions (docs/operations.md).
+        runtime.lifetime = policy.lifetime(&runtime.release.manifest.name);
+        runtime.status = Some(crate::status::StatusWriter::start(&runtime, "serve")?);
+        if let Some(m) = &metrics {
+            m.add_release(
+                &runtime.release.digest,
+                &runtime.release.label(),
+                broker.socket().to_path_buf(),
+            );
+            runtime.metrics = Some(m.clone());
+        }
+        runtime.tracer = tracer.clone();
         sessions.push(Session::new(runtime, policy.clone()));
     }
     let router = Arc::new(Router::new(sessions, owners, a.mode));

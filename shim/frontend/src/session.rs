@@ -18,6 +18,8 @@ pub const INTERNAL_ERROR: i64 = -32603;
 pub const TOOL_FAILED: i64 = -32000;
 /// germline refused or could not run the call (broker down, germline refused).
 pub const RUNTIME_FAILED: i64 = -32001;
+/// A `[limits]` value of the policy refused the call (docs/operations.md).
+pub const LIMIT_REACHED: i64 = -32002;
 
 /// Methods answered by a data-free copy.
 const PASSTHROUGH: &[&str] = &[
@@ -202,5 +204,6 @@ fn code_of(e: &RunError) -> i64 {
         RunError::Invalid(_) => INVALID_PARAMS,
         RunError::Tool(_) => TOOL_FAILED,
         RunError::Broker(_) | RunError::Sandbox(_) | RunError::Suppressed(_) => RUNTIME_FAILED,
+        RunError::Limit(_) => LIMIT_REACHED,
     }
 }

@@ -787,6 +787,8 @@ fn live_copies(a: &SuiteArgs, policy: &Path, n: usize) -> Result<Vec<Value>, Str
         audit: None,
         pool: 0,
         evidence: Default::default(),
+        metrics_listen: None,
+        otlp_endpoint: None,
         release: a.time_release.clone(),
     };
     let mut s = crate::cli::start_session(&ra)?;
@@ -843,6 +845,8 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
             audit: None,
             pool: 0,
             evidence: Default::default(),
+            metrics_listen: None,
+            otlp_endpoint: None,
             release: release.clone(),
         };
         let mut s = crate::cli::start_session(&ra)?;

@@ -81,6 +81,9 @@ fn main() -> ExitCode {
         Command::RunBench(args) => report(germline_frontend::bench::run(&args).map_err(Into::into)),
         Command::Bench(args) => report(germline_frontend::suite::run(&args).map_err(Into::into)),
         Command::Serve(args) => report(germline_frontend::serve::run(&args).map_err(Into::into)),
+        Command::Sandbox(germline_sandbox::cli::Command::Status(a)) if a.id.is_none() => {
+            report(germline_frontend::status::run(a.json).map_err(Into::into))
+        }
         Command::Sandbox(c) => germline_sandbox::cli::run(c),
         Command::Keygen(args) => germline_release::cli::run_keygen(&args),
         Command::Release { cmd } => germline_release::cli::run_release(&cmd),

@@ -14,6 +14,7 @@
 pub mod call;
 pub mod dampening;
 pub mod label;
+pub mod limits;
 pub mod plan;
 pub mod policy;
 pub mod slots;

@@ -16,6 +16,7 @@ use toml::Spanned;
 
 use crate::dampening::DampeningParams;
 use crate::label::Label;
+use crate::limits::{Lifetime, OperatingLimits};
 use crate::plan::{ItemMeta, Member};
 
 /// Where in a policy (or call) file something is.
@@ -92,6 +93,12 @@ struct PolicyFile {
     consumers: BTreeMap<String, Spanned<Vec<Spanned<String>>>>,
     #[serde(default)]
     dampening: Option<Spanned<DampeningFile>>,
+    /// Operating limits (crate::limits, docs/operations.md).
+    #[serde(default)]
+    limits: Option<crate::limits::LimitsFile>,
+    /// Release name -> germline lifetime (crate::limits::Lifetime).
+    #[serde(default)]
+    lifetimes: BTreeMap<String, Spanned<String>>,
     /// Declared host -> fixed address (`ip` or `ip:port`), resolved by the broker only.
     #[serde(default)]
     pins: BTreeMap<String, Spanned<String>>,
@@ -239,6 +246,8 @@ pub struct Policy {
     default_host_clearance: Label,
     default_consumer_clearance: Label,
     dampening: DampeningParams,
+    limits: OperatingLimits,
+    lifetimes: BTreeMap<String, Lifetime>,
     pins: BTreeMap<String, Pin>,
     credentials: BTreeMap<String, Credential>,
 }
@@ -508,6 +517,12 @@ impl Policy {
             }
         }
 
+        let limits = match &raw.limits {
+            Some(l) => l.validate(&|span| cx.at(span))?,
+            None => OperatingLimits::default(),
+        };
+        let lifetimes = crate::limits::parse_lifetimes(&raw.lifetimes, &|span| cx.at(span))?;
+
         let mut pins = BTreeMap::new();
         for (host, addr) in &raw.pins {
             let at = cx.at(addr.span());
@@ -582,6 +597,8 @@ impl Policy {
             default_host_clearance,
             default_consumer_clearance,
             dampening,
+            limits,
+            lifetimes,
         })
     }
 
@@ -659,6 +676,22 @@ impl Policy {
 
     pub fn dampening(&self) -> &DampeningParams {
         &self.dampening
+    }
+
+    /// The `[limits]` table (every limit off when absent).
+    pub fn limits(&self) -> &OperatingLimits {
+        &self.limits
+    }
+
+    /// The germline lifetime of the release named `release` (`session` unless `[lifetimes]`
+    /// says otherwise).
+    pub fn lifetime(&self, release: &str) -> Lifetime {
+        self.lifetimes.get(release).copied().unwrap_or_default()
+    }
+
+    /// The declared destination hosts (the only host names metrics may carry as labels).
+    pub fn hosts(&self) -> impl Iterator<Item = &str> {
+        self.hosts.keys().map(String::as_str)
     }
 
     /// The fixed address of a declared host, if the policy pins it.
@@ -986,6 +1019,54 @@ agent = ["hr", "finance"]
         );
         let s = parse(&bad).expect_err("two sources").to_string();
         assert!(s.contains("exactly one of `value`"), "{s}");
+    }
+
+    #[test]
+    fn limits_parse_and_bad_ones_name_the_field() {
+        let p = parse(GOOD).expect("policy");
+        assert_eq!(p.limits(), &OperatingLimits::default());
+        let text = format!(
+            "{GOOD}\n[limits]\ncopies_per_node = 4\ncalls_per_second = 2.5\npool_max = 2\n\
+             item_bytes_per_copy = 1000\n"
+        );
+        let l = parse(&text).expect("limits").limits().clone();
+        assert_eq!(l.copies_per_node, Some(4));
+        assert_eq!(l.calls_per_second, Some(2.5));
+        assert_eq!(l.call_burst, 3);
+        assert_eq!(l.pool_max, Some(2));
+        assert_eq!(l.item_bytes_per_copy, Some(1000));
+        let s = parse(&format!("{GOOD}\n[limits]\ncopies_per_nod = 4\n"))
+            .expect_err("typo")
+            .to_string();
+        assert!(s.contains("copies_per_nod"), "{s}");
+        let s = parse(&format!("{GOOD}\n[limits]\ncopies_per_release = 0\n"))
+            .expect_err("zero")
+            .to_string();
+        assert!(
+            s.contains("limits.copies_per_release") && s.contains(">= 1"),
+            "{s}"
+        );
+        let s = parse(&format!("{GOOD}\n[limits]\ncall_burst = 3\n"))
+            .expect_err("burst alone")
+            .to_string();
+        assert!(s.contains("limits.call_burst"), "{s}");
+        let s = parse(&format!("{GOOD}\n[limits]\ncalls_per_second = -1.0\n"))
+            .expect_err("negative")
+            .to_string();
+        assert!(s.contains("limits.calls_per_second"), "{s}");
+        let p = parse(&format!(
+            "{GOOD}\n[lifetimes]\n\"mcp-server-time\" = \"single-shot\"\n"
+        ))
+        .expect("lifetimes");
+        assert_eq!(p.lifetime("mcp-server-time"), Lifetime::SingleShot);
+        assert_eq!(p.lifetime("other"), Lifetime::Session);
+        let s = parse(&format!("{GOOD}\n[lifetimes]\nx = \"forever\"\n"))
+            .expect_err("bad lifetime")
+            .to_string();
+        assert!(
+            s.contains("lifetimes.\"x\"") && s.contains("single-shot"),
+            "{s}"
+        );
     }
 
     #[test]

@@ -21,8 +21,9 @@ pub const RUN_DIR: &str = "/run/germline";
 pub enum Command {
     /// Start a release's germline (in the background unless --foreground).
     Start(StartArgs),
-    /// Show a germline's checks (G1-G3), pool and copies.
-    Status(IdArgs),
+    /// Show a germline's checks (G1-G3), pool and copies; with no ID, every running
+    /// `germline run` / `germline serve` deployment (docs/operations.md).
+    Status(StatusArgs),
     /// Run one tool call in a fresh checked copy of a running germline.
     Call(CallArgs),
     /// Stop a germline: kill its copies and remove its cgroups.
@@ -62,6 +63,16 @@ pub struct StartArgs {
 pub struct IdArgs {
     /// The germline's name as given to `start`.
     pub id: String,
+}
+
+/// `germline status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The germline's name as given to `start`; none: the running deployments.
+    pub id: Option<String>,
+    /// Machine-readable output (deployments).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `germline call`.
@@ -123,7 +134,11 @@ fn socket_path(id: &str) -> PathBuf {
 pub fn run(cmd: Command) -> ExitCode {
     let r = match cmd {
         Command::Start(a) => start(a),
-        Command::Status(a) => request(&a.id, json!({"op": "status"})),
+        Command::Status(a) => match &a.id {
+            Some(id) => request(id, json!({"op": "status"})),
+            // `germline` itself answers the deployments form before it gets here.
+            None => Err("status: give a germline ID".into()),
+        },
         Command::Call(a) => serde_json::from_str::<Value>(&a.arguments)
             .map_err(|e| format!("arguments: {e}"))
             .and_then(|args| {

@@ -5,7 +5,7 @@ mod common;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use germline_sandbox::cli::{self, CallArgs, Command, IdArgs, ReleaseArgs, StartArgs};
+use germline_sandbox::cli::{self, CallArgs, Command, IdArgs, ReleaseArgs, StartArgs, StatusArgs};
 
 #[test]
 fn start_status_call_stop() {
@@ -34,7 +34,10 @@ fn start_status_call_stop() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(
-        cli::run(Command::Status(IdArgs { id: id.clone() })),
+        cli::run(Command::Status(StatusArgs {
+            id: Some(id.clone()),
+            json: false
+        })),
         ExitCode::SUCCESS
     );
     let call = CallArgs {
@@ -56,7 +59,10 @@ fn start_status_call_stop() {
     assert_eq!(daemon.join().expect("daemon thread"), ExitCode::SUCCESS);
     assert!(!sock.exists());
     assert_ne!(
-        cli::run(Command::Status(IdArgs { id })),
+        cli::run(Command::Status(StatusArgs {
+            id: Some(id),
+            json: false
+        })),
         ExitCode::SUCCESS,
         "a stopped germline has no status"
     );

@@ -292,3 +292,92 @@ pub fn wait_gone(pid: i32) -> bool {
     }
     false
 }
+
+/// An agent session read as it goes (for tests that act between its steps).
+pub struct AgentRun {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<Value>,
+    /// Where the agent's and `germline run`'s stderr go.
+    pub stderr: PathBuf,
+}
+
+impl AgentRun {
+    /// Starts tests/run/agent.py on `script` against `server`.
+    pub fn start(dir: &Path, script: &Value, server: &[String]) -> AgentRun {
+        let sp = dir.join(format!("script-{:x}.json", rand_u64()));
+        std::fs::write(&sp, script.to_string()).expect("script");
+        // The agent's stderr holds the server's (germline run's) stderr too.
+        let stderr = dir.join(format!("agent-stderr-{:x}.log", rand_u64()));
+        let mut child = Command::new(agent_python())
+            .arg(root().join("tests/run/agent.py"))
+            .arg(&sp)
+            .arg("--")
+            .args(server)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).expect("agent stderr"))
+            .spawn()
+            .expect("agent");
+        let out = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    if (v.get("tool").is_some() || v.get("fetch").is_some()) && tx.send(v).is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        });
+        AgentRun {
+            child,
+            lines: rx,
+            stderr,
+        }
+    }
+
+    /// The next call's (or fetch's) line, within 120 s.
+    pub fn next(&self) -> Value {
+        self.lines
+            .recv_timeout(Duration::from_secs(120))
+            .expect("the agent's next line within 120 s")
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Waits for the agent to end; true if it succeeded.
+    pub fn finish(mut self) -> bool {
+        self.child.wait().map(|s| s.success()).unwrap_or(false)
+    }
+}
+
+impl Drop for AgentRun {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Every live descendant of `pid` (children of each of its threads, recursively).
+pub fn descendants(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let Ok(rd) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for t in rd.flatten() {
+            let c = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            for k in c.split_whitespace().filter_map(|x| x.parse::<i32>().ok()) {
+                if !out.contains(&k) {
+                    out.push(k);
+                    todo.push(k);
+                }
+            }
+        }
+    }
+    out.sort_unstable();
+    out
+}

@@ -1,0 +1,426 @@
+//! Prometheus metrics (issue 11, docs/operations.md): `--metrics-listen ADDR` serves
+//! `GET /metrics` in the text exposition format (prometheus-client's OpenMetrics encoder).
+//!
+//! Label values come only from the signed manifest (the release's `name@version`), the
+//! policy (declared hosts; an undeclared host is the fixed label `undeclared`, counted so by
+//! the broker) and fixed names in this crate (verdicts, outcomes, limits). Nothing a copy
+//! sends or says ever becomes a label value or a sample.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::runtime::{Outcome, RunError};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReleaseLabels {
+    pub release: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub release: String,
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerdictLabels {
+    pub release: String,
+    pub host: String,
+    pub verdict: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabels {
+    pub release: String,
+    pub limit: String,
+}
+
+type HistFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Fork of a checked copy: tens of microseconds (pool) to hundreds of milliseconds.
+fn fork_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.0001, 2.5, 12))
+}
+
+/// A copy's life, fork to teardown: milliseconds to the call deadline.
+fn lifetime_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.5, 14))
+}
+
+fn copies_buckets() -> Histogram {
+    Histogram::new([1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0])
+}
+
+/// Every metric of one `germline run` or `germline serve` process.
+pub struct Metrics {
+    registry: Registry,
+    fork_seconds: HistFamily<ReleaseLabels>,
+    copy_lifetime_seconds: HistFamily<ReleaseLabels>,
+    copies_per_call: HistFamily<ReleaseLabels>,
+    calls: Family<OutcomeLabels, Counter>,
+    requests: Family<VerdictLabels, Counter>,
+    limit_refusals: Family<LimitLabels, Counter>,
+    item_bytes: Family<ReleaseLabels, Counter>,
+    checks_failed: Family<ReleaseLabels, Counter>,
+    pool_depth: Family<ReleaseLabels, Gauge>,
+    /// Broker counts already added to `requests` (the broker's are running totals).
+    seen: Mutex<BTreeMap<(String, String, String), u64>>,
+    /// The brokers' control sockets and the releases by digest (labels of their rows).
+    brokers: Mutex<Vec<PathBuf>>,
+    releases: Mutex<BTreeMap<String, String>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("germline");
+        let fork_seconds: HistFamily<ReleaseLabels> = Family::new_with_constructor(fork_buckets);
+        let copy_lifetime_seconds: HistFamily<ReleaseLabels> =
+            Family::new_with_constructor(lifetime_buckets);
+        let copies_per_call: HistFamily<ReleaseLabels> =
+            Family::new_with_constructor(copies_buckets);
+        let calls = Family::<OutcomeLabels, Counter>::default();
+        let requests = Family::<VerdictLabels, Counter>::default();
+        let limit_refusals = Family::<LimitLabels, Counter>::default();
+        let item_bytes = Family::<ReleaseLabels, Counter>::default();
+        let checks_failed = Family::<ReleaseLabels, Counter>::default();
+        let pool_depth = Family::<ReleaseLabels, Gauge>::default();
+        registry.register(
+            "fork_seconds",
+            "Time to hand out a checked, data-free copy (pool or fresh fork)",
+            fork_seconds.clone(),
+        );
+        registry.register(
+            "copy_lifetime_seconds",
+            "A call's copy from fork to teardown",
+            copy_lifetime_seconds.clone(),
+        );
+        registry.register(
+            "copies_per_call",
+            "Copies (Plan groups) one tools/call ran",
+            copies_per_call.clone(),
+        );
+        registry.register("calls", "tools/call by outcome", calls.clone());
+        registry.register(
+            "broker_requests",
+            "Copies' requests by broker verdict (delivered, replayed, placeholder, denied, \
+             malformed, trigger); host is a declared host or `undeclared`",
+            requests.clone(),
+        );
+        registry.register(
+            "limit_refusals",
+            "Calls refused by a [limits] value of the policy",
+            limit_refusals.clone(),
+        );
+        registry.register(
+            "item_bytes_delivered",
+            "Bytes of items delivered into copies",
+            item_bytes.clone(),
+        );
+        registry.register(
+            "checks_failed",
+            "Copies the germline's checks refused",
+            checks_failed.clone(),
+        );
+        registry.register(
+            "pool_depth",
+            "Pre-forked, checked, data-free copies ready",
+            pool_depth.clone(),
+        );
+        Self {
+            registry,
+            fork_seconds,
+            copy_lifetime_seconds,
+            copies_per_call,
+            calls,
+            requests,
+            limit_refusals,
+            item_bytes,
+            checks_failed,
+            pool_depth,
+            seen: Mutex::new(BTreeMap::new()),
+            brokers: Mutex::new(Vec::new()),
+            releases: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// A release this process serves, and the broker its copies use.
+    pub fn add_release(&self, digest: &str, label: &str, broker: PathBuf) {
+        if let Ok(mut r) = self.releases.lock() {
+            r.insert(digest.to_string(), label.to_string());
+        }
+        if let Ok(mut b) = self.brokers.lock() {
+            if !b.contains(&broker) {
+                b.push(broker);
+            }
+        }
+    }
+
+    fn rl(release: &str) -> ReleaseLabels {
+        ReleaseLabels {
+            release: release.to_string(),
+        }
+    }
+
+    /// One `tools/call` of `release` ended with `r`.
+    pub fn call(&self, release: &str, r: &Result<Outcome, RunError>) {
+        let outcome = match r {
+            Ok(o) if o.result.get("isError") == Some(&serde_json::Value::Bool(true)) => {
+                "tool_error"
+            }
+            Ok(_) => "ok",
+            Err(e) => e.outcome(),
+        };
+        self.calls
+            .get_or_create(&OutcomeLabels {
+                release: release.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc();
+        let Ok(o) = r else { return };
+        let l = Self::rl(release);
+        self.copies_per_call
+            .get_or_create(&l)
+            .observe(o.copies as f64);
+        // Phases run per copy: fork, broker, copy, copy.*, broker.end_copy.
+        let mut life: Option<u64> = None;
+        for (name, us) in &o.phases {
+            match *name {
+                "fork" => {
+                    if let Some(t) = life.take() {
+                        self.copy_lifetime_seconds
+                            .get_or_create(&l)
+                            .observe(t as f64 / 1e6);
+                    }
+                    self.fork_seconds
+                        .get_or_create(&l)
+                        .observe(*us as f64 / 1e6);
+                    life = Some(*us);
+                }
+                "broker" | "copy" => {
+                    if let Some(t) = &mut life {
+                        *t += us;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(t) = life {
+            self.copy_lifetime_seconds
+                .get_or_create(&l)
+                .observe(t as f64 / 1e6);
+        }
+    }
+
+    /// A limit (its fixed name) refused a call of `release`.
+    pub fn limit(&self, release: &str, limit: &'static str) {
+        self.limit_refusals
+            .get_or_create(&LimitLabels {
+                release: release.to_string(),
+                limit: limit.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn item_bytes(&self, release: &str, n: u64) {
+        self.item_bytes.get_or_create(&Self::rl(release)).inc_by(n);
+    }
+
+    pub fn check_failed(&self, release: &str) {
+        self.checks_failed.get_or_create(&Self::rl(release)).inc();
+    }
+
+    pub fn pool_depth(&self, release: &str, n: usize) {
+        self.pool_depth
+            .get_or_create(&Self::rl(release))
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// Pulls the brokers' request counts (rows of releases this process serves only).
+    fn pull_brokers(&self) {
+        let brokers = self.brokers.lock().map(|b| b.clone()).unwrap_or_default();
+        let releases = self.releases.lock().map(|r| r.clone()).unwrap_or_default();
+        let Ok(mut seen) = self.seen.lock() else {
+            return;
+        };
+        for sock in brokers {
+            let Ok(client) = germline_broker::control::BrokerClient::connect(&sock) else {
+                continue;
+            };
+            let Ok(rows) = client.stats() else { continue };
+            for (digest, host, verdict, n) in rows {
+                let Some(release) = releases.get(&digest) else {
+                    continue;
+                };
+                let key = (release.clone(), host, verdict);
+                let before = seen.get(&key).copied().unwrap_or(0);
+                if n > before {
+                    self.requests
+                        .get_or_create(&VerdictLabels {
+                            release: key.0.clone(),
+                            host: key.1.clone(),
+                            verdict: key.2.clone(),
+                        })
+                        .inc_by(n - before);
+                    seen.insert(key, n);
+                }
+            }
+        }
+    }
+
+    /// The exposition text.
+    pub fn render(&self) -> String {
+        self.pull_brokers();
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+/// Records a finished `tools/call` of `rt` (called by [`crate::runtime::Runtime::call`]).
+pub fn after_call(m: &Metrics, rt: &crate::runtime::Runtime, r: &Result<Outcome, RunError>) {
+    let release = rt.release.label();
+    m.call(&release, r);
+    if let Err(RunError::Limit(hit)) = r {
+        m.limit(&release, hit.name);
+    }
+    if let Some(g) = rt.germline() {
+        m.pool_depth(&release, g.pool_len());
+    }
+}
+
+/// Serves `GET /metrics` on `addr` from a thread of its own, for the life of the process.
+pub fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<SocketAddr, String> {
+    let l = TcpListener::bind(addr).map_err(|e| format!("--metrics-listen {addr}: {e}"))?;
+    let local = l
+        .local_addr()
+        .map_err(|e| format!("--metrics-listen {addr}: {e}"))?;
+    if !local.ip().is_loopback() {
+        eprintln!("germline: warning: metrics on {local}, not loopback (no authentication)");
+    }
+    std::thread::Builder::new()
+        .name("germline-metrics".into())
+        .spawn(move || {
+            for conn in l.incoming().flatten() {
+                let _ = answer(conn, &metrics);
+            }
+        })
+        .map_err(|e| format!("metrics thread: {e}"))?;
+    Ok(local)
+}
+
+fn answer(mut conn: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
+    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+    conn.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
+        let n = conn.read(&mut chunk)?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let line = buf.split(|b| *b == b'\n').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next(), parts.next());
+    let (status, ctype, body) = match (method, path) {
+        (Some("GET"), Some("/metrics")) => (
+            "200 OK",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            metrics.render(),
+        ),
+        (Some("GET"), _) => ("404 Not Found", "text/plain", "GET /metrics\n".to_string()),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain",
+            "GET /metrics\n".to_string(),
+        ),
+    };
+    write!(
+        conn,
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    conn.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_call_moves_the_counters_and_histograms() {
+        let m = Metrics::new();
+        let o = Outcome {
+            result: json!({"content": []}),
+            label: None,
+            copies: 2,
+            triggers: 0,
+            phases: vec![
+                ("plan", 10),
+                ("fork", 500),
+                ("broker", 100),
+                ("copy", 4000),
+                ("fork", 700),
+                ("broker", 100),
+                ("copy", 3000),
+                ("total", 9000),
+            ],
+            notifications: vec![],
+        };
+        m.call("office@1.0", &Ok(o));
+        m.call(
+            "office@1.0",
+            &Err(RunError::Limit(crate::limits::LimitHit {
+                name: "calls_per_second",
+                value: "1".into(),
+                detail: String::new(),
+            })),
+        );
+        m.limit("office@1.0", "calls_per_second");
+        m.item_bytes("office@1.0", 42);
+        let t = m.render();
+        assert!(
+            t.contains(r#"germline_calls_total{release="office@1.0",outcome="ok"} 1"#),
+            "{t}"
+        );
+        assert!(t.contains(r#"outcome="limit"} 1"#), "{t}");
+        assert!(
+            t.contains(r#"germline_fork_seconds_count{release="office@1.0"} 2"#),
+            "{t}"
+        );
+        assert!(
+            t.contains(r#"germline_copy_lifetime_seconds_sum{release="office@1.0"} 0.0084"#),
+            "{t}"
+        );
+        assert!(t.contains(r#"germline_item_bytes_delivered_total{release="office@1.0"} 42"#));
+        assert!(t.contains(r#"limit="calls_per_second"} 1"#));
+    }
+}
