@@ -55,6 +55,7 @@ pub fn start_session(a: &RunArgs) -> Result<Session, String> {
 /// `germline run`.
 pub fn run(a: &RunArgs) -> Result<(), String> {
     let sigfd = crate::stdio::stop_signals().map_err(|e| format!("signals: {e}"))?;
+    crate::sweep::at_start("run");
     let mut session = start_session(a)?;
     eprintln!(
         "germline run: {} ({}) in mode {}, broker {}",

@@ -28,6 +28,7 @@ use serde_json::{json, Value};
 
 use crate::callmeta::{ArgItem, CallMeta, ItemKind};
 use crate::process::{ProcessSpec, ToolProcess};
+use crate::relay::{self, Agent, Buffered, CopyRelay};
 use crate::release::Release;
 use crate::sidecar::Sidecar;
 
@@ -102,18 +103,6 @@ pub struct Outcome {
     pub notifications: Vec<Value>,
 }
 
-/// Keeps what the agent may see of a copy's notifications: log messages, and progress on the
-/// agent's own token.
-fn forwardable(msg: &Value, token: Option<&Value>) -> bool {
-    match msg.get("method").and_then(Value::as_str) {
-        Some("notifications/message") => true,
-        Some("notifications/progress") => {
-            token.is_some() && msg.pointer("/params/progressToken") == token
-        }
-        _ => false,
-    }
-}
-
 /// What one group's copy is to do.
 struct CopyJob<'a> {
     call: u64,
@@ -121,6 +110,8 @@ struct CopyJob<'a> {
     meta: &'a CallMeta,
     in_view: &'a dyn Fn(&ArgItem) -> bool,
     is_agent: bool,
+    /// Why the agent's answer to a sampling or elicitation request may not enter this copy.
+    inadmissible: Option<String>,
     /// Twin inputs of the call, unless twin inputs are off (the reference runs).
     twin: Option<(u128, u64)>,
 }
@@ -402,16 +393,39 @@ impl Runtime {
         Ok((id, twin, plan))
     }
 
-    /// One `tools/call`.
+    /// One `tools/call` without a live agent: notifications come back in the outcome,
+    /// requests to the agent are refused.
     pub fn call(&mut self, meta: &CallMeta) -> Result<Outcome, RunError> {
+        let mut link = Buffered::default();
+        let mut agent = Agent {
+            link: &mut link,
+            capabilities: json!({}),
+        };
+        let mut out = self.call_with(meta, &mut agent)?;
+        out.notifications = link.notifications;
+        Ok(out)
+    }
+
+    /// One `tools/call`, talking to the agent during the call through `agent` (see
+    /// [`crate::relay`]).
+    pub fn call_with(
+        &mut self,
+        meta: &CallMeta,
+        agent: &mut Agent<'_>,
+    ) -> Result<Outcome, RunError> {
         match self.mode {
-            Mode::Germline => self.call_germline(meta, PlanMode::Split),
-            Mode::Nosplit => self.call_germline(meta, PlanMode::NoSplit),
-            _ => self.call_process(meta),
+            Mode::Germline => self.call_germline(meta, PlanMode::Split, agent),
+            Mode::Nosplit => self.call_germline(meta, PlanMode::NoSplit, agent),
+            _ => self.call_process(meta, agent),
         }
     }
 
-    fn call_germline(&mut self, meta: &CallMeta, plan_mode: PlanMode) -> Result<Outcome, RunError> {
+    fn call_germline(
+        &mut self,
+        meta: &CallMeta,
+        plan_mode: PlanMode,
+        agent_link: &mut Agent<'_>,
+    ) -> Result<Outcome, RunError> {
         let t0 = Instant::now();
         let mut phases = Vec::new();
         let (call, twin, plan) = self.begin(meta, plan_mode, false)?;
@@ -422,28 +436,37 @@ impl Runtime {
             .iter()
             .position(|g| g.consumers.iter().any(|c| c == AGENT));
         let mut agent: Option<(Result<Value, String>, Label)> = None;
-        let mut notifications = Vec::new();
+        let agent_clearance = meta
+            .consumers
+            .iter()
+            .find(|c| c.name == AGENT)
+            .map(|c| c.clearance.clone());
         let mut others_failed = false;
         let mut triggers = 0;
         let mut failure: Option<RunError> = None;
         for (gi, group) in plan.groups.iter().enumerate() {
             let in_view = |i: &ArgItem| group.view.iter().any(|v| v == &i.name);
             let is_agent = Some(gi) == agent_group;
-            let mut seen = Vec::new();
+            let inadmissible = match &agent_clearance {
+                Some(c) => relay::admissible(c, &group.horizon, &group.hosts).err(),
+                None => Some("germline: the call has no agent".to_string()),
+            };
             let job = CopyJob {
                 call,
                 group: gi,
                 meta,
                 in_view: &in_view,
                 is_agent,
+                inadmissible,
                 twin,
             };
-            let r = self.run_copy(job, &mut seen, &mut phases);
-            if is_agent {
-                notifications = seen;
-            }
+            let r = self.run_copy(job, agent_link, &mut phases);
             match r {
-                Ok((result, label, trig)) => {
+                Ok((result, mut label, trig, answered)) => {
+                    // An answer of the agent entered the copy: its output carries it.
+                    if let (true, Some(c)) = (answered, &agent_clearance) {
+                        label.join(c);
+                    }
                     triggers += trig;
                     if Some(gi) == agent_group {
                         agent = Some((result, label));
@@ -484,7 +507,7 @@ impl Runtime {
             copies: plan.groups.len(),
             triggers,
             phases,
-            notifications,
+            notifications: Vec::new(),
         })
     }
 
@@ -494,15 +517,16 @@ impl Runtime {
     fn run_copy(
         &mut self,
         job: CopyJob<'_>,
-        seen: &mut Vec<Value>,
+        agent: &mut Agent<'_>,
         phases: &mut Vec<(&'static str, u64)>,
-    ) -> Result<(Result<Value, String>, Label, usize), RunError> {
+    ) -> Result<(Result<Value, String>, Label, usize, bool), RunError> {
         let CopyJob {
             call,
             group: gi,
             meta,
             in_view,
             is_agent,
+            inadmissible,
             twin,
         } = job;
         let Backend::Germline(g) = &mut self.backend else {
@@ -511,6 +535,9 @@ impl Runtime {
         let t = Instant::now();
         let mut copy = g.copy().map_err(|e| RunError::Sandbox(e.to_string()))?;
         copy.set_twin(twin);
+        if is_agent && inadmissible.is_none() {
+            copy.set_client_capabilities(agent.relayed_capabilities());
+        }
         phases.push(("fork", t.elapsed().as_micros() as u64));
         let t = Instant::now();
         let netns = File::open(format!("/proc/{}/ns/net", copy.pid()))
@@ -537,14 +564,11 @@ impl Runtime {
             .collect();
         let args = meta.arguments_for(in_view, ITEMS_DIR);
         // Only the agent's own copy gets the agent's progress token, and only its notifications
-        // are kept; every other copy's are dropped unread.
+        // reach the agent (as they arrive); every other copy's are dropped unread.
         let token = meta.progress_token.clone().filter(|_| is_agent);
         let call_meta = token.clone().map(|t| json!({"progressToken": t}));
-        let mut observer = |m: &Value| {
-            if is_agent && forwardable(m, token.as_ref()) {
-                seen.push(m.clone());
-            }
-        };
+        let deadline = copy.deadline();
+        let mut relay = CopyRelay::new(agent, is_agent, token, inadmissible, deadline);
         // Sub-phases of `copy` for `germline bench` (a few clock reads per call).
         let mut marks = [0u64; 4];
         let us = |s: Instant| s.elapsed().as_micros() as u64;
@@ -556,7 +580,7 @@ impl Runtime {
             copy.deliver(&files)?;
             marks[1] = us(s);
             let s = Instant::now();
-            let v = copy.mcp_call_observed(&meta.tool, args, call_meta, &mut observer);
+            let v = copy.mcp_call_relayed(&meta.tool, args, call_meta, &mut |m| relay.handle(m));
             marks[2] = us(s);
             v
         })();
@@ -578,10 +602,14 @@ impl Runtime {
             .map_err(|e| RunError::Broker(e.to_string()))?;
         phases.push(("broker.end_copy", us(s)));
         let r = r.map_err(|e| e.to_string()).and_then(tool_result);
-        Ok((r, outcome.label, outcome.triggers.len()))
+        Ok((r, outcome.label, outcome.triggers.len(), relay.answered))
     }
 
-    fn call_process(&mut self, meta: &CallMeta) -> Result<Outcome, RunError> {
+    fn call_process(
+        &mut self,
+        meta: &CallMeta,
+        agent: &mut Agent<'_>,
+    ) -> Result<Outcome, RunError> {
         let t0 = Instant::now();
         let open = matches!(self.mode, Mode::SigPin | Mode::SigIfc);
         let (call, _twin, plan) = self.begin(meta, PlanMode::NoSplit, open)?;
@@ -629,31 +657,34 @@ impl Runtime {
             .collect();
         let token = meta.progress_token.clone();
         let call_meta = token.clone().map(|t| json!({"progressToken": t}));
-        let mut notifications = Vec::new();
-        let mut observer = |m: &Value| {
-            if forwardable(m, token.as_ref()) {
-                notifications.push(m.clone());
-            }
-        };
+        // A baseline is one process serving the agent: it talks to the agent as the
+        // unprotected server would, with no admissibility check.
+        let mut relay = CopyRelay::new(agent, true, token, None, deadline);
         let r = p.put_items(&files).and_then(|()| {
             p.mcp_call(
                 &meta.tool,
                 meta.arguments_for(&|_| true, ITEMS_DIR),
                 call_meta,
                 deadline,
-                &mut observer,
+                &mut |m| relay.handle(m),
             )
         });
+        let answered = relay.answered;
         let outcome = self.broker.client.end_copy(call, 0);
         let _ = self.broker.client.end_call(call);
         let outcome = outcome.map_err(|e| RunError::Broker(e.to_string()))?;
         let mut result = r.and_then(tool_result).map_err(RunError::Tool)?;
-        let label = match self.mode {
+        let mut label = match self.mode {
             Mode::SigPin => None,
             // Sig+IFC labels by the call's own inputs only (it sees no state or egress).
             Mode::SigIfc => Some(meta.label_of_all()),
             _ => Some(outcome.label.clone()),
         };
+        if let (Some(l), true) = (label.as_mut(), answered) {
+            if let Some(c) = meta.consumers.iter().find(|c| c.name == AGENT) {
+                l.join(&c.clearance);
+            }
+        }
         if let Some(l) = &label {
             add_meta(
                 &mut result,
@@ -666,7 +697,7 @@ impl Runtime {
             copies: 1,
             triggers: outcome.triggers.len(),
             phases: vec![("total", t0.elapsed().as_micros() as u64)],
-            notifications,
+            notifications: Vec::new(),
         })
     }
 

@@ -163,6 +163,7 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
             local.ip()
         );
     }
+    crate::sweep::at_start("serve");
     let policy = Arc::new(Policy::load(&a.policy).map_err(|e| e.to_string())?);
     // Every release is verified before anything of any of them runs.
     let mut releases = Vec::new();

@@ -33,6 +33,9 @@ enum Command {
     Bench(germline_frontend::suite::SuiteArgs),
     /// Serve signed releases to MCP clients over Streamable HTTP (bearer token, localhost only).
     Serve(germline_frontend::serve::ServeArgs),
+    /// Remove what `run` and `serve` processes that died without stopping left behind
+    /// (their germlines' cgroups and processes, their /run/germline directories).
+    Gc,
     /// The broker sidecar, and its benchmark.
     Broker(broker_cmd::BrokerArgs),
     /// Evaluations: the security matrix of signed Trojans against every runtime.
@@ -70,6 +73,7 @@ fn main() -> ExitCode {
         Command::RunBench(args) => report(germline_frontend::bench::run(&args).map_err(Into::into)),
         Command::Bench(args) => report(germline_frontend::suite::run(&args).map_err(Into::into)),
         Command::Serve(args) => report(germline_frontend::serve::run(&args).map_err(Into::into)),
+        Command::Gc => report(germline_frontend::sweep::gc().map_err(Into::into)),
         Command::Sandbox(c) => germline_sandbox::cli::run(c),
         Command::Keygen(args) => germline_release::cli::run_keygen(&args),
         Command::Release { cmd } => germline_release::cli::run_release(&cmd),

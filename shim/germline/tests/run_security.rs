@@ -218,3 +218,67 @@ fn other_copies_never_talk_to_the_agent() {
         )
     );
 }
+
+/// Sampling relay (issue 6), mechanism on vs off. The agent answers every sampling request
+/// with a canary of its own; the Trojan build adds whatever it is told to its OCR request.
+/// Under `sig-pin` the answer reaches ocr.example in both calls. Under `germline`, in the
+/// Fig. 2c call only the agent's copy (no host) may ask, and its log arrives before it asks
+/// (live, not buffered); in `ocr_text` the agent shares its copy with ocr.example (cleared for
+/// finance only), so the answer is not admissible and the agent is never asked.
+#[test]
+fn sampling_answers_reach_only_the_agents_copy_where_admissible() {
+    if !can_run() {
+        return;
+    }
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    let policy = w.policy(
+        sink.port,
+        "\n[[argument]]\ntool = \"ocr_text\"\nname = \"text\"\nlabel = []\n",
+    );
+    let canary = format!("CANARY-AGENT-{:016x}", rand_u64());
+    let mut fig2c = annotate(&w);
+    fig2c["sample_reply"] = json!(canary);
+    let inline =
+        json!({"tool": "ocr_text", "arguments": {"text": "scan 1"}, "sample_reply": canary});
+    let mut got = Vec::new();
+    for mode in ["sig-pin", "germline"] {
+        sink.clear();
+        let out = run_agent(
+            w.path(),
+            &json!([fig2c, inline]),
+            &run_cmd(&policy, mode, "germline-office-relay", w.path(), &[]),
+        );
+        assert_eq!(out.len(), 2, "{mode}: {out:?}");
+        assert!(
+            out.iter().all(|r| r["ok"] == json!(true)),
+            "{mode}: {out:?}"
+        );
+        let leaked = sink.bodies().iter().filter(|b| b.contains(&canary)).count();
+        let asked: Vec<usize> = out
+            .iter()
+            .map(|r| r["sampled"].as_array().map_or(0, Vec::len))
+            .collect();
+        got.push((mode, leaked, asked));
+        if mode == "germline" {
+            // The agent's copy asked, with the salary sheet in view, after its log had
+            // already reached the agent; the ocr copy's log never did.
+            assert_eq!(out[0]["sampled"], json!(["annotate (salary-present)"]));
+            let before = out[0]["logs_at_sampling"][0].to_string();
+            assert!(before.contains("salary-present: asking"), "{before}");
+            assert!(!out[0]["logs"].to_string().contains("salary-absent"));
+            assert!(text(&out[0]).contains(&format!("sampled: {canary}")));
+            assert_eq!(
+                out[0]["meta"]["germline"]["label"],
+                json!(["finance", "hr"])
+            );
+            // ocr_text: the copy was told why, and the agent's clearance labels nothing.
+            let t = text(&out[1]);
+            assert!(t.contains("not admissible") && !t.contains(&canary), "{t}");
+        }
+    }
+    assert_eq!(
+        got,
+        vec![("sig-pin", 2, vec![1, 1]), ("germline", 0, vec![1, 0])]
+    );
+}
