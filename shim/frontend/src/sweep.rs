@@ -50,9 +50,16 @@ pub fn owner(name: &str) -> Option<i32> {
     digits.parse().ok().filter(|&p: &i32| p > 1)
 }
 
-/// Whether a process with this PID exists.
+/// Whether a process with this PID runs (a zombie waiting for its parent does not).
 pub fn alive(pid: i32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Path::new(&format!("/proc/{pid}")).exists();
+    };
+    // `pid (comm) S ...`: the state follows the last `)` (comm may hold anything).
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next());
+    !matches!(state, Some("Z" | "X"))
 }
 
 /// Removes every leftover of a dead owner (never this process's own).
@@ -65,8 +72,17 @@ fn sweep_with(alive: &dyn Fn(i32) -> bool, me: i32) -> Swept {
     let dead = |name: &str| owner(name).is_some_and(|p| p != me && !alive(p));
     for rel in Cgroup::children("germline") {
         let name = rel.rsplit('/').next().unwrap_or_default();
-        if !name.starts_with("run-") || !dead(name) || kept(&rel, alive) {
+        if !name.starts_with("run-") || !dead(name) {
             continue;
+        }
+        let Some(keepers) = orphaned_keepers(&rel, alive) else {
+            continue;
+        };
+        for k in keepers {
+            // SAFETY: kill(2) on a pid checked to be an orphaned germline keeper.
+            if unsafe { libc::kill(k, libc::SIGKILL) } == 0 {
+                out.processes += 1;
+            }
         }
         // The germline's own group, its copies' and its probe's; a frozen task is thawed
         // first so that SIGKILL takes effect.
@@ -111,18 +127,35 @@ fn parent_of(pid: i32) -> Option<i32> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// A second guard, for owners in another PID namespace (whose PID means nothing here):
-/// a germline whose owner is gone has lost its keeper (it dies with its owner) and was
-/// reparented to init; one whose parent is still some other live process is kept.
-fn kept(rel: &str, alive: &dyn Fn(i32) -> bool) -> bool {
-    let Ok(init) = Cgroup::create(&format!("{rel}/init")) else {
-        return false;
-    };
-    init.procs()
+/// The keepers of a run's germline (the parents of the processes in its `init` group), or
+/// `None` if one still has a live parent other than init: a second guard, for an owner in
+/// another PID namespace (whose PID means nothing here). A keeper whose owner is gone was
+/// reparented to init.
+fn orphaned_keepers(rel: &str, alive: &dyn Fn(i32) -> bool) -> Option<Vec<i32>> {
+    let init = Cgroup::create(&format!("{rel}/init")).ok()?;
+    let mut keepers = Vec::new();
+    for k in init
+        .procs()
         .unwrap_or_default()
         .into_iter()
         .filter_map(parent_of)
-        .any(|pp| pp > 1 && alive(pp))
+    {
+        if k <= 1 || keepers.contains(&k) {
+            continue;
+        }
+        if parent_of(k).is_some_and(|pp| pp > 1 && alive(pp)) {
+            return None;
+        }
+        // Only a keeper is ever killed here: a fork of a germline executable.
+        let exe = std::fs::read_link(format!("/proc/{k}/exe")).unwrap_or_default();
+        if exe
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("germline"))
+        {
+            keepers.push(k);
+        }
+    }
+    Some(keepers)
 }
 
 /// `germline gc`: sweeps and reports what it removed (JSON on stdout).
