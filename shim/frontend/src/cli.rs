@@ -34,6 +34,10 @@ pub struct RunArgs {
     /// Pre-forked, checked, data-free copies to keep ready (germline and nosplit modes).
     #[arg(long, default_value_t = 0)]
     pub pool: usize,
+    /// Where results for the recipients a tool's manifest names go (`<recipient>.jsonl`,
+    /// docs/run.md); without it they are not delivered.
+    #[arg(long)]
+    pub outbox: Option<PathBuf>,
     /// The signed release: an unpacked bundle (with rootfs/) or an OCI image layout.
     pub release: PathBuf,
 }
@@ -48,8 +52,22 @@ pub fn start_session(a: &RunArgs) -> Result<Session, String> {
         state_dir: a.state_dir.clone(),
         audit: a.audit.clone(),
     })?;
-    let runtime = Runtime::start(a.mode, release, broker, a.pool)?;
+    let outbox = a.outbox.as_deref().map(check_outbox).transpose()?;
+    let mut runtime = Runtime::start(a.mode, release, broker, a.pool)?;
+    runtime.outbox = outbox;
     Ok(Session::new(runtime, policy))
+}
+
+/// `--outbox DIR` must be an existing directory.
+pub fn check_outbox(dir: &std::path::Path) -> Result<PathBuf, String> {
+    if dir.is_dir() {
+        Ok(dir.to_path_buf())
+    } else {
+        Err(format!(
+            "--outbox {}: expected an existing directory for the recipients' results",
+            dir.display()
+        ))
+    }
 }
 
 /// `germline run`.

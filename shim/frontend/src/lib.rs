@@ -15,6 +15,7 @@ pub mod bench;
 pub mod callmeta;
 pub mod cli;
 pub mod http;
+pub mod outbox;
 pub mod process;
 pub mod relay;
 pub mod release;

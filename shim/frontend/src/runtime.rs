@@ -27,6 +27,7 @@ use germline_sandbox::{Germline, LaunchSpec, Limits, Options};
 use serde_json::{json, Value};
 
 use crate::callmeta::{ArgItem, CallMeta, ItemKind};
+use crate::outbox::{self, Delivery};
 use crate::process::{ProcessSpec, ToolProcess};
 use crate::relay::{self, Agent, Buffered, CopyRelay};
 use crate::release::Release;
@@ -144,6 +145,8 @@ pub struct Runtime {
     ca_dir: PathBuf,
     /// Copies get the call's twin inputs (read once at start, not per call).
     twin_on: bool,
+    /// Where results for the recipients a manifest names go ([`crate::outbox`]).
+    pub outbox: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -304,6 +307,7 @@ impl Runtime {
             limits,
             user: std::env::var("USER").unwrap_or_else(|_| "root".into()),
             twin_on: twin_inputs_on(),
+            outbox: None,
         })
     }
 
@@ -444,6 +448,7 @@ impl Runtime {
         let mut others_failed = false;
         let mut triggers = 0;
         let mut failure: Option<RunError> = None;
+        let mut deliveries = Vec::new();
         for (gi, group) in plan.groups.iter().enumerate() {
             let in_view = |i: &ArgItem| group.view.iter().any(|v| v == &i.name);
             let is_agent = Some(gi) == agent_group;
@@ -468,6 +473,14 @@ impl Runtime {
                         label.join(c);
                     }
                     triggers += trig;
+                    // Every other consumer of this group gets this group's result.
+                    for c in group.consumers.iter().filter(|c| c.as_str() != AGENT) {
+                        deliveries.push(Delivery {
+                            consumer: c.clone(),
+                            result: result.clone(),
+                            label: Some(label.clone()),
+                        });
+                    }
                     if Some(gi) == agent_group {
                         agent = Some((result, label));
                     } else if result
@@ -498,6 +511,14 @@ impl Runtime {
         let mut g = json!({"label": label, "copies": plan.groups.len(), "mode": self.mode.name()});
         if others_failed {
             g["notice"] = json!(OTHER_COPY_FAILED);
+        }
+        if !deliveries.is_empty() {
+            g["recipients"] = Value::Object(outbox::deliver_all(
+                self.outbox.as_deref(),
+                &meta.tool,
+                deliveries,
+                &meta.consumers,
+            ));
         }
         add_meta(&mut result, g);
         phases.push(("total", t0.elapsed().as_micros() as u64));
@@ -673,7 +694,7 @@ impl Runtime {
         let outcome = self.broker.client.end_copy(call, 0);
         let _ = self.broker.client.end_call(call);
         let outcome = outcome.map_err(|e| RunError::Broker(e.to_string()))?;
-        let mut result = r.and_then(tool_result).map_err(RunError::Tool)?;
+        let r = r.and_then(tool_result);
         let mut label = match self.mode {
             Mode::SigPin => None,
             // Sig+IFC labels by the call's own inputs only (it sees no state or egress).
@@ -685,11 +706,34 @@ impl Runtime {
                 l.join(&c.clearance);
             }
         }
+        // One process serves every consumer: each recipient gets the same result.
+        let deliveries: Vec<Delivery> = meta
+            .consumers
+            .iter()
+            .filter(|c| c.name != AGENT)
+            .map(|c| Delivery {
+                consumer: c.name.clone(),
+                result: r.clone(),
+                label: label.clone(),
+            })
+            .collect();
+        let mut result = r.map_err(RunError::Tool)?;
+        let recipients = (!deliveries.is_empty()).then(|| {
+            outbox::deliver_all(
+                self.outbox.as_deref(),
+                &meta.tool,
+                deliveries,
+                &meta.consumers,
+            )
+        });
         if let Some(l) = &label {
-            add_meta(
-                &mut result,
-                json!({"label": l, "copies": plan.groups.len(), "mode": self.mode.name()}),
-            );
+            let mut g = json!({"label": l, "copies": plan.groups.len(), "mode": self.mode.name()});
+            if let Some(r) = &recipients {
+                g["recipients"] = Value::Object(r.clone());
+            }
+            add_meta(&mut result, g);
+        } else if let Some(r) = recipients {
+            add_meta(&mut result, json!({"recipients": r}));
         }
         Ok(Outcome {
             result,

@@ -54,6 +54,9 @@ pub struct ServeArgs {
     /// Pre-forked, checked, data-free copies to keep ready per release (germline, nosplit).
     #[arg(long, default_value_t = 0)]
     pub pool: usize,
+    /// Where results for the recipients a tool's manifest names go (docs/run.md).
+    #[arg(long)]
+    pub outbox: Option<PathBuf>,
     /// The signed releases (unpacked bundles with rootfs/, or OCI image layouts). Their tool
     /// names must be distinct.
     #[arg(required = true, num_args = 1..)]
@@ -164,6 +167,11 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         );
     }
     crate::sweep::at_start("serve");
+    let outbox = a
+        .outbox
+        .as_deref()
+        .map(crate::cli::check_outbox)
+        .transpose()?;
     let policy = Arc::new(Policy::load(&a.policy).map_err(|e| e.to_string())?);
     // Every release is verified before anything of any of them runs.
     let mut releases = Vec::new();
@@ -193,7 +201,8 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
             state_dir: a.state_dir.clone(),
             audit: None,
         })?;
-        let runtime = Runtime::start(a.mode, release, client, a.pool)?;
+        let mut runtime = Runtime::start(a.mode, release, client, a.pool)?;
+        runtime.outbox = outbox.clone();
         sessions.push(Session::new(runtime, policy.clone()));
     }
     let router = Arc::new(Router::new(sessions, owners, a.mode));

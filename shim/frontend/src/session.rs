@@ -200,13 +200,19 @@ impl Session {
             .get("arguments")
             .cloned()
             .unwrap_or_else(|| json!({}));
+        // The agent, and any recipient the signed manifest names for this call.
+        let mut consumers = vec![AGENT.to_string()];
+        match callmeta::recipients(&self.policy, name, tool, &args, params.get("_meta"), AGENT) {
+            Ok(r) => consumers.extend(r),
+            Err(e) => return error(id, INVALID_PARAMS, format!("germline: {e}")),
+        }
         let meta = match callmeta::build(
             &self.policy,
             name,
             tool,
             &args,
             params.get("_meta"),
-            &[AGENT.to_string()],
+            &consumers,
         ) {
             Ok(m) => m,
             Err(e) => return error(id, INVALID_PARAMS, format!("germline: {e}")),

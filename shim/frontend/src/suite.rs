@@ -786,6 +786,7 @@ fn live_copies(a: &SuiteArgs, policy: &Path, n: usize) -> Result<Vec<Value>, Str
         state_dir: a.state_dir.clone(),
         audit: None,
         pool: 0,
+        outbox: None,
         release: a.time_release.clone(),
     };
     let mut s = crate::cli::start_session(&ra)?;
@@ -841,6 +842,7 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
             state_dir: a.state_dir.clone(),
             audit: None,
             pool: 0,
+            outbox: None,
             release: release.clone(),
         };
         let mut s = crate::cli::start_session(&ra)?;

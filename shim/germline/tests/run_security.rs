@@ -282,3 +282,77 @@ fn sampling_answers_reach_only_the_agents_copy_where_admissible() {
         vec![("sig-pin", 2, vec![1, 1]), ("germline", 0, vec![1, 0])]
     );
 }
+
+/// A recipient the manifest names (`share`'s `to`) is a consumer in Plan and gets its own
+/// group's result through the outbox. Bob is cleared for finance only, the document is HR's:
+/// under `sig-pin` Bob receives the HR canary; under `nosplit` his one copy saw it too, so its
+/// result's label exceeds his clearance and it is withheld; under `germline` his copy saw the
+/// document empty and he receives that, while the agent gets the full text.
+#[test]
+fn a_recipient_named_by_the_manifest_gets_its_own_groups_result() {
+    if !can_run() || !bundle("germline-share").exists() {
+        assert!(
+            std::env::var_os("GERMLINE_REQUIRE_ROOT_TESTS").is_none(),
+            "needs bundles/out/germline-share (bundles/build.sh)"
+        );
+        return;
+    }
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    let bob = "bob@example.org";
+    let policy = w.policy(
+        sink.port,
+        &format!(
+            "\"{bob}\" = [\"finance\"]\n\n[[argument]]\ntool = \"share\"\nname = \"to\"\nlabel = []\n"
+        ),
+    );
+    let call = json!({"tool": "share", "arguments": {
+        "document": w.payslip.display().to_string(), "to": bob}});
+    let mut got = Vec::new();
+    for mode in ["sig-pin", "nosplit", "germline"] {
+        let outbox = w.path().join(format!("outbox-{mode}"));
+        std::fs::create_dir_all(&outbox).expect("mkdir");
+        let o = outbox.display().to_string();
+        let out = run_agent(
+            w.path(),
+            &json!([call]),
+            &run_cmd(&policy, mode, "germline-share", w.path(), &["--outbox", &o]),
+        );
+        assert!(out[0]["ok"] == json!(true), "{mode}: {out:?}");
+        // The agent always gets the whole document.
+        assert!(
+            text(&out[0]).contains(&w.canary_hr),
+            "{mode}: {}",
+            text(&out[0])
+        );
+        let status = out[0]["meta"]["germline"]["recipients"][bob]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let got_bob =
+            std::fs::read_to_string(outbox.join(format!("{bob}.jsonl"))).unwrap_or_default();
+        got.push((
+            mode,
+            status.split(':').next().unwrap_or_default().to_string(),
+            got_bob.lines().count(),
+            got_bob.contains(&w.canary_hr),
+        ));
+        if mode == "germline" {
+            let line: Value = serde_json::from_str(got_bob.trim()).expect("one JSON line");
+            assert_eq!(line["label"], json!([]), "{line}");
+            assert!(
+                line["result"].to_string().contains(&format!("for {bob}: ")),
+                "{line}"
+            );
+            assert_eq!(out[0]["meta"]["germline"]["copies"], json!(2));
+        }
+    }
+    assert_eq!(
+        got,
+        vec![
+            ("sig-pin", "delivered".to_string(), 1, true),
+            ("nosplit", "withheld".to_string(), 0, false),
+            ("germline", "delivered".to_string(), 1, false),
+        ]
+    );
+}
