@@ -103,19 +103,19 @@ mod tests {
             Some(dir.path()),
             "t",
             vec![ok(Some(Label::of(["finance"])))],
-            &[bob.clone()],
+            std::slice::from_ref(&bob),
         );
         assert_eq!(s["bob@example.org"], "delivered");
         let s = deliver_all(
             Some(dir.path()),
             "t",
             vec![ok(Some(Label::of(["hr"])))],
-            &[bob.clone()],
+            std::slice::from_ref(&bob),
         );
         assert!(s["bob@example.org"]
             .as_str()
             .is_some_and(|m| m.starts_with("withheld")));
-        let s = deliver_all(None, "t", vec![ok(None)], &[bob.clone()]);
+        let s = deliver_all(None, "t", vec![ok(None)], std::slice::from_ref(&bob));
         assert!(s["bob@example.org"]
             .as_str()
             .is_some_and(|m| m.contains("--outbox")));
