@@ -13,7 +13,9 @@ sampling/createMessage of that call with TEXT.
 Each output line: {"step": i, "ok": bool, "text": [...], "structured": ..., "meta": ...,
 "error": str|null, "logs": [...], "progress": [...], "ms": float}, and with "sample_reply":
 "sampled": [the prompts asked], "logs_at_sampling": [the log messages received before each
-sampling request arrived]."""
+sampling request arrived]. "elicit_reply": {...} likewise offers elicitation and accepts every
+elicitation/create of that call with that content; the output then has "elicited": [messages].
+"""
 import json
 import sys
 import time
@@ -36,7 +38,7 @@ async def main():
     with open(script_path) as f:
         steps = json.load(f)
     logs = []
-    sampling = {"reply": None, "asked": [], "logs_at": []}
+    sampling = {"reply": None, "asked": [], "logs_at": [], "elicit": None, "elicited": []}
 
     async def on_log(params):
         logs.append(params.data if hasattr(params, "data") else str(params))
@@ -49,9 +51,15 @@ async def main():
             role="assistant", model="scripted",
             content=types.TextContent(type="text", text=sampling["reply"] or ""))
 
+    async def on_elicit(context, params):
+        sampling["elicited"].append(getattr(params, "message", ""))
+        return types.ElicitResult(action="accept", content=sampling["elicit"] or {})
+
     extra = {}
     if any("sample_reply" in st for st in steps):
         extra["sampling_callback"] = on_sample
+    if any("elicit_reply" in st for st in steps):
+        extra["elicitation_callback"] = on_elicit
     server = StdioServerParameters(command=command, args=args)
     async with stdio_client(server) as (read, write):
         async with ClientSession(read, write, logging_callback=on_log, read_timeout_seconds=60, **extra) as s:
@@ -65,7 +73,8 @@ async def main():
                 for _ in range(int(step.get("repeat", 1))):
                     logs.clear()
                     progress = []
-                    sampling.update(reply=step.get("sample_reply"), asked=[], logs_at=[])
+                    sampling.update(reply=step.get("sample_reply"), asked=[], logs_at=[],
+                                    elicit=step.get("elicit_reply"), elicited=[])
 
                     async def on_progress(p, total, message):
                         progress.append(message or str(p))
@@ -93,6 +102,8 @@ async def main():
                     if "sample_reply" in step:
                         out["sampled"] = list(sampling["asked"])
                         out["logs_at_sampling"] = list(sampling["logs_at"])
+                    if "elicit_reply" in step:
+                        out["elicited"] = list(sampling["elicited"])
                     dump(out)
 
 

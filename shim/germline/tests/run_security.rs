@@ -287,7 +287,11 @@ fn sampling_answers_reach_only_the_agents_copy_where_admissible() {
 /// group's result through the outbox. Bob is cleared for finance only, the document is HR's:
 /// under `sig-pin` Bob receives the HR canary; under `nosplit` his one copy saw it too, so its
 /// result's label exceeds his clearance and it is withheld; under `germline` his copy saw the
-/// document empty and he receives that, while the agent gets the full text.
+/// document empty and he receives that, while the agent gets the full text. The tool also
+/// elicits a note from the agent (a canary of the agent's): `sig-pin` relays it and Bob gets
+/// it; under `nosplit` the agent shares its copy with Bob, so the answer is not admissible and
+/// the agent is never asked; under `germline` only the agent's own copy asks, and Bob's copy's
+/// request is refused.
 #[test]
 fn a_recipient_named_by_the_manifest_gets_its_own_groups_result() {
     if !can_run() || !bundle("germline-share").exists() {
@@ -306,8 +310,10 @@ fn a_recipient_named_by_the_manifest_gets_its_own_groups_result() {
             "\"{bob}\" = [\"finance\"]\n\n[[argument]]\ntool = \"share\"\nname = \"to\"\nlabel = []\n"
         ),
     );
+    let note = format!("CANARY-NOTE-{:016x}", rand_u64());
     let call = json!({"tool": "share", "arguments": {
-        "document": w.payslip.display().to_string(), "to": bob}});
+        "document": w.payslip.display().to_string(), "to": bob},
+        "elicit_reply": {"note": note}});
     let mut got = Vec::new();
     for mode in ["sig-pin", "nosplit", "germline"] {
         let outbox = w.path().join(format!("outbox-{mode}"));
@@ -336,6 +342,9 @@ fn a_recipient_named_by_the_manifest_gets_its_own_groups_result() {
             status.split(':').next().unwrap_or_default().to_string(),
             got_bob.lines().count(),
             got_bob.contains(&w.canary_hr),
+            out[0]["elicited"].as_array().map_or(0, Vec::len),
+            got_bob.contains(&note),
+            text(&out[0]).contains(&note),
         ));
         if mode == "germline" {
             let line: Value = serde_json::from_str(got_bob.trim()).expect("one JSON line");
@@ -350,9 +359,17 @@ fn a_recipient_named_by_the_manifest_gets_its_own_groups_result() {
     assert_eq!(
         got,
         vec![
-            ("sig-pin", "delivered".to_string(), 1, true),
-            ("nosplit", "withheld".to_string(), 0, false),
-            ("germline", "delivered".to_string(), 1, false),
+            ("sig-pin", "delivered".to_string(), 1, true, 1, true, true),
+            ("nosplit", "withheld".to_string(), 0, false, 0, false, false),
+            (
+                "germline",
+                "delivered".to_string(),
+                1,
+                false,
+                1,
+                false,
+                true
+            ),
         ]
     );
 }
