@@ -127,6 +127,9 @@ pub struct CopyRelay<'a, 'b> {
     pub answered: bool,
     /// Requests relayed to the agent.
     pub relayed: usize,
+    /// Called before an answer of the agent enters the copy: raises the copy's label in the
+    /// broker (so its slot writes and output made after it carry the agent's clearance).
+    raise: Option<Box<dyn FnMut() -> Result<(), String> + 'a>>,
 }
 
 impl std::fmt::Debug for CopyRelay<'_, '_> {
@@ -155,7 +158,15 @@ impl<'a, 'b> CopyRelay<'a, 'b> {
             deadline,
             answered: false,
             relayed: 0,
+            raise: None,
         }
+    }
+
+    /// Sets the hook that raises the copy's label before an answer of the agent enters it;
+    /// if it fails, the copy gets an error instead of the answer.
+    pub fn with_raise(mut self, f: impl FnMut() -> Result<(), String> + 'a) -> Self {
+        self.raise = Some(Box::new(f));
+        self
     }
 
     /// Handles one message from the copy (a notification or a request other than `ping`);
@@ -173,11 +184,20 @@ impl<'a, 'b> CopyRelay<'a, 'b> {
             Ok(()) => {
                 let params = msg.get("params").cloned().unwrap_or_else(|| json!({}));
                 self.relayed += 1;
-                self.answered = true;
-                match self.agent.link.request(method, params, self.deadline) {
+                let answer = match self.agent.link.request(method, params, self.deadline) {
                     Ok(r) => json!({"result": r}),
                     Err(e) => json!({"error": e}),
+                };
+                // The answer (a result or the agent's error) is the agent's data: label the
+                // copy first, or hand it nothing.
+                if let Some(raise) = self.raise.as_mut() {
+                    if let Err(e) = raise() {
+                        return Some(json!({"error": {"code": REFUSED, "message": format!(
+                            "germline: the broker could not label the agent's answer: {e}")}}));
+                    }
                 }
+                self.answered = true;
+                answer
             }
         })
     }
@@ -262,6 +282,36 @@ mod tests {
         let (log, a, answered) = run(false, None, caps);
         assert!(log.asked.is_empty() && log.notes.is_empty() && !answered);
         assert_eq!(a["error"]["message"], NOT_THE_AGENTS_COPY);
+    }
+
+    #[test]
+    fn an_answer_enters_only_after_the_copy_was_labelled() {
+        let mut log = Log::default();
+        let mut agent = Agent {
+            link: &mut log,
+            capabilities: json!({"sampling": {}}),
+        };
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let mut r = CopyRelay::new(&mut agent, true, None, None, deadline)
+            .with_raise(|| Err("broker down".to_string()));
+        let a = r.handle(&sample()).expect("answered");
+        assert!(!r.answered);
+        assert!(a.get("result").is_none(), "{a}");
+        assert!(a["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("broker down")));
+        drop(r);
+        let mut raised = 0;
+        let mut r = CopyRelay::new(&mut agent, true, None, None, deadline).with_raise(|| {
+            raised += 1;
+            Ok(())
+        });
+        assert!(r
+            .handle(&sample())
+            .is_some_and(|a| a.get("result").is_some()));
+        assert!(r.answered);
+        drop(r);
+        assert_eq!(raised, 1);
     }
 
     #[test]

@@ -589,7 +589,14 @@ impl Runtime {
         let token = meta.progress_token.clone().filter(|_| is_agent);
         let call_meta = token.clone().map(|t| json!({"progressToken": t}));
         let deadline = copy.deadline();
-        let mut relay = CopyRelay::new(agent, is_agent, token, inadmissible, deadline);
+        let client = &self.broker.client;
+        let agent_clearance = agent_clearance_of(meta);
+        let mut relay =
+            CopyRelay::new(agent, is_agent, token, inadmissible, deadline).with_raise(move || {
+                client
+                    .raise_copy(call, gi, &agent_clearance)
+                    .map_err(|e| e.to_string())
+            });
         // Sub-phases of `copy` for `germline bench` (a few clock reads per call).
         let mut marks = [0u64; 4];
         let us = |s: Instant| s.elapsed().as_micros() as u64;
@@ -680,7 +687,13 @@ impl Runtime {
         let call_meta = token.clone().map(|t| json!({"progressToken": t}));
         // A baseline is one process serving the agent: it talks to the agent as the
         // unprotected server would, with no admissibility check.
-        let mut relay = CopyRelay::new(agent, true, token, None, deadline);
+        let client = &self.broker.client;
+        let agent_clearance = agent_clearance_of(meta);
+        let mut relay = CopyRelay::new(agent, true, token, None, deadline).with_raise(move || {
+            client
+                .raise_copy(call, 0, &agent_clearance)
+                .map_err(|e| e.to_string())
+        });
         let r = p.put_items(&files).and_then(|()| {
             p.mcp_call(
                 &meta.tool,
@@ -778,6 +791,15 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The agent's clearance in this call (public if the call has no agent: nothing to raise).
+fn agent_clearance_of(meta: &CallMeta) -> Label {
+    meta.consumers
+        .iter()
+        .find(|c| c.name == AGENT)
+        .map(|c| c.clearance.clone())
+        .unwrap_or_else(Label::public)
 }
 
 /// A `CallToolResult` must be an object; anything else from a copy is malformed.

@@ -272,6 +272,12 @@ fn sampling_answers_reach_only_the_agents_copy_where_admissible() {
                 out[0]["meta"]["germline"]["label"],
                 json!(["finance", "hr"])
             );
+            // The broker labelled the agent's copy before the answer entered it (its slot
+            // writes after it carry the agent's clearance), and only that copy.
+            let log = audit(w.path(), "germline", "germline-office-relay");
+            let raised: Vec<&Value> = log.iter().filter(|e| e["event"] == "copy_raised").collect();
+            assert_eq!(raised.len(), 1, "{raised:?}");
+            assert_eq!(raised[0]["label"], json!(["finance", "hr"]));
             // ocr_text: the copy was told why, and the agent's clearance labels nothing.
             let t = text(&out[1]);
             assert!(t.contains("not admissible") && !t.contains(&canary), "{t}");
