@@ -11,8 +11,14 @@ A script is a list of steps:
     {"sleep": SECONDS}
     {"wait_file": PATH}      (waits, at most 60 s, until PATH exists: the test's turn)
     {"fetch": URL}           (an HTTP GET, e.g. a metrics scrape: {"step": i, "fetch": URL, "body": ...})
+A step may carry "sample_reply": TEXT: the agent then offers sampling, and answers every
+sampling/createMessage of that call with TEXT.
 Each output line: {"step": i, "ok": bool, "text": [...], "structured": ..., "meta": ...,
-"error": str|null, "logs": [...], "progress": [...], "ms": float}."""
+"error": str|null, "logs": [...], "progress": [...], "ms": float}, and with "sample_reply":
+"sampled": [the prompts asked], "logs_at_sampling": [the log messages received before each
+sampling request arrived]. "elicit_reply": {...} likewise offers elicitation and accepts every
+elicitation/create of that call with that content; the output then has "elicited": [messages].
+"""
 import json
 import os
 import sys
@@ -20,7 +26,7 @@ import time
 import urllib.request
 
 import anyio
-from mcp import ClientSession, StdioServerParameters
+from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 
 
@@ -37,13 +43,31 @@ async def main():
     with open(script_path) as f:
         steps = json.load(f)
     logs = []
+    sampling = {"reply": None, "asked": [], "logs_at": [], "elicit": None, "elicited": []}
 
     async def on_log(params):
         logs.append(params.data if hasattr(params, "data") else str(params))
 
+    async def on_sample(context, params):
+        prompt = " ".join(getattr(m.content, "text", "") for m in params.messages)
+        sampling["asked"].append(prompt)
+        sampling["logs_at"].append([str(x) for x in logs])
+        return types.CreateMessageResult(
+            role="assistant", model="scripted",
+            content=types.TextContent(type="text", text=sampling["reply"] or ""))
+
+    async def on_elicit(context, params):
+        sampling["elicited"].append(getattr(params, "message", ""))
+        return types.ElicitResult(action="accept", content=sampling["elicit"] or {})
+
+    extra = {}
+    if any("sample_reply" in st for st in steps):
+        extra["sampling_callback"] = on_sample
+    if any("elicit_reply" in st for st in steps):
+        extra["elicitation_callback"] = on_elicit
     server = StdioServerParameters(command=command, args=args)
     async with stdio_client(server) as (read, write):
-        async with ClientSession(read, write, logging_callback=on_log, read_timeout_seconds=60) as s:
+        async with ClientSession(read, write, logging_callback=on_log, read_timeout_seconds=60, **extra) as s:
             init = await s.initialize()
             dump({"step": "initialize", "ok": True, "server": init.server_info.name})
             for i, step in enumerate(steps):
@@ -68,6 +92,8 @@ async def main():
                 for _ in range(int(step.get("repeat", 1))):
                     logs.clear()
                     progress = []
+                    sampling.update(reply=step.get("sample_reply"), asked=[], logs_at=[],
+                                    elicit=step.get("elicit_reply"), elicited=[])
 
                     async def on_progress(p, total, message):
                         progress.append(message or str(p))
@@ -92,6 +118,11 @@ async def main():
                     out["ms"] = (time.perf_counter() - t0) * 1000
                     out["logs"] = [str(x) for x in logs]
                     out["progress"] = list(progress)
+                    if "sample_reply" in step:
+                        out["sampled"] = list(sampling["asked"])
+                        out["logs_at_sampling"] = list(sampling["logs_at"])
+                    if "elicit_reply" in step:
+                        out["elicited"] = list(sampling["elicited"])
                     dump(out)
 
 

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use germline_policy::call::{CopyOutcome, LabelRules};
 use germline_policy::plan::{plan, ItemMeta, Member, Plan, PlanInput, PlanMode};
+use germline_policy::Label;
 use nix::sys::socket::{
     self, sockopt, AddressFamily, Backlog, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag,
     SockType, UnixAddr,
@@ -61,6 +62,12 @@ pub enum Request {
     EndCopy {
         call: u64,
         group: usize,
+    },
+    /// Raises a running copy's label (an input the shim handed it during the call).
+    RaiseCopy {
+        call: u64,
+        group: usize,
+        label: Label,
     },
     EndCall {
         call: u64,
@@ -323,6 +330,12 @@ fn handle(broker: &Broker, req: Request, passed: Option<OwnedFd>) -> Result<Valu
                 .map_err(|e| e.to_string())?;
             Ok(json!({"outcome": out, "requests": requests}))
         }
+        Request::RaiseCopy { call, group, label } => {
+            broker
+                .raise_copy(call, group, &label)
+                .map_err(|e| e.to_string())?;
+            Ok(json!({}))
+        }
         Request::EndCall { call } => {
             let rec = broker.end_call(call).map_err(|e| e.to_string())?;
             Ok(json!({"record": rec}))
@@ -431,6 +444,19 @@ impl BrokerClient {
             None => Vec::new(),
         };
         Ok((outcome, requests))
+    }
+
+    /// Raises copy `group`'s label by `label` before the shim hands it an input of that label.
+    pub fn raise_copy(&self, call: u64, group: usize, label: &Label) -> Result<(), ControlError> {
+        self.call(
+            &Request::RaiseCopy {
+                call,
+                group,
+                label: label.clone(),
+            },
+            None,
+        )
+        .map(drop)
     }
 
     /// The call's record as JSON (replies carry hex bodies).

@@ -663,6 +663,25 @@ impl Broker {
         Ok(local)
     }
 
+    /// Raises a running copy's label: the shim is about to hand it an input of label `l` (the
+    /// agent's answer to a relayed request), so its later slot writes and its output carry it.
+    pub fn raise_copy(&self, call: u64, group: usize, l: &Label) -> Result<(), BrokerError> {
+        let state = self.call(call)?;
+        let mut m = state.lock()?;
+        let copy = m
+            .copies
+            .get_mut(&group)
+            .ok_or(BrokerError::NoCopy { call, group })?;
+        copy.tracker.raise(l);
+        let label = copy.tracker.label().clone();
+        drop(m);
+        self.inner.audit.event(
+            "copy_raised",
+            || json!({"call": call, "group": group, "label": label}),
+        );
+        Ok(())
+    }
+
     /// Ends a copy: closes its endpoint (cutting anything in flight) and returns its output
     /// label `ℓ(g)` and triggers.
     pub fn end_copy(&self, call: u64, group: usize) -> Result<CopyOutcome, BrokerError> {

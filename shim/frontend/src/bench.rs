@@ -43,6 +43,10 @@ pub struct BenchArgs {
     /// Write the figures here as JSON.
     #[arg(long, default_value = "run-bench.json")]
     pub out: PathBuf,
+    /// Only these modes (default: every mode; `germline` also runs with the pool). Without
+    /// `fresh-ifc` the ratio to it is not computed.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub modes: Vec<Mode>,
     pub release: PathBuf,
 }
 
@@ -139,8 +143,14 @@ fn measure(a: &BenchArgs, mode: Mode, pool: usize) -> Result<Vec<f64>, String> {
 }
 
 pub fn run(a: &BenchArgs) -> Result<(), String> {
-    let mut runs: Vec<(Mode, usize)> = Mode::ALL.iter().map(|m| (*m, 0)).collect();
-    runs.push((Mode::Germline, a.pool));
+    let mut runs: Vec<(Mode, usize)> = Mode::ALL
+        .iter()
+        .filter(|m| a.modes.is_empty() || a.modes.contains(m))
+        .map(|m| (*m, 0))
+        .collect();
+    if a.modes.is_empty() || a.modes.contains(&Mode::Germline) {
+        runs.push((Mode::Germline, a.pool));
+    }
     let mut raw = Vec::new();
     for (mode, pool) in runs {
         eprintln!("run-bench: {} (pool {pool}) ...", mode.name());

@@ -59,6 +59,12 @@ pub enum CallMetaError {
         arg: String,
         found: String,
     },
+    #[error("tool `{tool}` names its result's recipients by argument `{arg}`, but {found}")]
+    Recipient {
+        tool: String,
+        arg: String,
+        found: String,
+    },
     #[error("_meta.\"germline/labels\": {0}")]
     MetaLabels(String),
     #[error("the arguments have more than {MAX_LEAVES} values")]
@@ -335,6 +341,74 @@ pub fn destinations(
     Ok(hosts)
 }
 
+/// The recipients of the call's result besides the agent, as the signed manifest names them
+/// (`consumers.names`, and the value of `consumers.of_argument`), sorted, without the agent.
+/// They are public metadata (A5), so the naming argument must be public under the policy
+/// (after any `_meta` raise): otherwise the call is refused, never the name hidden.
+pub fn recipients(
+    policy: &Policy,
+    tool_name: &str,
+    tool: &Tool,
+    arguments: &Value,
+    meta: Option<&Value>,
+    agent: &str,
+) -> Result<Vec<String>, CallMetaError> {
+    let Some(c) = &tool.consumers else {
+        return Ok(Vec::new());
+    };
+    let mut out: Vec<String> = c.names.clone();
+    if let Some(arg) = &c.of_argument {
+        let err = |found: String| CallMetaError::Recipient {
+            tool: tool_name.to_string(),
+            arg: arg.clone(),
+            found,
+        };
+        let v = arguments
+            .get(arg)
+            .ok_or_else(|| err("the call has no such argument".into()))?;
+        let names: Vec<&str> = match v {
+            Value::String(s) => vec![s.as_str()],
+            Value::Array(a) => a
+                .iter()
+                .map(|x| {
+                    x.as_str()
+                        .ok_or_else(|| err(format!("{x} is not a string")))
+                })
+                .collect::<Result<_, _>>()?,
+            other => return Err(err(format!("its value is not a string or a list: {other}"))),
+        };
+        let raise = meta_labels(policy, meta)?;
+        for (i, n) in names.iter().enumerate() {
+            let leaf = if v.is_array() {
+                format!("{arg}.{i}")
+            } else {
+                arg.clone()
+            };
+            let mut label = policy
+                .argument_label(tool_name, &leaf)
+                .or_else(|| policy.rule_label(Source::Uri, n))
+                .or_else(|| policy.rule_label(Source::Path, n))
+                .unwrap_or_else(|| policy.default_item_label().clone());
+            raised(&raise, &leaf, &mut label);
+            if !label.is_public() {
+                return Err(err(format!(
+                    "the policy labels it {{{}}}: a recipient's name reaches every copy (A5), so \
+                     it must be public; add an [[argument]] rule with label = [] for it",
+                    label.canonical()
+                )));
+            }
+            if !germline_release::manifest::valid_consumer(n) {
+                return Err(err(format!("{n:?} is not a consumer name")));
+            }
+            out.push(n.to_string());
+        }
+    }
+    out.retain(|n| n != agent);
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
 /// Builds the call's metadata and items. `consumers` are the names of the result's consumers
 /// (the agent, and any recipient the manifest names); their clearances come from the policy.
 pub fn build(
@@ -519,6 +593,7 @@ agent = ["hr", "finance"]
                 hosts: Some(hosts.iter().map(|h| h.to_string()).collect()),
                 host_of_argument: arg.map(str::to_string),
             },
+            consumers: None,
         }
     }
 
@@ -531,6 +606,37 @@ agent = ["hr", "finance"]
         std::fs::write(d.path().join("fin/ledger.db"), "DB").expect("write");
         std::fs::write(d.path().join("stray.txt"), "x").expect("write");
         d
+    }
+
+    #[test]
+    fn recipients_come_from_the_manifest_and_must_be_public() {
+        let d = world();
+        let p = policy(
+            d.path(),
+            "[[argument]]\ntool = \"mail\"\nname = \"to*\"\nlabel = []\n",
+        );
+        let mut t = tool(&[], None);
+        t.consumers = Some(germline_release::manifest::Consumers {
+            names: vec!["archive".into()],
+            of_argument: Some("to".into()),
+        });
+        let args = json!({"to": ["bob", "agent", "bob"], "body": "hi"});
+        let r = recipients(&p, "mail", &t, &args, None, "agent").expect("public names");
+        assert_eq!(r, ["archive", "bob"]);
+        // Raised by the agent's own _meta: refused, the name would reach every copy.
+        let raise = json!({"germline/labels": {"to": ["hr"]}});
+        let e = recipients(&p, "mail", &t, &args, Some(&raise), "agent").expect_err("raised");
+        assert!(e.to_string().contains("must be public"), "{e}");
+        // No rule for this tool: the default label, which is not public.
+        let e = recipients(&p, "mail2", &t, &args, None, "agent").expect_err("default");
+        assert!(e.to_string().contains("argument `to`"), "{e}");
+        let e = recipients(&p, "mail", &t, &json!({"to": 7}), None, "agent").expect_err("7");
+        assert!(e.to_string().contains("not a string or a list"), "{e}");
+        assert!(
+            recipients(&p, "mail", &tool(&[], None), &args, None, "agent")
+                .expect("none")
+                .is_empty()
+        );
     }
 
     #[test]

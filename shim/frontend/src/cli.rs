@@ -43,6 +43,10 @@ pub struct RunArgs {
     /// (`http://HOST:PORT`; off by default; docs/operations.md).
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
+    /// Where results for the recipients a tool's manifest names go (`<recipient>.jsonl`,
+    /// docs/run.md); without it they are not delivered.
+    #[arg(long)]
+    pub outbox: Option<PathBuf>,
     /// The signed release: an unpacked bundle (with rootfs/) or an OCI image layout.
     pub release: PathBuf,
 }
@@ -118,7 +122,9 @@ pub fn start_session(a: &RunArgs) -> Result<Session, String> {
         state_dir: a.state_dir.clone(),
         audit: a.audit.clone(),
     })?;
+    let outbox = a.outbox.as_deref().map(check_outbox).transpose()?;
     let mut runtime = Runtime::start(a.mode, release, broker, a.pool)?;
+    runtime.outbox = outbox;
     runtime.evidence = evidence_for(&a.evidence, &a.state_dir, &policy)?;
     runtime.limiter = crate::limits::Limiter::new(policy.limits(), &runtime.release.digest);
     runtime.lifetime = lifetime;
@@ -140,9 +146,22 @@ pub fn start_session(a: &RunArgs) -> Result<Session, String> {
     Ok(Session::new(runtime, policy))
 }
 
+/// `--outbox DIR` must be an existing directory.
+pub fn check_outbox(dir: &std::path::Path) -> Result<PathBuf, String> {
+    if dir.is_dir() {
+        Ok(dir.to_path_buf())
+    } else {
+        Err(format!(
+            "--outbox {}: expected an existing directory for the recipients' results",
+            dir.display()
+        ))
+    }
+}
+
 /// `germline run`.
 pub fn run(a: &RunArgs) -> Result<(), String> {
     let sigfd = crate::stdio::stop_signals().map_err(|e| format!("signals: {e}"))?;
+    crate::sweep::at_start("run");
     let mut session = start_session(a)?;
     eprintln!(
         "germline run: {} ({}) in mode {}, broker {}",

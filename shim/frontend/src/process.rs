@@ -316,6 +316,24 @@ impl ToolProcess {
         deadline: Instant,
         observer: &mut dyn FnMut(&Value),
     ) -> Result<Value, String> {
+        self.request_relayed(method, params, deadline, &mut |m| {
+            if m.get("id").is_none() {
+                observer(m);
+            }
+            None
+        })
+    }
+
+    /// Like [`ToolProcess::request_observed`], with one handler for the notifications and
+    /// the requests the tool sends meanwhile (as `Copy::request_relayed` in the sandbox):
+    /// `Some({"result": ..})` or `Some({"error": ..})` answers a request, `None` refuses it.
+    pub fn request_relayed(
+        &mut self,
+        method: &str,
+        params: Value,
+        deadline: Instant,
+        handler: &mut dyn FnMut(&Value) -> Option<Value>,
+    ) -> Result<Value, String> {
         let id = self.next_id;
         self.next_id += 1;
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
@@ -343,12 +361,20 @@ impl ToolProcess {
                     self.send(&json!({"jsonrpc": "2.0", "id": rid, "result": {}}))?;
                 }
                 (Some(m), Some(rid)) => {
-                    let answer = json!({"jsonrpc": "2.0", "id": rid.clone(), "error": {
-                        "code": -32601,
-                        "message": format!("germline: {m} is not available to the tool during a call")}});
+                    let rid = rid.clone();
+                    let mut answer = handler(&msg)
+                        .filter(|a| a.get("result").is_some() || a.get("error").is_some())
+                        .unwrap_or_else(|| {
+                            json!({"error": {"code": -32601,
+                                "message": format!("germline: {m} is not available to the tool during a call")}})
+                        });
+                    answer["jsonrpc"] = json!("2.0");
+                    answer["id"] = rid;
                     self.send(&answer)?;
                 }
-                (Some(_), None) => observer(&msg),
+                (Some(_), None) => {
+                    handler(&msg);
+                }
                 _ => {}
             }
         }
@@ -361,14 +387,14 @@ impl ToolProcess {
         arguments: Value,
         meta: Option<Value>,
         deadline: Instant,
-        observer: &mut dyn FnMut(&Value),
+        handler: &mut dyn FnMut(&Value) -> Option<Value>,
     ) -> Result<Value, String> {
         self.ensure_initialized(deadline)?;
         let mut params = json!({"name": tool, "arguments": arguments});
         if let Some(m) = meta {
             params["_meta"] = m;
         }
-        self.request_observed("tools/call", params, deadline, observer)
+        self.request_relayed("tools/call", params, deadline, handler)
     }
 
     pub fn ensure_initialized(&mut self, deadline: Instant) -> Result<(), String> {

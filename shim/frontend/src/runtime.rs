@@ -28,7 +28,9 @@ use germline_sandbox::{Germline, LaunchSpec, Limits, Options};
 use serde_json::{json, Value};
 
 use crate::callmeta::{ArgItem, CallMeta, ItemKind};
+use crate::outbox::{self, Delivery};
 use crate::process::{ProcessSpec, ToolProcess};
+use crate::relay::{self, Agent, Buffered, CopyRelay};
 use crate::release::Release;
 use crate::sidecar::Sidecar;
 
@@ -124,18 +126,6 @@ pub struct Outcome {
     pub notifications: Vec<Value>,
 }
 
-/// Keeps what the agent may see of a copy's notifications: log messages, and progress on the
-/// agent's own token.
-fn forwardable(msg: &Value, token: Option<&Value>) -> bool {
-    match msg.get("method").and_then(Value::as_str) {
-        Some("notifications/message") => true,
-        Some("notifications/progress") => {
-            token.is_some() && msg.pointer("/params/progressToken") == token
-        }
-        _ => false,
-    }
-}
-
 /// What one group's copy is to do.
 struct CopyJob<'a> {
     call: u64,
@@ -143,6 +133,8 @@ struct CopyJob<'a> {
     meta: &'a CallMeta,
     in_view: &'a dyn Fn(&ArgItem) -> bool,
     is_agent: bool,
+    /// Why the agent's answer to a sampling or elicitation request may not enter this copy.
+    inadmissible: Option<String>,
     /// Twin inputs of the call, unless twin inputs are off (the reference runs).
     twin: Option<(u128, u64)>,
 }
@@ -194,6 +186,8 @@ pub struct Runtime {
     fresh_due: bool,
     /// The state file `germline status` reads (crate::status).
     pub status: Option<crate::status::StatusWriter>,
+    /// Where results for the recipients a manifest names go ([`crate::outbox`]).
+    pub outbox: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -380,6 +374,7 @@ impl Runtime {
             generation: 0,
             fresh_due: false,
             status: None,
+            outbox: None,
         })
     }
 
@@ -477,8 +472,26 @@ impl Runtime {
         Ok((id, twin, plan))
     }
 
-    /// One `tools/call`.
+    /// One `tools/call` without a live agent: notifications come back in the outcome,
+    /// requests to the agent are refused.
     pub fn call(&mut self, meta: &CallMeta) -> Result<Outcome, RunError> {
+        let mut link = Buffered::default();
+        let mut agent = Agent {
+            link: &mut link,
+            capabilities: json!({}),
+        };
+        let mut out = self.call_with(meta, &mut agent)?;
+        out.notifications = link.notifications;
+        Ok(out)
+    }
+
+    /// One `tools/call`, talking to the agent during the call through `agent` (see
+    /// [`crate::relay`]).
+    pub fn call_with(
+        &mut self,
+        meta: &CallMeta,
+        agent: &mut Agent<'_>,
+    ) -> Result<Outcome, RunError> {
         let started = std::time::SystemTime::now();
         self.last_requests.clear();
         let r = self
@@ -487,9 +500,9 @@ impl Runtime {
             .map_err(limit)
             .and_then(|()| self.relaunch_if_due().map_err(RunError::Sandbox))
             .and_then(|()| match self.mode {
-                Mode::Germline => self.call_germline(meta, PlanMode::Split),
-                Mode::Nosplit => self.call_germline(meta, PlanMode::NoSplit),
-                _ => self.call_process(meta),
+                Mode::Germline => self.call_germline(meta, PlanMode::Split, agent),
+                Mode::Nosplit => self.call_germline(meta, PlanMode::NoSplit, agent),
+                _ => self.call_process(meta, agent),
             });
         if self.lifetime == germline_policy::limits::Lifetime::SingleShot && self.launch.is_some() {
             self.fresh_due = true;
@@ -504,7 +517,12 @@ impl Runtime {
         r
     }
 
-    fn call_germline(&mut self, meta: &CallMeta, plan_mode: PlanMode) -> Result<Outcome, RunError> {
+    fn call_germline(
+        &mut self,
+        meta: &CallMeta,
+        plan_mode: PlanMode,
+        agent_link: &mut Agent<'_>,
+    ) -> Result<Outcome, RunError> {
         let t0 = Instant::now();
         let mut phases = Vec::new();
         self.evidence
@@ -519,29 +537,47 @@ impl Runtime {
             .iter()
             .position(|g| g.consumers.iter().any(|c| c == AGENT));
         let mut agent: Option<(Result<Value, String>, Label)> = None;
-        let mut notifications = Vec::new();
+        let agent_clearance = meta
+            .consumers
+            .iter()
+            .find(|c| c.name == AGENT)
+            .map(|c| c.clearance.clone());
         let mut others_failed = false;
         let mut triggers = 0;
         let mut failure: Option<RunError> = None;
+        let mut deliveries = Vec::new();
         for (gi, group) in plan.groups.iter().enumerate() {
             let in_view = |i: &ArgItem| group.view.iter().any(|v| v == &i.name);
             let is_agent = Some(gi) == agent_group;
-            let mut seen = Vec::new();
+            let inadmissible = match &agent_clearance {
+                Some(c) => relay::admissible(c, &group.horizon, &group.hosts).err(),
+                None => Some("germline: the call has no agent".to_string()),
+            };
             let job = CopyJob {
                 call,
                 group: gi,
                 meta,
                 in_view: &in_view,
                 is_agent,
+                inadmissible,
                 twin,
             };
-            let r = self.run_copy(job, &mut seen, &mut phases);
-            if is_agent {
-                notifications = seen;
-            }
+            let r = self.run_copy(job, agent_link, &mut phases);
             match r {
-                Ok((result, label, out)) => {
+                Ok((result, mut label, out, answered)) => {
+                    // An answer of the agent entered the copy: its output carries it.
+                    if let (true, Some(c)) = (answered, &agent_clearance) {
+                        label.join(c);
+                    }
                     triggers += out.triggers.len();
+                    // Every other consumer of this group gets this group's result.
+                    for c in group.consumers.iter().filter(|c| c.as_str() != AGENT) {
+                        deliveries.push(Delivery {
+                            consumer: c.clone(),
+                            result: result.clone(),
+                            label: Some(label.clone()),
+                        });
+                    }
                     if !out.triggers.is_empty() {
                         outcomes.push((gi, out));
                     }
@@ -579,6 +615,14 @@ impl Runtime {
         if others_failed {
             g["notice"] = json!(OTHER_COPY_FAILED);
         }
+        if !deliveries.is_empty() {
+            g["recipients"] = Value::Object(outbox::deliver_all(
+                self.outbox.as_deref(),
+                &meta.tool,
+                deliveries,
+                &meta.consumers,
+            ));
+        }
         add_meta(&mut result, g);
         phases.push(("total", t0.elapsed().as_micros() as u64));
         Ok(Outcome {
@@ -587,7 +631,7 @@ impl Runtime {
             copies: plan.groups.len(),
             triggers,
             phases,
-            notifications,
+            notifications: Vec::new(),
         })
     }
 
@@ -597,15 +641,16 @@ impl Runtime {
     fn run_copy(
         &mut self,
         job: CopyJob<'_>,
-        seen: &mut Vec<Value>,
+        agent: &mut Agent<'_>,
         phases: &mut Vec<(&'static str, u64)>,
-    ) -> Result<(Result<Value, String>, Label, CopyOutcome), RunError> {
+    ) -> Result<(Result<Value, String>, Label, CopyOutcome, bool), RunError> {
         let CopyJob {
             call,
             group: gi,
             meta,
             in_view,
             is_agent,
+            inadmissible,
             twin,
         } = job;
         let Backend::Germline(g) = &mut self.backend else {
@@ -632,6 +677,9 @@ impl Runtime {
             m.item_bytes(&release.label(), view_bytes);
         }
         copy.set_twin(twin);
+        if is_agent && inadmissible.is_none() {
+            copy.set_client_capabilities(agent.relayed_capabilities());
+        }
         phases.push(("fork", t.elapsed().as_micros() as u64));
         let t = Instant::now();
         let netns = File::open(format!("/proc/{}/ns/net", copy.pid()))
@@ -658,14 +706,18 @@ impl Runtime {
             .collect();
         let args = meta.arguments_for(in_view, ITEMS_DIR);
         // Only the agent's own copy gets the agent's progress token, and only its notifications
-        // are kept; every other copy's are dropped unread.
+        // reach the agent (as they arrive); every other copy's are dropped unread.
         let token = meta.progress_token.clone().filter(|_| is_agent);
         let call_meta = token.clone().map(|t| json!({"progressToken": t}));
-        let mut observer = |m: &Value| {
-            if is_agent && forwardable(m, token.as_ref()) {
-                seen.push(m.clone());
-            }
-        };
+        let deadline = copy.deadline();
+        let client = &self.broker.client;
+        let agent_clearance = agent_clearance_of(meta);
+        let mut relay =
+            CopyRelay::new(agent, is_agent, token, inadmissible, deadline).with_raise(move || {
+                client
+                    .raise_copy(call, gi, &agent_clearance)
+                    .map_err(|e| e.to_string())
+            });
         // Sub-phases of `copy` for `germline bench` (a few clock reads per call).
         let mut marks = [0u64; 4];
         let us = |s: Instant| s.elapsed().as_micros() as u64;
@@ -677,7 +729,7 @@ impl Runtime {
             copy.deliver(&files)?;
             marks[1] = us(s);
             let s = Instant::now();
-            let v = copy.mcp_call_observed(&meta.tool, args, call_meta, &mut observer);
+            let v = copy.mcp_call_relayed(&meta.tool, args, call_meta, &mut |m| relay.handle(m));
             marks[2] = us(s);
             v
         })();
@@ -701,7 +753,7 @@ impl Runtime {
             .extend(requests.into_iter().map(|r| (gi, r)));
         phases.push(("broker.end_copy", us(s)));
         let r = r.map_err(|e| e.to_string()).and_then(tool_result);
-        Ok((r, outcome.label.clone(), outcome))
+        Ok((r, outcome.label.clone(), outcome, relay.answered))
     }
 
     /// One probe or control re-run (crate::evidence): a single copy with `view`'s items,
@@ -732,16 +784,28 @@ impl Runtime {
             meta,
             in_view: &in_view,
             is_agent: false,
+            inadmissible: Some(
+                "germline: a probe or control re-run never reaches the agent".into(),
+            ),
             twin: twin_on.then_some((twin.time_ns, twin.seed)),
         };
-        let r = self.run_copy(job, &mut Vec::new(), &mut Vec::new());
+        let mut link = Buffered::default();
+        let mut agent = Agent {
+            link: &mut link,
+            capabilities: json!({}),
+        };
+        let r = self.run_copy(job, &mut agent, &mut Vec::new());
         let end = self.broker.client.end_call(call);
-        let (_, _, out) = r?;
+        let (_, _, out, _) = r?;
         end.map_err(|e| RunError::Broker(e.to_string()))?;
         Ok(out.requests.get(&spec.host).cloned().unwrap_or_default())
     }
 
-    fn call_process(&mut self, meta: &CallMeta) -> Result<Outcome, RunError> {
+    fn call_process(
+        &mut self,
+        meta: &CallMeta,
+        agent: &mut Agent<'_>,
+    ) -> Result<Outcome, RunError> {
         let t0 = Instant::now();
         let open = matches!(self.mode, Mode::SigPin | Mode::SigIfc);
         let (call, _twin, plan) = self.begin(meta, PlanMode::NoSplit, open)?;
@@ -789,36 +853,68 @@ impl Runtime {
             .collect();
         let token = meta.progress_token.clone();
         let call_meta = token.clone().map(|t| json!({"progressToken": t}));
-        let mut notifications = Vec::new();
-        let mut observer = |m: &Value| {
-            if forwardable(m, token.as_ref()) {
-                notifications.push(m.clone());
-            }
-        };
+        // A baseline is one process serving the agent: it talks to the agent as the
+        // unprotected server would, with no admissibility check.
+        let client = &self.broker.client;
+        let agent_clearance = agent_clearance_of(meta);
+        let mut relay = CopyRelay::new(agent, true, token, None, deadline).with_raise(move || {
+            client
+                .raise_copy(call, 0, &agent_clearance)
+                .map_err(|e| e.to_string())
+        });
         let r = p.put_items(&files).and_then(|()| {
             p.mcp_call(
                 &meta.tool,
                 meta.arguments_for(&|_| true, ITEMS_DIR),
                 call_meta,
                 deadline,
-                &mut observer,
+                &mut |m| relay.handle(m),
             )
         });
+        let answered = relay.answered;
         let outcome = self.broker.client.end_copy(call, 0);
         let _ = self.broker.client.end_call(call);
         let outcome = outcome.map_err(|e| RunError::Broker(e.to_string()))?;
-        let mut result = r.and_then(tool_result).map_err(RunError::Tool)?;
-        let label = match self.mode {
+        let r = r.and_then(tool_result);
+        let mut label = match self.mode {
             Mode::SigPin => None,
             // Sig+IFC labels by the call's own inputs only (it sees no state or egress).
             Mode::SigIfc => Some(meta.label_of_all()),
             _ => Some(outcome.label.clone()),
         };
+        if let (Some(l), true) = (label.as_mut(), answered) {
+            if let Some(c) = meta.consumers.iter().find(|c| c.name == AGENT) {
+                l.join(&c.clearance);
+            }
+        }
+        // One process serves every consumer: each recipient gets the same result.
+        let deliveries: Vec<Delivery> = meta
+            .consumers
+            .iter()
+            .filter(|c| c.name != AGENT)
+            .map(|c| Delivery {
+                consumer: c.name.clone(),
+                result: r.clone(),
+                label: label.clone(),
+            })
+            .collect();
+        let mut result = r.map_err(RunError::Tool)?;
+        let recipients = (!deliveries.is_empty()).then(|| {
+            outbox::deliver_all(
+                self.outbox.as_deref(),
+                &meta.tool,
+                deliveries,
+                &meta.consumers,
+            )
+        });
         if let Some(l) = &label {
-            add_meta(
-                &mut result,
-                json!({"label": l, "copies": plan.groups.len(), "mode": self.mode.name()}),
-            );
+            let mut g = json!({"label": l, "copies": plan.groups.len(), "mode": self.mode.name()});
+            if let Some(r) = &recipients {
+                g["recipients"] = Value::Object(r.clone());
+            }
+            add_meta(&mut result, g);
+        } else if let Some(r) = recipients {
+            add_meta(&mut result, json!({"recipients": r}));
         }
         Ok(Outcome {
             result,
@@ -826,7 +922,7 @@ impl Runtime {
             copies: 1,
             triggers: outcome.triggers.len(),
             phases: vec![("total", t0.elapsed().as_micros() as u64)],
-            notifications,
+            notifications: Vec::new(),
         })
     }
 
@@ -906,6 +1002,15 @@ impl Drop for Runtime {
 
 fn limit(e: crate::limits::LimitHit) -> RunError {
     RunError::Limit(e)
+}
+
+/// The agent's clearance in this call (public if the call has no agent: nothing to raise).
+fn agent_clearance_of(meta: &CallMeta) -> Label {
+    meta.consumers
+        .iter()
+        .find(|c| c.name == AGENT)
+        .map(|c| c.clearance.clone())
+        .unwrap_or_else(Label::public)
 }
 
 /// A `CallToolResult` must be an object; anything else from a copy is malformed.

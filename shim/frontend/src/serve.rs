@@ -63,6 +63,9 @@ pub struct ServeArgs {
     /// (`http://HOST:PORT`; off by default; docs/operations.md).
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
+    /// Where results for the recipients a tool's manifest names go (docs/run.md).
+    #[arg(long)]
+    pub outbox: Option<PathBuf>,
     /// The signed releases (unpacked bundles with rootfs/, or OCI image layouts). Their tool
     /// names must be distinct.
     #[arg(required = true, num_args = 1..)]
@@ -172,6 +175,12 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
             local.ip()
         );
     }
+    crate::sweep::at_start("serve");
+    let outbox = a
+        .outbox
+        .as_deref()
+        .map(crate::cli::check_outbox)
+        .transpose()?;
     let policy = Arc::new(Policy::load(&a.policy).map_err(|e| e.to_string())?);
     crate::limits::check_pool(policy.limits(), a.pool)?;
     // Every release is verified before anything of any of them runs.
@@ -231,6 +240,7 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
             runtime.metrics = Some(m.clone());
         }
         runtime.tracer = tracer.clone();
+        runtime.outbox = outbox.clone();
         sessions.push(Session::new(runtime, policy.clone()));
     }
     let router = Arc::new(Router::new(sessions, owners, a.mode));

@@ -7,6 +7,7 @@ use germline_policy::Policy;
 use serde_json::{json, Value};
 
 use crate::callmeta;
+use crate::relay::{Agent, AgentLink, Buffered};
 use crate::runtime::{Outcome, RunError, Runtime, AGENT};
 
 pub const PARSE_ERROR: i64 = -32700;
@@ -38,8 +39,11 @@ pub struct Session {
     /// The last call's outcome, for benchmarks and tests in-process.
     pub last: Option<Outcome>,
     pub calls: u64,
-    /// Notifications for the agent, to be written before the next answer.
+    /// Notifications for the agent, to be written before the next answer (transports
+    /// without a live link: [`Session::handle`]).
     pub pending: Vec<Value>,
+    /// The client capabilities the agent announced at `initialize`.
+    pub agent_capabilities: Value,
 }
 
 impl std::fmt::Debug for Session {
@@ -66,16 +70,18 @@ impl Session {
             last: None,
             calls: 0,
             pending: Vec::new(),
+            agent_capabilities: json!({}),
         }
     }
 
-    /// Handles one line from the agent; `None` for notifications (no answer).
-    pub fn handle_line(&mut self, line: &str) -> Option<Value> {
+    /// Handles one line from the agent; `None` for notifications (no answer). During a call
+    /// the copy of the agent's group talks to the agent through `link`.
+    pub fn handle_line(&mut self, line: &str, link: &mut dyn AgentLink) -> Option<Value> {
         if line.trim().is_empty() {
             return None;
         }
         match serde_json::from_str::<Value>(line) {
-            Ok(v) => self.handle(v),
+            Ok(v) => self.handle_with(v, link),
             Err(e) => Some(error(
                 &Value::Null,
                 PARSE_ERROR,
@@ -84,10 +90,22 @@ impl Session {
         }
     }
 
-    /// Handles one JSON-RPC message (a batch is answered with one error per element).
+    /// Handles one JSON-RPC message with no live link to the agent: notifications of the
+    /// call wait in [`Session::pending`], requests to the agent are refused.
     pub fn handle(&mut self, msg: Value) -> Option<Value> {
+        let mut link = Buffered::default();
+        let answer = self.handle_with(msg, &mut link);
+        self.pending.append(&mut link.notifications);
+        answer
+    }
+
+    /// Handles one JSON-RPC message (a batch is answered with one error per element).
+    pub fn handle_with(&mut self, msg: Value, link: &mut dyn AgentLink) -> Option<Value> {
         if let Value::Array(batch) = msg {
-            let out: Vec<Value> = batch.into_iter().filter_map(|m| self.handle(m)).collect();
+            let out: Vec<Value> = batch
+                .into_iter()
+                .filter_map(|m| self.handle_with(m, link))
+                .collect();
             return (!out.is_empty()).then_some(Value::Array(out));
         }
         let Some(obj) = msg.as_object() else {
@@ -120,24 +138,15 @@ impl Session {
         let params = obj.get("params").cloned().unwrap_or_else(|| json!({}));
         Some(match method {
             "ping" => ok(&id, json!({})),
-            "initialize" => match self.runtime.passthrough("initialize", params) {
-                Ok(mut r) => {
-                    if let Some(info) = r.get_mut("serverInfo").and_then(Value::as_object_mut) {
-                        info.insert(
-                            "germline".into(),
-                            json!({"mode": self.runtime.mode.name(), "release": self.runtime.release.label(),
-                                   "digest": self.runtime.release.digest}),
-                        );
-                    }
-                    ok(&id, r)
-                }
-                Err(e) => error(
-                    &id,
-                    RUNTIME_FAILED,
-                    format!("germline: initialize failed: {e}"),
-                ),
-            },
-            "tools/call" => self.tools_call(&id, &params),
+            "initialize" => {
+                self.agent_capabilities = params
+                    .get("capabilities")
+                    .filter(|c| c.is_object())
+                    .cloned()
+                    .unwrap_or_else(|| json!({}));
+                self.initialize(&id, params)
+            }
+            "tools/call" => self.tools_call(&id, &params, link),
             m if PASSTHROUGH.contains(&m) => match self.runtime.passthrough(m, params) {
                 Ok(r) => ok(&id, r),
                 Err(e) => error(&id, code_of(&e), format!("germline: {m}: {e}")),
@@ -147,7 +156,28 @@ impl Session {
         })
     }
 
-    fn tools_call(&mut self, id: &Value, params: &Value) -> Value {
+    fn initialize(&mut self, id: &Value, params: Value) -> Value {
+        let id = id.clone();
+        match self.runtime.passthrough("initialize", params) {
+            Ok(mut r) => {
+                if let Some(info) = r.get_mut("serverInfo").and_then(Value::as_object_mut) {
+                    info.insert(
+                            "germline".into(),
+                            json!({"mode": self.runtime.mode.name(), "release": self.runtime.release.label(),
+                                   "digest": self.runtime.release.digest}),
+                        );
+                }
+                ok(&id, r)
+            }
+            Err(e) => error(
+                &id,
+                RUNTIME_FAILED,
+                format!("germline: initialize failed: {e}"),
+            ),
+        }
+    }
+
+    fn tools_call(&mut self, id: &Value, params: &Value, link: &mut dyn AgentLink) -> Value {
         let Some(name) = params.get("name").and_then(Value::as_str) else {
             return error(
                 id,
@@ -172,21 +202,30 @@ impl Session {
             .get("arguments")
             .cloned()
             .unwrap_or_else(|| json!({}));
+        // The agent, and any recipient the signed manifest names for this call.
+        let mut consumers = vec![AGENT.to_string()];
+        match callmeta::recipients(&self.policy, name, tool, &args, params.get("_meta"), AGENT) {
+            Ok(r) => consumers.extend(r),
+            Err(e) => return error(id, INVALID_PARAMS, format!("germline: {e}")),
+        }
         let meta = match callmeta::build(
             &self.policy,
             name,
             tool,
             &args,
             params.get("_meta"),
-            &[AGENT.to_string()],
+            &consumers,
         ) {
             Ok(m) => m,
             Err(e) => return error(id, INVALID_PARAMS, format!("germline: {e}")),
         };
         self.calls += 1;
-        match self.runtime.call(&meta) {
-            Ok(mut out) => {
-                self.pending.append(&mut out.notifications);
+        let mut agent = Agent {
+            link,
+            capabilities: self.agent_capabilities.clone(),
+        };
+        match self.runtime.call_with(&meta, &mut agent) {
+            Ok(out) => {
                 let r = ok(id, out.result.clone());
                 self.last = Some(out);
                 r

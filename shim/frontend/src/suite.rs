@@ -789,6 +789,7 @@ fn live_copies(a: &SuiteArgs, policy: &Path, n: usize) -> Result<Vec<Value>, Str
         evidence: Default::default(),
         metrics_listen: None,
         otlp_endpoint: None,
+        outbox: None,
         release: a.time_release.clone(),
     };
     let mut s = crate::cli::start_session(&ra)?;
@@ -847,6 +848,7 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
             evidence: Default::default(),
             metrics_listen: None,
             otlp_endpoint: None,
+            outbox: None,
             release: release.clone(),
         };
         let mut s = crate::cli::start_session(&ra)?;

@@ -34,6 +34,9 @@ enum Command {
     Bench(germline_frontend::suite::SuiteArgs),
     /// Serve signed releases to MCP clients over Streamable HTTP (bearer token, localhost only).
     Serve(germline_frontend::serve::ServeArgs),
+    /// Remove what `run` and `serve` processes that died without stopping left behind
+    /// (their germlines' cgroups and processes, their /run/germline directories).
+    Gc,
     /// The broker sidecar, and its benchmark.
     Broker(broker_cmd::BrokerArgs),
     /// Witness records of the evidence layer: verify one offline, list them with dampening.
@@ -84,6 +87,7 @@ fn main() -> ExitCode {
         Command::Sandbox(germline_sandbox::cli::Command::Status(a)) if a.id.is_none() => {
             report(germline_frontend::status::run(a.json).map_err(Into::into))
         }
+        Command::Gc => report(germline_frontend::sweep::gc().map_err(Into::into)),
         Command::Sandbox(c) => germline_sandbox::cli::run(c),
         Command::Keygen(args) => germline_release::cli::run_keygen(&args),
         Command::Release { cmd } => germline_release::cli::run_release(&cmd),

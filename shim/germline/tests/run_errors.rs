@@ -291,3 +291,125 @@ fn run_leaves_no_process_cgroup_or_mount_behind() {
         );
     }
 }
+
+/// What a `germline run` with pid `pid` has on this host: its germlines' cgroups (in every
+/// hierarchy), the processes in them, its /run/germline directories and host mounts naming it.
+fn traces_of(pid: i32) -> (Vec<String>, Vec<i32>, Vec<String>, bool) {
+    let prefix = format!("run-{pid}-");
+    let mut cgroups = Vec::new();
+    let mut procs = Vec::new();
+    for base in [
+        "/sys/fs/cgroup",
+        "/sys/fs/cgroup/unified",
+        "/sys/fs/cgroup/memory",
+        "/sys/fs/cgroup/pids",
+        "/sys/fs/cgroup/freezer",
+    ] {
+        let Ok(rd) = std::fs::read_dir(format!("{base}/germline")) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            if !e.file_name().to_string_lossy().starts_with(&prefix) {
+                continue;
+            }
+            cgroups.push(e.path().display().to_string());
+            for sub in std::fs::read_dir(e.path()).into_iter().flatten().flatten() {
+                let p =
+                    std::fs::read_to_string(sub.path().join("cgroup.procs")).unwrap_or_default();
+                procs.extend(p.split_whitespace().filter_map(|x| x.parse::<i32>().ok()));
+            }
+        }
+    }
+    procs.sort_unstable();
+    procs.dedup();
+    let dirs = std::fs::read_dir("/run/germline")
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| *n == format!("session-{pid}") || n.starts_with(&format!("ca-{pid}-")))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .contains(&prefix);
+    (cgroups, procs, dirs, mounts)
+}
+
+/// A SIGKILLed `germline run` cannot stop anything: its frozen germline, its pool copy, their
+/// cgroups and its /run/germline directories stay. The next `germline run` removes them at
+/// start, and `germline gc` does the same on demand; neither touches a live run's.
+#[test]
+fn leftovers_of_a_killed_run_are_swept_by_the_next_start_and_by_gc() {
+    if !can_run() {
+        return;
+    }
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    let policy = w.policy(sink.port, "");
+    let cmd = run_cmd(
+        &policy,
+        "germline",
+        "germline-office",
+        w.path(),
+        &["--pool", "1"],
+    );
+    let start_and_kill = || {
+        let mut s = Raw::start(&cmd);
+        let r = s.call("ocr_text", json!({"text": "hello"}));
+        assert!(r.get("result").is_some(), "{r}");
+        let pid = s.child.id() as i32;
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let _ = s.child.wait();
+        let left = traces_of(pid);
+        // Without the sweep this stays (the mechanism-off half of the test): the cgroups and
+        // directories always, the processes where a frozen task cannot die (cgroup v1).
+        assert!(
+            !left.0.is_empty() && !left.2.is_empty(),
+            "a SIGKILLed run left nothing: {left:?}"
+        );
+        (pid, left)
+    };
+    let (first, left) = start_and_kill();
+    // A live run meanwhile: the sweep must leave it alone.
+    let mut live = Raw::start(&cmd);
+    let r = live.call("ocr_text", json!({"text": "still here"}));
+    assert!(r.get("result").is_some(), "{r}");
+    let (cg, procs, dirs, mounts) = traces_of(first);
+    assert!(
+        cg.is_empty() && dirs.is_empty() && !mounts,
+        "{cg:?} {dirs:?}"
+    );
+    for p in &left.1 {
+        assert!(
+            wait_gone(*p),
+            "process {p} of the killed run is still there"
+        );
+    }
+    assert!(procs.is_empty(), "{procs:?}");
+
+    let (second, _) = start_and_kill();
+    let out = Command::new(germline())
+        .arg("gc")
+        .output()
+        .expect("germline gc");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("gc prints JSON");
+    let named = report["cgroups"].to_string();
+    assert!(named.contains(&format!("run-{second}-")), "{report}");
+    assert_eq!(traces_of(second).0, Vec::<String>::new());
+    assert!(traces_of(second).2.is_empty());
+    // The live run was never touched: its next call works.
+    let r = live.call("ocr_text", json!({"text": "after gc"}));
+    assert!(r.get("result").is_some(), "{r}");
+    let live_pid = live.child.id() as i32;
+    assert!(!traces_of(live_pid).0.is_empty());
+    drop(live.stdin.take());
+    let st = live.child.wait().expect("wait");
+    assert!(st.success(), "{st}");
+}

@@ -227,3 +227,164 @@ fn other_copies_never_talk_to_the_agent() {
         )
     );
 }
+
+/// Sampling relay (issue 6), mechanism on vs off. The agent answers every sampling request
+/// with a canary of its own; the Trojan build adds whatever it is told to its OCR request.
+/// Under `sig-pin` the answer reaches ocr.example in both calls. Under `germline`, in the
+/// Fig. 2c call only the agent's copy (no host) may ask, and its log arrives before it asks
+/// (live, not buffered); in `ocr_text` the agent shares its copy with ocr.example (cleared for
+/// finance only), so the answer is not admissible and the agent is never asked.
+#[test]
+fn sampling_answers_reach_only_the_agents_copy_where_admissible() {
+    if !can_run() {
+        return;
+    }
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    let policy = w.policy(
+        sink.port,
+        "\n[[argument]]\ntool = \"ocr_text\"\nname = \"text\"\nlabel = []\n",
+    );
+    let canary = format!("CANARY-AGENT-{:016x}", rand_u64());
+    let mut fig2c = annotate(&w);
+    fig2c["sample_reply"] = json!(canary);
+    let inline =
+        json!({"tool": "ocr_text", "arguments": {"text": "scan 1"}, "sample_reply": canary});
+    let mut got = Vec::new();
+    for mode in ["sig-pin", "germline"] {
+        sink.clear();
+        let out = run_agent(
+            w.path(),
+            &json!([fig2c, inline]),
+            &run_cmd(&policy, mode, "germline-office-relay", w.path(), &[]),
+        );
+        assert_eq!(out.len(), 2, "{mode}: {out:?}");
+        assert!(
+            out.iter().all(|r| r["ok"] == json!(true)),
+            "{mode}: {out:?}"
+        );
+        let leaked = sink.bodies().iter().filter(|b| b.contains(&canary)).count();
+        let asked: Vec<usize> = out
+            .iter()
+            .map(|r| r["sampled"].as_array().map_or(0, Vec::len))
+            .collect();
+        got.push((mode, leaked, asked));
+        if mode == "germline" {
+            // The agent's copy asked, with the salary sheet in view, after its log had
+            // already reached the agent; the ocr copy's log never did.
+            assert_eq!(out[0]["sampled"], json!(["annotate (salary-present)"]));
+            let before = out[0]["logs_at_sampling"][0].to_string();
+            assert!(before.contains("salary-present: asking"), "{before}");
+            assert!(!out[0]["logs"].to_string().contains("salary-absent"));
+            assert!(text(&out[0]).contains(&format!("sampled: {canary}")));
+            assert_eq!(
+                out[0]["meta"]["germline"]["label"],
+                json!(["finance", "hr"])
+            );
+            // The broker labelled the agent's copy before the answer entered it (its slot
+            // writes after it carry the agent's clearance), and only that copy.
+            let log = audit(w.path(), "germline", "germline-office-relay");
+            let raised: Vec<&Value> = log.iter().filter(|e| e["event"] == "copy_raised").collect();
+            assert_eq!(raised.len(), 1, "{raised:?}");
+            assert_eq!(raised[0]["label"], json!(["finance", "hr"]));
+            // ocr_text: the copy was told why, and the agent's clearance labels nothing.
+            let t = text(&out[1]);
+            assert!(t.contains("not admissible") && !t.contains(&canary), "{t}");
+        }
+    }
+    assert_eq!(
+        got,
+        vec![("sig-pin", 2, vec![1, 1]), ("germline", 0, vec![1, 0])]
+    );
+}
+
+/// A recipient the manifest names (`share`'s `to`) is a consumer in Plan and gets its own
+/// group's result through the outbox. Bob is cleared for finance only, the document is HR's:
+/// under `sig-pin` Bob receives the HR canary; under `nosplit` his one copy saw it too, so its
+/// result's label exceeds his clearance and it is withheld; under `germline` his copy saw the
+/// document empty and he receives that, while the agent gets the full text. The tool also
+/// elicits a note from the agent (a canary of the agent's): `sig-pin` relays it and Bob gets
+/// it; under `nosplit` the agent shares its copy with Bob, so the answer is not admissible and
+/// the agent is never asked; under `germline` only the agent's own copy asks, and Bob's copy's
+/// request is refused.
+#[test]
+fn a_recipient_named_by_the_manifest_gets_its_own_groups_result() {
+    if !can_run() || !bundle("germline-share").exists() {
+        assert!(
+            std::env::var_os("GERMLINE_REQUIRE_ROOT_TESTS").is_none(),
+            "needs bundles/out/germline-share (bundles/build.sh)"
+        );
+        return;
+    }
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    let bob = "bob@example.org";
+    let policy = w.policy(
+        sink.port,
+        &format!(
+            "\"{bob}\" = [\"finance\"]\n\n[[argument]]\ntool = \"share\"\nname = \"to\"\nlabel = []\n"
+        ),
+    );
+    let note = format!("CANARY-NOTE-{:016x}", rand_u64());
+    let call = json!({"tool": "share", "arguments": {
+        "document": w.payslip.display().to_string(), "to": bob},
+        "elicit_reply": {"note": note}});
+    let mut got = Vec::new();
+    for mode in ["sig-pin", "nosplit", "germline"] {
+        let outbox = w.path().join(format!("outbox-{mode}"));
+        std::fs::create_dir_all(&outbox).expect("mkdir");
+        let o = outbox.display().to_string();
+        let out = run_agent(
+            w.path(),
+            &json!([call]),
+            &run_cmd(&policy, mode, "germline-share", w.path(), &["--outbox", &o]),
+        );
+        assert!(out[0]["ok"] == json!(true), "{mode}: {out:?}");
+        // The agent always gets the whole document.
+        assert!(
+            text(&out[0]).contains(&w.canary_hr),
+            "{mode}: {}",
+            text(&out[0])
+        );
+        let status = out[0]["meta"]["germline"]["recipients"][bob]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let got_bob =
+            std::fs::read_to_string(outbox.join(format!("{bob}.jsonl"))).unwrap_or_default();
+        got.push((
+            mode,
+            status.split(':').next().unwrap_or_default().to_string(),
+            got_bob.lines().count(),
+            got_bob.contains(&w.canary_hr),
+            out[0]["elicited"].as_array().map_or(0, Vec::len),
+            got_bob.contains(&note),
+            text(&out[0]).contains(&note),
+        ));
+        if mode == "germline" {
+            let line: Value = serde_json::from_str(got_bob.trim()).expect("one JSON line");
+            assert_eq!(line["label"], json!([]), "{line}");
+            assert!(
+                line["result"].to_string().contains(&format!("for {bob}: ")),
+                "{line}"
+            );
+            assert_eq!(out[0]["meta"]["germline"]["copies"], json!(2));
+        }
+    }
+    assert_eq!(
+        got,
+        vec![
+            ("sig-pin", "delivered".to_string(), 1, true, 1, true, true),
+            ("nosplit", "withheld".to_string(), 0, false, 0, false, false),
+            (
+                "germline",
+                "delivered".to_string(),
+                1,
+                false,
+                1,
+                false,
+                true
+            ),
+        ]
+    );
+}

@@ -210,6 +210,13 @@ impl CopyTracker {
         &self.label
     }
 
+    /// Joins `l` into the copy's label: an input the shim handed the copy during the call
+    /// (the agent's answer to a relayed sampling or elicitation request), so that slot writes
+    /// and the output label made after it carry it.
+    pub fn raise(&mut self, l: &Label) {
+        self.label.join(l);
+    }
+
     pub fn group(&self) -> usize {
         self.group
     }
@@ -400,6 +407,10 @@ mod tests {
         assert!(agent.finish(&cx, &rec).triggers.is_empty());
 
         // One that omits the request raises an `absent` trigger.
+        let mut agent = CopyTracker::start(&cx, 1, &Label::public());
+        let before = agent.label().clone();
+        agent.raise(&Label::of(["projx"]));
+        assert!(agent.label().contains("projx") && before.flows_to(agent.label()));
         let agent = CopyTracker::start(&cx, 1, &Label::public());
         let out = agent.finish(&cx, &rec);
         assert_eq!(

@@ -69,6 +69,29 @@ pub struct Tool {
     /// `D_f`: the destination hosts this function may contact. Required: a missing list is an
     /// error, an empty list means "no network".
     pub destinations: Destinations,
+    /// Consumers of the return value besides the agent (a mail recipient, a public post):
+    /// part of `C` in Plan. Absent: the agent only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumers: Option<Consumers>,
+}
+
+/// Recipients of a tool's return value, as fixed names or "the value of argument `to`".
+/// The names are public metadata (A5): germline refuses a call whose naming argument the
+/// deployer's policy labels as anything but public.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Consumers {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+    /// The argument whose value (a string, or a list of strings) names the recipients.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub of_argument: Option<String>,
+}
+
+/// A consumer name: what a policy's `[consumers]` table can list (no control characters, at
+/// most 256 bytes, not empty).
+pub fn valid_consumer(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 256 && !name.chars().any(char::is_control)
 }
 
 /// Either a fixed list of host names, or a rule deriving the host from an argument.
@@ -177,6 +200,26 @@ impl Manifest {
                 }
                 (None, Some(_)) => {}
             }
+            if let Some(c) = &decl.consumers {
+                let field = format!("tools.{tool}.consumers");
+                if c.names.is_empty() && c.of_argument.is_none() {
+                    return Err(err(&field, "expected `names` or `of_argument`".into()));
+                }
+                if c.of_argument.as_deref() == Some("") {
+                    return Err(err(
+                        &format!("{field}.of_argument"),
+                        "expected an argument name".into(),
+                    ));
+                }
+                for (i, n) in c.names.iter().enumerate() {
+                    if !valid_consumer(n) || n == "agent" {
+                        return Err(err(
+                            &format!("{field}.names[{i}]"),
+                            format!("expected a consumer name other than \"agent\" (1-256 bytes, no control characters), found {n:?}"),
+                        ));
+                    }
+                }
+            }
         }
         for (i, p) in self.readable_paths.iter().enumerate() {
             if !p.starts_with('/') || p.split('/').any(|c| c == "..") {
@@ -271,6 +314,34 @@ mod tests {
             Some("url")
         );
         assert_eq!(m.scratch_mb, 0);
+    }
+
+    #[test]
+    fn consumers_are_fixed_names_or_an_argument_and_never_the_agent() {
+        let mut v = base();
+        v["tools"]["fetch"]["consumers"] = serde_json::json!({"of_argument": "to"});
+        let m = parse(&v).expect("valid");
+        let c = m.tools["fetch"].consumers.clone().expect("consumers");
+        assert_eq!(c.of_argument.as_deref(), Some("to"));
+        // Absent stays absent in the canonical bytes (older manifests keep their digest).
+        let plain = parse(&base()).expect("valid");
+        assert!(!String::from_utf8_lossy(&plain.to_bytes().expect("bytes")).contains("consumers"));
+        for (bad, field) in [
+            (serde_json::json!({}), "tools.fetch.consumers"),
+            (
+                serde_json::json!({"of_argument": ""}),
+                "tools.fetch.consumers.of_argument",
+            ),
+            (
+                serde_json::json!({"names": ["agent"]}),
+                "tools.fetch.consumers.names[0]",
+            ),
+        ] {
+            let mut v = base();
+            v["tools"]["fetch"]["consumers"] = bad;
+            let e = parse(&v).expect_err("refused").to_string();
+            assert!(e.contains(field), "{e}");
+        }
     }
 
     #[test]

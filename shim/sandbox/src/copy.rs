@@ -79,6 +79,8 @@ pub struct Copy {
     leases: Vec<SlotLease>,
     /// Twin inputs `(time_ns, seed)` sent with the data (A4), if set.
     twin: Option<(u128, u64)>,
+    /// The client capabilities the shim's `initialize` announces to the copy.
+    client_caps: Value,
 }
 
 impl Copy {
@@ -104,6 +106,7 @@ impl Copy {
             initialized: false,
             leases: Vec::new(),
             twin: None,
+            client_caps: json!({}),
         }
     }
 
@@ -275,6 +278,25 @@ impl Copy {
         params: Value,
         observer: &mut dyn FnMut(&Value),
     ) -> Result<Value> {
+        self.request_relayed(method, params, &mut |m| {
+            if m.get("id").is_none() {
+                observer(m);
+            }
+            None
+        })
+    }
+
+    /// Like [`Copy::request_observed`], with one handler for everything the copy sends
+    /// meanwhile: it sees every notification (its answer is ignored) and every request other
+    /// than `ping`, and answers a request with `Some({"result": ..})` or
+    /// `Some({"error": ..})`; `None` refuses it. The handler may block (it may ask the
+    /// agent), but every wait here stays bounded by the copy's one deadline.
+    pub fn request_relayed(
+        &mut self,
+        method: &str,
+        params: Value,
+        handler: &mut dyn FnMut(&Value) -> Option<Value>,
+    ) -> Result<Value> {
         let id = self.next_id;
         self.next_id += 1;
         self.send_line(
@@ -301,15 +323,29 @@ impl Copy {
                     self.send_line(&json!({"jsonrpc": "2.0", "id": rid, "result": {}}), &[])?;
                 }
                 (Some(m), Some(rid)) => {
-                    let answer = json!({"jsonrpc": "2.0", "id": rid.clone(), "error": {
-                        "code": -32601,
-                        "message": format!("germline: {m} is not available to the tool during a call")}});
+                    let rid = rid.clone();
+                    let mut answer = handler(&msg)
+                        .filter(|a| a.get("result").is_some() || a.get("error").is_some())
+                        .unwrap_or_else(|| {
+                            json!({"error": {"code": -32601,
+                                "message": format!("germline: {m} is not available to the tool during a call")}})
+                        });
+                    answer["jsonrpc"] = json!("2.0");
+                    answer["id"] = rid;
                     self.send_line(&answer, &[])?;
                 }
-                (Some(_), None) => observer(&msg),
+                (Some(_), None) => {
+                    handler(&msg);
+                }
                 _ => {}
             }
         }
+    }
+
+    /// Sets the client capabilities the copy's `initialize` announces (the agent's
+    /// `sampling` and `elicitation`, where the shim relays them); `{}` by default.
+    pub fn set_client_capabilities(&mut self, caps: Value) {
+        self.client_caps = caps;
     }
 
     /// Sends a JSON-RPC notification.
@@ -343,12 +379,29 @@ impl Copy {
         meta: Option<Value>,
         observer: &mut dyn FnMut(&Value),
     ) -> Result<Value> {
+        self.mcp_call_relayed(tool, arguments, meta, &mut |m| {
+            if m.get("id").is_none() {
+                observer(m);
+            }
+            None
+        })
+    }
+
+    /// [`Copy::mcp_call_observed`] with a handler of the copy's requests too (see
+    /// [`Copy::request_relayed`]).
+    pub fn mcp_call_relayed(
+        &mut self,
+        tool: &str,
+        arguments: Value,
+        meta: Option<Value>,
+        handler: &mut dyn FnMut(&Value) -> Option<Value>,
+    ) -> Result<Value> {
         if !self.initialized {
             self.request(
                 "initialize",
                 json!({
                     "protocolVersion": "2025-06-18",
-                    "capabilities": {},
+                    "capabilities": self.client_caps.clone(),
                     "clientInfo": {"name": "germline-shim", "version": env!("CARGO_PKG_VERSION")}
                 }),
             )?;
@@ -359,7 +412,7 @@ impl Copy {
         if let Some(m) = meta {
             params["_meta"] = m;
         }
-        self.request_observed("tools/call", params, observer)
+        self.request_relayed("tools/call", params, handler)
     }
 
     /// Any other MCP request of a data-free copy (`tools/list`, `resources/read`, ...), after

@@ -438,6 +438,8 @@ fn keeper(
     ctl: RawFd,
 ) -> ! {
     let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+    // SAFETY: getppid(2) cannot fail and touches no memory.
+    let shim = unsafe { libc::getppid() };
     // Extra mounts are cloned while the keeper is still root in the host's namespaces, so
     // their sources are looked up with the shim's rights, and attached below after the root
     // is built.
@@ -463,6 +465,21 @@ fn keeper(
     }
     step!(to_parent, 2, sys::setresgid(0));
     step!(to_parent, 2, sys::setresuid(0));
+    // Changing credentials cleared the parent-death signal (prctl(2)): arm it again, so that a
+    // SIGKILLed shim takes the keeper with it; if the shim is already gone, stop here.
+    step!(
+        to_parent,
+        2,
+        sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong)
+    );
+    // SAFETY: getppid(2) cannot fail and touches no memory.
+    if unsafe { libc::getppid() } != shim {
+        report(
+            to_parent,
+            2,
+            &std::io::Error::from_raw_os_error(libc::ESRCH),
+        );
+    }
     step!(
         to_parent,
         3,
