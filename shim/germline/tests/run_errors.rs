@@ -352,7 +352,9 @@ fn leftovers_of_a_killed_run_are_swept_by_the_next_start_and_by_gc() {
         "germline",
         "germline-office",
         w.path(),
-        &["--pool", "1"],
+        // ocr_text sends its (default-labelled, so uncleared) text to ocr.example: a genuine
+        // item witness that would suppress the declared release before the live run's call.
+        &["--pool", "1", "--no-evidence"],
     );
     let start_and_kill = || {
         let mut s = Raw::start(&cmd);
