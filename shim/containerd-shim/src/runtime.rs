@@ -139,12 +139,15 @@ impl Runtime {
     }
 }
 
-/// The last `error` message of a runc-style JSON log.
+/// The `error` messages of a runc-style JSON log, oldest first (a bundle handed to runc
+/// has runc's own reason before germline-runtime's).
 pub fn last_error(log: &Path) -> Option<String> {
     let text = std::fs::read_to_string(log).ok()?;
-    text.lines()
+    let errs: Vec<String> = text
+        .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|v| v["level"] == "error")
         .filter_map(|v| v["msg"].as_str().map(str::to_string))
-        .last()
+        .collect();
+    (!errs.is_empty()).then(|| errs.join(": "))
 }
