@@ -269,13 +269,14 @@ async fn cri_germline_handler_runs_a_verified_release_and_refuses_a_tampered_one
     if !ready() {
         return;
     }
+    let broker = PathBuf::from(format!("/var/tmp/germline-cri-broker-{:x}", rand()));
     let rc = format!(
         "policy = \"{policy}\"\nkeys = [\"{key}\"]\ngermline = \"{g}\"\nstate_dir = \"{s}\"\n\
          non_germline = \"runc\"\n",
         policy = repo().join("config/policy.example.toml").display(),
         key = repo().join("bundles/out/keys/cosign.pub").display(),
         g = bin("germline").display(),
-        s = "/var/tmp/germline-cri-broker",
+        s = broker.display(),
     );
     let c = Containerd::start(&rc);
     // The pod's sandbox ("pause") container: the time image without its release, waiting
@@ -444,6 +445,7 @@ async fn cri_germline_handler_runs_a_verified_release_and_refuses_a_tampered_one
     for id in [&good, &sb] {
         assert!(!mounts.contains(id.as_str()), "a mount of {id} is left");
     }
+    let _ = std::fs::remove_dir_all(&broker);
 }
 
 impl Containerd {

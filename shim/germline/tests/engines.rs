@@ -444,6 +444,9 @@ struct Containerd {
     child: std::process::Child,
     sock: PathBuf,
     state: PathBuf,
+    /// A namespace of its own: the shim's germline-runtime state is per namespace
+    /// (`/run/containerd/germline/NS`), so tests running at once do not see each other's.
+    ns: String,
 }
 
 /// `containerd-shim-germline-v1`, built by `cargo build --workspace` (the
@@ -512,7 +515,13 @@ impl Containerd {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
         assert!(sock.exists(), "containerd did not come up");
-        Containerd { child, sock, state }
+        let ns = format!("germline-test-{:x}", rand_u64() as u32);
+        Containerd {
+            child,
+            sock,
+            state,
+            ns,
+        }
     }
 
     fn ctr(&self) -> Vec<String> {
@@ -521,7 +530,7 @@ impl Containerd {
             "--address".into(),
             self.sock.display().to_string(),
             "-n".into(),
-            "germline-test".into(),
+            self.ns.clone(),
         ]
     }
 
@@ -579,8 +588,8 @@ impl Containerd {
             "",
             "a container is left"
         );
-        let ns = Path::new("/run/containerd/germline/germline-test");
-        let left: Vec<String> = std::fs::read_dir(ns)
+        let ns = Path::new("/run/containerd/germline").join(&self.ns);
+        let left: Vec<String> = std::fs::read_dir(&ns)
             .map(|rd| {
                 rd.flatten()
                     .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -589,6 +598,7 @@ impl Containerd {
             })
             .unwrap_or_default();
         assert!(left.is_empty(), "germline-runtime state left: {left:?}");
+        let _ = std::fs::remove_dir(&ns);
         let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
         let root = self.state.display().to_string();
         assert!(
