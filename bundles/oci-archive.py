@@ -8,7 +8,8 @@ read, from a germline release's image layout (bundles/out/NAME/image), named REF
 config, manifest and index digests so that the image is a consistent OCI image whose content no
 longer matches the signed rootfs digest: what a tampered registry image looks like. The input
 layout is never modified. --drop-germline removes `.germline/` (the signed manifest): an
-ordinary image, not a germline release. The input layout is never modified (bundles/out is hard-linked: new files are written instead)."""
+ordinary image, not a germline release; with it, --cmd '["ARG", ...]' sets the image's
+command (the tests' pod sandbox image: python3 waiting for a signal). The input layout is never modified (bundles/out is hard-linked: new files are written instead)."""
 import argparse
 import gzip
 import hashlib
@@ -31,7 +32,7 @@ def put(layout, data):
     return d, len(data)
 
 
-def tamper(layout, path, drop=False):
+def tamper(layout, path, drop=False, cmd=None):
     index = json.load(open(os.path.join(layout, "index.json")))
     mdesc = index["manifests"][0]
     manifest = json.load(open(blob(layout, mdesc["digest"])))
@@ -58,6 +59,11 @@ def tamper(layout, path, drop=False):
     gz = gzip.compress(tar, mtime=0)
     layer["digest"], layer["size"] = put(layout, gz)
     config["rootfs"]["diff_ids"] = ["sha256:" + hashlib.sha256(tar).hexdigest()]
+    if cmd is not None:
+        if not isinstance(cmd, list) or not all(isinstance(c, str) for c in cmd):
+            raise SystemExit("--cmd: expected a JSON list of strings")
+        config.setdefault("config", {})["Entrypoint"] = None
+        config["config"]["Cmd"] = cmd
     manifest["config"]["digest"], manifest["config"]["size"] = put(layout, json.dumps(config).encode())
     mdesc["digest"], mdesc["size"] = put(layout, json.dumps(manifest).encode())
     return index
@@ -70,12 +76,15 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--tamper")
     ap.add_argument("--drop-germline", action="store_true")
+    ap.add_argument("--cmd", help="with --drop-germline: the image's command, a JSON list")
     a = ap.parse_args()
+    if a.cmd and not a.drop_germline:
+        raise SystemExit("--cmd needs --drop-germline (a release's command is signed)")
     with tempfile.TemporaryDirectory(prefix="germline-oci-") as tmp:
         lay = os.path.join(tmp, "layout")
         shutil.copytree(a.layout, lay)
         if a.tamper or a.drop_germline:
-            index = tamper(lay, a.tamper, a.drop_germline)
+            index = tamper(lay, a.tamper, a.drop_germline, json.loads(a.cmd) if a.cmd else None)
         else:
             index = json.load(open(os.path.join(lay, "index.json")))
         index["manifests"] = index["manifests"][:1]

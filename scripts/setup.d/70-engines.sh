@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Container engines (issue 9): Debian's podman (with conmon, crun, netavark) and containerd
-# (with ctr), which the germline-runtime / containerd shim end-to-end tests drive for real.
+# (with ctr, and its CRI plugin), which the germline-runtime / containerd shim end-to-end tests
+# drive for real.
 # Idempotent: installs only what is missing.
 set -euo pipefail
 need=()
@@ -10,6 +11,9 @@ command -v runc >/dev/null || need+=(runc)
 command -v containerd >/dev/null || need+=(containerd)
 command -v ctr >/dev/null || need+=(containerd)
 command -v skopeo >/dev/null || need+=(skopeo)
+# protoc: the k8s-cri crate (CRI client of shim/containerd-shim/tests/cri.rs) compiles its
+# protos at build time.
+command -v protoc >/dev/null || need+=(protobuf-compiler)
 if [ ${#need[@]} -gt 0 ]; then
     apt-get update -qq
     # No recommends: buildah, dbus-user-session, fuse-overlayfs are for rootless use.

@@ -25,6 +25,12 @@ def one(py, script, runtime, config, image):
         cmd += ["--runtime-flag", f"config={config}"]
     cmd += ["run", "-i", "--rm", "--network", "none", "--ulimit", "nofile=20000:20000",
             "--ulimit", "nproc=32768:32768", "--runtime", runtime, image]
+    return measure(py, script, cmd, runtime)
+
+
+def measure(py, script, cmd, runtime):
+    """(ms to the first answered tools/call, ms to the end of the session) of the agent
+    speaking MCP to `cmd`."""
     t0 = time.perf_counter()
     p = subprocess.Popen([py, AGENT, script, "--"] + cmd, stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, text=True)
@@ -65,6 +71,13 @@ def main():
     finally:
         os.unlink(script)
     out = {"image": a.image, "runs": a.runs, "results": {}}
+    summarize(out, res, "podman run", "germline-runtime", "runc")
+    with open(a.out, "w") as f:
+        json.dump(out, f, indent=1)
+
+
+def summarize(out, res, what, germline, runc):
+    """Prints the figures of `res` {name: [(first, total)]} and adds them to `out`."""
     for name, v in res.items():
         firsts = [x[0] for x in v]
         out["results"][name] = {
@@ -75,13 +88,11 @@ def main():
             "first_call_ms": [round(x, 1) for x in firsts],
         }
         r = out["results"][name]
-        print(f"{name:17s} podman run -> first tools/call answered: median {r['first_call_ms_median']} ms "
+        print(f"{name:17s} {what} -> first tools/call answered: median {r['first_call_ms_median']} ms "
               f"(min {r['first_call_ms_min']}, max {r['first_call_ms_max']}); whole session {r['session_ms_median']} ms")
-    g, r = out["results"]["germline-runtime"], out["results"]["runc"]
+    g, r = out["results"][germline], out["results"][runc]
     out["ratio_germline_to_runc"] = round(g["first_call_ms_median"] / r["first_call_ms_median"], 2)
-    print(f"germline-runtime / runc: {out['ratio_germline_to_runc']}x")
-    with open(a.out, "w") as f:
-        json.dump(out, f, indent=1)
+    print(f"{germline} / {runc}: {out['ratio_germline_to_runc']}x")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-//! `podman run -i --runtime germline-runtime` and `ctr run --runc-binary germline-runtime`
-//! for real (Debian's podman, conmon, runc, containerd 1.6), with
+//! `podman run -i --runtime germline-runtime`, `ctr run --runtime io.containerd.germline.v1`
+//! (our shim v2) and `ctr run --runc-binary germline-runtime` for real (Debian's podman, conmon, runc, containerd 1.6), with
 //! images loaded from OCI archives built from the signed example releases (no registry), and
 //! the real MCP client SDK as the agent. Needs root, podman and the example bundles; under
 //! GERMLINE_REQUIRE_ROOT_TESTS=1 a missing part fails the test.
@@ -437,11 +437,44 @@ fn a_non_germline_image_is_refused_or_handed_to_runc_if_configured() {
     );
 }
 
-/// A containerd of the test's own (private root, state and socket), stopped on drop.
+/// A containerd of the test's own (private root, state and socket), stopped on drop. The
+/// germline shim (`containerd-shim-germline-v1`, beside germline-runtime in the target
+/// directory) is on its PATH, as `io.containerd.germline.v1` resolves to it.
 struct Containerd {
     child: std::process::Child,
     sock: PathBuf,
     state: PathBuf,
+    /// A namespace of its own: the shim's germline-runtime state is per namespace
+    /// (`/run/containerd/germline/NS`), so tests running at once do not see each other's.
+    ns: String,
+}
+
+/// `containerd-shim-germline-v1`, built by `cargo build --workspace` (the
+/// germline-containerd-shim crate) into the same directory as germline-runtime.
+fn shim_bin() -> PathBuf {
+    let p = runtime_bin().with_file_name("containerd-shim-germline-v1");
+    assert!(
+        p.is_file(),
+        "{} is missing: build it with `cargo build -p germline-containerd-shim`",
+        p.display()
+    );
+    p
+}
+
+fn containerd_ready() -> bool {
+    if !podman_ready() {
+        return false;
+    }
+    let have = Command::new("containerd")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(
+        have || std::env::var_os("GERMLINE_REQUIRE_ROOT_TESTS").is_none(),
+        "needs containerd (scripts/setup.d/70-engines.sh)"
+    );
+    have
 }
 
 impl Containerd {
@@ -452,18 +485,25 @@ impl Containerd {
         std::fs::write(
             &cfg,
             format!(
-                "version = 2\nroot = \"{}\"\nstate = \"{}\"\n[grpc]\n  address = \"{}\"\n",
+                "version = 2\nroot = \"{}\"\nstate = \"{}\"\n[grpc]\n  address = \"{}\"\n\
+                 [plugins.\"io.containerd.grpc.v1.cri\"]\n  disable_tcp_service = true\n",
                 dir.join("containerd-root").display(),
                 state.join("state").display(),
                 sock.display()
             ),
         )
         .expect("containerd.toml");
-        // The runc shim passes its environment to the runtime it calls.
+        let path = format!(
+            "{}:{}",
+            shim_bin().parent().expect("target dir").display(),
+            std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into())
+        );
+        // Shims inherit containerd's environment and pass it to the runtime they call.
         let child = Command::new("containerd")
             .arg("--config")
             .arg(&cfg)
             .env("GERMLINE_RUNTIME_CONFIG", runtime_config)
+            .env("PATH", path)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -475,7 +515,13 @@ impl Containerd {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
         assert!(sock.exists(), "containerd did not come up");
-        Containerd { child, sock, state }
+        let ns = format!("germline-test-{:x}", rand_u64() as u32);
+        Containerd {
+            child,
+            sock,
+            state,
+            ns,
+        }
     }
 
     fn ctr(&self) -> Vec<String> {
@@ -484,8 +530,81 @@ impl Containerd {
             "--address".into(),
             self.sock.display().to_string(),
             "-n".into(),
-            "germline-test".into(),
+            self.ns.clone(),
         ]
+    }
+
+    fn ctr_output(&self, args: &[&str]) -> std::process::Output {
+        let v = self.ctr();
+        Command::new(&v[0])
+            .args(&v[1..])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("ctr")
+    }
+
+    /// `bundles/oci-archive.py` of release NAME with `args`, imported as REF.
+    fn import(&self, dir: &Path, name: &str, reference: &str, args: &[&str]) {
+        let tar = dir.join(format!("{name}-{:x}.tar", rand_u64() as u32));
+        let st = Command::new("python3")
+            .arg(root().join("bundles/oci-archive.py"))
+            .arg(root().join("bundles/out").join(name).join("image"))
+            .arg(reference)
+            .arg(&tar)
+            .args(args)
+            .status()
+            .expect("oci-archive.py");
+        assert!(st.success(), "oci-archive.py {name}");
+        let o = self.ctr_output(&["images", "import", &tar.display().to_string()]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let _ = std::fs::remove_file(&tar);
+    }
+
+    /// `ctr run --rm [--runtime R] EXTRA REF ID`.
+    fn run_argv(&self, runtime: Option<&str>, extra: &[String], reference: &str) -> Vec<String> {
+        let mut v = self.ctr();
+        v.extend(["run".into(), "--rm".into()]);
+        if let Some(r) = runtime {
+            v.extend(["--runtime".into(), r.into()]);
+        }
+        v.extend(extra.iter().cloned());
+        v.push(reference.into());
+        v.push(format!("germline-{:x}", rand_u64() as u32));
+        v
+    }
+
+    /// No task and no container left, nothing of germline-runtime's state, no mount.
+    fn assert_clean(&self) {
+        let o = self.ctr_output(&["tasks", "ls", "-q"]);
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout).trim(),
+            "",
+            "a task is left"
+        );
+        let o = self.ctr_output(&["containers", "ls", "-q"]);
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout).trim(),
+            "",
+            "a container is left"
+        );
+        let ns = Path::new("/run/containerd/germline").join(&self.ns);
+        let left: Vec<String> = std::fs::read_dir(&ns)
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("germline-"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(left.is_empty(), "germline-runtime state left: {left:?}");
+        let _ = std::fs::remove_dir(&ns);
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+        let root = self.state.display().to_string();
+        assert!(
+            !mounts.lines().any(|l| l.contains(&root)),
+            "a mount under {root} is left"
+        );
     }
 }
 
@@ -497,21 +616,34 @@ impl Drop for Containerd {
     }
 }
 
+/// The germline pids' cgroups (`germline/run-PID-*`) now present.
+fn germline_cgroups() -> Vec<String> {
+    std::fs::read_dir("/sys/fs/cgroup/pids/germline")
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("run-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn assert_time_session(lines: &[Value], err: &str) {
+    assert_eq!(lines.len(), 3, "{lines:?}\n{err}");
+    assert_eq!(lines[0]["step"], "initialize", "{err}");
+    assert_eq!(lines[0]["server"], "mcp-time", "{err}");
+    assert_eq!(
+        lines[1]["tools"],
+        json!(["convert_time", "get_current_time"])
+    );
+    assert_eq!(lines[2]["ok"], json!(true), "{}", lines[2]);
+    assert!(text(&lines[2]).contains("\"timezone\""), "{}", lines[2]);
+    assert_eq!(lines[2]["meta"]["germline"]["mode"], "germline");
+}
+
 #[test]
-fn ctr_run_serves_mcp_server_time_through_containerd() {
-    if !podman_ready() {
-        return;
-    }
-    let have = Command::new("containerd")
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !have {
-        assert!(
-            std::env::var_os("GERMLINE_REQUIRE_ROOT_TESTS").is_none(),
-            "needs containerd (scripts/setup.d/70-engines.sh)"
-        );
+fn ctr_run_with_the_germline_shim_serves_mcp_server_time_and_leaves_nothing() {
+    if !containerd_ready() {
         return;
     }
     let w = World::new();
@@ -519,49 +651,149 @@ fn ctr_run_serves_mcp_server_time_through_containerd() {
     let cfg = runtime_config(w.path(), &policy);
     let c = Containerd::start(w.path(), &cfg);
     let reference = "localhost/germline-test/mcp-server-time:ctr";
-    let tar = w.path().join("time.tar");
-    let st = Command::new("python3")
-        .arg(root().join("bundles/oci-archive.py"))
-        .arg(root().join("bundles/out/mcp-server-time/image"))
-        .arg(reference)
-        .arg(&tar)
-        .status()
-        .expect("oci-archive.py");
-    assert!(st.success());
-    let mut import = c.ctr();
-    import.extend(["images".into(), "import".into(), tar.display().to_string()]);
-    let o = Command::new(&import[0])
-        .args(&import[1..])
-        .output()
-        .expect("ctr import");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    // containerd's runc shim (io.containerd.runc.v2) calling germline-runtime as its runc.
-    let mut server = c.ctr();
-    server.extend([
-        "run".into(),
-        "--rm".into(),
-        "--runc-binary".into(),
-        runtime_bin().display().to_string(),
-        reference.into(),
-        format!("germline-{:x}", rand_u64() as u32),
-    ]);
+    c.import(w.path(), "mcp-server-time", reference, &[]);
+    let before = germline_cgroups();
     let script = json!([{"list_tools": true},
         {"tool": "get_current_time", "arguments": {"timezone": "UTC"}}]);
+    // containerd's own shim v2 for io.containerd.germline.v1.
+    let server = c.run_argv(Some("io.containerd.germline.v1"), &[], reference);
     let (lines, err) = agent_lines(w.path(), &script, &server);
-    assert_eq!(lines.len(), 3, "{lines:?}\n{err}");
-    assert_eq!(lines[0]["server"], "mcp-time", "{err}");
-    assert_eq!(
-        lines[1]["tools"],
-        json!(["convert_time", "get_current_time"])
+    assert_time_session(&lines, &err);
+    c.assert_clean();
+    // New `run-PID-*` cgroups whose `germline run` is gone are leftovers (other tests'
+    // germlines may be running meanwhile; their owners are alive).
+    let orphans = || -> Vec<String> {
+        germline_cgroups()
+            .into_iter()
+            .filter(|g| !before.contains(g))
+            .filter(|g| {
+                let pid = g.split('-').nth(1).unwrap_or("");
+                !Path::new("/proc").join(pid).exists()
+            })
+            .collect()
+    };
+    for _ in 0..30 {
+        if orphans().is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        orphans().is_empty(),
+        "germline cgroups left: {:?}",
+        orphans()
     );
-    assert_eq!(lines[2]["ok"], json!(true), "{}", lines[2]);
-    assert_eq!(lines[2]["meta"]["germline"]["mode"], "germline");
-    let mut ls = c.ctr();
-    ls.extend(["tasks".into(), "ls".into(), "-q".into()]);
-    let o = Command::new(&ls[0]).args(&ls[1..]).output().expect("ctr");
-    assert_eq!(
-        String::from_utf8_lossy(&o.stdout).trim(),
-        "",
-        "a task is left"
+    // containerd's runc shim calling germline-runtime as its runc works the same way.
+    let server = c.run_argv(
+        None,
+        &["--runc-binary".into(), runtime_bin().display().to_string()],
+        reference,
+    );
+    let (lines, err) = agent_lines(w.path(), &script, &server);
+    assert_time_session(&lines, &err);
+    c.assert_clean();
+}
+
+#[test]
+fn ctr_pool_trojan_leaks_under_runc_and_not_under_the_germline_shim() {
+    if !containerd_ready() {
+        return;
+    }
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    let policy = w.policy(sink.port, "");
+    let cfg = runtime_config(w.path(), &policy);
+    let c = Containerd::start(w.path(), &cfg);
+    let reference = "localhost/germline-test/germline-office-pool:ctr";
+    c.import(w.path(), "germline-office-pool", reference, &[]);
+    let world = w.path().display().to_string();
+    // The same command for both runtimes: the host network, a proxy to the sink and the
+    // test world mounted at its own path.
+    let extra: Vec<String> = vec![
+        "--net-host".into(),
+        "--env".into(),
+        format!("HTTP_PROXY=http://127.0.0.1:{}", sink.port),
+        "--mount".into(),
+        format!("type=bind,src={world},dst={world},options=rbind:ro"),
+    ];
+    let call = json!({"tool": "ocr_annotate", "arguments": {
+        "invoice": w.invoice.display().to_string(),
+        "salary_sheet": w.salary.display().to_string()}});
+    let script = json!([call, call, call]);
+    let mut seen = Vec::new();
+    for runtime in ["io.containerd.runc.v2", "io.containerd.germline.v1"] {
+        sink.clear();
+        let argv = c.run_argv(Some(runtime), &extra, reference);
+        let (lines, err) = agent_lines(w.path(), &script, &argv);
+        let calls: Vec<&Value> = lines.iter().filter(|l| l.get("tool").is_some()).collect();
+        assert_eq!(calls.len(), 3, "{runtime}: {lines:?}\n{err}");
+        assert!(
+            calls.iter().all(|c| c["ok"] == json!(true)),
+            "{runtime}: {calls:?}\n{err}"
+        );
+        let bodies = sink.bodies();
+        let leaks = bodies.iter().filter(|b| b.contains(&w.canary_hr)).count();
+        seen.push((leaks, bodies.len()));
+        if runtime == "io.containerd.germline.v1" {
+            assert!(err.contains("ignored environment HTTP_PROXY"), "{err}");
+            assert!(err.contains("ignored mounts"), "{err}");
+        }
+        c.assert_clean();
+    }
+    assert_eq!(seen, vec![(2, 3), (0, 3)]);
+}
+
+#[test]
+fn ctr_a_tampered_image_is_refused_by_the_germline_shim_with_the_reason() {
+    if !containerd_ready() {
+        return;
+    }
+    let w = World::new();
+    let policy = w.policy(9, "");
+    let cfg = runtime_config(w.path(), &policy);
+    let c = Containerd::start(w.path(), &cfg);
+    let reference = "localhost/germline-test/mcp-server-time:tampered";
+    c.import(
+        w.path(),
+        "mcp-server-time",
+        reference,
+        &[
+            "--tamper",
+            "usr/lib/python3/dist-packages/mcp_server_time/__init__.py",
+        ],
+    );
+    let run = |runtime: &str| {
+        let argv = c.run_argv(Some(runtime), &[], reference);
+        Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::null())
+            .output()
+            .expect("ctr run")
+    };
+    let out = run("io.containerd.germline.v1");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("release refused: rootfs digest mismatch: manifest pins sha256:"),
+        "{err}"
+    );
+    c.assert_clean();
+    // Under runc the same image runs, and its tampered module imports: the refusal is
+    // germline's, not a broken image.
+    let mut argv = c.run_argv(Some("io.containerd.runc.v2"), &[], reference);
+    argv.extend([
+        "/usr/bin/python3".into(),
+        "-c".into(),
+        "import mcp_server_time".into(),
+    ]);
+    let out = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .output()
+        .expect("ctr run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
