@@ -587,6 +587,9 @@ pub fn process(rt: &mut Runtime) {
                 json!({"evidence": "rerun failed", "release": label, "destination": job.spec.host, "error": e.to_string()})
             ),
         }
+        if let Some(m) = rt.metrics.clone() {
+            crate::metrics::note_dampening(&m, rt);
+        }
     }
 }
 

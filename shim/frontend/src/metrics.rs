@@ -74,6 +74,8 @@ pub struct Metrics {
     item_bytes: Family<ReleaseLabels, Counter>,
     checks_failed: Family<ReleaseLabels, Counter>,
     pool_depth: Family<ReleaseLabels, Gauge>,
+    dampening_penalty: Family<ReleaseLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    suppressed: Family<ReleaseLabels, Gauge>,
     /// Broker counts already added to `requests` (the broker's are running totals).
     seen: Mutex<BTreeMap<(String, String, String), u64>>,
     /// The brokers' control sockets and the releases by digest (labels of their rows).
@@ -107,6 +109,9 @@ impl Metrics {
         let item_bytes = Family::<ReleaseLabels, Counter>::default();
         let checks_failed = Family::<ReleaseLabels, Counter>::default();
         let pool_depth = Family::<ReleaseLabels, Gauge>::default();
+        let dampening_penalty =
+            Family::<ReleaseLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        let suppressed = Family::<ReleaseLabels, Gauge>::default();
         registry.register(
             "fork_seconds",
             "Time to hand out a checked, data-free copy (pool or fresh fork)",
@@ -149,6 +154,16 @@ impl Metrics {
             "Pre-forked, checked, data-free copies ready",
             pool_depth.clone(),
         );
+        registry.register(
+            "dampening_penalty",
+            "The release's dampening penalty P (Appendix B-E; suppressed from S until below R)",
+            dampening_penalty.clone(),
+        );
+        registry.register(
+            "release_suppressed",
+            "1 while dampening refuses the release's calls",
+            suppressed.clone(),
+        );
         Self {
             registry,
             fork_seconds,
@@ -160,6 +175,8 @@ impl Metrics {
             item_bytes,
             checks_failed,
             pool_depth,
+            dampening_penalty,
+            suppressed,
             seen: Mutex::new(BTreeMap::new()),
             brokers: Mutex::new(Vec::new()),
             releases: Mutex::new(BTreeMap::new()),
@@ -305,12 +322,29 @@ impl Metrics {
 pub fn after_call(m: &Metrics, rt: &crate::runtime::Runtime, r: &Result<Outcome, RunError>) {
     let release = rt.release.label();
     m.call(&release, r);
+    note_dampening(m, rt);
     if let Err(RunError::Limit(hit)) = r {
         m.limit(&release, hit.name);
     }
     if let Some(g) = rt.germline() {
         m.pool_depth(&release, g.pool_len());
     }
+}
+
+/// The release's dampening state as the evidence layer holds it now (after a call's
+/// admission, and again after its re-runs' verdicts).
+pub fn note_dampening(m: &Metrics, rt: &crate::runtime::Runtime) {
+    let labels = ReleaseLabels {
+        release: rt.release.label(),
+    };
+    let (p, s) = rt
+        .evidence
+        .ledger
+        .releases
+        .get(&rt.release.digest)
+        .map_or((0.0, false), |st| (st.penalty.value, st.penalty.suppressed));
+    m.dampening_penalty.get_or_create(&labels).set(p);
+    m.suppressed.get_or_create(&labels).set(i64::from(s));
 }
 
 /// Serves `GET /metrics` on `addr` from a thread of its own, for the life of the process.

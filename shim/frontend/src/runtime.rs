@@ -137,6 +137,8 @@ struct CopyJob<'a> {
     inadmissible: Option<String>,
     /// Twin inputs of the call, unless twin inputs are off (the reference runs).
     twin: Option<(u128, u64)>,
+    /// A probe or control re-run (crate::evidence): not counted as the call's delivery.
+    rerun: bool,
 }
 
 /// Whether copies get the call's twin inputs: on unless `GERMLINE_TWIN=off` (the reference
@@ -561,6 +563,7 @@ impl Runtime {
                 is_agent,
                 inadmissible,
                 twin,
+                rerun: false,
             };
             let r = self.run_copy(job, agent_link, &mut phases);
             match r {
@@ -651,6 +654,7 @@ impl Runtime {
             in_view,
             is_agent,
             inadmissible,
+            rerun,
             twin,
         } = job;
         let Backend::Germline(g) = &mut self.backend else {
@@ -673,7 +677,7 @@ impl Runtime {
             }
             RunError::Sandbox(e.to_string())
         })?;
-        if let Some(m) = metrics {
+        if let (Some(m), false) = (metrics, rerun) {
             m.item_bytes(&release.label(), view_bytes);
         }
         copy.set_twin(twin);
@@ -788,6 +792,7 @@ impl Runtime {
                 "germline: a probe or control re-run never reaches the agent".into(),
             ),
             twin: twin_on.then_some((twin.time_ns, twin.seed)),
+            rerun: true,
         };
         let mut link = Buffered::default();
         let mut agent = Agent {

@@ -48,6 +48,10 @@ pub struct RuntimeStatus {
     pub last_call_unix: Option<u64>,
     pub limits: Value,
     pub broker: PathBuf,
+    /// The release's dampening state (penalty, suppressed, admitted and refused attempts,
+    /// last verdict), null while evidence is off (docs/evidence.md).
+    #[serde(default)]
+    pub dampening: Value,
 }
 
 /// Keeps one runtime's state file current; removes it when dropped.
@@ -115,6 +119,7 @@ impl StatusWriter {
                 last_call_unix: None,
                 limits: limits_json(rt),
                 broker: rt.broker.socket().to_path_buf(),
+                dampening: Value::Null,
             },
         };
         w.refresh(rt);
@@ -132,6 +137,18 @@ impl StatusWriter {
             d.pool = g.pool_len();
             d.live_copies = g.copy_pids().len();
         }
+        d.dampening = if rt.evidence.enabled() {
+            let st = rt.evidence.ledger.releases.get(&rt.release.digest);
+            serde_json::json!({
+                "penalty": st.map_or(0.0, |s| s.penalty.value),
+                "suppressed": st.is_some_and(|s| s.penalty.suppressed),
+                "admitted": st.map_or(0, |s| s.admitted),
+                "refused": st.map_or(0, |s| s.refused),
+                "last": st.and_then(|s| s.last),
+            })
+        } else {
+            Value::Null
+        };
         if let Ok(text) = serde_json::to_string_pretty(&self.doc) {
             let _ = write_atomic(&self.path, &text);
         }
@@ -270,6 +287,26 @@ pub fn render(rows: &[Value]) -> String {
                 "none".to_string()
             } else {
                 verdicts.join(", ")
+            }
+        ));
+        let d = &r["dampening"];
+        s.push_str(&format!(
+            "  dampening: {}\n",
+            if d.is_null() {
+                "off".to_string()
+            } else {
+                format!(
+                    "{}penalty {:.0}, {} admitted, {} refused, last {}",
+                    if d["suppressed"] == true {
+                        "SUPPRESSED, "
+                    } else {
+                        ""
+                    },
+                    d["penalty"].as_f64().unwrap_or(0.0),
+                    d["admitted"],
+                    d["refused"],
+                    d["last"].as_str().unwrap_or("-"),
+                )
             }
         ));
         let limits: Vec<String> = r["limits"]

@@ -34,17 +34,24 @@ fn session(
     addr: &str,
     script: &Value,
 ) -> Vec<Value> {
+    session_with(w, release, policy, addr, script, &[])
+}
+
+fn session_with(
+    w: &World,
+    release: &str,
+    policy: &std::path::Path,
+    addr: &str,
+    script: &Value,
+    extra: &[&str],
+) -> Vec<Value> {
     let n = script.as_array().map_or(0, Vec::len);
+    let mut args = vec!["--metrics-listen", addr];
+    args.extend_from_slice(extra);
     let run = AgentRun::start(
         w.path(),
         script,
-        &run_cmd(
-            policy,
-            "germline",
-            release,
-            w.path(),
-            &["--metrics-listen", addr],
-        ),
+        &run_cmd(policy, "germline", release, w.path(), &args),
     );
     let out: Vec<Value> = (0..n).map(|_| run.next()).collect();
     let stderr = run.stderr.clone();
@@ -425,4 +432,50 @@ fn status_shows_a_running_session_and_forgets_it_when_it_ends() {
     assert!(run.finish());
     let rows: Vec<Value> = serde_json::from_str(&status(true)).expect("status json");
     assert!(rows.iter().all(|r| r["pid"] != json!(run_pid)), "{rows:?}");
+}
+
+/// Dampening state per release: the mix Trojan's trigger is re-run after the first answer,
+/// its verdict raises the release's penalty, and a scrape after the second call shows it (and
+/// the release suppressed exactly when that call was refused for it). With the evidence layer
+/// off, the same session leaves the penalty at zero and both calls run.
+#[test]
+fn dampening_state_per_release_is_scraped() {
+    if !can_run() {
+        return;
+    }
+    let r = r#"release="germline-office@1.2.0""#;
+    for evidence in [true, false] {
+        let w = World::new();
+        let sink = Sink::start(w.path(), "ocr");
+        let policy = w.policy(sink.port, "");
+        let addr = free_addr();
+        let scrape = json!({"fetch": format!("http://{addr}/metrics")});
+        let extra: &[&str] = if evidence { &[] } else { &["--no-evidence"] };
+        let out = session_with(
+            &w,
+            "germline-office-mix",
+            &policy,
+            &addr,
+            &json!([annotate(&w), annotate(&w), scrape]),
+            extra,
+        );
+        let body = out[2]["body"].as_str().unwrap_or_default();
+        assert_eq!(out[0]["ok"], json!(true), "{}", out[0]);
+        let penalty = sample(body, &format!("germline_dampening_penalty{{{r}}}"));
+        let suppressed = sample(body, &format!("germline_release_suppressed{{{r}}}"));
+        let refused = sample(
+            body,
+            &format!(r#"germline_calls_total{{{r},outcome="suppressed"}}"#),
+        );
+        if evidence {
+            assert!(penalty > 0.0, "no penalty after a verified trigger: {body}");
+            let why = out[1]["error"].as_str().unwrap_or_default();
+            let was_refused = why.contains("suppressed by dampening");
+            assert_eq!(suppressed, f64::from(u8::from(was_refused)), "{body}");
+            assert_eq!(refused, suppressed, "{body}");
+        } else {
+            assert_eq!(out[1]["ok"], json!(true), "{}", out[1]);
+            assert_eq!((penalty, suppressed, refused), (0.0, 0.0, 0.0), "{body}");
+        }
+    }
 }
