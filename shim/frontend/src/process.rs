@@ -14,6 +14,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use germline_sandbox::copy::{relay_one, Relayed};
 use serde_json::{json, Value};
 
 /// A running tool process speaking MCP over its stdio.
@@ -346,36 +347,12 @@ impl ToolProcess {
             let Ok(msg) = serde_json::from_str::<Value>(&line) else {
                 return Err("the tool process sent a line that is not JSON".into());
             };
-            if msg.get("id").and_then(Value::as_u64) == Some(id) && msg.get("method").is_none() {
-                if let Some(err) = msg.get("error") {
-                    return Err(format!("{method} failed: {err}"));
-                }
-                return msg
-                    .get("result")
-                    .cloned()
-                    .ok_or_else(|| "a response without result".to_string());
-            }
-            match (msg.get("method").and_then(Value::as_str), msg.get("id")) {
-                (Some("ping"), Some(rid)) => {
-                    let rid = rid.clone();
-                    self.send(&json!({"jsonrpc": "2.0", "id": rid, "result": {}}))?;
-                }
-                (Some(m), Some(rid)) => {
-                    let rid = rid.clone();
-                    let mut answer = handler(&msg)
-                        .filter(|a| a.get("result").is_some() || a.get("error").is_some())
-                        .unwrap_or_else(|| {
-                            json!({"error": {"code": -32601,
-                                "message": format!("germline: {m} is not available to the tool during a call")}})
-                        });
-                    answer["jsonrpc"] = json!("2.0");
-                    answer["id"] = rid;
-                    self.send(&answer)?;
-                }
-                (Some(_), None) => {
-                    handler(&msg);
-                }
-                _ => {}
+            match relay_one(&msg, id, handler) {
+                Relayed::Response(Ok(result)) => return Ok(result),
+                Relayed::Response(Err(Some(err))) => return Err(format!("{method} failed: {err}")),
+                Relayed::Response(Err(None)) => return Err("a response without result".into()),
+                Relayed::Reply(answer) => self.send(&answer)?,
+                Relayed::Nothing => {}
             }
         }
     }

@@ -12,6 +12,56 @@ use crate::mounts::SlotLease;
 use crate::procfs::Namespaces;
 use crate::sys;
 
+/// What one message from a copy (or from a baseline's tool process) means while the shim
+/// awaits the answer to its request `id`: the rules of both transports, in one place.
+#[derive(Debug)]
+pub enum Relayed {
+    /// The awaited response: its result, or its error object (`None`: it had neither).
+    Response(std::result::Result<Value, Option<Value>>),
+    /// A reply to send back: to `ping`, or the handler's answer (or refusal) of a request.
+    Reply(Value),
+    /// Nothing to send: a notification (handed to the handler) or an unrelated message.
+    Nothing,
+}
+
+/// Classifies `msg` (see [`Relayed`]). `handler` sees every notification (its answer is
+/// ignored) and every request other than `ping`, and answers a request with
+/// `Some({"result": ..})` or `Some({"error": ..})`; `None` refuses it.
+pub fn relay_one(
+    msg: &Value,
+    id: u64,
+    handler: &mut dyn FnMut(&Value) -> Option<Value>,
+) -> Relayed {
+    if msg.get("id").and_then(Value::as_u64) == Some(id) && msg.get("method").is_none() {
+        return Relayed::Response(match (msg.get("result"), msg.get("error")) {
+            (_, Some(err)) => Err(Some(err.clone())),
+            (Some(r), None) => Ok(r.clone()),
+            (None, None) => Err(None),
+        });
+    }
+    match (msg.get("method").and_then(Value::as_str), msg.get("id")) {
+        (Some("ping"), Some(rid)) => {
+            Relayed::Reply(json!({"jsonrpc": "2.0", "id": rid, "result": {}}))
+        }
+        (Some(m), Some(rid)) => {
+            let mut answer = handler(msg)
+                .filter(|a| a.get("result").is_some() || a.get("error").is_some())
+                .unwrap_or_else(|| {
+                    json!({"error": {"code": -32601,
+                        "message": format!("germline: {m} is not available to the tool during a call")}})
+                });
+            answer["jsonrpc"] = json!("2.0");
+            answer["id"] = rid.clone();
+            Relayed::Reply(answer)
+        }
+        (Some(_), None) => {
+            handler(msg);
+            Relayed::Nothing
+        }
+        _ => Relayed::Nothing,
+    }
+}
+
 /// One item for a copy: its name (the file `/run/items/<name>` and the memfd's name), its
 /// contents, whether it is in the copy's view (outside it the copy gets an empty file, A5),
 /// and optionally its own absolute path inside the copy (`/home/alice/invoice.pdf`), where it
@@ -308,36 +358,16 @@ impl Copy {
             if !msg.is_object() || msg.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
                 return Err(Error::Malformed("not a JSON-RPC 2.0 message".into()));
             }
-            if msg.get("id").and_then(Value::as_u64) == Some(id) && msg.get("method").is_none() {
-                if let Some(err) = msg.get("error") {
-                    return Err(Error::Protocol(format!("{method} failed: {err}")));
+            match relay_one(&msg, id, handler) {
+                Relayed::Response(Ok(result)) => return Ok(result),
+                Relayed::Response(Err(Some(err))) => {
+                    return Err(Error::Protocol(format!("{method} failed: {err}")))
                 }
-                return msg
-                    .get("result")
-                    .cloned()
-                    .ok_or_else(|| Error::Malformed("a response without result".into()));
-            }
-            match (msg.get("method").and_then(Value::as_str), msg.get("id")) {
-                (Some("ping"), Some(rid)) => {
-                    let rid = rid.clone();
-                    self.send_line(&json!({"jsonrpc": "2.0", "id": rid, "result": {}}), &[])?;
+                Relayed::Response(Err(None)) => {
+                    return Err(Error::Malformed("a response without result".into()))
                 }
-                (Some(m), Some(rid)) => {
-                    let rid = rid.clone();
-                    let mut answer = handler(&msg)
-                        .filter(|a| a.get("result").is_some() || a.get("error").is_some())
-                        .unwrap_or_else(|| {
-                            json!({"error": {"code": -32601,
-                                "message": format!("germline: {m} is not available to the tool during a call")}})
-                        });
-                    answer["jsonrpc"] = json!("2.0");
-                    answer["id"] = rid;
-                    self.send_line(&answer, &[])?;
-                }
-                (Some(_), None) => {
-                    handler(&msg);
-                }
-                _ => {}
+                Relayed::Reply(answer) => self.send_line(&answer, &[])?,
+                Relayed::Nothing => {}
             }
         }
     }
