@@ -765,12 +765,20 @@ impl Broker {
             "call_end",
             || json!({"call": call, "release": state.release}),
         );
+        let mut copies = m.done.clone();
+        // Slot values serve only the probe of a trigger (the evidence layer): a call without
+        // one does not carry every slot's contents back over the control socket.
+        if copies.values().all(|c| c.triggers.is_empty()) {
+            for c in copies.values_mut() {
+                c.slot_values.clear();
+            }
+        }
         Ok(CallRecord {
             call,
             release: state.release.clone(),
             twin: state.twin,
             delivered,
-            copies: m.done.clone(),
+            copies,
         })
     }
 }
