@@ -417,7 +417,7 @@ impl Runtime {
                     copy.deliver(&[])?;
                     copy.mcp_call_method(method, params)
                 })();
-                copy.finish(r).map_err(|e| RunError::Tool(e.to_string()))
+                g.retire(copy, r).map_err(|e| RunError::Tool(e.to_string()))
             }
             Backend::Process(p) => {
                 p.ensure_initialized(deadline).map_err(RunError::Tool)?;
@@ -738,7 +738,8 @@ impl Runtime {
             v
         })();
         let s = Instant::now();
-        let r = copy.finish(r);
+        // Killed now; the kernel's exit of the copy completes off the call's path.
+        let r = g.retire(copy, r);
         marks[3] = us(s);
         phases.push(("copy", t.elapsed().as_micros() as u64));
         phases.extend([
@@ -944,6 +945,9 @@ impl Runtime {
     /// One step of [`Runtime::idle`]: forks at most one pool copy; `true` while more are due.
     /// A transport that can tell a request is waiting stops between steps.
     pub fn idle_step(&mut self) -> bool {
+        if let Backend::Germline(g) = &mut self.backend {
+            g.reap();
+        }
         if self.fresh_due {
             // Off the call's path: the answer went out; an error shows at the next call.
             let _ = self.relaunch_if_due();
