@@ -317,6 +317,9 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
     }
     let (mode, pool, evidence) = (a.mode, a.pool, a.evidence.clone());
     let fpolicy = policy.clone();
+    // Lives until every germline is stopped (after `router.stop()` below).
+    let launcher = Arc::new(crate::launcher::Launcher::start()?);
+    let flauncher = launcher.clone();
     // Starts one runtime (germline or baseline process) of a release for a user: at a
     // session's `initialize` under `session` and `single-shot`, at a user's first need under
     // `long-lived` (docs/operations.md).
@@ -332,7 +335,8 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
             state_dir: state_dir.clone(),
             audit: None,
         })?;
-        let mut runtime = Runtime::start(mode, release, client, pool)?;
+        let mut runtime = flauncher.run(move || Runtime::start(mode, release, client, pool))??;
+        runtime.launcher = Some(flauncher.clone());
         // The user keys the broker's state slots (release, user, horizon).
         runtime.user = user.to_string();
         runtime.evidence = crate::cli::evidence_for(&evidence, &state_dir, &fpolicy)?;

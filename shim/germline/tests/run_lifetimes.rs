@@ -473,6 +473,10 @@ fn serve_gives_each_session_its_own_germline_and_its_end_leaves_nothing() {
     assert!(!mounts.contains(&id_a), "a mount of {id_a} is left");
     assert!(s.germlines_of("alice").is_empty());
     assert_eq!(s.germlines_of("bob"), vec![pb]);
+    // Still there after the thread that answered Bob's initialize could have ended (tokio
+    // ends an idle blocking thread after 10 s; the kernel kills a germline whose forking
+    // thread is gone): germlines are forked on a thread of their own.
+    std::thread::sleep(Duration::from_secs(11));
     assert!(std::path::Path::new(&format!("/proc/{pb}")).exists());
     std::fs::write(f("end-b"), "").expect("end b");
     assert!(b.finish(), "bob's session did not close cleanly");
