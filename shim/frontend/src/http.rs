@@ -376,7 +376,7 @@ impl Http {
     }
 
     /// The bearer token's user, or the refusal.
-    fn authorize(&self, h: &HeaderMap) -> Result<String, Resp> {
+    fn authorize(&self, h: &HeaderMap) -> Result<String, Box<Resp>> {
         let Some(tokens) = &self.cfg.tokens else {
             return Ok(self.cfg.anonymous_user.clone());
         };
@@ -399,7 +399,7 @@ impl Http {
             hyper::header::WWW_AUTHENTICATE,
             HeaderValue::from_static(challenge),
         );
-        Err(r)
+        Err(Box::new(r))
     }
 
     /// Answers one HTTP request.
@@ -424,7 +424,7 @@ impl Http {
         }
         let user = match self.authorize(req.headers()) {
             Ok(u) => u,
-            Err(r) => return r,
+            Err(r) => return *r,
         };
         if let Some(v) = header(req.headers(), "mcp-protocol-version") {
             if !PROTOCOL_VERSIONS.contains(&v) {

@@ -240,23 +240,31 @@ impl Serve {
             .stderr(Stdio::piped())
             .spawn()
             .expect("germline serve");
-        let err = child.stderr.take().expect("stderr");
+        let err = child.stderr.take();
+        // Stopped by Drop, also if it never comes up.
+        let mut s = Serve {
+            child,
+            url: String::new(),
+        };
         let (tx, rx) = std::sync::mpsc::channel::<String>();
         std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
+            for line in err
+                .into_iter()
+                .flat_map(|e| BufReader::new(e).lines().map_while(Result::ok))
+            {
                 eprintln!("[serve] {line}");
                 let _ = tx.send(line);
             }
         });
-        loop {
+        while s.url.is_empty() {
             let line = rx
                 .recv_timeout(Duration::from_secs(120))
                 .expect("germline serve came up");
             if let Some(rest) = line.strip_prefix("germline serve: http://") {
-                let url = format!("http://{}", rest.split_whitespace().next().expect("url"));
-                return Serve { child, url };
+                s.url = format!("http://{}", rest.split_whitespace().next().expect("url"));
             }
         }
+        s
     }
 
     /// The state files (`germline status`) of this serve's runtimes: one per germline.
