@@ -8,7 +8,8 @@ TOKEN_FILE `-` sends no token. Steps (a JSON array):
     {"wait_file": PATH}                 waits, at most 120 s, until PATH exists
 After the last step the session is closed (the SDK sends DELETE) and `{"closed": true}` is
 printed. Each call prints one JSON line as it ends: {"tool", "ok", "text": [...], "t0", "t1"}
-(t0/t1: wall-clock seconds when the call was sent and answered)."""
+(t0/t1: wall-clock seconds when the call was sent and answered), or {"tool", "ok": false,
+"error"} when the call failed with an MCP or HTTP error."""
 import asyncio, json, os, sys, time
 
 from mcp.client.session import ClientSession
@@ -41,7 +42,11 @@ async def main(url, token_file, steps_path):
                             raise SystemExit(f"timed out waiting for {step['wait_file']}")
                     else:
                         t0 = time.time()
-                        r = await session.call_tool(step["tool"], step.get("arguments", {}))
+                        try:
+                            r = await session.call_tool(step["tool"], step.get("arguments", {}))
+                        except Exception as e:  # an MCP or HTTP error: the test reads it
+                            dump({"tool": step["tool"], "ok": False, "text": [], "error": str(e)})
+                            continue
                         dump({"tool": step["tool"], "ok": not bool(getattr(r, "is_error", getattr(r, "isError", False))),
                               "text": [c.text for c in r.content if c.type == "text"],
                               "t0": t0, "t1": time.time()})

@@ -531,3 +531,47 @@ fn long_lived_shares_one_germline_and_its_slots_per_user_only() {
     let again = Client::run(&w, &s.url, &ta, &json!([list]));
     assert_eq!(text(&again[0]), "- buy milk\n- call Bob");
 }
+
+#[test]
+fn an_idle_session_times_out_and_its_germline_stops() {
+    if !can_run() {
+        return;
+    }
+    let w = World::new();
+    let policy = w.policy(9, "");
+    let (users, ta, _) = users(&w);
+    let s = Serve::start(
+        &w,
+        &policy,
+        &["--users", users.as_str(), "--session-idle-timeout", "2"],
+        "mcp-server-time",
+    );
+    let go = w.path().join("go");
+    let c = Client::start(
+        &w,
+        &s.url,
+        &ta,
+        &json!([current(), {"wait_file": go}, current()]),
+    );
+    assert_eq!(c.next()["ok"], json!(true));
+    let pa = s.germlines_of("alice");
+    assert_eq!(pa.len(), 1, "{:?}", s.runtimes());
+    // Unused for 2 s: the session ends and its germline stops, with no request from anyone.
+    assert!(
+        (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            s.germlines_of("alice").is_empty()
+        }),
+        "the idle session's germline still runs"
+    );
+    assert!(wait_gone(pa[0] as i32));
+    std::fs::write(&go, "").expect("go");
+    let late = c.next();
+    assert_eq!(late["ok"], json!(false), "{late}");
+    assert!(
+        late["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("ended session") || e.contains("404")),
+        "{late}"
+    );
+}
