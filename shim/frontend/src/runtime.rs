@@ -190,6 +190,9 @@ pub struct Runtime {
     pub status: Option<crate::status::StatusWriter>,
     /// Where results for the recipients a manifest names go ([`crate::outbox`]).
     pub outbox: Option<PathBuf>,
+    /// Where fresh germlines are forked (`germline serve`: a thread that outlives them,
+    /// [`crate::launcher`]); the calling thread otherwise.
+    pub launcher: Option<std::sync::Arc<crate::launcher::Launcher>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -377,6 +380,7 @@ impl Runtime {
             fresh_due: false,
             status: None,
             outbox: None,
+            launcher: None,
         })
     }
 
@@ -977,7 +981,12 @@ impl Runtime {
         self.generation += 1;
         let mut opts = opts.clone();
         opts.id = format!("{}-g{}", opts.id, self.generation);
-        let fresh = Germline::start(spec.clone(), opts).map_err(|e| {
+        let spec = spec.clone();
+        let started = match &self.launcher {
+            Some(l) => l.run(move || Germline::start(spec, opts))?,
+            None => Germline::start(spec, opts),
+        };
+        let fresh = started.map_err(|e| {
             format!(
                 "{}: a fresh single-shot germline did not start: {e}",
                 self.release.label()
