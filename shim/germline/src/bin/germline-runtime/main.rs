@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 
 use config::{Config, NonGermline, Overrides};
-use spec::EngineSpec;
+use spec::{EngineSpec, Network};
 use state::State;
 
 #[derive(Debug, Parser)]
@@ -334,7 +334,7 @@ fn create(
     let cfg = Config::load(cli.config.as_deref())?;
     let bundle =
         std::fs::canonicalize(bundle).map_err(|e| format!("bundle {}: {e}", bundle.display()))?;
-    let spec = EngineSpec::load(&bundle)?;
+    let mut spec = EngineSpec::load(&bundle)?;
     let sdir = state::dir(root, id);
     if sdir.exists() {
         return Err(format!("container with id \"{id}\" already exists"));
@@ -374,7 +374,7 @@ fn create(
     // Traversable: the germline's unprivileged user (its own user namespace) binds the
     // rootfs below it. The state file holds nothing secret.
     let _ = std::fs::set_permissions(&sdir, std::fs::Permissions::from_mode(0o711));
-    match prepare(cli, log, &cfg, &bundle, &spec, pid_file, id) {
+    match prepare(cli, log, &cfg, &bundle, &mut spec, pid_file, id) {
         Ok(()) => Ok(()),
         Err(e) => {
             remove_state(root, id, None);
@@ -388,11 +388,14 @@ fn prepare(
     log: &Log,
     cfg: &Config,
     bundle: &Path,
-    spec: &EngineSpec,
+    spec: &mut EngineSpec,
     pid_file: Option<&Path>,
     id: &str,
 ) -> Result<(), String> {
     let root = &cli.root;
+    if let Network::Path(p) = &spec.network {
+        sys::check_netns(p)?;
+    }
     let rel = state::release_dir(root, id);
     let rfs = rel.join("rootfs");
     for d in [
@@ -420,6 +423,27 @@ fn prepare(
     sys::bind_readonly(&source, &rfs)?;
     let (key, verified) = verify(&rel, &cfg.keys, cfg)?;
     let m = &verified.manifest;
+    // `-e` variables the deployer's policy names as a host's credential source become the
+    // broker's environment (only the broker reads them; copies get the manifest's).
+    let policy = germline_policy::Policy::load(&cfg.policy)
+        .map_err(|e| format!("node policy (`policy` in {}): {e}", cfg.source.display()))?;
+    let mut by_name: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
+    for (host, c) in policy.credentials() {
+        if let germline_policy::policy::CredentialSource::Env(n) = &c.source {
+            by_name.entry(n.clone()).or_default().push(host);
+        }
+    }
+    let names = by_name.keys().cloned().collect();
+    let credentials = spec.take_credentials(&names);
+    for (k, _) in &credentials {
+        let hosts = by_name.get(k).map(|h| h.join(", ")).unwrap_or_default();
+        log.write(
+            "info",
+            &format!(
+                "{id}: -e {k} is the broker's credential for {hosts} (the node policy's value_env)"
+            ),
+        );
+    }
     let mut ignored = spec.ignored.clone();
     if !spec.args.is_empty() && spec.args != m.entry {
         ignored.push(format!(
@@ -462,6 +486,8 @@ fn prepare(
         paused: false,
         ignored: ignored.clone(),
         annotations: spec.annotations.clone(),
+        network: spec.network.clone(),
+        listen: spec.listen,
     };
     st.save(root)?;
     let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
@@ -471,6 +497,7 @@ fn prepare(
         cmd.arg("--config").arg(c);
     }
     cmd.arg("init").arg(id);
+    cmd.envs(credentials);
     // The container's stdio is this command's: the engine's pipes (conmon's, for podman).
     let child = cmd
         .stdin(Stdio::inherit())
@@ -507,6 +534,14 @@ fn init(cli: &Cli, id: &str) -> Result<(), String> {
     let root = &cli.root;
     let st = State::load(root, id)?;
     let cfg = Config::load(cli.config.as_deref())?;
+    // The engine's network namespace, entered before `start` as runc does: the front end
+    // and the broker it starts live there (copies have their own, with only the broker's
+    // endpoint), so the workload's network policy applies to what the broker delivers.
+    match &st.network {
+        Network::Host => {}
+        Network::New => sys::new_netns()?,
+        Network::Path(p) => sys::enter_netns(p)?,
+    }
     {
         // Blocks until `start` opens the fifo for reading.
         let mut f = std::fs::OpenOptions::new()
@@ -519,8 +554,19 @@ fn init(cli: &Cli, id: &str) -> Result<(), String> {
         eprintln!("germline-runtime: ignored {i}");
     }
     let mut cmd = Command::new(&cfg.germline);
-    cmd.arg("run")
-        .arg("--policy")
+    match st.listen {
+        // `dev.germline.mcp/listen`: Streamable HTTP in the container's network namespace.
+        Some(addr) => {
+            cmd.arg("serve").arg("--listen").arg(addr.to_string());
+            if let Some(t) = &cfg.http_token_file {
+                cmd.arg("--token-file").arg(t);
+            }
+        }
+        None => {
+            cmd.arg("run");
+        }
+    }
+    cmd.arg("--policy")
         .arg(&cfg.policy)
         .arg("--key")
         .arg(&st.key)
@@ -627,6 +673,7 @@ fn remove_state(root: &Path, id: &str, st: Option<&State>) {
         if st.pid > 0 {
             sys::destroy_cgroups(&sys::germline_cgroups_of(st.pid));
             let _ = std::fs::remove_dir_all(format!("/run/germline/session-{}", st.pid));
+            let _ = std::fs::remove_dir_all(format!("/run/germline/serve-{}", st.pid));
             if let Ok(rd) = std::fs::read_dir("/run/germline") {
                 let prefix = format!("ca-{}-", st.pid);
                 for e in rd.flatten() {

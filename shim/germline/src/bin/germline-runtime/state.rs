@@ -32,6 +32,12 @@ pub struct State {
     #[serde(default)]
     pub ignored: Vec<String>,
     pub annotations: serde_json::Map<String, Value>,
+    /// The network namespace the front end and its broker run in.
+    #[serde(default)]
+    pub network: crate::spec::Network,
+    /// Serve MCP over Streamable HTTP at this address instead of stdio.
+    #[serde(default)]
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 /// A container id as runc accepts it: letters, digits, `_`, `.`, `-`, `+`; no path tricks.

@@ -354,3 +354,56 @@ mod tests {
         assert_eq!(unescape_mountinfo("/plain"), b"/plain".to_vec());
     }
 }
+
+/// `NS_GET_NSTYPE` (linux/nsfs.h): the `CLONE_NEW*` type of a namespace file.
+const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
+
+/// Opens `path` and checks that it is a network namespace.
+fn open_netns(path: &Path) -> Result<std::fs::File, String> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(path)
+        .map_err(|e| format!("network namespace {}: {e}", path.display()))?;
+    // SAFETY: NS_GET_NSTYPE takes no argument and returns the type or -1; `f` is open.
+    let t = unsafe { libc::ioctl(f.as_raw_fd(), NS_GET_NSTYPE as _) };
+    if t != libc::CLONE_NEWNET {
+        return Err(format!(
+            "network namespace {}: not a network namespace file (config.json \
+             linux.namespaces[network].path)",
+            path.display()
+        ));
+    }
+    Ok(f)
+}
+
+/// Checks, at `create`, that `path` names a network namespace the process can join.
+pub fn check_netns(path: &Path) -> Result<(), String> {
+    open_netns(path).map(drop)
+}
+
+/// Moves the calling (single-threaded) process into the network namespace at `path`.
+pub fn enter_netns(path: &Path) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let f = open_netns(path)?;
+    // SAFETY: setns(2) on a descriptor we hold open; the result is checked.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(format!(
+            "cannot join the network namespace {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
+/// Moves the calling (single-threaded) process into a fresh network namespace with `lo` up.
+pub fn new_netns() -> Result<(), String> {
+    // SAFETY: unshare(2) with a constant flag; the result is checked.
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        return Err(format!(
+            "cannot make a network namespace: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    germline_broker::netns::loopback_up()
+        .map_err(|e| format!("cannot bring lo up in the new network namespace: {e}"))
+}
