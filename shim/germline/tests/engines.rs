@@ -960,6 +960,7 @@ fn ctr_serves_streamable_http_in_the_pod_netns_and_its_broker_obeys_the_pods_net
     let reference = "localhost/germline-test/germline-office:ctr";
     c.import(w.path(), "germline-office", reference, &[]);
     let id = format!("germline-{:x}", rand_u64() as u32);
+    // 0.0.0.0: the pod's own address, found in its namespace (a pod spec cannot know it).
     let listen = format!("{}:8080", net.pod_ip);
     let out = w.path().join("ctr-run.log");
     let mut argv = c.ctr();
@@ -971,7 +972,7 @@ fn ctr_serves_streamable_http_in_the_pod_netns_and_its_broker_obeys_the_pods_net
         "--with-ns".into(),
         format!("network:/var/run/netns/{}", net.pod),
         "--annotation".into(),
-        format!("dev.germline.mcp/listen={listen}"),
+        "dev.germline.mcp/listen=0.0.0.0:8080".into(),
         "--env".into(),
         format!("GERMLINE_TEST_OCR_KEY={secret}"),
         "--env".into(),

@@ -556,7 +556,12 @@ fn init(cli: &Cli, id: &str) -> Result<(), String> {
     let mut cmd = Command::new(&cfg.germline);
     match st.listen {
         // `dev.germline.mcp/listen`: Streamable HTTP in the container's network namespace.
-        Some(addr) => {
+        Some(mut addr) => {
+            // 0.0.0.0:PORT: the pod's own address (serve's DNS-rebinding guard accepts
+            // `Host` naming a specific listen address, never an unspecified one).
+            if addr.ip().is_unspecified() {
+                addr.set_ip(sys::first_address()?.into());
+            }
             cmd.arg("serve").arg("--listen").arg(addr.to_string());
             if let Some(t) = &cfg.http_token_file {
                 cmd.arg("--token-file").arg(t);

@@ -181,6 +181,8 @@ mod tests {
             paused: false,
             ignored: vec![],
             annotations: Default::default(),
+            network: crate::spec::Network::Path("/var/run/netns/p".into()),
+            listen: Some("10.0.0.5:8080".parse().expect("addr")),
         };
         s.save(d.path()).expect("save");
         let l = State::load(d.path(), "c1").expect("load");
@@ -188,6 +190,8 @@ mod tests {
         assert_eq!(j["status"], "stopped");
         assert_eq!(j["pid"], 0);
         assert_eq!(j["id"], "c1");
+        assert_eq!(l.network, s.network);
+        assert_eq!(l.listen, s.listen);
         let e = State::load(d.path(), "c2").expect_err("missing");
         assert_eq!(e, "container \"c2\" does not exist");
     }

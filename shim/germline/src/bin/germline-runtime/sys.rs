@@ -407,3 +407,42 @@ pub fn new_netns() -> Result<(), String> {
     germline_broker::netns::loopback_up()
         .map_err(|e| format!("cannot bring lo up in the new network namespace: {e}"))
 }
+
+/// The first IPv4 address of an interface that is up and not loopback, in the calling
+/// process's network namespace (a pod's address, which its spec cannot know in advance).
+pub fn first_address() -> Result<std::net::Ipv4Addr, String> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs(3) writes a list head we free below with freeifaddrs; checked.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(format!(
+            "cannot list the network namespace's addresses: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let mut found = None;
+    let mut p = head;
+    while !p.is_null() && found.is_none() {
+        // SAFETY: `p` is a node of the list getifaddrs returned, not yet freed.
+        let ifa = unsafe { &*p };
+        let up = ifa.ifa_flags & libc::IFF_UP as libc::c_uint != 0;
+        let lo = ifa.ifa_flags & libc::IFF_LOOPBACK as libc::c_uint != 0;
+        // SAFETY: a non-null ifa_addr points to a sockaddr whose family says its type.
+        if up
+            && !lo
+            && !ifa.ifa_addr.is_null()
+            && unsafe { (*ifa.ifa_addr).sa_family } == libc::AF_INET as libc::sa_family_t
+        {
+            // SAFETY: the family is AF_INET, so the address is a sockaddr_in.
+            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+            found = Some(std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
+        }
+        p = ifa.ifa_next;
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once; no reference to it is kept.
+    unsafe { libc::freeifaddrs(head) };
+    found.ok_or_else(|| {
+        "the container's network namespace has no IPv4 address besides loopback for \
+         dev.germline.mcp/listen 0.0.0.0:PORT (name an address, or give the pod a network)"
+            .to_string()
+    })
+}
