@@ -327,34 +327,6 @@ pub fn overlay_lowerdirs(rootfs: &Path) -> Option<Vec<PathBuf>> {
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cgroup_paths_with_dots_or_systemd_form_are_not_plain() {
-        assert!(plain_cgroup_path("/libpod_parent/libpod-abc"));
-        assert!(plain_cgroup_path("k8s/pod1/c1"));
-        assert!(!plain_cgroup_path("/libpod_parent/../../etc"));
-        assert!(!plain_cgroup_path("machine.slice:libpod:abc"));
-        assert!(!plain_cgroup_path("/"));
-    }
-
-    #[test]
-    fn own_start_time_is_stable_and_a_dead_pid_has_none() {
-        let me = std::process::id() as i32;
-        let a = start_time(me).expect("own stat");
-        assert_eq!(start_time(me), Some(a));
-        assert_eq!(start_time(i32::MAX), None);
-    }
-
-    #[test]
-    fn mountinfo_octal_escapes_are_decoded() {
-        assert_eq!(unescape_mountinfo("/a\\040b"), b"/a b".to_vec());
-        assert_eq!(unescape_mountinfo("/plain"), b"/plain".to_vec());
-    }
-}
-
 /// `NS_GET_NSTYPE` (linux/nsfs.h): the `CLONE_NEW*` type of a namespace file.
 const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
 
@@ -426,12 +398,10 @@ pub fn first_address() -> Result<std::net::Ipv4Addr, String> {
         let ifa = unsafe { &*p };
         let up = ifa.ifa_flags & libc::IFF_UP as libc::c_uint != 0;
         let lo = ifa.ifa_flags & libc::IFF_LOOPBACK as libc::c_uint != 0;
-        // SAFETY: a non-null ifa_addr points to a sockaddr whose family says its type.
-        if up
-            && !lo
-            && !ifa.ifa_addr.is_null()
-            && unsafe { (*ifa.ifa_addr).sa_family } == libc::AF_INET as libc::sa_family_t
-        {
+        let inet = !ifa.ifa_addr.is_null()
+            // SAFETY: a non-null ifa_addr points to a sockaddr whose family says its type.
+            && unsafe { (*ifa.ifa_addr).sa_family } == libc::AF_INET as libc::sa_family_t;
+        if up && !lo && inet {
             // SAFETY: the family is AF_INET, so the address is a sockaddr_in.
             let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
             found = Some(std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
@@ -445,4 +415,32 @@ pub fn first_address() -> Result<std::net::Ipv4Addr, String> {
          dev.germline.mcp/listen 0.0.0.0:PORT (name an address, or give the pod a network)"
             .to_string()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cgroup_paths_with_dots_or_systemd_form_are_not_plain() {
+        assert!(plain_cgroup_path("/libpod_parent/libpod-abc"));
+        assert!(plain_cgroup_path("k8s/pod1/c1"));
+        assert!(!plain_cgroup_path("/libpod_parent/../../etc"));
+        assert!(!plain_cgroup_path("machine.slice:libpod:abc"));
+        assert!(!plain_cgroup_path("/"));
+    }
+
+    #[test]
+    fn own_start_time_is_stable_and_a_dead_pid_has_none() {
+        let me = std::process::id() as i32;
+        let a = start_time(me).expect("own stat");
+        assert_eq!(start_time(me), Some(a));
+        assert_eq!(start_time(i32::MAX), None);
+    }
+
+    #[test]
+    fn mountinfo_octal_escapes_are_decoded() {
+        assert_eq!(unescape_mountinfo("/a\\040b"), b"/a b".to_vec());
+        assert_eq!(unescape_mountinfo("/plain"), b"/plain".to_vec());
+    }
 }
