@@ -1140,3 +1140,80 @@ fn ctr_serves_streamable_http_in_the_pod_netns_and_its_broker_obeys_the_pods_net
     assert!(!token.exists(), "{} is left", token.display());
     assert!(!Path::new(&format!("/proc/{pid}")).exists());
 }
+
+#[test]
+fn the_precreate_hook_refuses_a_tampered_release_before_any_runtime_runs() {
+    if !podman_ready() {
+        return;
+    }
+    let tampered = image(
+        "mcp-server-time",
+        Some("usr/lib/python3/dist-packages/mcp_server_time/__init__.py"),
+    );
+    let signed = image("mcp-server-time", None);
+    let w = World::new();
+    let policy = w.policy(9, "");
+    let cfg = runtime_config(w.path(), &policy);
+    // hooks/germline-precreate.json, pointed at this build, this node configuration and log.
+    let log = w.path().join("precreate.log");
+    let mut hook: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("hooks/germline-precreate.json")).expect("hook"),
+    )
+    .expect("hook JSON");
+    hook["hook"]["path"] = json!(runtime_bin());
+    hook["hook"]["args"] = json!([
+        "germline-runtime",
+        "--config",
+        cfg,
+        "--log",
+        log,
+        "hook",
+        "precreate"
+    ]);
+    let dir = w.path().join("hooks.d");
+    std::fs::create_dir(&dir).expect("hooks.d");
+    std::fs::write(dir.join("germline-precreate.json"), hook.to_string()).expect("hook");
+    // Under runc: the hook decides before any runtime is called.
+    let run = |img: &str, hooks: bool| {
+        let extra: Vec<String> = ["--network", "none", "--entrypoint", "/usr/bin/python3"]
+            .map(String::from)
+            .to_vec();
+        let mut argv = podman_run(&cfg, "runc", &extra, img);
+        if hooks {
+            argv.splice(1..1, ["--hooks-dir".into(), dir.display().to_string()]);
+        }
+        argv.extend(["-c".into(), "import mcp_server_time".into()]);
+        Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::null())
+            .output()
+            .expect("podman")
+    };
+    let o = run(&tampered, false);
+    assert!(
+        o.status.success(),
+        "without the hook runc runs it: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = run(&tampered, true);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("precreate hook"), "{err}");
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        logged.contains("release refused: rootfs digest mismatch: manifest pins sha256:"),
+        "{logged}"
+    );
+    let o = run(&signed, true);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        logged.contains("precreate hook: release mcp-server-time@"),
+        "{logged}"
+    );
+    assert!(!Path::new(&format!(
+        "/run/germline-runtime/precreate-{}",
+        std::process::id()
+    ))
+    .exists());
+}

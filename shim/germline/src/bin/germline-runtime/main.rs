@@ -115,6 +115,16 @@ enum Cmd {
     /// The container's process (internal): waits for `start`, then execs `germline run`.
     #[command(hide = true)]
     Init { id: String },
+    /// An OCI hook (hooks/germline-precreate.json): `hook precreate` reads the engine's
+    /// proposed config.json on stdin, refuses (exit 1) a rootfs carrying a germline release
+    /// that does not verify under the node's keys, and writes the config back unchanged.
+    Hook {
+        /// Only `precreate` (podman's extension stage).
+        stage: String,
+        /// Refuse a rootfs that is not a germline release too.
+        #[arg(long)]
+        require_release: bool,
+    },
 }
 
 /// runc-style logging: messages to `--log` (text or JSON lines) and errors to stderr.
@@ -222,6 +232,17 @@ fn run(cli: &Cli, log: &Log) -> Result<(), String> {
                 .into(),
         ),
         Cmd::Init { id } => init(cli, id),
+        Cmd::Hook {
+            stage,
+            require_release,
+        } => {
+            if stage != "precreate" {
+                return Err(format!(
+                    "hook {stage:?}: only the precreate stage is supported"
+                ));
+            }
+            hook_precreate(cli, log, *require_release)
+        }
     }
 }
 
@@ -321,6 +342,77 @@ fn verify(
     ))
 }
 
+/// The directory to verify for the engine's rootfs: an overlay's one lower directory (the image
+/// layer as the engine unpacked it: engines write into the upper layer before the runtime
+/// runs, podman adds /etc/mtab), else the rootfs itself.
+fn image_layer(rootfs: &Path) -> Result<PathBuf, String> {
+    match sys::overlay_lowerdirs(rootfs) {
+        Some(l) if l.len() == 1 => Ok(l[0].clone()),
+        Some(l) => Err(format!(
+            "release refused: {} has {} image layers; a germline release image has exactly one",
+            rootfs.display(),
+            l.len()
+        )),
+        None => Ok(rootfs.to_path_buf()),
+    }
+}
+
+/// podman's `precreate` hook: verifies before podman creates anything with the runtime, so a
+/// tampered or unsigned release is refused whatever the runtime (runc included).
+fn hook_precreate(cli: &Cli, log: &Log, require_release: bool) -> Result<(), String> {
+    const MAX: u64 = 4 << 20;
+    let cfg = Config::load(cli.config.as_deref())?;
+    let mut text = String::new();
+    std::io::stdin()
+        .take(MAX + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("precreate hook: reading config.json from stdin: {e}"))?;
+    if text.len() as u64 > MAX {
+        return Err("precreate hook: config.json on stdin is larger than 4 MiB".into());
+    }
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("precreate hook: config.json on stdin: not JSON: {e}"))?;
+    let spec = EngineSpec::parse(&v, Path::new("/"), "config.json (precreate hook stdin)")?;
+    if is_germline_release(&spec.rootfs) {
+        let source = image_layer(&spec.rootfs)?;
+        let dir = PathBuf::from(format!(
+            "/run/germline-runtime/precreate-{}",
+            std::process::id()
+        ));
+        let rfs = dir.join("rootfs");
+        std::fs::create_dir_all(&rfs).map_err(|e| format!("{}: {e}", rfs.display()))?;
+        let r = sys::bind_readonly(&source, &rfs).and_then(|()| verify(&dir, &cfg.keys, &cfg));
+        while sys::is_mount_point(&rfs) {
+            if sys::unmount(&rfs).is_err() {
+                // Never remove files through a rootfs that is still mounted here.
+                return Err(format!("precreate hook: cannot unmount {}", rfs.display()));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        let (key, verified) = r.map_err(|e| format!("precreate hook: {e}"))?;
+        log.write(
+            "info",
+            &format!(
+                "precreate hook: release {}@{} ({}) verified under {}",
+                verified.manifest.name,
+                verified.manifest.version,
+                verified.rootfs_digest,
+                key.display()
+            ),
+        );
+    } else if require_release {
+        return Err(format!(
+            "precreate hook: {} is not a germline release (no .germline/manifest.json), and \
+             this hook requires one (--require-release)",
+            spec.rootfs.display()
+        ));
+    }
+    // The configuration goes back unchanged: this hook only decides.
+    std::io::stdout()
+        .write_all(text.as_bytes())
+        .map_err(|e| format!("precreate hook: writing config.json: {e}"))
+}
+
 fn create(
     cli: &Cli,
     log: &Log,
@@ -409,17 +501,7 @@ fn prepare(
     std::fs::create_dir_all(&rfs).map_err(|e| format!("{}: {e}", rfs.display()))?;
     // An engine writes into its overlay's upper layer before the runtime runs (podman adds
     // /etc/mtab): verify and run the image's own layer, its one lower directory.
-    let source = match sys::overlay_lowerdirs(&spec.rootfs) {
-        Some(l) if l.len() == 1 => l[0].clone(),
-        Some(l) => {
-            return Err(format!(
-                "release refused: {} has {} image layers; a germline release image has exactly one",
-                spec.rootfs.display(),
-                l.len()
-            ))
-        }
-        None => spec.rootfs.clone(),
-    };
+    let source = image_layer(&spec.rootfs)?;
     sys::bind_readonly(&source, &rfs)?;
     let (key, verified) = verify(&rel, &cfg.keys, cfg)?;
     let m = &verified.manifest;
