@@ -333,7 +333,23 @@ const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
 /// Opens `path` and checks that it is a network namespace.
 fn open_netns(path: &Path) -> Result<std::fs::File, String> {
     use std::os::fd::AsRawFd;
-    let f = std::fs::File::open(path)
+    use std::os::unix::fs::OpenOptionsExt;
+    // The path comes from config.json: never open a device or wait on a fifo. A namespace
+    // file (nsfs) is a regular file to stat.
+    let is_file = std::fs::metadata(path)
+        .map(|m| m.is_file())
+        .unwrap_or(false);
+    if !is_file {
+        return Err(format!(
+            "network namespace {}: not a network namespace file (config.json \
+             linux.namespaces[network].path)",
+            path.display()
+        ));
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
         .map_err(|e| format!("network namespace {}: {e}", path.display()))?;
     // SAFETY: NS_GET_NSTYPE takes no argument and returns the type or -1; `f` is open.
     let t = unsafe { libc::ioctl(f.as_raw_fd(), NS_GET_NSTYPE as _) };
@@ -420,6 +436,20 @@ pub fn first_address() -> Result<std::net::Ipv4Addr, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_network_namespace_file_is_accepted() {
+        check_netns(Path::new("/proc/self/ns/net")).expect("our own netns");
+        for p in [
+            "/proc/self/ns/mnt",
+            "/etc/hostname",
+            "/dev/null",
+            "/nonexistent",
+        ] {
+            let e = check_netns(Path::new(p)).expect_err(p);
+            assert!(e.contains(p), "{e}");
+        }
+    }
 
     #[test]
     fn cgroup_paths_with_dots_or_systemd_form_are_not_plain() {
