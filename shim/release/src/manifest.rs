@@ -19,7 +19,7 @@ pub const SIGNATURE_PATH: &str = ".germline/manifest.sigstore.json";
 pub const SCHEMA: &str = "germline.release.manifest/v1";
 
 /// A release manifest (docs/manifest.schema.json).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
     pub schema: String,
@@ -53,7 +53,7 @@ pub enum Language {
     Native,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Initialisation {
     /// Modules (or files) the bootstrap imports before the fork point.
@@ -61,6 +61,27 @@ pub struct Initialisation {
     /// Run one synthetic MCP session on public data before the fork point.
     #[serde(default)]
     pub warm: bool,
+    /// `tools/call`s the warming session makes, on arguments written here (so public: they
+    /// are part of the signed manifest), so that a copy's first call finds the tool's code
+    /// paths warm. Needs `warm`. The publisher names only calls whose effects on the server's
+    /// memory are harmless to share with every copy; the germline has no network.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warm_calls: Vec<WarmCall>,
+}
+
+/// One `tools/call` of the warming session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WarmCall {
+    /// A tool the manifest declares.
+    pub tool: String,
+    /// Its arguments (a JSON object).
+    #[serde(default = "empty_object")]
+    pub arguments: serde_json::Value,
+}
+
+fn empty_object() -> serde_json::Value {
+    serde_json::Value::Object(Default::default())
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -172,6 +193,27 @@ impl Manifest {
         }
         if self.tools.is_empty() {
             return Err(err("tools", "expected at least one tool".into()));
+        }
+        for (i, w) in self.initialisation.warm_calls.iter().enumerate() {
+            let field = format!("initialisation.warm_calls[{i}]");
+            if !self.initialisation.warm {
+                return Err(err(
+                    &field,
+                    "expected `warm: true` (warm calls run in the warming session)".into(),
+                ));
+            }
+            if !self.tools.contains_key(&w.tool) {
+                return Err(err(
+                    &format!("{field}.tool"),
+                    format!("expected a tool this manifest declares, found {:?}", w.tool),
+                ));
+            }
+            if !w.arguments.is_object() {
+                return Err(err(
+                    &format!("{field}.arguments"),
+                    "expected a JSON object".into(),
+                ));
+            }
         }
         for (tool, decl) in &self.tools {
             let field = format!("tools.{tool}.destinations");
@@ -341,6 +383,47 @@ mod tests {
             v["tools"]["fetch"]["consumers"] = bad;
             let e = parse(&v).expect_err("refused").to_string();
             assert!(e.contains(field), "{e}");
+        }
+    }
+
+    #[test]
+    fn warm_calls_name_declared_tools_with_object_arguments_and_need_warm() {
+        let mut v = base();
+        v["initialisation"]["warm_calls"] =
+            serde_json::json!([{"tool": "fetch", "arguments": {"url": "http://example.com/"}}]);
+        let m = parse(&v).expect("valid");
+        assert_eq!(m.initialisation.warm_calls[0].tool, "fetch");
+        // Absent stays absent in the canonical bytes (older manifests keep their digest).
+        let plain = parse(&base()).expect("valid");
+        assert!(!String::from_utf8_lossy(&plain.to_bytes().expect("bytes")).contains("warm_calls"));
+        for (calls, warm, field, says) in [
+            (
+                serde_json::json!([{"tool": "fecth"}]),
+                true,
+                "initialisation.warm_calls[0].tool",
+                "\"fecth\"",
+            ),
+            (
+                serde_json::json!([{"tool": "fetch", "arguments": [1]}]),
+                true,
+                "initialisation.warm_calls[0].arguments",
+                "JSON object",
+            ),
+            (
+                serde_json::json!([{"tool": "fetch"}]),
+                false,
+                "initialisation.warm_calls[0]",
+                "warm: true",
+            ),
+        ] {
+            let mut v = base();
+            v["initialisation"]["warm_calls"] = calls;
+            v["initialisation"]["warm"] = serde_json::json!(warm);
+            let e = parse(&v).expect_err(field).to_string();
+            assert!(
+                e.contains(&format!("field `{field}`")) && e.contains(says),
+                "{e}"
+            );
         }
     }
 

@@ -114,6 +114,10 @@ pub struct LaunchSpec {
     /// Warm the germline with a synthetic session on public data before the fork point.
     #[serde(default)]
     pub warm: bool,
+    /// `tools/call`s of that session, `{"tool": name, "arguments": {...}}` on public
+    /// arguments from the signed manifest (`initialisation.warm_calls`).
+    #[serde(default)]
+    pub warm_calls: Vec<serde_json::Value>,
     /// Limits, from the policy.
     #[serde(default)]
     pub limits: Limits,
@@ -151,6 +155,7 @@ impl LaunchSpec {
             language: Language::Python,
             scratch: false,
             warm: false,
+            warm_calls: vec![],
             limits: Limits::default(),
             extra_mounts: vec![],
             egress_port: default_egress_port(),

@@ -48,6 +48,45 @@ fn a_warmed_germline_still_passes_g1_to_g3_and_serves() {
     g.stop().expect("stop");
 }
 
+/// The manifest's warm calls run in the germline's warming session, so every copy inherits
+/// their effect (here a call counter: 1 before a copy's own call), and only with them on; a
+/// pool copy (which reruns the warming session without them) answers as a fresh one does.
+#[test]
+fn warm_calls_run_once_in_the_germline_and_pool_copies_answer_like_fresh_ones() {
+    if !common::can_run() {
+        return;
+    }
+    for (warm_calls, pool, want) in [
+        (vec![], 0, "1"),
+        (vec![json!({"tool": "count", "arguments": {}})], 0, "2"),
+        (vec![json!({"tool": "count", "arguments": {}})], 1, "2"),
+    ] {
+        let mut spec = common::test_release("plain");
+        spec.warm = true;
+        spec.warm_calls = warm_calls.clone();
+        let mut o = common::opts("warmcalls");
+        o.pool = pool;
+        let mut g = Germline::start(spec, o).expect("start");
+        assert!(g.warmed(), "the synthetic session ran");
+        assert_eq!(
+            g.check(),
+            Vec::<String>::new(),
+            "G1-G3 after the warm calls"
+        );
+        for i in 0..2 {
+            let got = common::call_text(&mut g, "count", json!({})).expect("call");
+            assert_eq!(
+                got, want,
+                "warm calls {warm_calls:?}, pool {pool}, call {i}: each copy starts from the germline's count"
+            );
+            if pool > 0 {
+                g.refill_pool().expect("refill");
+            }
+        }
+        g.stop().expect("stop");
+    }
+}
+
 #[test]
 fn the_copy_gets_its_deadline_and_leaves_nothing_behind() {
     if !common::can_run() {

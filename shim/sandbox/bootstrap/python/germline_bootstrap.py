@@ -5,7 +5,8 @@
 # outside everything it claims to do. Protocol (docs/sandbox.md):
 #   control socket fd 3 (SOCK_SEQPACKET, one JSON object per packet)
 #     germline -> shim  {"op":"ready","warm":bool} | {"op":"error","reason":str}
-#     shim -> germline  {"op":"fork", "seccomp":hex, "landlock":{...}} + SCM_RIGHTS [copy socket]
+#     shim -> germline  {"op":"fork", "seccomp":hex, "landlock":{...}, "pidns":bool,
+#                        "prewarm":bool} + SCM_RIGHTS [copy socket]
 #     germline -> shim  {"op":"forked"}
 #   copy socket (SOCK_STREAM, newline-delimited JSON)
 #     copy -> shim      {"op":"ready"}
@@ -141,8 +142,9 @@ def settle():
     gc.collect()
 
 
-def warm():
-    # One synthetic session on public data: initialize and tools/list (docs/sandbox.md).
+def warm(warm_calls=()):
+    # One synthetic session on public data: initialize, tools/list and the manifest's warm
+    # calls (docs/sandbox.md).
     import anyio
     from mcp.shared.message import SessionMessage
     import mcp_types as types
@@ -164,6 +166,21 @@ def warm():
             await c2s_send.send(msg({"jsonrpc": "2.0", "method": "notifications/initialized"}))
             await c2s_send.send(msg({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
             await s2c_recv.receive()
+            # The manifest's warm calls (public arguments, signed): the tool's own code paths
+            # and the SDK's first-call work run here once instead of in every copy. Each is
+            # bounded; one that fails or hangs leaves the rest of the warming as it was.
+            for i, call in enumerate(warm_calls):
+                want = 3 + i
+                try:
+                    with anyio.fail_after(10):
+                        await c2s_send.send(msg({"jsonrpc": "2.0", "id": want, "method": "tools/call",
+                                                 "params": {"name": call["tool"], "arguments": call.get("arguments", {})}}))
+                        for _ in range(1000):
+                            got = (await s2c_recv.receive()).message
+                            if getattr(getattr(got, "root", got), "id", None) == want:
+                                break
+                except Exception:
+                    break
             tg.cancel_scope.cancel()
 
     try:
@@ -260,6 +277,13 @@ def copy_main(sock_fd, cmd):
     drop_capabilities()
     landlock_layer(cmd["landlock"])
     install_seccomp(cmd["seccomp"])
+    if cmd.get("prewarm"):
+        # A pool copy, forked before any call and holding no data: the synthetic session once
+        # more, so the pages it touches are copied now (copy-on-write), off the call's path.
+        # Without the manifest's warm calls: a pool copy must answer a call as a freshly
+        # forked one would (probe re-runs compare them), and those may change tool state.
+        warm()
+        twin_index()  # the session may have imported modules that bound a clock
     sock = socket.socket(fileno=sock_fd)
     sock.sendall(b'{"op":"ready"}\n')
     fds = []
@@ -338,8 +362,9 @@ def main():
     try:
         install_intercepts()
         run_release_init()
-        warmed = bool(CONFIG.get("warm")) and warm()
+        warmed = bool(CONFIG.get("warm")) and warm(CONFIG.get("warm_calls") or ())
         settle()
+        twin_index()  # germline_twin.py, prepended
     except SystemExit:
         raise
     except BaseException:

@@ -55,6 +55,44 @@ class _TwinClock:
 
 TWIN = {}
 
+# Where modules loaded before the fork bound an original clock or entropy function under a
+# name of their own (`from time import time`): (module dict, key, original). Built once in
+# the germline (twin_index, after its imports and warming), so that a copy's twin_install
+# rebinds those few names instead of walking every module's namespace, which touches (and
+# so copies, page by page) most of the interpreter's heap on the call's path.
+_TWIN_SITES = None
+
+
+def _twin_originals():
+    import datetime as _dt
+    import os as _os
+    import time as _time
+    names = ("time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns",
+             "process_time", "process_time_ns", "thread_time", "thread_time_ns")
+    out = [getattr(_time, n) for n in names if hasattr(_time, n)]
+    out += [_os.urandom, _dt.datetime, _dt.date]
+    if hasattr(_os, "getrandom"):
+        out.append(_os.getrandom)
+    return out
+
+
+def twin_index():
+    """Records every module-level binding of an original (see _TWIN_SITES)."""
+    global _TWIN_SITES
+    import datetime as _dt
+    import sys as _sys
+    import time as _time
+    originals = {id(o): o for o in _twin_originals()}
+    sites = []
+    for mod in list(_sys.modules.values()):
+        d = getattr(mod, "__dict__", None)
+        if not isinstance(d, dict) or mod is _time or mod is _dt:
+            continue
+        for k, v in list(d.items()):
+            if id(v) in originals and originals[id(v)] is v:
+                sites.append((d, k, v))
+    _TWIN_SITES = sites
+
 
 def twin_install(time_ns, seed):
     import datetime as _dt
@@ -121,8 +159,17 @@ def twin_install(time_ns, seed):
     _dt.datetime, _dt.date = datetime, date
 
     # Modules that imported a name before the fork (`from time import time`, `from datetime
-    # import datetime`) hold the originals: rebind them too.
-    for mod in list(_sys.modules.values()):
+    # import datetime`) hold the originals: rebind them too, from the germline's index when
+    # it has one (modules loaded since then imported the replacements already).
+    if _TWIN_SITES is not None:
+        for d, k, orig in _TWIN_SITES:
+            r = replace.get(id(orig))
+            if r is not None and d.get(k) is orig:
+                try:
+                    d[k] = r
+                except Exception:
+                    pass
+    for mod in (() if _TWIN_SITES is not None else list(_sys.modules.values())):
         d = getattr(mod, "__dict__", None)
         if not isinstance(d, dict) or mod is _time or mod is _dt:
             continue

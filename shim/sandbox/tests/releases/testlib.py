@@ -102,6 +102,9 @@ def wire():
     return claim.private_fd if claim and claim.private_fd is not None else 1
 
 
+COUNT = [0]
+
+
 def server(name="test"):
     s = MCPServer(name)
 
@@ -112,6 +115,12 @@ def server(name="test"):
     @s.tool()
     def init_report() -> str:
         return json.dumps(INIT)
+
+    @s.tool()
+    def count() -> str:
+        # Calls this process (and the germline it was forked from) has served.
+        COUNT[0] += 1
+        return str(COUNT[0])
 
     @s.tool()
     def plant_all(secret: str) -> str:
