@@ -34,6 +34,10 @@ pub struct RunArgs {
     /// Pre-forked, checked, data-free copies to keep ready (germline and nosplit modes).
     #[arg(long, default_value_t = 0)]
     pub pool: usize,
+    /// CPUs (comma-separated numbers) for the germline and its copies, or the baseline
+    /// mode's server process; the shim and broker keep theirs (default: inherited).
+    #[arg(long, value_delimiter = ',', value_name = "CPU,...")]
+    pub copy_cpus: Vec<usize>,
     #[command(flatten)]
     pub evidence: EvidenceArgs,
     /// Serve Prometheus metrics at http://ADDR/metrics (off by default; docs/operations.md).
@@ -124,6 +128,9 @@ pub fn start_session(a: &RunArgs) -> Result<Session, String> {
     })?;
     let outbox = a.outbox.as_deref().map(check_outbox).transpose()?;
     let mut runtime = Runtime::start(a.mode, release, broker, a.pool)?;
+    if !a.copy_cpus.is_empty() {
+        runtime.set_copy_cpus(&a.copy_cpus)?;
+    }
     runtime.outbox = outbox;
     runtime.evidence = evidence_for(&a.evidence, &a.state_dir, &policy)?;
     runtime.limiter = crate::limits::Limiter::new(policy.limits(), &runtime.release.digest);

@@ -267,6 +267,12 @@ pub fn launch_spec(release: &Release, trust: &CopyTrust) -> Result<LaunchSpec, S
         language: germline_sandbox::Language::Python,
         scratch: m.scratch_mb > 0,
         warm: m.initialisation.warm,
+        warm_calls: m
+            .initialisation
+            .warm_calls
+            .iter()
+            .map(|w| serde_json::json!({"tool": w.tool, "arguments": w.arguments}))
+            .collect(),
         limits: Limits::default(),
         // The deployment CA, over the rootfs's CA bundles (the signed rootfs is not changed).
         extra_mounts: trust.mounts.iter().cloned().map(BindMount::from).collect(),
@@ -382,6 +388,23 @@ impl Runtime {
             outbox: None,
             launcher: None,
         })
+    }
+
+    /// Pins the germline (and so every copy it forks, and every germline a single-shot
+    /// lifetime starts later) or the baseline's persistent process to `cpus`; the shim and
+    /// the broker keep their own affinity (`germline run --copy-cpus`, `germline bench --pin
+    /// split`). A fresh-ifc process per call inherits the shim's.
+    pub fn set_copy_cpus(&mut self, cpus: &[usize]) -> Result<(), String> {
+        if let Some((_, opts)) = &mut self.launch {
+            opts.cpus = cpus.to_vec();
+        }
+        // The pool's copies were forked before: pin them too.
+        let copies = self.germline().map(Germline::copy_pids).unwrap_or_default();
+        for pid in self.pid().into_iter().chain(copies) {
+            germline_sandbox::sys::set_affinity(pid, cpus)
+                .map_err(|e| format!("--copy-cpus {cpus:?}: sched_setaffinity: {e}"))?;
+        }
+        Ok(())
     }
 
     /// Pid of the germline or the persistent process, for reports and cleanup checks.
@@ -689,6 +712,17 @@ impl Runtime {
             copy.set_client_capabilities(agent.relayed_capabilities());
         }
         phases.push(("fork", t.elapsed().as_micros() as u64));
+        // The fork's laps (none for a pool copy), and their checks together.
+        let laps = g.fork_phases();
+        if !laps.is_empty() {
+            let checks = laps
+                .iter()
+                .filter(|(n, _)| n.ends_with("_checks"))
+                .map(|(_, u)| u)
+                .sum();
+            phases.extend_from_slice(laps);
+            phases.push(("fork.checks", checks));
+        }
         let t = Instant::now();
         let netns = File::open(format!("/proc/{}/ns/net", copy.pid()))
             .map_err(|e| RunError::Sandbox(format!("the copy's network namespace: {e}")))?;
@@ -727,7 +761,7 @@ impl Runtime {
                     .map_err(|e| e.to_string())
             });
         // Sub-phases of `copy` for `germline bench` (a few clock reads per call).
-        let mut marks = [0u64; 4];
+        let mut marks = [0u64; 5];
         let us = |s: Instant| s.elapsed().as_micros() as u64;
         let r = (|| {
             let s = Instant::now();
@@ -736,6 +770,9 @@ impl Runtime {
             let s = Instant::now();
             copy.deliver(&files)?;
             marks[1] = us(s);
+            let s = Instant::now();
+            copy.initialize()?;
+            marks[4] = us(s);
             let s = Instant::now();
             let v = copy.mcp_call_relayed(&meta.tool, args, call_meta, &mut |m| relay.handle(m));
             marks[2] = us(s);
@@ -749,6 +786,7 @@ impl Runtime {
         phases.extend([
             ("copy.mounts", marks[0]),
             ("copy.deliver", marks[1]),
+            ("copy.init", marks[4]),
             ("copy.mcp", marks[2]),
             ("copy.teardown", marks[3]),
         ]);

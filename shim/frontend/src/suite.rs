@@ -24,6 +24,16 @@ pub enum Pin {
     None,
     /// Shim, broker, germline and copies all on CPU 0 (no cross-CPU wake-ups).
     All0,
+    /// Shim and broker on CPU 0; the germline and its copies (or a baseline's server) on the
+    /// other CPUs (`germline run --copy-cpus`).
+    Split,
+}
+
+/// The CPUs `germline run` is told to put the germline and copies on (`Pin::Split`).
+static COPY_CPUS: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
+
+fn copy_cpus() -> Vec<usize> {
+    COPY_CPUS.get().cloned().unwrap_or_default()
 }
 
 impl Pin {
@@ -31,6 +41,7 @@ impl Pin {
         match self {
             Pin::None => "none",
             Pin::All0 => "all0",
+            Pin::Split => "split",
         }
     }
 
@@ -40,18 +51,17 @@ impl Pin {
         if self == Pin::None {
             return Ok(());
         }
-        // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: CPU 0 < CPU_SETSIZE; `set` is a valid cpu_set_t.
-        unsafe { libc::CPU_SET(0, &mut set) };
-        // SAFETY: pid 0 is the calling thread; `set` is valid for its size.
-        let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
-        if r != 0 {
-            return Err(format!(
-                "sched_setaffinity: {}",
-                std::io::Error::last_os_error()
-            ));
+        if self == Pin::Split {
+            let n = std::thread::available_parallelism().map_or(1, usize::from);
+            if n < 2 {
+                return Err("--pin split needs at least 2 CPUs".into());
+            }
+            let _ = COPY_CPUS.set((1..n).collect());
         }
+        // This process and every one it starts afterwards (each `germline run`, its broker;
+        // the germline and copies too unless `--copy-cpus` moves them).
+        germline_sandbox::sys::set_affinity(0, &[0])
+            .map_err(|e| format!("sched_setaffinity: {e}"))?;
         Ok(())
     }
 }
@@ -150,6 +160,16 @@ struct RunClient {
     next: u64,
 }
 
+/// `--copy-cpus` for a `germline run` under `Pin::Split` (nothing otherwise).
+fn split_args() -> Vec<String> {
+    let cpus = copy_cpus();
+    if cpus.is_empty() {
+        return Vec::new();
+    }
+    let list: Vec<String> = cpus.iter().map(usize::to_string).collect();
+    vec!["--copy-cpus".into(), list.join(",")]
+}
+
 impl RunClient {
     fn start(
         policy: &Path,
@@ -172,6 +192,7 @@ impl RunClient {
             .arg(pool.to_string())
             .arg("--state-dir")
             .arg(state)
+            .args(split_args())
             .arg(release)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -790,6 +811,7 @@ fn live_copies(a: &SuiteArgs, policy: &Path, n: usize) -> Result<Vec<Value>, Str
         metrics_listen: None,
         otlp_endpoint: None,
         outbox: None,
+        copy_cpus: copy_cpus(),
         release: a.time_release.clone(),
     };
     let mut s = crate::cli::start_session(&ra)?;
@@ -829,12 +851,21 @@ fn live_copies(a: &SuiteArgs, policy: &Path, n: usize) -> Result<Vec<Value>, Str
 /// in process (no stdio): noop of the benchmark release and get_current_time.
 fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> {
     let mut out = Vec::new();
-    for (release, tool, args) in [
-        (&a.bench_release, "noop", json!({})),
+    // get_current_time also with a pool of 2, refilled between calls as `germline run`'s
+    // idle time does (`Runtime::idle`), so the pool's saving shows phase by phase.
+    for (release, tool, args, pool) in [
+        (&a.bench_release, "noop", json!({}), 0),
         (
             &a.time_release,
             "get_current_time",
             json!({"timezone": "UTC"}),
+            0,
+        ),
+        (
+            &a.time_release,
+            "get_current_time",
+            json!({"timezone": "UTC"}),
+            2,
         ),
     ] {
         let ra = crate::cli::RunArgs {
@@ -844,11 +875,12 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
             broker: None,
             state_dir: a.state_dir.clone(),
             audit: None,
-            pool: 0,
+            pool,
             evidence: Default::default(),
             metrics_listen: None,
             otlp_endpoint: None,
             outbox: None,
+            copy_cpus: copy_cpus(),
             release: release.clone(),
         };
         let mut s = crate::cli::start_session(&ra)?;
@@ -860,6 +892,9 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
         let mut handle = Vec::new();
         for i in 0..sz.warmup + n {
             std::thread::sleep(Duration::from_millis(a.gap_ms));
+            if pool > 0 {
+                s.runtime.idle();
+            }
             let t = Instant::now();
             let r = s
                 .handle(
@@ -897,9 +932,16 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
             "plan",
             "fork",
             "broker",
+            "fork.germline_checks",
+            "fork.cgroup",
+            "fork.fork",
+            "fork.confine",
+            "fork.copy_checks",
+            "fork.freeze",
             "copy",
             "copy.mounts",
             "copy.deliver",
+            "copy.init",
             "copy.mcp",
             "copy.teardown",
             "broker.end_copy",
@@ -913,7 +955,7 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
             );
             let framing = med("copy.mcp") - work_med;
             shares.insert(
-                "copy.mcp minus tool_work (MCP framing, SDK first-call work)".into(),
+                "copy.mcp minus tool_work (tools/call framing, SDK first-call work)".into(),
                 json!({"us": framing, "share": framing / total}),
             );
         }
@@ -927,7 +969,7 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
             json!({"us": rest, "share": rest / total}),
         );
         out.push(
-            json!({"release": release, "tool": tool, "calls": n, "total_us": total,
+            json!({"release": release, "tool": tool, "pool": pool, "calls": n, "total_us": total,
             "session_handle_us": median(&handle), "phases": shares}),
         );
     }
@@ -1037,13 +1079,12 @@ fn markdown(doc: &Value) -> String {
             r["copies"], r["copies_pss_kb"], r["copies_private_kb"], r["germline_pss_kb"]
         ));
     }
-    s.push_str(
-        "\n## Where the time goes (single-copy call, germline without pool, in process)\n\n",
-    );
+    s.push_str("\n## Where the time goes (single-copy call, in process)\n\n");
     for b in doc["breakdown"].as_array().into_iter().flatten() {
         s.push_str(&format!(
-            "{}: total {:.0} us\n\n| phase | us | share |\n|---|---|---|\n",
+            "{} (pool {}): total {:.0} us\n\n| phase | us | share |\n|---|---|---|\n",
             b["tool"].as_str().unwrap_or(""),
+            b["pool"].as_u64().unwrap_or(0),
             b["total_us"].as_f64().unwrap_or(f64::NAN)
         ));
         for (k, v) in b["phases"].as_object().into_iter().flatten() {

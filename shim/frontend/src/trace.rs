@@ -196,30 +196,48 @@ pub fn after_call(
                     group += 1;
                     copies.push(id.clone());
                     b.span("fork", Some(&id), at, us, vec![]);
-                    // The checks (the germline's before the fork, the copy's from outside
-                    // after it) run inside the `fork` phase: a `fork.checks` phase gives
-                    // their own time; without one the span covers the fork and says so.
-                    let timed = o
+                    // The fork's own laps (germline_sandbox's `fork_phases`, absent for a
+                    // pool copy): the germline's checks before the fork, the copy confining
+                    // itself, the copy's checks from outside after it. Without them the
+                    // checks span covers the fork and says it was not timed apart.
+                    let laps: Vec<(&str, u64)> = o
                         .phases
                         .iter()
                         .skip(i + 1)
                         .take_while(|(n, _)| *n != "fork")
-                        .find(|(n, _)| *n == "fork.checks")
-                        .map(|(_, c)| (*c).min(us));
-                    let (cstart, cus) = match timed {
-                        Some(c) => (at + (us - c) * 1000, c),
-                        None => (at, us),
+                        .filter(|(n, _)| n.starts_with("fork."))
+                        .map(|(n, u)| (*n, *u))
+                        .collect();
+                    let lap_at = |name: &str| {
+                        let mut t = at;
+                        for (n, u) in &laps {
+                            if *n == name {
+                                return Some((t, *u));
+                            }
+                            if *n != "fork.checks" {
+                                t += u * 1000;
+                            }
+                        }
+                        None
                     };
+                    let timed = lap_at("fork.copy_checks");
+                    let (cstart, cus) = timed.unwrap_or((at, us));
                     b.span(
                         "checks",
                         Some(&id),
                         cstart,
-                        cus,
+                        cus.min(us),
                         vec![
                             attr("germline.checks", json!("passed")),
                             attr("germline.checks.timed_apart", json!(timed.is_some())),
                         ],
                     );
+                    if let Some((t, u)) = lap_at("fork.germline_checks") {
+                        b.span("checks.germline", Some(&id), t, u, vec![]);
+                    }
+                    if let Some((t, u)) = lap_at("fork.confine") {
+                        b.span("confinement.self", Some(&id), t, u, vec![]);
+                    }
                     copy = Some(id);
                     at += us * 1000;
                 }
@@ -233,10 +251,11 @@ pub fn after_call(
                     sub = at;
                     at += us * 1000;
                 }
-                "copy.mounts" | "copy.deliver" | "copy.mcp" | "copy.teardown" => {
+                "copy.mounts" | "copy.deliver" | "copy.init" | "copy.mcp" | "copy.teardown" => {
                     let span = match *name {
                         "copy.mounts" => "confinement.mounts",
                         "copy.deliver" => "deliver",
+                        "copy.init" => "initialize",
                         "copy.mcp" => "run",
                         _ => "teardown",
                     };

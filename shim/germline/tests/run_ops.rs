@@ -247,6 +247,30 @@ impl Collector {
     }
 
     /// The string values of attribute `key` of every span named `name`.
+    /// The boolean attribute `key` of every span named `name` (absent or not a bool: false).
+    fn bool_attrs(&self, name: &str, key: &str) -> Vec<bool> {
+        let mut out = Vec::new();
+        for b in self.bodies.lock().expect("lock").iter() {
+            for rs in b["resourceSpans"].as_array().into_iter().flatten() {
+                for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
+                    for sp in ss["spans"].as_array().into_iter().flatten() {
+                        if sp["name"] != json!(name) {
+                            continue;
+                        }
+                        let v = sp["attributes"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .find(|a| a["key"] == json!(key))
+                            .and_then(|a| a["value"]["boolValue"].as_bool());
+                        out.push(v.unwrap_or(false));
+                    }
+                }
+            }
+        }
+        out
+    }
+
     fn attrs(&self, name: &str, key: &str) -> Vec<String> {
         let mut out = Vec::new();
         for b in self.bodies.lock().expect("lock").iter() {
@@ -329,8 +353,8 @@ fn one_trace_per_call_with_plan_copy_and_phase_spans() {
     let roots: Vec<_> = spans.iter().filter(|s| s.3 == "tools/call").collect();
     assert_eq!(roots.len(), 2, "{spans:?}");
     assert_ne!(roots[0].0, roots[1].0, "one trace per call");
-    // The first call (two Plan groups): plan, two copies, each with fork, checks,
-    // confinement (broker endpoint, mounts), run.
+    // The first call (two Plan groups): plan, two copies, each with fork, checks (the copy's
+    // and the germline's), confinement (the copy's own, broker endpoint, mounts), run.
     let t = &roots[0].0;
     let of = |name: &str| spans.iter().filter(|s| &s.0 == t && s.3 == name).count();
     assert_eq!(
@@ -339,11 +363,13 @@ fn one_trace_per_call_with_plan_copy_and_phase_spans() {
             of("copy"),
             of("fork"),
             of("checks"),
+            of("checks.germline"),
+            of("confinement.self"),
             of("confinement.broker"),
             of("confinement.mounts"),
             of("run")
         ),
-        (1, 2, 2, 2, 2, 2, 2),
+        (1, 2, 2, 2, 2, 2, 2, 2, 2),
         "{spans:?}"
     );
     // Each copy's checks passed (a copy failing them fails the call).
@@ -354,6 +380,12 @@ fn one_trace_per_call_with_plan_copy_and_phase_spans() {
         "one checks span per fork: {spans:?}"
     );
     assert!(checks.iter().all(|c| c == "passed"), "{checks:?}");
+    // Without a pool every copy is forked in the call, so its checks are timed apart.
+    let apart = collector.bool_attrs("checks", "germline.checks.timed_apart");
+    assert!(
+        !apart.is_empty() && apart.iter().all(|b| *b),
+        "checks timed apart: {apart:?}"
+    );
     // Copy 1 (the invoice) reached ocr.example; copy 2's identical request was replayed.
     assert_eq!(of("broker.request"), 2, "{spans:?}");
     let verdicts = collector.attrs("broker.request", "germline.verdict");

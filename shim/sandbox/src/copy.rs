@@ -426,6 +426,18 @@ impl Copy {
         meta: Option<Value>,
         handler: &mut dyn FnMut(&Value) -> Option<Value>,
     ) -> Result<Value> {
+        self.initialize()?;
+        let mut params = json!({"name": tool, "arguments": arguments});
+        if let Some(m) = meta {
+            params["_meta"] = m;
+        }
+        self.request_relayed("tools/call", params, handler)
+    }
+
+    /// The copy's MCP `initialize` and `notifications/initialized`, with the client
+    /// capabilities set for it, unless done already ([`Copy::mcp_call_relayed`] calls it;
+    /// callers that time the handshake apart call it first).
+    pub fn initialize(&mut self) -> Result<()> {
         if !self.initialized {
             self.request(
                 "initialize",
@@ -438,11 +450,7 @@ impl Copy {
             self.notify("notifications/initialized")?;
             self.initialized = true;
         }
-        let mut params = json!({"name": tool, "arguments": arguments});
-        if let Some(m) = meta {
-            params["_meta"] = m;
-        }
-        self.request_relayed("tools/call", params, handler)
+        Ok(())
     }
 
     /// Any other MCP request of a data-free copy (`tools/list`, `resources/read`, ...), after

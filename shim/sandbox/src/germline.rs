@@ -64,6 +64,8 @@ pub struct Options {
     pub ablation: Ablation,
     /// Bootstrap source (tests substitute a tampered one to show that the checks catch it).
     pub bootstrap: String,
+    /// CPUs of the germline and so of its copies (empty: inherited from the shim).
+    pub cpus: Vec<usize>,
 }
 
 impl Options {
@@ -74,6 +76,7 @@ impl Options {
             pool: 0,
             ablation: Ablation::default(),
             bootstrap: PYTHON_BOOTSTRAP.to_string(),
+            cpus: Vec::new(),
         }
     }
 }
@@ -133,8 +136,16 @@ impl Germline {
         }
         let base_rel = format!("germline/{}", opts.id);
         let cgroup = Cgroup::create(&format!("{base_rel}/init"))?;
+        let cpus = opts.cpus.clone();
         match Self::start_in(spec, opts, base_rel.clone(), cgroup) {
-            Ok(g) => Ok(g),
+            Ok(g) if cpus.is_empty() => Ok(g),
+            Ok(mut g) => match sys::set_affinity(g.pid, &cpus) {
+                Ok(()) => Ok(g),
+                Err(e) => {
+                    let _ = g.stop();
+                    Err(Error::sys(format!("pin the germline to CPUs {cpus:?}"), e))
+                }
+            },
             Err(e) => {
                 Cgroup::remove_parent(&base_rel);
                 Err(e)
@@ -152,7 +163,8 @@ impl Germline {
             let _ = cg.destroy();
             e
         };
-        let config = json!({"path": spec.module_path, "entry": spec.entry, "warm": spec.warm});
+        let config = json!({"path": spec.module_path, "entry": spec.entry, "warm": spec.warm,
+            "warm_calls": spec.warm_calls});
         let argv = vec![
             spec.interpreter.clone(),
             "-I".into(),
@@ -383,7 +395,7 @@ impl Germline {
     /// Forks pool copies up to the configured size. Only between calls: no copy holds data.
     pub fn refill_pool(&mut self) -> Result<()> {
         while self.pool.len() < self.opts.pool {
-            let c = self.fork_copy()?;
+            let c = self.fork_copy_with(self.warm)?;
             self.pool.push_back(c);
         }
         Ok(())
@@ -393,7 +405,7 @@ impl Germline {
     /// can stop between forks when a call arrives).
     pub fn refill_one(&mut self) -> Result<bool> {
         if self.pool.len() < self.opts.pool {
-            let c = self.fork_copy()?;
+            let c = self.fork_copy_with(self.warm)?;
             self.pool.push_back(c);
         }
         Ok(self.pool.len() < self.opts.pool)
@@ -453,10 +465,18 @@ impl Germline {
     /// Forks one copy, confines it and checks it from outside (issue 4, items 3 and 4). A
     /// release whose germline or copy fails a check is refused from then on.
     pub fn fork_copy(&mut self) -> Result<Copy> {
+        self.fork_copy_with(false)
+    }
+
+    /// [`Germline::fork_copy`]; with `prewarm` (pool copies of a warmed germline) the copy
+    /// runs the germline's synthetic session on public data once more before it reports
+    /// ready, so the pages a call touches are copied (copy-on-write) before the call, not
+    /// during it. The copy holds no data then; its checks run after.
+    fn fork_copy_with(&mut self, prewarm: bool) -> Result<Copy> {
         if let Some(reason) = &self.refused {
             return Err(Error::Refused(reason.clone()));
         }
-        let r = self.fork_and_check();
+        let r = self.fork_and_check(prewarm);
         if let Err(Error::Refused(reason)) = &r {
             self.refused = Some(reason.clone());
         }
@@ -471,7 +491,7 @@ impl Germline {
         &self.fork_phases
     }
 
-    fn fork_and_check(&mut self) -> Result<Copy> {
+    fn fork_and_check(&mut self, prewarm: bool) -> Result<Copy> {
         let mut mark = Instant::now();
         let mut phases: Vec<(&'static str, u64)> = Vec::with_capacity(6);
         let mut lap = |name: &'static str, phases: &mut Vec<(&'static str, u64)>| {
@@ -516,6 +536,7 @@ impl Germline {
             "seccomp": Program::copy().to_hex(),
             "landlock": self.copy_landlock,
             "pidns": !self.opts.ablation.no_pid_namespace,
+            "prewarm": prewarm,
         });
         let r = (|| -> Result<i32> {
             self.cgroup.set_frozen(false)?;

@@ -273,6 +273,23 @@ pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
     check(unsafe { libc::kill(pid, sig) }).map(drop)
 }
 
+/// `sched_setaffinity()` of every thread of `pid`'s process to `cpus` (the germline has one
+/// thread; its copies inherit the mask when it forks). Fails on an empty or out-of-range set.
+pub fn set_affinity(pid: libc::pid_t, cpus: &[usize]) -> io::Result<()> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    if cpus.is_empty() || cpus.iter().any(|c| *c >= max) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    for c in cpus {
+        // SAFETY: c < CPU_SETSIZE (checked above); `set` is a valid cpu_set_t.
+        unsafe { libc::CPU_SET(*c, &mut set) };
+    }
+    // SAFETY: `set` is a valid cpu_set_t of the size passed.
+    check(unsafe { libc::sched_setaffinity(pid, std::mem::size_of_val(&set), &set) }).map(drop)
+}
+
 /// `pipe2(O_CLOEXEC)`: (read end, write end).
 pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
