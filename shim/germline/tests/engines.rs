@@ -1223,6 +1223,7 @@ fn the_precreate_hook_refuses_a_tampered_release_before_any_runtime_runs() {
     let o = run(&tampered, true);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "{err}");
+    eprintln!("podman with the hook: {}", err.trim());
     assert!(
         err.contains(
             "germline-precreate-refused: precreate hook: release refused: rootfs digest \
@@ -1234,6 +1235,25 @@ fn the_precreate_hook_refuses_a_tampered_release_before_any_runtime_runs() {
     assert!(
         logged.contains("release refused: rootfs digest mismatch: manifest pins sha256:"),
         "{logged}"
+    );
+    // Under germline-runtime, create recognises the hook's refusal and says so.
+    let mut argv = podman_run(
+        &cfg,
+        &runtime_bin().display().to_string(),
+        &["--network".into(), "none".into()],
+        &tampered,
+    );
+    argv.splice(1..1, ["--hooks-dir".into(), dir.display().to_string()]);
+    let o = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .output()
+        .expect("podman");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("refused by the precreate hook: release refused: rootfs digest mismatch"),
+        "{err}"
     );
     // With --exit-status it exits 1 instead, and podman prints only that.
     let mut h = hook.clone();
@@ -1396,6 +1416,7 @@ fn a_rolled_back_or_untrusted_release_is_refused_at_create_by_the_nodes_trust_me
             .expect("podman");
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         assert!(!out.status.success(), "{img} ran: {err}");
+        eprintln!("refused {img}: {}", err.trim());
         err
     };
     // N, then N+1: both are targets, each newer than or equal to what the node accepted.
