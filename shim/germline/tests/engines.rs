@@ -569,10 +569,21 @@ impl Containerd {
 
     /// `bundles/oci-archive.py` of release NAME with `args`, imported as REF.
     fn import(&self, dir: &Path, name: &str, reference: &str, args: &[&str]) {
+        let layout = root().join("bundles/out").join(name).join("image");
+        self.import_from(dir, &layout, reference, args);
+    }
+
+    /// The image layout `layout` through `bundles/oci-archive.py ARGS`, imported as `reference`.
+    fn import_from(&self, dir: &Path, layout: &Path, reference: &str, args: &[&str]) {
+        let name = layout
+            .parent()
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "image".into());
         let tar = dir.join(format!("{name}-{:x}.tar", rand_u64() as u32));
         let st = Command::new("python3")
             .arg(root().join("bundles/oci-archive.py"))
-            .arg(root().join("bundles/out").join(name).join("image"))
+            .arg(layout)
             .arg(reference)
             .arg(&tar)
             .args(args)
@@ -1496,4 +1507,84 @@ fn a_rolled_back_or_untrusted_release_is_refused_at_create_by_the_nodes_trust_me
     serves(&open, &n1);
     let err = refused(&open, &n);
     assert!(err.contains(&want), "{err}");
+}
+
+#[test]
+fn ctr_a_rolled_back_release_is_refused_by_the_germline_shim_with_the_reason() {
+    if !containerd_ready() {
+        return;
+    }
+    let w = World::new();
+    let policy = w.policy(9, "");
+    let d = w.path();
+    // N (2026.10.19) and N+1 (2026.10.20), both targets of the node's TUF repository.
+    let n_layout = root().join("bundles/out/mcp-server-time/image");
+    let n1_layout = repack_time(&d.join("n1"), |m| m["version"] = json!("2026.10.20"));
+    let (repo, tuf_key, pinned) = (d.join("tuf"), d.join("tuf.der"), d.join("tuf-root.json"));
+    germline_ok(&[
+        &"release",
+        &"tuf-init",
+        &"--repo",
+        &repo,
+        &"--key",
+        &tuf_key,
+    ]);
+    std::fs::copy(repo.join("metadata/1.root.json"), &pinned).expect("pin the root");
+    for l in [&n_layout, &n1_layout] {
+        germline_ok(&[
+            &"release",
+            &"publish",
+            &"--repo",
+            &repo,
+            &"--tuf-key",
+            &tuf_key,
+            &"--key",
+            &key(),
+            l,
+        ]);
+    }
+    let state = d.join("release-state");
+    let cfg = runtime_config_with(
+        d,
+        &policy,
+        &format!(
+            "[tuf]\nrepo = \"{}\"\nroot = \"{}\"\nstate = \"{}\"\n",
+            repo.display(),
+            pinned.display(),
+            state.display()
+        ),
+    );
+    let c = Containerd::start(d, &cfg);
+    let (n, n1) = (
+        "localhost/germline-test/mcp-server-time:ctr-n",
+        "localhost/germline-test/mcp-server-time:ctr-n1",
+    );
+    c.import_from(d, &n_layout, n, &[]);
+    c.import_from(d, &n1_layout, n1, &[]);
+    let script = json!([{"list_tools": true},
+        {"tool": "get_current_time", "arguments": {"timezone": "UTC"}}]);
+    for img in [n, n1] {
+        let server = c.run_argv(Some("io.containerd.germline.v1"), &[], img);
+        let (lines, err) = agent_lines(d, &script, &server);
+        assert_time_session(&lines, &err);
+    }
+    let argv = c.run_argv(Some("io.containerd.germline.v1"), &[], n);
+    let out = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .output()
+        .expect("ctr run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    eprintln!("ctr: {}", err.trim());
+    assert!(
+        err.contains(&format!(
+            "release refused: mcp-server-time 2026.10.19: rollback: the image carries \
+             mcp-server-time 2026.10.19, older than mcp-server-time 2026.10.20, which this \
+             node already accepted (rollback state {})",
+            state.join("seen-versions.json").display()
+        )),
+        "{err}"
+    );
+    c.assert_clean();
 }
