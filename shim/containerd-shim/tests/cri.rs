@@ -353,7 +353,8 @@ async fn cri_germline_handler_runs_a_verified_release_and_refuses_a_tampered_one
     let broker = PathBuf::from(format!("/var/tmp/germline-cri-broker-{:x}", rand()));
     let rc = format!(
         "policy = \"{policy}\"\nkeys = [\"{key}\"]\ngermline = \"{g}\"\nstate_dir = \"{s}\"\n\
-         non_germline = \"runc\"\n",
+         non_germline = \"runc\"\n[tuf]\nrequired = false\nrepo = \"{s}/no-tuf\"\n\
+         root = \"{s}/no-tuf-root.json\"\nstate = \"{s}/release-state\"\n",
         policy = repo().join("config/policy.example.toml").display(),
         key = repo().join("bundles/out/keys/cosign.pub").display(),
         g = bin("germline").display(),

@@ -45,13 +45,24 @@ fn image(name: &str, tamper: Option<&str>) -> String {
 
 /// `bundles/oci-archive.py` with `args`, loaded as `localhost/germline-test/NAME:TAG`.
 fn image_with(name: &str, tag: &str, args: &[&str]) -> String {
+    image_from(
+        &root().join("bundles/out").join(name).join("image"),
+        name,
+        tag,
+        args,
+    )
+}
+
+/// The image layout `layout` through `bundles/oci-archive.py` with `args`, loaded as
+/// `localhost/germline-test/NAME:TAG`.
+fn image_from(layout: &Path, name: &str, tag: &str, args: &[&str]) -> String {
     let reference = format!("localhost/germline-test/{name}:{tag}");
     let dir = std::env::temp_dir().join(format!("germline-oci-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("mkdir");
     let tar = dir.join(format!("{name}-{tag}.tar"));
     let mut cmd = Command::new("python3");
     cmd.arg(root().join("bundles/oci-archive.py"))
-        .arg(root().join("bundles/out").join(name).join("image"))
+        .arg(layout)
         .arg(&reference)
         .arg(&tar);
     cmd.args(args);
@@ -80,12 +91,24 @@ fn runtime_config(dir: &Path, policy: &Path) -> PathBuf {
     runtime_config_with(dir, policy, "")
 }
 
+/// `extra` is top-level settings, then optionally a `[tuf]` table; without one, the node has
+/// no trust metadata and `required = false` (pinned keys and this test's rollback state only).
 fn runtime_config_with(dir: &Path, policy: &Path, extra: &str) -> PathBuf {
     let p = dir.join("runtime.toml");
+    let tuf = if extra.contains("[tuf]") {
+        String::new()
+    } else {
+        format!(
+            "[tuf]\nrequired = false\nrepo = \"{}\"\nroot = \"{}\"\nstate = \"{}\"\n",
+            dir.join("no-tuf").display(),
+            dir.join("no-tuf-root.json").display(),
+            dir.join("release-state").display()
+        )
+    };
     std::fs::write(
         &p,
         format!(
-            "policy = \"{}\"\nkeys = [\"{}\"]\ngermline = \"{}\"\nstate_dir = \"{}\"\n{extra}",
+            "policy = \"{}\"\nkeys = [\"{}\"]\ngermline = \"{}\"\nstate_dir = \"{}\"\n{extra}{tuf}",
             policy.display(),
             key().display(),
             germline().display(),
@@ -546,10 +569,21 @@ impl Containerd {
 
     /// `bundles/oci-archive.py` of release NAME with `args`, imported as REF.
     fn import(&self, dir: &Path, name: &str, reference: &str, args: &[&str]) {
+        let layout = root().join("bundles/out").join(name).join("image");
+        self.import_from(dir, &layout, reference, args);
+    }
+
+    /// The image layout `layout` through `bundles/oci-archive.py ARGS`, imported as `reference`.
+    fn import_from(&self, dir: &Path, layout: &Path, reference: &str, args: &[&str]) {
+        let name = layout
+            .parent()
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "image".into());
         let tar = dir.join(format!("{name}-{:x}.tar", rand_u64() as u32));
         let st = Command::new("python3")
             .arg(root().join("bundles/oci-archive.py"))
-            .arg(root().join("bundles/out").join(name).join("image"))
+            .arg(layout)
             .arg(reference)
             .arg(&tar)
             .args(args)
@@ -1195,15 +1229,55 @@ fn the_precreate_hook_refuses_a_tampered_release_before_any_runtime_runs() {
         "without the hook runc runs it: {}",
         String::from_utf8_lossy(&o.stderr)
     );
+    // The hook refuses by pointing root.path below /proc at a path naming the reason: runc
+    // finds no rootfs there and its error carries the reason into podman's output.
     let o = run(&tampered, true);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "{err}");
-    assert!(err.contains("precreate hook"), "{err}");
+    eprintln!("podman with the hook: {}", err.trim());
+    assert!(
+        err.contains(
+            "germline-precreate-refused: precreate hook: release refused: rootfs digest \
+             mismatch: manifest pins sha256:"
+        ),
+        "{err}"
+    );
     let logged = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         logged.contains("release refused: rootfs digest mismatch: manifest pins sha256:"),
         "{logged}"
     );
+    // Under germline-runtime, create recognises the hook's refusal and says so.
+    let mut argv = podman_run(
+        &cfg,
+        &runtime_bin().display().to_string(),
+        &["--network".into(), "none".into()],
+        &tampered,
+    );
+    argv.splice(1..1, ["--hooks-dir".into(), dir.display().to_string()]);
+    let o = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .output()
+        .expect("podman");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("refused by the precreate hook: release refused: rootfs digest mismatch"),
+        "{err}"
+    );
+    // With --exit-status it exits 1 instead, and podman prints only that.
+    let mut h = hook.clone();
+    if let Some(a) = h["hook"]["args"].as_array_mut() {
+        a.push(json!("--exit-status"));
+    }
+    std::fs::write(dir.join("germline-precreate.json"), h.to_string()).expect("hook");
+    let o = run(&tampered, true);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("exit status 1"), "{err}");
+    assert!(!err.contains("rootfs digest mismatch"), "{err}");
+    std::fs::write(dir.join("germline-precreate.json"), hook.to_string()).expect("hook");
     let o = run(&signed, true);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let logged = std::fs::read_to_string(&log).unwrap_or_default();
@@ -1216,4 +1290,301 @@ fn the_precreate_hook_refuses_a_tampered_release_before_any_runtime_runs() {
         std::process::id()
     ))
     .exists());
+}
+
+/// `germline ARGS` (the example releases' signing key unlocked), which must succeed.
+fn germline_ok(args: &[&dyn AsRef<std::ffi::OsStr>]) -> String {
+    let out = Command::new(germline())
+        .args(args)
+        .env("COSIGN_PASSWORD", "germline-example-test-key")
+        .output()
+        .expect("germline");
+    assert!(
+        out.status.success(),
+        "germline {:?}: {}",
+        args.iter()
+            .map(|a| a.as_ref().to_owned())
+            .collect::<Vec<_>>(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The `mcp-server-time` release repacked from its image with `edit` applied to its source
+/// manifest, signed with the example key: `dir/image`.
+fn repack_time(dir: &Path, edit: impl FnOnce(&mut Value)) -> PathBuf {
+    let src = root().join("bundles/mcp-server-time/manifest.json");
+    let mut m: Value =
+        serde_json::from_str(&std::fs::read_to_string(src).expect("manifest")).expect("JSON");
+    edit(&mut m);
+    std::fs::create_dir_all(dir).expect("mkdir");
+    let mp = dir.join("manifest.json");
+    std::fs::write(&mp, m.to_string()).expect("manifest");
+    let keyfile = root().join("bundles/out/keys/cosign.key");
+    let layout = root().join("bundles/out/mcp-server-time/image");
+    let (bundle, image) = (dir.join("bundle"), dir.join("image"));
+    germline_ok(&[
+        &"release",
+        &"pack",
+        &"--manifest",
+        &mp,
+        &"--from-image",
+        &layout,
+        &"--key",
+        &keyfile,
+        &"--out",
+        &bundle,
+        &"--image",
+        &image,
+    ]);
+    image
+}
+
+#[test]
+fn a_rolled_back_or_untrusted_release_is_refused_at_create_by_the_nodes_trust_metadata() {
+    if !podman_ready() {
+        return;
+    }
+    let w = World::new();
+    let policy = w.policy(9, "");
+    let d = w.path();
+    // Release N (the example, 2026.10.19), N+1 (2026.10.20) and a different manifest that
+    // claims N+1's version, all signed by the pinned publisher key.
+    let n_layout = root().join("bundles/out/mcp-server-time/image");
+    let n1_layout = repack_time(&d.join("n1"), |m| m["version"] = json!("2026.10.20"));
+    let other_layout = repack_time(&d.join("other"), |m| {
+        m["version"] = json!("2026.10.20");
+        m["scratch_mb"] = json!(1);
+    });
+    // The node's trust metadata: a TUF repository with N and N+1 as targets, and its root
+    // pinned beside it.
+    let (repo, tuf_key, pinned) = (d.join("tuf"), d.join("tuf.der"), d.join("tuf-root.json"));
+    germline_ok(&[
+        &"release",
+        &"tuf-init",
+        &"--repo",
+        &repo,
+        &"--key",
+        &tuf_key,
+    ]);
+    std::fs::copy(repo.join("metadata/1.root.json"), &pinned).expect("pin the root");
+    for l in [&n_layout, &n1_layout] {
+        germline_ok(&[
+            &"release",
+            &"publish",
+            &"--repo",
+            &repo,
+            &"--tuf-key",
+            &tuf_key,
+            &"--key",
+            &key(),
+            l,
+        ]);
+    }
+    let n = image_from(&n_layout, "mcp-server-time", "rollback-n", &[]);
+    let n1 = image_from(&n1_layout, "mcp-server-time", "rollback-n1", &[]);
+    let other = image_from(&other_layout, "mcp-server-time", "rollback-other", &[]);
+    let state = d.join("release-state");
+    let seen = state.join("seen-versions.json");
+    let config = |name: &str, tuf: &str| {
+        let dir = d.join(name);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        runtime_config_with(&dir, &policy, &format!("[tuf]\n{tuf}"))
+    };
+    let trusted = config(
+        "trusted",
+        &format!(
+            "repo = \"{}\"\nroot = \"{}\"\nstate = \"{}\"\n",
+            repo.display(),
+            pinned.display(),
+            state.display()
+        ),
+    );
+    let serves = |cfg: &Path, img: &str| {
+        let server = podman_run(
+            cfg,
+            &runtime_bin().display().to_string(),
+            &["--network".into(), "none".into()],
+            img,
+        );
+        let script = json!([{"tool": "get_current_time", "arguments": {"timezone": "UTC"}}]);
+        let (lines, err) = agent_lines(d, &script, &server);
+        assert_eq!(lines.len(), 2, "{img}: {lines:?}\n{err}");
+        assert_eq!(lines[0]["server"], "mcp-time", "{err}");
+        assert_eq!(lines[1]["ok"], json!(true), "{}", lines[1]);
+    };
+    let refused = |cfg: &Path, img: &str| -> String {
+        let argv = podman_run(
+            cfg,
+            &runtime_bin().display().to_string(),
+            &["--network".into(), "none".into()],
+            img,
+        );
+        let out = Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::null())
+            .output()
+            .expect("podman");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "{img} ran: {err}");
+        eprintln!("refused {img}: {}", err.trim());
+        err
+    };
+    // N, then N+1: both are targets, each newer than or equal to what the node accepted.
+    serves(&trusted, &n);
+    serves(&trusted, &n1);
+    let recorded = std::fs::read_to_string(&seen).expect("rollback state");
+    assert!(
+        recorded.contains("\"mcp-server-time\": \"2026.10.20\""),
+        "{recorded}"
+    );
+    // N again: a rollback, refused at create with the versions and the state file.
+    let err = refused(&trusted, &n);
+    let want = format!(
+        "release refused: mcp-server-time 2026.10.19: rollback: the image carries \
+         mcp-server-time 2026.10.19, older than mcp-server-time 2026.10.20, which this node \
+         already accepted (rollback state {})",
+        seen.display()
+    );
+    assert!(err.contains(&want), "{err}");
+    // The control: the same N image on a node with a fresh rollback state runs.
+    let fresh = config(
+        "fresh",
+        &format!(
+            "repo = \"{}\"\nroot = \"{}\"\nstate = \"{}\"\n",
+            repo.display(),
+            pinned.display(),
+            d.join("fresh-state").display()
+        ),
+    );
+    serves(&fresh, &n);
+    // A signed release whose manifest is not the target the metadata names for its version.
+    let err = refused(&trusted, &other);
+    assert!(
+        err.contains("release refused: mcp-server-time 2026.10.20: TUF repository")
+            && err.contains(
+                "target `mcp-server-time-2026.10.20.manifest.json`: sha256 mismatch: metadata \
+                 says"
+            ),
+        "{err}"
+    );
+    // Expired trust metadata: N+1 republished with a timestamp that has already expired.
+    germline_ok(&[
+        &"release",
+        &"publish",
+        &"--repo",
+        &repo,
+        &"--tuf-key",
+        &tuf_key,
+        &"--key",
+        &key(),
+        &"--timestamp-expires",
+        &"2026-01-01T00:00:00Z",
+        &n1_layout,
+    ]);
+    let err = refused(&trusted, &n1);
+    assert!(
+        err.contains("release refused: mcp-server-time 2026.10.20: TUF repository")
+            && err.contains("timestamp metadata is expired"),
+        "{err}"
+    );
+    // No trust metadata on the node: refused (fail closed) by default...
+    let absent = format!(
+        "repo = \"{}\"\nroot = \"{}\"\nstate = \"{}\"\n",
+        d.join("absent").display(),
+        d.join("absent-root.json").display(),
+        state.display()
+    );
+    let closed = config("closed", &absent);
+    let err = refused(&closed, &n1);
+    assert!(
+        err.contains("release refused: mcp-server-time 2026.10.20: no trust metadata on this node"),
+        "{err}"
+    );
+    // ...and with `required = false`, pinned keys and the rollback state only: N+1 runs, N is
+    // still a rollback.
+    let open = config("open", &format!("required = false\n{absent}"));
+    serves(&open, &n1);
+    let err = refused(&open, &n);
+    assert!(err.contains(&want), "{err}");
+}
+
+#[test]
+fn ctr_a_rolled_back_release_is_refused_by_the_germline_shim_with_the_reason() {
+    if !containerd_ready() {
+        return;
+    }
+    let w = World::new();
+    let policy = w.policy(9, "");
+    let d = w.path();
+    // N (2026.10.19) and N+1 (2026.10.20), both targets of the node's TUF repository.
+    let n_layout = root().join("bundles/out/mcp-server-time/image");
+    let n1_layout = repack_time(&d.join("n1"), |m| m["version"] = json!("2026.10.20"));
+    let (repo, tuf_key, pinned) = (d.join("tuf"), d.join("tuf.der"), d.join("tuf-root.json"));
+    germline_ok(&[
+        &"release",
+        &"tuf-init",
+        &"--repo",
+        &repo,
+        &"--key",
+        &tuf_key,
+    ]);
+    std::fs::copy(repo.join("metadata/1.root.json"), &pinned).expect("pin the root");
+    for l in [&n_layout, &n1_layout] {
+        germline_ok(&[
+            &"release",
+            &"publish",
+            &"--repo",
+            &repo,
+            &"--tuf-key",
+            &tuf_key,
+            &"--key",
+            &key(),
+            l,
+        ]);
+    }
+    let state = d.join("release-state");
+    let cfg = runtime_config_with(
+        d,
+        &policy,
+        &format!(
+            "[tuf]\nrepo = \"{}\"\nroot = \"{}\"\nstate = \"{}\"\n",
+            repo.display(),
+            pinned.display(),
+            state.display()
+        ),
+    );
+    let c = Containerd::start(d, &cfg);
+    let (n, n1) = (
+        "localhost/germline-test/mcp-server-time:ctr-n",
+        "localhost/germline-test/mcp-server-time:ctr-n1",
+    );
+    c.import_from(d, &n_layout, n, &[]);
+    c.import_from(d, &n1_layout, n1, &[]);
+    let script = json!([{"list_tools": true},
+        {"tool": "get_current_time", "arguments": {"timezone": "UTC"}}]);
+    for img in [n, n1] {
+        let server = c.run_argv(Some("io.containerd.germline.v1"), &[], img);
+        let (lines, err) = agent_lines(d, &script, &server);
+        assert_time_session(&lines, &err);
+    }
+    let argv = c.run_argv(Some("io.containerd.germline.v1"), &[], n);
+    let out = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .output()
+        .expect("ctr run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    eprintln!("ctr: {}", err.trim());
+    assert!(
+        err.contains(&format!(
+            "release refused: mcp-server-time 2026.10.19: rollback: the image carries \
+             mcp-server-time 2026.10.19, older than mcp-server-time 2026.10.20, which this \
+             node already accepted (rollback state {})",
+            state.join("seen-versions.json").display()
+        )),
+        "{err}"
+    );
+    c.assert_clean();
 }

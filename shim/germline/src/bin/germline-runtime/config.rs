@@ -47,6 +47,33 @@ struct File {
     runc: Option<PathBuf>,
     overrides: Option<Overrides>,
     http_token_file: Option<PathBuf>,
+    tuf: Option<TufFile>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TufFile {
+    repo: Option<PathBuf>,
+    root: Option<PathBuf>,
+    state: Option<PathBuf>,
+    required: Option<bool>,
+}
+
+/// The node's trust metadata (`[tuf]`): a local copy of the publishers' TUF repository, the
+/// pinned root it is loaded from, and the rollback state `create` consults and updates (the
+/// same checks and state as `germline release verify --tuf-repo --tuf-root --state`).
+#[derive(Debug, Clone)]
+pub struct Tuf {
+    /// The repository copy: `metadata/` and `targets/` (default `/etc/germline/tuf`).
+    pub repo: PathBuf,
+    /// The pinned root.json (default `/etc/germline/tuf-root.json`).
+    pub root: PathBuf,
+    /// Rollback state: tough's datastore and the highest version seen per release name
+    /// (default `/var/lib/germline/release-state`, `germline release verify`'s default).
+    pub state: PathBuf,
+    /// Without metadata on the node, refuse every release (the default), or, if `false`,
+    /// verify with the pinned keys and check only the signed version against the state.
+    pub required: bool,
 }
 
 /// The resolved configuration.
@@ -69,6 +96,7 @@ pub struct Config {
     /// The bearer token of a container's Streamable HTTP endpoint (`dev.germline.mcp/listen`);
     /// without it `germline serve` makes one in `/run/germline/serve-PID/token`.
     pub http_token_file: Option<PathBuf>,
+    pub tuf: Tuf,
 }
 
 fn resolve(base: &Path, p: PathBuf) -> PathBuf {
@@ -131,6 +159,7 @@ impl Config {
                 runc: None,
                 overrides: None,
                 http_token_file: None,
+                tuf: None,
             },
             Err(e) => return Err(format!("{}: {e}", source.display())),
         };
@@ -159,7 +188,19 @@ impl Config {
                 MODES.join(", ")
             ));
         }
+        let t = file.tuf.unwrap_or_default();
+        let tuf = Tuf {
+            repo: resolve(&base, t.repo.unwrap_or_else(|| etc.join("tuf"))),
+            root: resolve(&base, t.root.unwrap_or_else(|| etc.join("tuf-root.json"))),
+            state: resolve(
+                &base,
+                t.state
+                    .unwrap_or_else(|| PathBuf::from("/var/lib/germline/release-state")),
+            ),
+            required: t.required.unwrap_or(true),
+        };
         Ok(Config {
+            tuf,
             policy: resolve(
                 &base,
                 file.policy.unwrap_or_else(|| etc.join("policy.toml")),
@@ -225,6 +266,33 @@ mod tests {
         let c = Config::load(Some(&p)).expect("config/germline/runtime.toml");
         assert_eq!(c.policy, PathBuf::from("/etc/germline/policy.toml"));
         assert_eq!(c.non_germline, NonGermline::Refuse);
+        assert_eq!(c.tuf.repo, PathBuf::from("/etc/germline/tuf"));
+        assert_eq!(c.tuf.root, PathBuf::from("/etc/germline/tuf-root.json"));
+        assert_eq!(
+            c.tuf.state,
+            PathBuf::from("/var/lib/germline/release-state")
+        );
+        assert!(c.tuf.required);
+    }
+
+    #[test]
+    fn trust_metadata_is_required_unless_configured_otherwise() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let p = d.path().join("runtime.toml");
+        std::fs::write(&p, "").expect("write");
+        assert!(Config::load(Some(&p)).expect("config").tuf.required);
+        std::fs::write(
+            &p,
+            "[tuf]\nrequired = false\nrepo = \"tuf\"\nstate = \"st\"\n",
+        )
+        .expect("write");
+        let c = Config::load(Some(&p)).expect("config");
+        assert!(!c.tuf.required);
+        assert_eq!(c.tuf.repo, d.path().join("tuf"));
+        assert_eq!(c.tuf.state, d.path().join("st"));
+        std::fs::write(&p, "[tuf]\nrequire = false\n").expect("write");
+        let e = Config::load(Some(&p)).expect_err("unknown field");
+        assert!(e.contains("unknown field `require`"), "{e}");
     }
 
     #[test]

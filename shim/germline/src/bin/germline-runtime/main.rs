@@ -116,14 +116,20 @@ enum Cmd {
     #[command(hide = true)]
     Init { id: String },
     /// An OCI hook (hooks/germline-precreate.json): `hook precreate` reads the engine's
-    /// proposed config.json on stdin, refuses (exit 1) a rootfs carrying a germline release
-    /// that does not verify under the node's keys, and writes the config back unchanged.
+    /// proposed config.json on stdin and refuses a rootfs carrying a germline release that
+    /// does not verify under the node's keys and trust metadata (by pointing `root.path` at a
+    /// path below /proc naming the reason, or with `--exit-status` by exiting 1); otherwise
+    /// it writes the config back unchanged.
     Hook {
         /// Only `precreate` (podman's extension stage).
         stage: String,
         /// Refuse a rootfs that is not a germline release too.
         #[arg(long)]
         require_release: bool,
+        /// Refuse by exiting 1 (podman then prints only `exit status 1`; the reason is in
+        /// `--log`) instead of pointing `root.path` at a path naming the reason.
+        #[arg(long)]
+        exit_status: bool,
     },
 }
 
@@ -235,13 +241,14 @@ fn run(cli: &Cli, log: &Log) -> Result<(), String> {
         Cmd::Hook {
             stage,
             require_release,
+            exit_status,
         } => {
             if stage != "precreate" {
                 return Err(format!(
                     "hook {stage:?}: only the precreate stage is supported"
                 ));
             }
-            hook_precreate(cli, log, *require_release)
+            hook_precreate(cli, log, *require_release, *exit_status)
         }
     }
 }
@@ -342,6 +349,121 @@ fn verify(
     ))
 }
 
+/// What the node's trust metadata established about a verified release.
+enum Trust {
+    /// Checked against the node's TUF repository and the rollback state.
+    Tuf(germline_release::tuf::TufChecked),
+    /// No metadata on the node and `[tuf] required = false`: the signed version was checked
+    /// against the rollback state only (the highest version seen before, if any).
+    StateOnly(Option<String>),
+}
+
+/// Checks a release the pinned keys verified against the node's trust metadata (`[tuf]` in
+/// the node configuration): the TUF chain from the pinned root (signatures, thresholds,
+/// expiry, metadata-version rollback), the release's target (length, sha256, contents), and
+/// the rollback state (a version older than one accepted on this node is refused), which it
+/// updates. The release crate's checks, as `germline release verify --tuf-repo` does them.
+fn check_trust(cfg: &Config, v: &germline_release::release::Verified) -> Result<Trust, String> {
+    let t = &cfg.tuf;
+    let m = &v.manifest;
+    let what = format!("release refused: {} {}", m.name, m.version);
+    let metadata = t.repo.join("metadata");
+    let (have_repo, have_root) = (metadata.is_dir(), t.root.is_file());
+    if have_repo != have_root {
+        let (missing, present) = if have_repo {
+            (t.root.display().to_string(), metadata.display().to_string())
+        } else {
+            (metadata.display().to_string(), t.root.display().to_string())
+        };
+        return Err(format!(
+            "{what}: incomplete trust metadata on this node: {present} exists but \
+             {missing} does not (`[tuf]` in {})",
+            cfg.source.display()
+        ));
+    }
+    std::fs::create_dir_all(&t.state)
+        .map_err(|e| format!("{what}: rollback state {}: {e}", t.state.display()))?;
+    // One check at a time per node: the state is read, compared and rewritten.
+    let lock_path = t.state.join("lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&lock_path)
+        .map_err(|e| format!("{what}: {}: {e}", lock_path.display()))?;
+    // SAFETY: flock on a file descriptor this function owns; released when `lock` drops.
+    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) } != 0 {
+        return Err(format!(
+            "{what}: locking {}: {}",
+            lock_path.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    if !have_repo {
+        if t.required {
+            return Err(format!(
+                "{what}: no trust metadata on this node: neither {} nor {} exists \
+                 (install the publishers' TUF repository and pinned root there, or set `[tuf] \
+                 repo`/`root` in {}; `[tuf] required = false` runs releases checked against \
+                 the pinned keys and the rollback state only)",
+                metadata.display(),
+                t.root.display(),
+                cfg.source.display()
+            ));
+        }
+        let before =
+            germline_release::tuf::check_rollback(&t.state, m).map_err(|e| refusal(&what, e))?;
+        return Ok(Trust::StateOnly(before));
+    }
+    germline_release::tuf::check_release(&t.repo, &t.root, &t.state, &v.manifest_bytes, m)
+        .map(Trust::Tuf)
+        .map_err(|e| match e {
+            e @ germline_release::error::Error::Rollback { .. } => refusal(&what, e),
+            e => format!("{what}: {e} (pinned root {})", t.root.display()),
+        })
+}
+
+/// A rollback refusal names the release, the version the image carries, the version this node
+/// already accepted and the state file that records it.
+fn refusal(what: &str, e: germline_release::error::Error) -> String {
+    match e {
+        germline_release::error::Error::Rollback {
+            name,
+            offered,
+            seen,
+            state,
+        } => format!(
+            "{what}: rollback: the image carries {name} {offered}, older than {name} {seen}, \
+             which this node already accepted (rollback state {})",
+            state.display()
+        ),
+        e => format!("{what}: {e}"),
+    }
+}
+
+/// One log line for what `check_trust` established.
+fn trust_note(cfg: &Config, t: &Trust) -> String {
+    match t {
+        Trust::Tuf(c) => format!(
+            "trust metadata {}: target {} (targets v{}, timestamp v{}), highest version seen \
+             before: {}",
+            cfg.tuf.repo.display(),
+            c.target,
+            c.targets_version,
+            c.timestamp_version,
+            c.highest_seen_before.as_deref().unwrap_or("none")
+        ),
+        Trust::StateOnly(b) => format!(
+            "no trust metadata on this node ([tuf] required = false in {}): expiry and targets \
+             not checked; rollback state {} (highest version seen before: {})",
+            cfg.source.display(),
+            cfg.tuf.state.display(),
+            b.as_deref().unwrap_or("none")
+        ),
+    }
+}
+
 /// The directory to verify for the engine's rootfs: an overlay's one lower directory (the image
 /// layer as the engine unpacked it: engines write into the upper layer before the runtime
 /// runs, podman adds /etc/mtab), else the rootfs itself.
@@ -357,11 +479,25 @@ fn image_layer(rootfs: &Path) -> Result<PathBuf, String> {
     }
 }
 
+/// Where a refusing precreate hook points `root.path`: a path below `/proc`, where nothing can
+/// be created, so no runtime finds a rootfs there; the runtime's error (runc: `invalid rootfs:
+/// stat PATH: no such file or directory`) then carries the reason into podman's output, which
+/// is the only channel podman 4.3 leaves a precreate hook (it discards the hook's stderr, and
+/// its stdout when it exits non-zero).
+const REFUSED_ROOT: &str = "/proc/germline-precreate-refused: ";
+
 /// podman's `precreate` hook: verifies before podman creates anything with the runtime, so a
-/// tampered or unsigned release is refused whatever the runtime (runc included).
-fn hook_precreate(cli: &Cli, log: &Log, require_release: bool) -> Result<(), String> {
+/// tampered or unsigned release is refused whatever the runtime (runc included). A refusal
+/// writes the configuration back with `root.path` = `REFUSED_ROOT` + the reason and exits 0
+/// (so the reason reaches podman's output through the runtime's error), or, with
+/// `--exit-status`, exits 1 with the reason in `--log` only.
+fn hook_precreate(
+    cli: &Cli,
+    log: &Log,
+    require_release: bool,
+    exit_status: bool,
+) -> Result<(), String> {
     const MAX: u64 = 4 << 20;
-    let cfg = Config::load(cli.config.as_deref())?;
     let mut text = String::new();
     std::io::stdin()
         .take(MAX + 1)
@@ -370,11 +506,43 @@ fn hook_precreate(cli: &Cli, log: &Log, require_release: bool) -> Result<(), Str
     if text.len() as u64 > MAX {
         return Err("precreate hook: config.json on stdin is larger than 4 MiB".into());
     }
-    let v: serde_json::Value = serde_json::from_str(&text)
+    let mut v: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| format!("precreate hook: config.json on stdin: not JSON: {e}"))?;
-    let spec = EngineSpec::parse(&v, Path::new("/"), "config.json (precreate hook stdin)")?;
+    let out = match precreate_decide(cli, log, require_release, &v) {
+        // The configuration goes back unchanged: this hook only decides.
+        Ok(()) => text,
+        Err(e) if exit_status => return Err(e),
+        Err(e) => {
+            log.write("error", &e);
+            let reason: String = e
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect();
+            let root = v
+                .get_mut("root")
+                .and_then(|r| r.as_object_mut())
+                .ok_or_else(|| format!("{e} (and config.json has no `root` to mark refused)"))?;
+            root.insert("path".into(), format!("{REFUSED_ROOT}{reason}").into());
+            serde_json::to_string(&v).map_err(|j| format!("{e} (and writing config.json: {j})"))?
+        }
+    };
+    std::io::stdout()
+        .write_all(out.as_bytes())
+        .map_err(|e| format!("precreate hook: writing config.json: {e}"))
+}
+
+/// The precreate hook's decision on the proposed `config.json` `v`.
+fn precreate_decide(
+    cli: &Cli,
+    log: &Log,
+    require_release: bool,
+    v: &serde_json::Value,
+) -> Result<(), String> {
+    let cfg = Config::load(cli.config.as_deref()).map_err(|e| format!("precreate hook: {e}"))?;
+    let spec = EngineSpec::parse(v, Path::new("/"), "config.json (precreate hook stdin)")
+        .map_err(|e| format!("precreate hook: {e}"))?;
     if is_germline_release(&spec.rootfs) {
-        let source = image_layer(&spec.rootfs)?;
+        let source = image_layer(&spec.rootfs).map_err(|e| format!("precreate hook: {e}"))?;
         let dir = PathBuf::from(format!(
             "/run/germline-runtime/precreate-{}",
             std::process::id()
@@ -390,14 +558,16 @@ fn hook_precreate(cli: &Cli, log: &Log, require_release: bool) -> Result<(), Str
         }
         let _ = std::fs::remove_dir_all(&dir);
         let (key, verified) = r.map_err(|e| format!("precreate hook: {e}"))?;
+        let trust = check_trust(&cfg, &verified).map_err(|e| format!("precreate hook: {e}"))?;
         log.write(
             "info",
             &format!(
-                "precreate hook: release {}@{} ({}) verified under {}",
+                "precreate hook: release {}@{} ({}) verified under {}; {}",
                 verified.manifest.name,
                 verified.manifest.version,
                 verified.rootfs_digest,
-                key.display()
+                key.display(),
+                trust_note(&cfg, &trust)
             ),
         );
     } else if require_release {
@@ -407,10 +577,7 @@ fn hook_precreate(cli: &Cli, log: &Log, require_release: bool) -> Result<(), Str
             spec.rootfs.display()
         ));
     }
-    // The configuration goes back unchanged: this hook only decides.
-    std::io::stdout()
-        .write_all(text.as_bytes())
-        .map_err(|e| format!("precreate hook: writing config.json: {e}"))
+    Ok(())
 }
 
 fn create(
@@ -427,6 +594,14 @@ fn create(
     let bundle =
         std::fs::canonicalize(bundle).map_err(|e| format!("bundle {}: {e}", bundle.display()))?;
     let mut spec = EngineSpec::load(&bundle)?;
+    if let Some(reason) = spec
+        .rootfs
+        .to_str()
+        .and_then(|p| p.strip_prefix(REFUSED_ROOT))
+    {
+        let reason = reason.strip_prefix("precreate hook: ").unwrap_or(reason);
+        return Err(format!("refused by the precreate hook: {reason}"));
+    }
     let sdir = state::dir(root, id);
     if sdir.exists() {
         return Err(format!("container with id \"{id}\" already exists"));
@@ -504,6 +679,7 @@ fn prepare(
     let source = image_layer(&spec.rootfs)?;
     sys::bind_readonly(&source, &rfs)?;
     let (key, verified) = verify(&rel, &cfg.keys, cfg)?;
+    let trust = check_trust(cfg, &verified)?;
     let m = &verified.manifest;
     // `-e` variables the deployer's policy names as a host's credential source become the
     // broker's environment (only the broker reads them; copies get the manifest's).
@@ -548,11 +724,12 @@ fn prepare(
     log.write(
         "info",
         &format!(
-            "{id}: release {}@{} ({}) verified under {}",
+            "{id}: release {}@{} ({}) verified under {}; {}",
             m.name,
             m.version,
             verified.rootfs_digest,
-            key.display()
+            key.display(),
+            trust_note(cfg, &trust)
         ),
     );
     sys::mkfifo(&state::fifo(root, id))?;
