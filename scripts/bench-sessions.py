@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Concurrent agent sessions on one release (issue 11, docs/operations.md): do they serve
-better taking turns on one shared germline (`germline serve`, one germline per release), or
-with a germline each (one `germline serve` per session)? A benchmark, not a test: it prints
-figures and writes JSON; nothing is asserted.
+better taking turns on one shared germline (one `germline serve`, lifetime `long-lived`: one
+germline for the one user), or with a germline each (one `germline serve`, lifetime `session`:
+a germline per agent session; and, for comparison, one `germline serve` per session)? A
+benchmark, not a test: it prints figures and writes JSON; nothing is asserted.
 
     scripts/bench-sessions.py [--sessions K] [--calls N] [--out FILE]
 
@@ -67,8 +68,9 @@ def stop(p):
 
 
 def sessions(urls, calls):
-    """Runs one client per URL at once; returns every call's latency (ms) and the wall time."""
-    out, threads = [], []
+    """Runs one client per URL at once; returns every call's latency (ms), the wall time and
+    every initialize's time (ms: under `session` it starts the session's germline)."""
+    out, inits, threads = [], [], []
     lock = threading.Lock()
 
     def one(url):
@@ -77,7 +79,9 @@ def sessions(urls, calls):
         if r.returncode != 0:
             raise SystemExit(f"client failed: {r.stderr[-400:]}")
         with lock:
-            out.extend(json.loads(r.stdout)["latency_ms"])
+            v = json.loads(r.stdout)
+            out.extend(v["latency_ms"])
+            inits.append(v["initialize_ms"])
 
     t0 = time.perf_counter()
     for u in urls:
@@ -86,14 +90,20 @@ def sessions(urls, calls):
         threads.append(t)
     for t in threads:
         t.join()
-    return out, time.perf_counter() - t0
+    return out, (time.perf_counter() - t0, inits)
 
 
-def summary(lat, wall):
+def summary(lat, timing):
+    wall, inits = timing
     lat = sorted(lat)
+    # Calls per second once the sessions are initialized (the slowest initialize is taken off
+    # the wall time: the sessions start together).
+    calls_wall = max(wall - max(inits) / 1000, 1e-3)
     return {"calls": len(lat), "p50_ms": round(statistics.median(lat), 2),
             "p95_ms": round(lat[int(0.95 * (len(lat) - 1))], 2), "wall_s": round(wall, 2),
-            "calls_per_s": round(len(lat) / wall, 2)}
+            "calls_per_s": round(len(lat) / wall, 2),
+            "initialize_max_ms": round(max(inits), 1),
+            "calls_per_s_after_initialize": round(len(lat) / calls_wall, 2)}
 
 
 def main():
@@ -105,12 +115,18 @@ def main():
     if os.geteuid() != 0:
         raise SystemExit("needs root")
     with tempfile.TemporaryDirectory(prefix="germline-bench-sessions-") as tmp:
-        shared, url = start_serve(tmp, "shared")
+        shared, url = start_serve(tmp, "shared", '\n[lifetimes]\n"mcp-server-time" = "long-lived"\n')
         try:
             lat, wall = sessions([url] * a.sessions, a.calls)
             turns = summary(lat, wall)
         finally:
             stop(shared)
+        native, url = start_serve(tmp, "native", '\n[lifetimes]\n"mcp-server-time" = "session"\n')
+        try:
+            lat, wall = sessions([url] * a.sessions, a.calls)
+            per_session = summary(lat, wall)
+        finally:
+            stop(native)
         own = [start_serve(tmp, f"own{i}") for i in range(a.sessions)]
         try:
             lat, wall = sessions([u for _, u in own], a.calls)
@@ -127,14 +143,22 @@ def main():
                 single[life] = summary(lat, wall)
             finally:
                 stop(p)
+    uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     result = {"sessions": a.sessions, "calls_per_session": a.calls, "cores": os.cpu_count(),
               "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-              "take_turns_one_germline": turns, "own_germline_each": each,
+              "uptime_at_end": uptime,
+              "take_turns_one_germline": turns, "own_germline_per_session": per_session,
+              "own_serve_each": each,
               "one_session_by_lifetime": single}
     print(f"{a.sessions} concurrent sessions x {a.calls} get_current_time calls ({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})")
-    for name, s in [("take turns, one germline", turns), ("own germline each", each)]:
+    print(f"  uptime: {uptime}")
+    for name, s in [("take turns (long-lived)", turns),
+                    ("own germline (session)", per_session),
+                    ("own germline serve each", each)]:
         print(f"  {name:26s} p50 {s['p50_ms']:8.2f} ms  p95 {s['p95_ms']:8.2f} ms  "
-              f"{s['calls_per_s']:6.2f} calls/s  wall {s['wall_s']:.1f} s")
+              f"{s['calls_per_s']:6.2f} calls/s  wall {s['wall_s']:.1f} s  "
+              f"initialize max {s['initialize_max_ms']:.0f} ms  "
+              f"{s['calls_per_s_after_initialize']:6.2f} calls/s after it")
     print(f"1 session x {a.calls} calls, by lifetime")
     for name, s in single.items():
         print(f"  {name:26s} p50 {s['p50_ms']:8.2f} ms  p95 {s['p95_ms']:8.2f} ms  "

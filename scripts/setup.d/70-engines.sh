@@ -11,6 +11,10 @@ command -v runc >/dev/null || need+=(runc)
 command -v containerd >/dev/null || need+=(containerd)
 command -v ctr >/dev/null || need+=(containerd)
 command -v skopeo >/dev/null || need+=(skopeo)
+# nft and ip: the pod-network test makes its own network namespaces (veth pair) and puts a
+# NetworkPolicy stand-in (an nft rule) in the pod's.
+command -v nft >/dev/null || need+=(nftables)
+command -v ip >/dev/null || need+=(iproute2)
 # protoc: the k8s-cri crate (CRI client of shim/containerd-shim/tests/cri.rs) compiles its
 # protos at build time.
 command -v protoc >/dev/null || need+=(protobuf-compiler)

@@ -3,6 +3,7 @@ demo and benchmarks. It starts the server command over stdio, runs the steps of 
 and prints one JSON line per call:
 
     python3 agent.py SCRIPT.json -- COMMAND [ARGS...]
+    python3 agent.py SCRIPT.json --url URL [TOKEN_FILE]   (Streamable HTTP, e.g. germline serve)
 
 A script is a list of steps:
     {"tool": NAME, "arguments": {...}, "repeat": N, "meta": {...}, "progress": true}
@@ -28,6 +29,20 @@ import urllib.request
 import anyio
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from contextlib import asynccontextmanager
+
+
+@asynccontextmanager
+async def http_transport(url, token_file):
+    headers = {}
+    if token_file:
+        with open(token_file) as f:
+            headers["Authorization"] = "Bearer " + f.read().strip()
+    async with create_mcp_http_client(headers=headers) as http:
+        async with streamable_http_client(url, http_client=http) as streams:
+            yield streams[0], streams[1]
 
 
 def dump(obj):
@@ -37,9 +52,12 @@ def dump(obj):
 
 async def main():
     script_path = sys.argv[1]
-    if sys.argv[2] != "--":
-        raise SystemExit("usage: agent.py SCRIPT.json -- COMMAND [ARGS...]")
-    command, args = sys.argv[3], sys.argv[4:]
+    if sys.argv[2] == "--url":
+        transport = http_transport(sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)
+    elif sys.argv[2] == "--":
+        transport = stdio_client(StdioServerParameters(command=sys.argv[3], args=sys.argv[4:]))
+    else:
+        raise SystemExit("usage: agent.py SCRIPT.json (-- COMMAND [ARGS...] | --url URL [TOKEN_FILE])")
     with open(script_path) as f:
         steps = json.load(f)
     logs = []
@@ -65,8 +83,7 @@ async def main():
         extra["sampling_callback"] = on_sample
     if any("elicit_reply" in st for st in steps):
         extra["elicitation_callback"] = on_elicit
-    server = StdioServerParameters(command=command, args=args)
-    async with stdio_client(server) as (read, write):
+    async with transport as (read, write):
         async with ClientSession(read, write, logging_callback=on_log, read_timeout_seconds=60, **extra) as s:
             init = await s.initialize()
             dump({"step": "initialize", "ok": True, "server": init.server_info.name})

@@ -3,7 +3,7 @@
 usage: serve_client.py URL TOKEN_FILE CALLS
 Initializes, lists the tools, calls `get_current_time` (timezone UTC) CALLS times, closes the
 session (DELETE), and prints one JSON object: the server's name, the tool names, the first
-call's result, every call's latency in milliseconds. TOKEN_FILE `-` sends no token."""
+call's result, every call's latency and the initialize's in milliseconds. TOKEN_FILE `-` sends no token."""
 import asyncio, json, sys, time
 
 from mcp.client.session import ClientSession
@@ -19,7 +19,9 @@ async def main(url, token_file, calls):
     async with create_mcp_http_client(headers=headers) as http:
         async with streamable_http_client(url, http_client=http) as (read, write):
             async with ClientSession(read, write) as session:
+                t = time.perf_counter()
                 init = await session.initialize()
+                init_ms = (time.perf_counter() - t) * 1000
                 tools = await session.list_tools()
                 first, latencies = None, []
                 for _ in range(calls):
@@ -40,6 +42,7 @@ async def main(url, token_file, calls):
         "first": first,
         "unknown_tool_error": unknown,
         "latency_ms": latencies,
+        "initialize_ms": init_ms,
     }))
 
 

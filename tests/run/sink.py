@@ -1,7 +1,7 @@
 """An HTTP sink for germline's tests and demo: records every request it receives (method, path,
 headers, body) as one JSON line, answers 200 with a short fixed text, and stops by itself.
 
-    python3 sink.py --port PORT --log FILE [--seconds 600] [--reply TEXT] [--dir DIR]
+    python3 sink.py --port PORT --log FILE [--seconds 600] [--reply TEXT] [--dir DIR] [--bind IP]
 
 With --dir, GET requests are served from the files in DIR (404 if absent), as a web server.
 
@@ -21,6 +21,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=600)
     ap.add_argument("--reply", default="ocr ok")
     ap.add_argument("--dir")
+    ap.add_argument("--bind", default="127.0.0.1")
     a = ap.parse_args()
     lock = threading.Lock()
 
@@ -28,7 +29,7 @@ def main():
         def _record(self):
             n = int(self.headers.get("content-length") or 0)
             body = self.rfile.read(n) if n else b""
-            rec = {"method": self.command, "path": self.path, "host": self.headers.get("host"),
+            rec = {"method": self.command, "path": self.path, "host": self.headers.get("host"), "headers": dict(self.headers),
                    "body_b64": base64.b64encode(body).decode(), "body": body.decode("utf-8", "replace")}
             with lock, open(a.log, "a") as f:
                 f.write(json.dumps(rec) + "\n")
@@ -54,7 +55,7 @@ def main():
         def log_message(self, *args):
             pass
 
-    srv = ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
+    srv = ThreadingHTTPServer((a.bind, a.port), Handler)
     threading.Timer(a.seconds, srv.shutdown).start()
     print(f"ready {srv.server_address[1]}", flush=True)
     srv.serve_forever()

@@ -85,7 +85,7 @@ pub fn socket_ns(sock: RawFd) -> Result<OwnedFd, NetnsError> {
 }
 
 /// Sets IFF_UP on `lo` in the calling thread's network namespace.
-fn loopback_up() -> std::io::Result<()> {
+pub fn loopback_up() -> std::io::Result<()> {
     // SAFETY: socket(2) with constant arguments; the result is checked below.
     let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if raw < 0 {

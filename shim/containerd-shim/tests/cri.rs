@@ -3,7 +3,8 @@
 //! RuntimeClass with `handler: germline` selects), driven over the CRI gRPC API (v1) as the
 //! kubelet drives it: RunPodSandbox with that handler, CreateContainer, StartContainer,
 //! ContainerStatus, StopContainer, RemoveContainer, StopPodSandbox, RemovePodSandbox. No
-//! kubelet is installable here (docs/engines.md). Needs root, containerd, the example
+//! kubelet is installable here (docs/engines.md). The pod network comes from a CNI plugin of
+//! the test's own (a veth into a namespace of its own). Needs root, containerd, the example
 //! bundles and `cargo build --workspace` (germline, germline-runtime and this shim in one
 //! target directory); under GERMLINE_REQUIRE_ROOT_TESTS=1 a missing part fails the test.
 
@@ -69,6 +70,76 @@ fn rand() -> u32 {
     u32::from_le_bytes(b)
 }
 
+/// The "rest of the cluster": a network namespace of the test's own, to which the test's CNI
+/// plugin connects each pod by a veth pair (so no host network is touched). Deleted on drop.
+struct World {
+    name: String,
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+/// A CNI plugin of the test's own (bash): on ADD it makes `eth0` in the pod's namespace, a
+/// veth whose peer is in `world`, with `pod_ip`/30, records the namespace path in
+/// `dir/pod-netns`, and answers with a CNI 0.4.0 result. containerd's CRI plugin calls it as
+/// it calls any CNI plugin (`bin_dir`, `conf_dir`).
+fn cni_plugin(dir: &Path, world: &str, tag: &str, pod_ip: &str, world_ip: &str) {
+    let bin = dir.join("cni-bin");
+    std::fs::create_dir_all(&bin).expect("cni-bin");
+    std::os::unix::fs::symlink("/usr/lib/cni/loopback", bin.join("loopback")).expect("loopback");
+    let script = format!(
+        r#"#!/bin/bash
+set -euo pipefail
+cat >/dev/null
+case "$CNI_COMMAND" in
+VERSION) echo '{{"cniVersion":"0.4.0","supportedVersions":["0.3.0","0.3.1","0.4.0"]}}' ;;
+ADD)
+  echo "$CNI_NETNS" > {rec}
+  nsenter --net="$CNI_NETNS" ip link add "$CNI_IFNAME" type veth peer name glc{tag} netns {world}
+  nsenter --net="$CNI_NETNS" ip addr add {pod_ip}/30 dev "$CNI_IFNAME"
+  nsenter --net="$CNI_NETNS" ip link set "$CNI_IFNAME" up
+  ip -n {world} addr add {world_ip}/30 dev glc{tag}
+  ip -n {world} link set glc{tag} up
+  printf '{{"cniVersion":"0.4.0","interfaces":[{{"name":"%s","sandbox":"%s"}}],"ips":[{{"version":"4","address":"{pod_ip}/30","interface":0}}]}}' "$CNI_IFNAME" "$CNI_NETNS" ;;
+*) ;;
+esac
+"#,
+        rec = dir.join("pod-netns").display(),
+    );
+    let p = bin.join("germline-test-veth");
+    std::fs::write(&p, script).expect("plugin");
+    std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    std::fs::write(
+        dir.join("cni/10-germline-test.conflist"),
+        r#"{"cniVersion":"0.4.0","name":"germline-test","plugins":[{"type":"germline-test-veth"}]}"#,
+    )
+    .expect("conflist");
+}
+
+/// The network namespace identity (inode) of a namespace file.
+fn netns_of(p: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).ok().map(|m| m.ino())
+}
+
+/// Direct children of `pid` (of every thread).
+fn children(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in rd.flatten() {
+            let c = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            out.extend(c.split_whitespace().filter_map(|x| x.parse::<i32>().ok()));
+        }
+    }
+    out
+}
+
 struct Containerd {
     child: std::process::Child,
     sock: PathBuf,
@@ -89,17 +160,26 @@ impl Containerd {
     /// A containerd with its own root, state and socket, its CRI plugin on a random stream
     /// port, the `germline` runtime handler whose options name `runtime_config`, and the
     /// given sandbox (pause) image.
-    fn start(runtime_config_text: &str) -> Containerd {
+    fn start(runtime_config_text: &str, world: &World) -> Containerd {
         let tmp = tempfile::Builder::new()
             .prefix("germline-cri-")
             .tempdir_in("/var/tmp")
             .expect("tempdir");
         let dir = tmp.path().to_path_buf();
+        std::fs::create_dir_all(dir.join("cni")).expect("cni dir");
+        let r = rand();
+        let (x, y) = ((r >> 8) as u8 % 250 + 1, (r as u8 % 60) * 4);
+        cni_plugin(
+            &dir,
+            &world.name,
+            &format!("{:06x}", r >> 8 & 0xff_ffff),
+            &format!("10.202.{x}.{}", y + 2),
+            &format!("10.202.{x}.{}", y + 1),
+        );
         let rc = dir.join("runtime.toml");
         std::fs::write(&rc, runtime_config_text).expect("runtime.toml");
         let state = PathBuf::from(format!("/run/germline-test-cri-{:x}", rand()));
         let sock = state.join("c.sock");
-        std::fs::create_dir_all(dir.join("cni")).expect("cni dir");
         let cfg = format!(
             r#"version = 2
 root = "{root}"
@@ -115,7 +195,7 @@ state = "{state}"
   # clamp it to containerd's own (docs/engines.md, host settings).
   restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
+    bin_dir = "{cni_bin}"
     conf_dir = "{cni}"
   [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
     runtime_type = "io.containerd.runc.v2"
@@ -128,6 +208,7 @@ state = "{state}"
             state = state.join("state").display(),
             sock = sock.display(),
             cni = dir.join("cni").display(),
+            cni_bin = dir.join("cni-bin").display(),
             rc = rc.display(),
         );
         let cp = dir.join("containerd.toml");
@@ -211,9 +292,9 @@ fn sandbox_config(dir: &Path, name: &str) -> PodSandboxConfig {
         log_directory: dir.join("logs").display().to_string(),
         linux: Some(LinuxPodSandboxConfig {
             security_context: Some(LinuxSandboxSecurityContext {
-                // The node's network: no CNI configuration is needed for the sandbox.
+                // The pod's own network, from the test's CNI plugin.
                 namespace_options: Some(NamespaceOption {
-                    network: NamespaceMode::Node as i32,
+                    network: NamespaceMode::Pod as i32,
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -278,7 +359,15 @@ async fn cri_germline_handler_runs_a_verified_release_and_refuses_a_tampered_one
         g = bin("germline").display(),
         s = broker.display(),
     );
-    let c = Containerd::start(&rc);
+    let world = World {
+        name: format!("germline-cri-world-{:x}", rand()),
+    };
+    let o = Command::new("ip")
+        .args(["netns", "add", &world.name])
+        .output()
+        .expect("ip");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let c = Containerd::start(&rc, &world);
     // The pod's sandbox ("pause") container: the time image without its release, waiting
     // for a signal; the germline handler hands it to runc (`non_germline = "runc"`).
     c.import(
@@ -405,6 +494,44 @@ async fn cri_germline_handler_runs_a_verified_release_and_refuses_a_tampered_one
     );
     let runs: Vec<i32> = procs_naming(&needle);
     assert!(!runs.is_empty(), "no germline run for {good}");
+    // The container joined the pod's network namespace (the one the CNI plugin was given),
+    // and so did the broker `germline run` started: what it delivers leaves from the pod.
+    let pod_netns = std::fs::read_to_string(c.dir.join("pod-netns")).expect("CNI ADD ran");
+    let pod_ns = netns_of(Path::new(pod_netns.trim()));
+    assert!(pod_ns.is_some(), "{pod_netns}");
+    assert_ne!(pod_ns, netns_of(Path::new("/proc/self/ns/net")));
+    let arg1 = |p: &i32, want: &[u8]| {
+        std::fs::read(format!("/proc/{p}/cmdline"))
+            .map(|c| c.split(|b| *b == 0).nth(1) == Some(want))
+            .unwrap_or(false)
+    };
+    let run = *runs
+        .iter()
+        .find(|p| arg1(p, b"run"))
+        .expect("the germline run process");
+    assert_eq!(
+        netns_of(Path::new(&format!("/proc/{run}/ns/net"))),
+        pod_ns,
+        "germline run is not in the pod's network namespace"
+    );
+    // It starts its broker once it has verified the release again.
+    let t = Instant::now();
+    let broker_pid = loop {
+        if let Some(p) = children(run).into_iter().find(|p| arg1(p, b"broker")) {
+            break p;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "no broker sidecar under germline run {run}\n{}",
+            c.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        netns_of(Path::new(&format!("/proc/{broker_pid}/ns/net"))),
+        pod_ns,
+        "the broker is not in the pod's network namespace"
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
         state(&mut cri, good.clone()).await,

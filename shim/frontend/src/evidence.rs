@@ -210,9 +210,33 @@ impl Evidence {
         }
     }
 
+    /// Takes the release's penalty from the ledger file when it is higher than this
+    /// runtime's: runtimes running at once (`germline serve`'s per-session germlines) then
+    /// see a penalty another one raised before their next call, not only at their start.
+    /// Only ever raises the penalty (fails closed); the attempt counts stay this runtime's.
+    fn take_higher_penalty(&mut self, release: &str) {
+        let Some(c) = &self.cfg else {
+            return;
+        };
+        let Some(disk) = std::fs::read(c.dir.join("dampening.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Ledger>(&b).ok())
+            .and_then(|l| l.releases.get(release).cloned())
+        else {
+            return;
+        };
+        let mine = self.ledger.releases.entry(release.to_string()).or_default();
+        if disk.penalty.value > mine.penalty.value
+            || (disk.penalty.suppressed && !mine.penalty.suppressed)
+        {
+            mine.penalty = disk.penalty;
+        }
+    }
+
     /// One call attempt of `release`: the refusal reason while it is suppressed. Every
     /// attempt counts (the penalty decays per attempt, Appendix B-E).
     pub fn admit(&mut self, release: &str) -> Result<(), String> {
+        self.take_higher_penalty(release);
         let r = self.ledger.admit(release);
         // A release with no penalty has nothing to persist: no disk write on a clean call.
         if self
@@ -718,6 +742,32 @@ pub fn verify_offline(v: &VerifyInput<'_>) -> Result<Value, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_penalty_raised_by_one_runtime_reaches_another_already_running() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let open = || {
+            Evidence::open(EvidenceConfig {
+                dir: dir.path().join("evidence"),
+                key_name: "test".into(),
+                tries: 1,
+                params: Default::default(),
+            })
+            .expect("evidence")
+        };
+        let (mut a, mut b) = (open(), open());
+        let r = "sha256:release";
+        assert!(a.admit(r).is_ok() && b.admit(r).is_ok());
+        // A's release is suppressed (as after verified witnesses) and A saves its ledger.
+        let st = a.ledger.releases.entry(r.to_string()).or_default();
+        st.penalty.value = 1e6;
+        st.penalty.suppressed = true;
+        a.save_ledger(r);
+        let e = b.admit(r).expect_err("B, started before, sees A's penalty");
+        assert!(e.contains("suppressed by dampening"), "{e}");
+        // Another release is untouched.
+        assert!(b.admit("sha256:other").is_ok());
+    }
 
     fn job() -> Job {
         let item = |name: &str, label: &str, body: &[u8]| ArgItem {

@@ -22,7 +22,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
 
-use crate::router::Router;
+use crate::router::{Caller, Router};
 use crate::session::{INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR};
 
 /// The endpoint's path.
@@ -30,8 +30,11 @@ pub const MCP_PATH: &str = "/mcp";
 /// Protocol revisions a client may name in `MCP-Protocol-Version` (those an `initialize`
 /// handshake can negotiate); any other value is refused with 400, as the spec asks.
 pub const PROTOCOL_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
-/// Most live HTTP sessions; the least recently used one ends when a new one would exceed it.
-pub const MAX_SESSIONS: usize = 1024;
+/// Most live HTTP sessions by default (`--max-sessions`); the least recently used one ends
+/// when a new one would exceed it. Under the `session` lifetime each has its own germline.
+pub const MAX_SESSIONS: usize = 64;
+/// How long a session may stay unused before it ends by default (`--session-idle-timeout`).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 /// Most open connections; further ones are closed at once.
 pub const MAX_CONNECTIONS: usize = 256;
 /// How long a client may take to send a request's headers, and then its body.
@@ -40,11 +43,31 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long requests in flight may run on after a stop signal.
 const GRACE: Duration = Duration::from_secs(30);
 
+/// A bearer token and the user it names (the user keys `long-lived` germlines and slots).
+#[derive(Clone)]
+pub struct Bearer {
+    pub token: String,
+    pub user: String,
+}
+
+impl std::fmt::Debug for Bearer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bearer")
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
+}
+
 /// What the HTTP layer enforces.
 #[derive(Debug, Clone)]
 pub struct HttpConfig {
-    /// The bearer token; `None` with `--no-auth`.
-    pub token: Option<String>,
+    /// The accepted bearer tokens; `None` with `--no-auth`.
+    pub tokens: Option<Vec<Bearer>>,
+    /// The user of every session with `--no-auth`.
+    pub anonymous_user: String,
+    /// Most live sessions, and how long one may stay unused.
+    pub max_sessions: usize,
+    pub idle_timeout: Duration,
     /// Host names and addresses (lower case, IPv6 in brackets) a `Host` header may name,
     /// besides the loopback names.
     pub extra_hosts: Vec<String>,
@@ -52,35 +75,95 @@ pub struct HttpConfig {
     pub max_body: usize,
 }
 
-/// The live HTTP sessions: id -> last use.
-#[derive(Debug, Default)]
-struct Sessions(HashMap<String, Instant>);
+/// One live HTTP session.
+#[derive(Debug)]
+struct Open {
+    last: Instant,
+    user: String,
+    /// Requests of it being answered now (it does not time out meanwhile).
+    busy: u32,
+}
+
+/// The live HTTP sessions by id.
+#[derive(Debug)]
+struct Sessions {
+    open: HashMap<String, Open>,
+    max: usize,
+}
 
 impl Sessions {
-    fn open(&mut self) -> Result<String, String> {
-        if self.0.len() >= MAX_SESSIONS {
+    fn new(max: usize) -> Sessions {
+        Sessions {
+            open: HashMap::new(),
+            max: max.max(1),
+        }
+    }
+
+    /// A new session of `user`, and the least recently used one it ended to stay in bounds.
+    fn open(&mut self, user: &str) -> Result<(String, Option<String>), String> {
+        let mut evicted = None;
+        if self.open.len() >= self.max {
             if let Some(oldest) = self
-                .0
+                .open
                 .iter()
-                .min_by_key(|(_, t)| **t)
+                .min_by_key(|(_, o)| (o.busy > 0, o.last))
                 .map(|(k, _)| k.clone())
             {
-                self.0.remove(&oldest);
+                self.open.remove(&oldest);
+                evicted = Some(oldest);
             }
         }
         let id = random_hex(16)?;
-        self.0.insert(id.clone(), Instant::now());
-        Ok(id)
+        self.open.insert(
+            id.clone(),
+            Open {
+                last: Instant::now(),
+                user: user.to_string(),
+                busy: 0,
+            },
+        );
+        Ok((id, evicted))
     }
 
-    fn touch(&mut self, id: &str) -> bool {
-        match self.0.get_mut(id) {
-            Some(t) => {
-                *t = Instant::now();
+    /// Whether `id` is a live session of `user` (a session is bound to its user's token).
+    fn touch(&mut self, id: &str, user: &str) -> bool {
+        match self.open.get_mut(id) {
+            Some(o) if o.user == user => {
+                o.last = Instant::now();
                 true
             }
-            None => false,
+            _ => false,
         }
+    }
+
+    fn busy(&mut self, id: &str, by: i32) {
+        if let Some(o) = self.open.get_mut(id) {
+            o.busy = o.busy.saturating_add_signed(by);
+            o.last = Instant::now();
+        }
+    }
+
+    fn remove(&mut self, id: &str, user: &str) -> bool {
+        if self.open.get(id).is_some_and(|o| o.user == user) {
+            self.open.remove(id);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Ends the sessions unused for `timeout` (none while one of its requests runs).
+    fn expire(&mut self, now: Instant, timeout: Duration) -> Vec<String> {
+        let old: Vec<String> = self
+            .open
+            .iter()
+            .filter(|(_, o)| o.busy == 0 && now.saturating_duration_since(o.last) >= timeout)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &old {
+            self.open.remove(k);
+        }
+        old
     }
 }
 
@@ -166,14 +249,32 @@ pub fn origin_allowed(origin: &str) -> bool {
 
 /// Whether an `Authorization` header carries `Bearer <token>` (constant time in the token).
 pub fn bearer_ok(header: Option<&HeaderValue>, token: &str) -> bool {
-    let Some(v) = header.and_then(|h| h.to_str().ok()) else {
-        return false;
-    };
-    let Some((scheme, given)) = v.trim().split_once(' ') else {
-        return false;
-    };
-    scheme.eq_ignore_ascii_case("bearer")
-        && bool::from(given.trim().as_bytes().ct_eq(token.as_bytes()))
+    bearer_user(
+        header,
+        &[Bearer {
+            token: token.to_string(),
+            user: String::new(),
+        }],
+    )
+    .is_some()
+}
+
+/// The user whose token an `Authorization: Bearer <token>` header carries. Every token is
+/// compared, each in constant time, so the time does not tell which one matched.
+pub fn bearer_user<'a>(header: Option<&HeaderValue>, tokens: &'a [Bearer]) -> Option<&'a str> {
+    let v = header.and_then(|h| h.to_str().ok())?;
+    let (scheme, given) = v.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let given = given.trim().as_bytes();
+    let mut found = None;
+    for b in tokens {
+        if bool::from(given.ct_eq(b.token.as_bytes())) && found.is_none() {
+            found = Some(b.user.as_str());
+        }
+    }
+    found
 }
 
 /// The `Host` values a listener at `ip` accepts besides the loopback names: its own address,
@@ -225,12 +326,12 @@ impl Http {
             "mode": router.mode.name(),
             "releases": releases,
             "endpoint": MCP_PATH,
-            "auth": if cfg.token.is_some() { "bearer" } else { "none" },
+            "auth": if cfg.tokens.is_some() { "bearer" } else { "none" },
         });
         Http {
+            sessions: Mutex::new(Sessions::new(cfg.max_sessions)),
             cfg,
             router,
-            sessions: Mutex::new(Sessions::default()),
             health,
         }
     }
@@ -274,13 +375,13 @@ impl Http {
         None
     }
 
-    /// The bearer token (`Some`: the refusal).
-    fn authorize(&self, h: &HeaderMap) -> Option<Resp> {
-        let Some(token) = &self.cfg.token else {
-            return None;
+    /// The bearer token's user, or the refusal.
+    fn authorize(&self, h: &HeaderMap) -> Result<String, Box<Resp>> {
+        let Some(tokens) = &self.cfg.tokens else {
+            return Ok(self.cfg.anonymous_user.clone());
         };
-        if bearer_ok(h.get("authorization"), token) {
-            return None;
+        if let Some(user) = bearer_user(h.get("authorization"), tokens) {
+            return Ok(user.to_string());
         }
         let mut r = refuse(
             StatusCode::UNAUTHORIZED,
@@ -298,7 +399,7 @@ impl Http {
             hyper::header::WWW_AUTHENTICATE,
             HeaderValue::from_static(challenge),
         );
-        Some(r)
+        Err(Box::new(r))
     }
 
     /// Answers one HTTP request.
@@ -321,9 +422,10 @@ impl Http {
                 &format!("germline: no such endpoint (MCP is at {MCP_PATH})"),
             );
         }
-        if let Some(r) = self.authorize(req.headers()) {
-            return r;
-        }
+        let user = match self.authorize(req.headers()) {
+            Ok(u) => u,
+            Err(r) => return *r,
+        };
         if let Some(v) = header(req.headers(), "mcp-protocol-version") {
             if !PROTOCOL_VERSIONS.contains(&v) {
                 return refuse(
@@ -338,15 +440,15 @@ impl Http {
             }
         }
         match *req.method() {
-            Method::POST => self.post(req).await,
-            Method::DELETE => self.delete(req.headers()),
+            Method::POST => self.post(req, user).await,
+            Method::DELETE => self.delete(req.headers(), &user).await,
             // No server-initiated stream: during a call only the agent group's copy may talk
             // to the agent, and its answer travels on the call's own POST.
             _ => with_allow(empty(StatusCode::METHOD_NOT_ALLOWED), "POST, DELETE"),
         }
     }
 
-    fn delete(&self, h: &HeaderMap) -> Resp {
+    async fn delete(&self, h: &HeaderMap, user: &str) -> Resp {
         let Some(id) = header(h, "mcp-session-id") else {
             return refuse(
                 StatusCode::BAD_REQUEST,
@@ -355,7 +457,10 @@ impl Http {
                 "germline: DELETE needs the Mcp-Session-Id header",
             );
         };
-        if self.sessions().0.remove(id).is_some() {
+        let removed = self.sessions().remove(id, user);
+        if removed {
+            // Answered once the session's germlines are gone (a call in flight ends first).
+            self.end(id.to_string()).await;
             empty(StatusCode::NO_CONTENT)
         } else {
             refuse(
@@ -367,7 +472,13 @@ impl Http {
         }
     }
 
-    async fn post(self: Arc<Self>, req: Request<Incoming>) -> Resp {
+    /// Stops the runtimes of an ended session (on a blocking thread: it waits for them).
+    async fn end(&self, session: String) {
+        let router = self.router.clone();
+        let _ = tokio::task::spawn_blocking(move || router.end(&session)).await;
+    }
+
+    async fn post(self: Arc<Self>, req: Request<Incoming>, user: String) -> Resp {
         let ct = header(req.headers(), "content-type").unwrap_or_default();
         if !ct
             .trim_start()
@@ -469,11 +580,8 @@ impl Http {
             );
         }
         if is_request && method.as_deref() == Some("initialize") {
-            let answer = self.dispatch(msg).await;
-            if answer.get("result").is_none() {
-                return json_response(StatusCode::OK, &answer);
-            }
-            let sid = match self.sessions().open() {
+            let opened = self.sessions().open(&user);
+            let (sid, evicted) = match opened {
                 Ok(s) => s,
                 Err(e) => {
                     return refuse(
@@ -484,6 +592,23 @@ impl Http {
                     )
                 }
             };
+            if let Some(old) = evicted {
+                self.end(old).await;
+            }
+            let caller = Caller {
+                session: sid.clone(),
+                user,
+            };
+            self.router.open(&caller);
+            self.sessions().busy(&sid, 1);
+            let answer = self.dispatch(&caller, msg).await;
+            self.sessions().busy(&sid, -1);
+            if answer.get("result").is_none() {
+                // No session: whatever its initialize started stops again.
+                self.sessions().remove(&sid, &caller.user);
+                self.end(sid).await;
+                return json_response(StatusCode::OK, &answer);
+            }
             let mut r = json_response(StatusCode::OK, &answer);
             if let Ok(v) = HeaderValue::from_str(&sid) {
                 r.headers_mut().insert("mcp-session-id", v);
@@ -491,7 +616,7 @@ impl Http {
             return r;
         }
         let id_or_null = id.clone().unwrap_or(Value::Null);
-        match session {
+        let sid = match session {
             None => {
                 return refuse(
                     StatusCode::BAD_REQUEST,
@@ -500,7 +625,7 @@ impl Http {
                     "germline: the Mcp-Session-Id header is required (send initialize first)",
                 )
             }
-            Some(s) if !self.sessions().touch(&s) => {
+            Some(s) if !self.sessions().touch(&s, &user) => {
                 return refuse(
                     StatusCode::NOT_FOUND,
                     &id_or_null,
@@ -508,26 +633,30 @@ impl Http {
                     "germline: unknown or ended session: initialize again",
                 )
             }
-            Some(_) => {}
-        }
+            Some(s) => s,
+        };
         if !is_request {
             // Notifications (initialized, cancelled) and replies: nothing to answer. A call in
             // flight cannot be cancelled (its copies run to their deadline, then go).
             return empty(StatusCode::ACCEPTED);
         }
-        let answer = self.dispatch(msg).await;
+        let caller = Caller { session: sid, user };
+        self.sessions().busy(&caller.session, 1);
+        let answer = self.dispatch(&caller, msg).await;
+        self.sessions().busy(&caller.session, -1);
         json_response(StatusCode::OK, &answer)
     }
 
     /// Runs the router on a blocking thread (the runtime forks and waits for copies).
-    async fn dispatch(&self, msg: Value) -> Value {
+    async fn dispatch(&self, caller: &Caller, msg: Value) -> Value {
         let id = msg.get("id").cloned().unwrap_or(Value::Null);
         let router = self.router.clone();
         let after = self.router.clone();
-        match tokio::task::spawn_blocking(move || router.handle(msg)).await {
+        let (c, c2) = (caller.clone(), caller.clone());
+        match tokio::task::spawn_blocking(move || router.handle(&c, msg)).await {
             Ok(v) => {
                 // Refill pools off the answer's path.
-                tokio::task::spawn_blocking(move || after.idle());
+                tokio::task::spawn_blocking(move || after.idle(&c2));
                 v
             }
             Err(e) => crate::session::error(&id, INTERNAL_ERROR, format!("germline: {e}")),
@@ -549,8 +678,20 @@ pub async fn serve(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut conns = tokio::task::JoinSet::new();
+    // Ends sessions left unused for the idle timeout (their germlines stop).
+    let tick =
+        (http.cfg.idle_timeout / 4).clamp(Duration::from_millis(200), Duration::from_secs(30));
+    let mut reaper = tokio::time::interval(tick);
+    reaper.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            _ = reaper.tick() => {
+                let old = http.sessions().expire(Instant::now(), http.cfg.idle_timeout);
+                for sid in old {
+                    let h = http.clone();
+                    tokio::spawn(async move { h.end(sid).await });
+                }
+            }
             r = listener.accept() => {
                 while conns.try_join_next().is_some() {}
                 let stream = match r {
@@ -669,15 +810,61 @@ mod tests {
 
     #[test]
     fn session_ids_are_random_and_the_table_is_bounded() {
-        let mut s = Sessions::default();
-        let a = s.open().expect("id");
+        let mut s = Sessions::new(MAX_SESSIONS);
+        let (a, none) = s.open("alice").expect("id");
         assert_eq!(a.len(), 32);
-        assert!(s.touch(&a));
-        assert!(!s.touch("nope"));
+        assert!(none.is_none());
+        assert!(s.touch(&a, "alice"));
+        assert!(!s.touch(&a, "bob"), "a session is bound to its user");
+        assert!(!s.touch("nope", "alice"));
+        let mut evicted = Vec::new();
         for _ in 0..MAX_SESSIONS + 5 {
-            s.open().expect("id");
+            evicted.extend(s.open("alice").expect("id").1);
         }
-        assert_eq!(s.0.len(), MAX_SESSIONS);
-        assert!(!s.touch(&a), "the least recently used session ended first");
+        assert_eq!(s.open.len(), MAX_SESSIONS);
+        assert_eq!(evicted.len(), 6);
+        assert_eq!(evicted[0], a, "the least recently used session ended first");
+        assert!(!s.touch(&a, "alice"));
+    }
+
+    #[test]
+    fn idle_sessions_expire_unless_a_request_runs() {
+        let mut s = Sessions::new(8);
+        let (a, _) = s.open("alice").expect("id");
+        let (b, _) = s.open("bob").expect("id");
+        s.busy(&b, 1);
+        let later = Instant::now() + Duration::from_secs(11);
+        assert_eq!(s.expire(later, Duration::from_secs(10)), vec![a.clone()]);
+        assert!(!s.touch(&a, "alice"));
+        s.busy(&b, -1);
+        assert!(s.expire(Instant::now(), Duration::from_secs(10)).is_empty());
+        assert_eq!(
+            s.expire(later + Duration::from_secs(11), Duration::from_secs(10)),
+            vec![b.clone()]
+        );
+        assert!(!s.remove(&b, "bob"), "already gone");
+    }
+
+    #[test]
+    fn each_token_names_its_user() {
+        let t = |token: &str, user: &str| Bearer {
+            token: token.into(),
+            user: user.into(),
+        };
+        let tokens = [t("aaaaaaaaaaaaaaaa", "alice"), t("bbbbbbbbbbbbbbbb", "bob")];
+        let h = |s: &str| HeaderValue::from_str(s).expect("header");
+        assert_eq!(
+            bearer_user(Some(&h("Bearer bbbbbbbbbbbbbbbb")), &tokens),
+            Some("bob")
+        );
+        assert_eq!(
+            bearer_user(Some(&h("Bearer aaaaaaaaaaaaaaaa")), &tokens),
+            Some("alice")
+        );
+        assert_eq!(
+            bearer_user(Some(&h("Bearer aaaaaaaaaaaaaaab")), &tokens),
+            None
+        );
+        assert_eq!(bearer_user(None, &tokens), None);
     }
 }

@@ -18,6 +18,7 @@ pub mod callmeta;
 pub mod cli;
 pub mod evidence;
 pub mod http;
+pub mod launcher;
 pub mod limits;
 pub mod metrics;
 pub mod outbox;

@@ -6,15 +6,16 @@ use std::path::{Path, PathBuf};
 use germline_release::keys::PublicKey;
 use germline_release::manifest::Manifest;
 
-/// A verified release, ready to launch.
-#[derive(Debug)]
+/// A verified release, ready to launch. Cloned for each germline `germline serve` starts
+/// (one per agent session under the `session` lifetime); the clones share the extracted tree.
+#[derive(Debug, Clone)]
 pub struct Release {
     pub manifest: Manifest,
     /// The release's identity for slots, records and dampening: the rootfs tree digest.
     pub digest: String,
     pub rootfs: PathBuf,
     /// Holds an image layout's extracted bundle for as long as the release runs.
-    _extracted: Option<tempfile::TempDir>,
+    _extracted: Option<std::sync::Arc<tempfile::TempDir>>,
 }
 
 impl Release {
@@ -42,7 +43,7 @@ impl Release {
             digest: verified.rootfs_digest.clone(),
             manifest: verified.manifest,
             rootfs,
-            _extracted: extracted,
+            _extracted: extracted.map(std::sync::Arc::new),
         })
     }
 

@@ -2,22 +2,30 @@
 //! server. `tools/call` goes to the release that declares the tool (names are unique across
 //! releases, checked at start); lists are merged; everything else goes to the first release.
 //!
-//! One `Router` serves every HTTP session. Sharing a release's [`Session`] (and so its
-//! [`crate::runtime::Runtime`]) between agent sessions is correct for germline execution: the
-//! germline never holds data, every `tools/call` runs in copies forked for that call and gone
-//! after it, and a session's only state is counters. Calls to one release run one at a time
-//! (its germline forks one copy at a time and is frozen while a copy holds data); calls to
-//! different releases run in parallel. The baselines' persistent process is shared too, as an
-//! ordinary deployment of the unprotected server would be.
+//! One `Router` serves every HTTP session. Each release's policy lifetime says whose runtime
+//! ([`Session`], and so germline) serves a request (docs/operations.md):
+//! - `session` (the default) and `single-shot`: one runtime per agent (HTTP) session, started
+//!   at its `initialize` and stopped when the session ends ([`Router::end`]); concurrent
+//!   sessions never take turns;
+//! - `long-lived`: one runtime per user (the user the bearer token names), shared by that
+//!   user's sessions for the life of `germline serve`; its calls run one at a time (a germline
+//!   forks one copy at a time and is frozen while a copy holds data).
+//!
+//! The runtime's user keys the broker's state slots (release, user, horizon) in every lifetime.
+//! Calls to different releases, or of different runtimes, run in parallel.
 
-use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
+use germline_policy::limits::Lifetime;
 use serde_json::{json, Map, Value};
 
 use crate::release::Release;
 use crate::runtime::Mode;
-use crate::session::{error, Session, INVALID_PARAMS, METHOD_NOT_FOUND};
+use crate::session::{
+    error, Session, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, RUNTIME_FAILED,
+};
 
 /// Which release declares each tool, or an error naming both releases of a clashing name.
 /// `releases` holds each release's name for messages (`name@version (digest)`) and its
@@ -47,39 +55,145 @@ pub fn describe(r: &Release) -> (String, Vec<String>) {
     )
 }
 
-/// One served release.
+/// Who sends a request: its HTTP session and the user its bearer token names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub session: String,
+    pub user: String,
+}
+
+/// Starts the [`Session`] (and so the germline or baseline process) of release `index` (the
+/// command line's order) for `user`.
+pub type Factory = dyn Fn(usize, &str) -> Result<Session, String> + Send + Sync;
+
+/// One runtime of a release, started at its first need.
+#[derive(Debug, Default)]
+struct Live {
+    session: Option<Session>,
+    /// Its agent session ended: nothing may start here again.
+    ended: bool,
+}
+
+type Entry = Arc<Mutex<Live>>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic in an earlier call leaves no per-call state behind (copies are per call).
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// One served release: its runtimes by key (the HTTP session under `session` and
+/// `single-shot`, the user under `long-lived`).
 #[derive(Debug)]
 pub struct Served {
     pub label: String,
     pub digest: String,
-    session: Mutex<Session>,
+    pub lifetime: Lifetime,
+    index: usize,
+    live: Mutex<HashMap<String, Entry>>,
 }
 
+/// What a request to an ended (or never opened) session is told.
+const ENDED: &str = "germline: unknown or ended session: initialize again";
+
 impl Served {
-    fn lock(&self) -> MutexGuard<'_, Session> {
-        // A panic in an earlier call leaves no per-call state behind (copies are per call).
-        self.session
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// `long-lived`: one runtime per user, shared by that user's sessions.
+    fn per_user(&self) -> bool {
+        self.lifetime == Lifetime::LongLived
     }
 
-    fn handle(&self, msg: Value) -> Value {
+    fn key<'a>(&self, c: &'a Caller) -> &'a str {
+        if self.per_user() {
+            &c.user
+        } else {
+            &c.session
+        }
+    }
+
+    /// The caller's runtime entry; a user's is made on first use, a session's only by
+    /// [`Router::open`] (so a request racing the session's end never starts a germline).
+    fn entry(&self, c: &Caller, create: bool) -> Option<Entry> {
+        let mut m = lock(&self.live);
+        if self.per_user() && create {
+            return Some(m.entry(c.user.clone()).or_default().clone());
+        }
+        m.get(self.key(c)).cloned()
+    }
+
+    fn with_session<T>(
+        &self,
+        c: &Caller,
+        factory: &Factory,
+        f: impl FnOnce(&mut Session) -> T,
+    ) -> Result<T, String> {
+        let Some(e) = self.entry(c, true) else {
+            return Err(ENDED.into());
+        };
+        let mut live = lock(&e);
+        if live.ended {
+            return Err(ENDED.into());
+        }
+        if live.session.is_none() {
+            let s = factory(self.index, &c.user).map_err(|e| format!("germline: {e}"))?;
+            live.session = Some(s);
+        }
+        match live.session.as_mut() {
+            Some(s) => Ok(f(s)),
+            None => Err(ENDED.into()),
+        }
+    }
+
+    fn handle(&self, c: &Caller, factory: &Factory, msg: Value) -> Value {
         let id = msg.get("id").cloned().unwrap_or(Value::Null);
-        let mut s = self.lock();
-        let answer = s.handle(msg);
-        // A JSON response carries no notifications (no SSE stream yet): drop them rather
-        // than let them pile up.
-        s.pending.clear();
-        answer.unwrap_or_else(|| error(&id, INVALID_PARAMS, "no answer"))
+        let r = self.with_session(c, factory, |s| {
+            let answer = s.handle(msg);
+            // A JSON response carries no notifications (no SSE stream yet): drop them rather
+            // than let them pile up.
+            s.pending.clear();
+            answer
+        });
+        match r {
+            Ok(answer) => answer.unwrap_or_else(|| error(&id, INVALID_PARAMS, "no answer")),
+            Err(e) if e == ENDED => error(&id, INVALID_REQUEST, e),
+            Err(e) => error(&id, RUNTIME_FAILED, e),
+        }
+    }
+
+    /// Stops and forgets the runtimes of `keys` (waiting for a call in flight); their calls.
+    fn end(&self, keys: &[&str]) -> u64 {
+        let gone: Vec<Entry> = {
+            let mut m = lock(&self.live);
+            keys.iter().filter_map(|k| m.remove(*k)).collect()
+        };
+        let mut calls = 0;
+        for e in gone {
+            let mut live = lock(&e);
+            live.ended = true;
+            if let Some(mut s) = live.session.take() {
+                calls += s.calls;
+                s.runtime.stop();
+            }
+        }
+        calls
     }
 }
 
 /// Several releases behind one MCP endpoint.
-#[derive(Debug)]
 pub struct Router {
     pub releases: Vec<Served>,
     owners: BTreeMap<String, usize>,
     pub mode: Mode,
+    factory: Box<Factory>,
+    /// Calls of runtimes already stopped.
+    ended_calls: AtomicU64,
+}
+
+impl std::fmt::Debug for Router {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Router")
+            .field("releases", &self.releases)
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The result array of each list method.
@@ -94,26 +208,71 @@ fn list_key(method: &str) -> Option<&'static str> {
 }
 
 impl Router {
-    /// `sessions` in the order of `owners`' indices (the command line's order of releases).
-    pub fn new(sessions: Vec<Session>, owners: BTreeMap<String, usize>, mode: Mode) -> Router {
-        let releases = sessions
+    /// `releases` (label, digest, lifetime) in the order of `owners`' indices (the command
+    /// line's order of releases); `factory` starts a release's runtime when one is needed.
+    pub fn new(
+        releases: Vec<(String, String, Lifetime)>,
+        owners: BTreeMap<String, usize>,
+        mode: Mode,
+        factory: Box<Factory>,
+    ) -> Router {
+        let releases = releases
             .into_iter()
-            .map(|s| Served {
-                label: s.runtime.release.label(),
-                digest: s.runtime.release.digest.clone(),
-                session: Mutex::new(s),
+            .enumerate()
+            .map(|(index, (label, digest, lifetime))| Served {
+                label,
+                digest,
+                lifetime,
+                index,
+                live: Mutex::new(HashMap::new()),
             })
             .collect();
         Router {
             releases,
             owners,
             mode,
+            factory,
+            ended_calls: AtomicU64::new(0),
         }
     }
 
-    /// Answers one JSON-RPC request (an object with `method` and `id`). Blocking: it runs the
-    /// release's copies.
-    pub fn handle(&self, msg: Value) -> Value {
+    /// A new agent session: its releases of lifetime `session` and `single-shot` get a
+    /// place for their runtime (started at the session's first request, `initialize`).
+    pub fn open(&self, c: &Caller) {
+        for r in self.releases.iter().filter(|r| !r.per_user()) {
+            lock(&r.live).entry(c.session.clone()).or_default();
+        }
+    }
+
+    /// Starts `user`'s `long-lived` runtimes now (at `germline serve`'s start, so that a
+    /// germline that cannot start is reported before anything is served).
+    pub fn warm(&self, user: &str) -> Result<(), String> {
+        let c = Caller {
+            session: String::new(),
+            user: user.to_string(),
+        };
+        for r in self.releases.iter().filter(|r| r.per_user()) {
+            r.with_session(&c, &*self.factory, |_| ())?;
+        }
+        Ok(())
+    }
+
+    /// The agent session `session` ended (DELETE, idle timeout, evicted): its runtimes stop
+    /// (a call in flight ends first) and leave no process, cgroup or mount.
+    pub fn end(&self, session: &str) {
+        for r in self.releases.iter().filter(|r| !r.per_user()) {
+            let n = r.end(&[session]);
+            self.ended_calls.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    fn on(&self, r: &Served, c: &Caller, msg: Value) -> Value {
+        r.handle(c, &*self.factory, msg)
+    }
+
+    /// Answers one JSON-RPC request (an object with `method` and `id`) of `c`. Blocking: it
+    /// runs the release's copies (and may first start the caller's germline).
+    pub fn handle(&self, c: &Caller, msg: Value) -> Value {
         let id = msg.get("id").cloned().unwrap_or(Value::Null);
         let method = msg
             .get("method")
@@ -124,22 +283,22 @@ impl Router {
             return error(&id, METHOD_NOT_FOUND, "no release is served");
         };
         if self.releases.len() == 1 {
-            return first.handle(msg);
+            return self.on(first, c, msg);
         }
         match method.as_str() {
             "initialize" => {
                 let answers: Vec<Value> = self
                     .releases
                     .iter()
-                    .map(|r| r.handle(msg.clone()))
+                    .map(|r| self.on(r, c, msg.clone()))
                     .collect();
                 merge_initialize(&id, answers, self.mode)
             }
             "tools/call" => {
                 let name = msg.pointer("/params/name").and_then(Value::as_str);
                 match name.and_then(|n| self.owners.get(n)) {
-                    Some(&i) => self.releases[i].handle(msg),
-                    None if name.is_none() => first.handle(msg),
+                    Some(&i) => self.on(&self.releases[i], c, msg),
+                    None if name.is_none() => self.on(first, c, msg),
                     None => {
                         let known: Vec<&str> = self.owners.keys().map(String::as_str).collect();
                         error(
@@ -159,14 +318,14 @@ impl Router {
                     let answers = self
                         .releases
                         .iter()
-                        .map(|r| r.handle(msg.clone()))
+                        .map(|r| self.on(r, c, msg.clone()))
                         .collect();
                     merge_lists(&id, key, answers)
                 } else if matches!(m, "resources/read" | "prompts/get" | "completion/complete") {
                     // The first release that knows the resource or prompt answers.
                     let mut first_error = None;
                     for r in &self.releases {
-                        let a = r.handle(msg.clone());
+                        let a = self.on(r, c, msg.clone());
                         if a.get("error").is_none() {
                             return a;
                         }
@@ -175,29 +334,47 @@ impl Router {
                     first_error.unwrap_or_else(|| error(&id, METHOD_NOT_FOUND, "no release"))
                 } else {
                     // ping, logging/setLevel, unknown methods: answered alike by every session.
-                    first.handle(msg)
+                    self.on(first, c, msg)
                 }
             }
         }
     }
 
-    /// Refills every release's pool (after an answer went out).
-    pub fn idle(&self) {
+    /// Refills the caller's pools (after an answer went out); starts nothing.
+    pub fn idle(&self, c: &Caller) {
         for r in &self.releases {
-            r.lock().runtime.idle();
+            if let Some(e) = r.entry(c, false) {
+                if let Some(s) = lock(&e).session.as_mut() {
+                    s.runtime.idle();
+                }
+            }
         }
     }
 
-    /// Stops every release's germline or process, waiting for a call in flight to end.
+    /// Stops every runtime, waiting for a call in flight to end.
     pub fn stop(&self) {
         for r in &self.releases {
-            r.lock().runtime.stop();
+            let keys: Vec<String> = lock(&r.live).keys().cloned().collect();
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            let n = r.end(&keys);
+            self.ended_calls.fetch_add(n, Ordering::Relaxed);
         }
     }
 
-    /// Calls served so far, over all releases.
+    /// Calls served so far, over all releases and runtimes.
     pub fn calls(&self) -> u64 {
-        self.releases.iter().map(|r| r.lock().calls).sum()
+        let live: u64 = self
+            .releases
+            .iter()
+            .map(|r| {
+                let entries: Vec<Entry> = lock(&r.live).values().cloned().collect();
+                entries
+                    .iter()
+                    .map(|e| lock(e).session.as_ref().map_or(0, |s| s.calls))
+                    .sum::<u64>()
+            })
+            .sum();
+        live + self.ended_calls.load(Ordering::Relaxed)
     }
 }
 

@@ -190,6 +190,9 @@ pub struct Runtime {
     pub status: Option<crate::status::StatusWriter>,
     /// Where results for the recipients a manifest names go ([`crate::outbox`]).
     pub outbox: Option<PathBuf>,
+    /// Where fresh germlines are forked (`germline serve`: a thread that outlives them,
+    /// [`crate::launcher`]); the calling thread otherwise.
+    pub launcher: Option<std::sync::Arc<crate::launcher::Launcher>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -377,6 +380,7 @@ impl Runtime {
             fresh_due: false,
             status: None,
             outbox: None,
+            launcher: None,
         })
     }
 
@@ -417,7 +421,7 @@ impl Runtime {
                     copy.deliver(&[])?;
                     copy.mcp_call_method(method, params)
                 })();
-                copy.finish(r).map_err(|e| RunError::Tool(e.to_string()))
+                g.retire(copy, r).map_err(|e| RunError::Tool(e.to_string()))
             }
             Backend::Process(p) => {
                 p.ensure_initialized(deadline).map_err(RunError::Tool)?;
@@ -738,7 +742,8 @@ impl Runtime {
             v
         })();
         let s = Instant::now();
-        let r = copy.finish(r);
+        // Killed now; the kernel's exit of the copy completes off the call's path.
+        let r = g.retire(copy, r);
         marks[3] = us(s);
         phases.push(("copy", t.elapsed().as_micros() as u64));
         phases.extend([
@@ -944,6 +949,9 @@ impl Runtime {
     /// One step of [`Runtime::idle`]: forks at most one pool copy; `true` while more are due.
     /// A transport that can tell a request is waiting stops between steps.
     pub fn idle_step(&mut self) -> bool {
+        if let Backend::Germline(g) = &mut self.backend {
+            g.reap();
+        }
         if self.fresh_due {
             // Off the call's path: the answer went out; an error shows at the next call.
             let _ = self.relaunch_if_due();
@@ -973,7 +981,12 @@ impl Runtime {
         self.generation += 1;
         let mut opts = opts.clone();
         opts.id = format!("{}-g{}", opts.id, self.generation);
-        let fresh = Germline::start(spec.clone(), opts).map_err(|e| {
+        let spec = spec.clone();
+        let started = match &self.launcher {
+            Some(l) => l.run(move || Germline::start(spec, opts))?,
+            None => Germline::start(spec, opts),
+        };
+        let fresh = started.map_err(|e| {
             format!(
                 "{}: a fresh single-shot germline did not start: {e}",
                 self.release.label()

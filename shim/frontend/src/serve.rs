@@ -1,6 +1,8 @@
 //! `germline serve`: signed releases behind one MCP Streamable HTTP endpoint, with a bearer
-//! token by default, localhost origins only, one shared broker sidecar and one germline (or
-//! baseline process) per release. Stops cleanly on SIGINT, SIGTERM or SIGHUP.
+//! token by default (or one per user, `--users`), localhost origins only, one shared broker
+//! sidecar, and germlines (or baseline processes) per release as its policy lifetime says:
+//! one per agent session (`session`, `single-shot`) or per user (`long-lived`), see
+//! [`crate::router`]. Stops cleanly on SIGINT, SIGTERM or SIGHUP.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -11,7 +13,7 @@ use std::sync::Arc;
 use clap::Args;
 use germline_policy::Policy;
 
-use crate::http::{Http, HttpConfig, MCP_PATH};
+use crate::http::{Bearer, Http, HttpConfig, MCP_PATH};
 use crate::release::Release;
 use crate::router::{describe, tool_owners, Router};
 use crate::runtime::{Mode, Runtime};
@@ -33,9 +35,23 @@ pub struct ServeArgs {
     /// Which runtime serves the calls: germline execution, or a baseline for comparison.
     #[arg(long, value_enum, default_value = "germline")]
     pub mode: Mode,
-    /// Read the bearer token from this file instead of generating one.
-    #[arg(long, conflicts_with = "no_auth")]
+    /// Read the bearer token from this file instead of generating one (its sessions are the
+    /// user who runs `germline serve`).
+    #[arg(long, conflicts_with_all = ["no_auth", "users"])]
     pub token_file: Option<PathBuf>,
+    /// Bearer tokens of several users: one `USER TOKEN` pair a line (`#` comments). The user
+    /// keys `long-lived` germlines and every lifetime's state slots (docs/operations.md).
+    #[arg(long, conflicts_with = "no_auth")]
+    pub users: Option<PathBuf>,
+    /// An agent session unused this many seconds ends, and with it its germlines.
+    #[arg(long, value_name = "SECS", default_value_t = crate::http::IDLE_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub session_idle_timeout: u64,
+    /// Most live agent sessions (each with germlines of its own under the `session`
+    /// lifetime); the least recently used one ends when a new one would exceed it.
+    #[arg(long, default_value_t = crate::http::MAX_SESSIONS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_sessions: usize,
     /// Serve without a bearer token (any local process may then call the tools).
     #[arg(long)]
     pub no_auth: bool,
@@ -93,18 +109,25 @@ impl Drop for Token {
 /// Shortest token accepted from a file.
 const MIN_TOKEN: usize = 16;
 
-fn read_token(path: &Path) -> Result<Token, String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("token {}: {e}", path.display()))?;
+/// A secret file's text, with a warning if others may read it.
+fn read_secret(what: &str, path: &Path) -> Result<String, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("{what} {}: {e}", path.display()))?;
     if meta.permissions().mode() & 0o077 != 0 {
         eprintln!(
             "germline serve: warning: {} is readable by others (chmod 600 it)",
             path.display()
         );
     }
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("token {}: {e}", path.display()))?;
-    let value = text.trim().to_string();
-    if value.len() < MIN_TOKEN || !value.bytes().all(|b| b.is_ascii_graphic()) {
+    std::fs::read_to_string(path).map_err(|e| format!("{what} {}: {e}", path.display()))
+}
+
+fn token_ok(t: &str) -> bool {
+    t.len() >= MIN_TOKEN && t.bytes().all(|b| b.is_ascii_graphic())
+}
+
+fn read_token(path: &Path) -> Result<Token, String> {
+    let value = read_secret("token", path)?.trim().to_string();
+    if !token_ok(&value) {
         return Err(format!(
             "token {}: needs at least {MIN_TOKEN} printable characters and no spaces",
             path.display()
@@ -114,6 +137,65 @@ fn read_token(path: &Path) -> Result<Token, String> {
         value,
         generated: None,
     })
+}
+
+/// A user name of `--users`: letters, digits, `.`, `_`, `-`, `@`, at most 64.
+fn user_ok(u: &str) -> bool {
+    !u.is_empty()
+        && u.len() <= 64
+        && u.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-@".contains(&b))
+}
+
+/// The `--users` file's text: one `USER TOKEN` pair a line, `#` comments, blank lines.
+pub fn parse_users(path: &Path, text: &str) -> Result<Vec<Bearer>, String> {
+    let mut out: Vec<Bearer> = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let at = format!("{}:{}", path.display(), n + 1);
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let [user, token] = words[..] else {
+            return Err(format!(
+                "users {at}: expected `USER TOKEN` (two words), found {} words",
+                words.len()
+            ));
+        };
+        if !user_ok(user) {
+            return Err(format!(
+                "users {at}: the user name must be 1 to 64 letters, digits, '.', '_', '-' or '@'"
+            ));
+        }
+        if !token_ok(token) {
+            return Err(format!(
+                "users {at}: the token needs at least {MIN_TOKEN} printable characters"
+            ));
+        }
+        if out.iter().any(|b| b.token == token) {
+            return Err(format!("users {at}: this token is already given to a user"));
+        }
+        out.push(Bearer {
+            token: token.to_string(),
+            user: user.to_string(),
+        });
+    }
+    if out.is_empty() {
+        return Err(format!(
+            "users {}: no `USER TOKEN` line (nobody could call)",
+            path.display()
+        ));
+    }
+    Ok(out)
+}
+
+/// The user of sessions without a users file: who runs `germline serve`.
+pub fn default_user() -> String {
+    std::env::var("USER")
+        .ok()
+        .filter(|u| user_ok(u))
+        .unwrap_or_else(|| "root".into())
 }
 
 /// A fresh 256-bit token in a 0600 file of a 0700 directory of its own.
@@ -189,7 +271,7 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         releases.push(Release::load(path, &a.key)?);
     }
     let owners = tool_owners(&releases.iter().map(describe).collect::<Vec<_>>())?;
-    let token = if a.no_auth {
+    let token = if a.no_auth || a.users.is_some() {
         None
     } else if let Some(f) = &a.token_file {
         Some(read_token(f)?)
@@ -215,38 +297,82 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         Some(url) => Some(Arc::new(crate::trace::Tracer::start(url)?)),
         None => None,
     };
-    let mut sessions = Vec::new();
-    for release in releases {
-        // Each runtime has its own connection to the one broker (never the sidecar's owner).
-        let client = Sidecar::start(&SidecarConfig {
-            existing: Some(broker.socket().to_path_buf()),
-            policy: a.policy.clone(),
-            state_dir: a.state_dir.clone(),
-            audit: None,
-        })?;
-        let mut runtime = Runtime::start(a.mode, release, client, a.pool)?;
-        runtime.evidence = crate::cli::evidence_for(&a.evidence, &a.state_dir, &policy)?;
-        runtime.limiter = crate::limits::Limiter::new(policy.limits(), &runtime.release.digest);
-        // `session` and `long-lived` are served alike here: one germline per release for the
-        // life of `germline serve`, shared by its HTTP sessions (docs/operations.md).
-        runtime.lifetime = policy.lifetime(&runtime.release.manifest.name);
-        runtime.status = Some(crate::status::StatusWriter::start(&runtime, "serve")?);
+    let policy_path = a.policy.clone();
+    let state_dir = a.state_dir.clone();
+    let broker_socket = broker.socket().to_path_buf();
+    let mut described = Vec::new();
+    for release in &releases {
         if let Some(m) = &metrics {
             m.add_release(
-                &runtime.release.digest,
-                &runtime.release.label(),
+                &release.digest,
+                &release.label(),
                 broker.socket().to_path_buf(),
             );
-            runtime.metrics = Some(m.clone());
         }
+        described.push((
+            release.label(),
+            release.digest.clone(),
+            policy.lifetime(&release.manifest.name),
+        ));
+    }
+    let (mode, pool, evidence) = (a.mode, a.pool, a.evidence.clone());
+    let fpolicy = policy.clone();
+    // Lives until every germline is stopped (after `router.stop()` below).
+    let launcher = Arc::new(crate::launcher::Launcher::start()?);
+    let flauncher = launcher.clone();
+    // Starts one runtime (germline or baseline process) of a release for a user: at a
+    // session's `initialize` under `session` and `single-shot`, at a user's first need under
+    // `long-lived` (docs/operations.md).
+    let factory = move |i: usize, user: &str| -> Result<Session, String> {
+        let release = releases
+            .get(i)
+            .cloned()
+            .ok_or_else(|| format!("no release {i}"))?;
+        // Each runtime has its own connection to the one broker (never the sidecar's owner).
+        let client = Sidecar::start(&SidecarConfig {
+            existing: Some(broker_socket.clone()),
+            policy: policy_path.clone(),
+            state_dir: state_dir.clone(),
+            audit: None,
+        })?;
+        let mut runtime = flauncher.run(move || Runtime::start(mode, release, client, pool))??;
+        runtime.launcher = Some(flauncher.clone());
+        // The user keys the broker's state slots (release, user, horizon).
+        runtime.user = user.to_string();
+        runtime.evidence = crate::cli::evidence_for(&evidence, &state_dir, &fpolicy)?;
+        runtime.limiter = crate::limits::Limiter::new(fpolicy.limits(), &runtime.release.digest);
+        runtime.lifetime = fpolicy.lifetime(&runtime.release.manifest.name);
+        runtime.status = Some(crate::status::StatusWriter::start(&runtime, "serve")?);
+        runtime.metrics = metrics.clone();
         runtime.tracer = tracer.clone();
         runtime.outbox = outbox.clone();
-        sessions.push(Session::new(runtime, policy.clone()));
+        Ok(Session::new(runtime, fpolicy.clone()))
+    };
+    let router = Arc::new(Router::new(described, owners, a.mode, Box::new(factory)));
+    let tokens = if let Some(f) = &a.users {
+        Some(parse_users(f, &read_secret("users", f)?)?)
+    } else {
+        token.as_ref().map(|t| {
+            vec![Bearer {
+                token: t.value.clone(),
+                user: default_user(),
+            }]
+        })
+    };
+    // Without a users file every session is one user's: start its long-lived germlines now,
+    // so that one that cannot start is reported before anything is served.
+    if a.users.is_none() {
+        if let Err(e) = router.warm(&default_user()) {
+            router.stop();
+            return Err(e);
+        }
     }
-    let router = Arc::new(Router::new(sessions, owners, a.mode));
     let http = Arc::new(Http::new(
         HttpConfig {
-            token: token.as_ref().map(|t| t.value.clone()),
+            tokens,
+            anonymous_user: default_user(),
+            max_sessions: a.max_sessions,
+            idle_timeout: std::time::Duration::from_secs(a.session_idle_timeout),
             extra_hosts: crate::http::extra_hosts_for(local.ip()),
             max_body: a.max_body,
         },
@@ -259,12 +385,18 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         a.mode.name(),
         broker.socket().display()
     );
-    match &token {
-        Some(Token {
-            generated: Some(p), ..
-        }) => eprintln!("germline serve: bearer token in {}", p.display()),
-        Some(_) => eprintln!("germline serve: bearer token from {:?}", a.token_file),
-        None => eprintln!("germline serve: warning: --no-auth, any local process may call"),
+    match (&token, &a.users) {
+        (
+            Some(Token {
+                generated: Some(p), ..
+            }),
+            _,
+        ) => eprintln!("germline serve: bearer token in {}", p.display()),
+        (Some(_), _) => eprintln!("germline serve: bearer token from {:?}", a.token_file),
+        (None, Some(f)) => eprintln!("germline serve: bearer tokens of users in {}", f.display()),
+        (None, None) => {
+            eprintln!("germline serve: warning: --no-auth, any local process may call")
+        }
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let served = tokio::runtime::Builder::new_multi_thread()
@@ -292,4 +424,35 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
     eprintln!("germline serve: stopped after {} calls", router.calls());
     drop(token);
     served
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_users_file_maps_tokens_to_users_or_says_which_line_is_wrong() {
+        let p = Path::new("users.txt");
+        let ok = parse_users(
+            p,
+            "# who may call\nalice 0123456789abcdef0123\n\nbob   fedcba9876543210fedc\nalice aaaaaaaaaaaaaaaaaaaa\n",
+        )
+        .expect("valid");
+        let users: Vec<&str> = ok.iter().map(|b| b.user.as_str()).collect();
+        assert_eq!(users, ["alice", "bob", "alice"]);
+        for (text, want) in [
+            ("alice\n", "users.txt:1: expected `USER TOKEN`"),
+            ("a b c\n", "users.txt:1: expected `USER TOKEN`"),
+            ("al/ice 0123456789abcdef\n", "users.txt:1: the user name"),
+            ("alice short\n", "users.txt:1: the token needs at least 16"),
+            (
+                "alice 0123456789abcdef\nbob 0123456789abcdef\n",
+                "users.txt:2: this token is already given",
+            ),
+            ("# nobody\n", "no `USER TOKEN` line"),
+        ] {
+            let e = parse_users(p, text).expect_err(text);
+            assert!(e.contains(want), "{text:?}: {e}");
+        }
+    }
 }

@@ -37,6 +37,10 @@ pub struct RuntimeStatus {
     pub digest: String,
     pub mode: String,
     pub lifetime: String,
+    /// The user whose slots this runtime's calls use (under `germline serve`, the bearer
+    /// token's user).
+    #[serde(default)]
+    pub user: String,
     pub germline_pid: Option<i32>,
     /// Germlines started so far (more than one under `single-shot`).
     pub germlines_started: u64,
@@ -109,6 +113,7 @@ impl StatusWriter {
                 digest: rt.release.digest.clone(),
                 mode: rt.mode.name().to_string(),
                 lifetime: rt.lifetime.name().to_string(),
+                user: rt.user.clone(),
                 germline_pid: None,
                 germlines_started: 1,
                 pool: 0,
@@ -235,13 +240,14 @@ pub fn render(rows: &[Value]) -> String {
         let u = |k: &str| r[k].as_u64().unwrap_or(0);
         let st = |k: &str| r[k].as_str().unwrap_or("-").to_string();
         s.push_str(&format!(
-            "{} (pid {}, germline {})  {}  mode {}  lifetime {}\n",
+            "{} (pid {}, germline {})  {}  mode {}  lifetime {}  user {}\n",
             st("release"),
             u("pid"),
             st("command"),
             st("digest").chars().take(19).collect::<String>(),
             st("mode"),
             st("lifetime"),
+            st("user"),
         ));
         let outcomes: Vec<String> = r["outcomes"]
             .as_object()

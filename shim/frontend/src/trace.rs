@@ -171,14 +171,14 @@ pub fn after_call(
     }
     let root = b.span("tools/call", None, t0, total_us, attrs);
     if let Ok(o) = r {
-        // Phases are consecutive durations: plan, then per copy fork, broker, copy (mounts,
-        // deliver, mcp, teardown), broker.end_copy.
+        // Phases are consecutive durations: plan, then per copy fork (its checks inside),
+        // broker, copy (mounts, deliver, mcp, teardown), broker.end_copy.
         let mut at = t0;
         let mut copy: Option<String> = None;
         let mut copies: Vec<String> = Vec::new();
         let mut group = 0u64;
         let mut sub = t0;
-        for (name, us) in &o.phases {
+        for (i, (name, us)) in o.phases.iter().enumerate() {
             let us = *us;
             match *name {
                 "plan" => {
@@ -195,12 +195,30 @@ pub fn after_call(
                     );
                     group += 1;
                     copies.push(id.clone());
+                    b.span("fork", Some(&id), at, us, vec![]);
+                    // The checks (the germline's before the fork, the copy's from outside
+                    // after it) run inside the `fork` phase: a `fork.checks` phase gives
+                    // their own time; without one the span covers the fork and says so.
+                    let timed = o
+                        .phases
+                        .iter()
+                        .skip(i + 1)
+                        .take_while(|(n, _)| *n != "fork")
+                        .find(|(n, _)| *n == "fork.checks")
+                        .map(|(_, c)| (*c).min(us));
+                    let (cstart, cus) = match timed {
+                        Some(c) => (at + (us - c) * 1000, c),
+                        None => (at, us),
+                    };
                     b.span(
-                        "fork",
+                        "checks",
                         Some(&id),
-                        at,
-                        us,
-                        vec![attr("germline.checks", json!("passed"))],
+                        cstart,
+                        cus,
+                        vec![
+                            attr("germline.checks", json!("passed")),
+                            attr("germline.checks.timed_apart", json!(timed.is_some())),
+                        ],
                     );
                     copy = Some(id);
                     at += us * 1000;

@@ -797,3 +797,423 @@ fn ctr_a_tampered_image_is_refused_by_the_germline_shim_with_the_reason() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Two network namespaces of the test's own joined by a veth pair: the pod's network (what
+/// a CNI plugin would give a pod) and the rest of the cluster's, where the agent and the sink
+/// are. Nothing of the host's network is touched; both go (with the veth and any nft table)
+/// on drop.
+struct PodNet {
+    pod: String,
+    world: String,
+    pod_ip: String,
+    world_ip: String,
+}
+
+impl PodNet {
+    fn new() -> PodNet {
+        let r = rand_u64();
+        let tag = format!("{:06x}", r as u32 & 0xff_ffff);
+        // 10.201.X.Y/30, X and Y/4 random: two tests at once do not share a subnet.
+        let (x, y) = ((r >> 24) as u8 % 250 + 1, ((r >> 32) as u8 % 60) * 4);
+        let n = PodNet {
+            pod: format!("germline-pod-{tag}"),
+            world: format!("germline-world-{tag}"),
+            pod_ip: format!("10.201.{x}.{}", y + 2),
+            world_ip: format!("10.201.{x}.{}", y + 1),
+        };
+        let (vp, vw) = (format!("glp{tag}"), format!("glw{tag}"));
+        let steps: Vec<Vec<String>> = vec![
+            vec!["netns".into(), "add".into(), n.pod.clone()],
+            vec!["netns".into(), "add".into(), n.world.clone()],
+            // Made inside the pod's namespace, its peer straight in the world's.
+            format!(
+                "-n {} link add {vp} type veth peer name {vw} netns {}",
+                n.pod, n.world
+            )
+            .split(' ')
+            .map(String::from)
+            .collect(),
+        ];
+        let mut steps = steps;
+        for (ns, dev, ip) in [(&n.pod, &vp, &n.pod_ip), (&n.world, &vw, &n.world_ip)] {
+            for s in [
+                format!("-n {ns} addr add {ip}/30 dev {dev}"),
+                format!("-n {ns} link set {dev} up"),
+                format!("-n {ns} link set lo up"),
+            ] {
+                steps.push(s.split(' ').map(String::from).collect());
+            }
+        }
+        for s in steps {
+            let o = Command::new("ip").args(&s).output().expect("ip");
+            assert!(
+                o.status.success(),
+                "ip {}: {}",
+                s.join(" "),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        n
+    }
+
+    /// `ip netns exec NS PROGRAM`.
+    fn exec(ns: &str, program: &Path) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns]).arg(program);
+        c
+    }
+
+    fn nft(&self, rules: &str) {
+        let o = Command::new("ip")
+            .args(["netns", "exec", &self.pod, "nft", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                use std::io::Write;
+                c.stdin.take().expect("stdin").write_all(rules.as_bytes())?;
+                c.wait_with_output()
+            })
+            .expect("nft");
+        assert!(
+            o.status.success(),
+            "nft: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
+impl Drop for PodNet {
+    fn drop(&mut self) {
+        for ns in [&self.pod, &self.world] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// The network namespace identity (`/proc/PID/ns/net` or a bind of one) of `p`.
+fn netns_of(p: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).ok().map(|m| m.ino())
+}
+
+#[test]
+fn ctr_serves_streamable_http_in_the_pod_netns_and_its_broker_obeys_the_pods_network_policy() {
+    if !containerd_ready() {
+        return;
+    }
+    let have_nft = Command::new("nft").arg("--version").output().is_ok();
+    assert!(
+        have_nft || std::env::var_os("GERMLINE_REQUIRE_ROOT_TESTS").is_none(),
+        "needs nft (scripts/setup.d/70-engines.sh)"
+    );
+    if !have_nft {
+        return;
+    }
+    let w = World::new();
+    let net = PodNet::new();
+    // The sink, in the world's network, at the address ocr.example is pinned to.
+    let log = w.path().join("sink-world.jsonl");
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut sink = PodNet::exec(&net.world, Path::new("python3"))
+        .arg(root().join("tests/run/sink.py"))
+        .args([
+            "--bind",
+            &net.world_ip,
+            "--port",
+            "0",
+            "--seconds",
+            "300",
+            "--log",
+        ])
+        .arg(&log)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("sink");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(sink.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("sink ready");
+    let sink = Killed(sink);
+    let sink_port: u16 = line
+        .trim()
+        .strip_prefix("ready ")
+        .and_then(|p| p.parse().ok())
+        .expect("sink port");
+    let secret = format!("k-{:016x}", rand_u64());
+    let policy = w.policy_pinned(
+        &format!("{}:{sink_port}", net.world_ip),
+        "[[argument]]\ntool = \"ocr_text\"\nname = \"text\"\nlabel = []\n\n\
+         [credentials.\"ocr.example\"]\nheader = \"X-Api-Key\"\nvalue_env = \"GERMLINE_TEST_OCR_KEY\"\n",
+    );
+    let cfg = runtime_config(w.path(), &policy);
+    let c = Containerd::start(w.path(), &cfg);
+    let reference = "localhost/germline-test/germline-office:ctr";
+    c.import(w.path(), "germline-office", reference, &[]);
+    let id = format!("germline-{:x}", rand_u64() as u32);
+    // 0.0.0.0: the pod's own address, found in its namespace (a pod spec cannot know it).
+    let listen = format!("{}:8080", net.pod_ip);
+    let out = w.path().join("ctr-run.log");
+    let mut argv = c.ctr();
+    argv.extend([
+        "run".into(),
+        "--rm".into(),
+        "--runtime".into(),
+        "io.containerd.germline.v1".into(),
+        "--with-ns".into(),
+        format!("network:/var/run/netns/{}", net.pod),
+        "--annotation".into(),
+        "dev.germline.mcp/listen=0.0.0.0:8080".into(),
+        "--env".into(),
+        format!("GERMLINE_TEST_OCR_KEY={secret}"),
+        "--env".into(),
+        "UNNAMED_SECRET=never-delivered".into(),
+        reference.into(),
+        id.clone(),
+    ]);
+    let run = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).expect("log"))
+        .stderr(std::fs::File::create(w.path().join("ctr-run.err")).expect("log"))
+        .spawn()
+        .expect("ctr run");
+    // Dropped before containerd: a failed assertion still kills the task (SIGKILL; the
+    // shim's delete then removes what it had).
+    struct Task<'a> {
+        c: &'a Containerd,
+        id: String,
+        run: std::process::Child,
+    }
+    impl Drop for Task<'_> {
+        fn drop(&mut self) {
+            if self.run.try_wait().ok().flatten().is_none() {
+                let _ = self
+                    .c
+                    .ctr_output(&["tasks", "kill", "-s", "SIGKILL", &self.id]);
+                for _ in 0..100 {
+                    if self.run.try_wait().ok().flatten().is_some() {
+                        return;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                let _ = self.run.kill();
+                let _ = self.run.wait();
+            }
+        }
+    }
+    let mut task = Task {
+        c: &c,
+        id: id.clone(),
+        run,
+    };
+    // The container's stderr (through the shim's fifo) says where the endpoint and token are.
+    let read_out = || {
+        std::fs::read_to_string(&out).unwrap_or_default()
+            + &std::fs::read_to_string(w.path().join("ctr-run.err")).unwrap_or_default()
+    };
+    let mut token = None;
+    for _ in 0..600 {
+        token = read_out()
+            .lines()
+            .find_map(|l| l.strip_prefix("germline serve: bearer token in "))
+            .map(|t| PathBuf::from(t.trim()));
+        if token.is_some() || task.run.try_wait().ok().flatten().is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let token = token.unwrap_or_else(|| panic!("no endpoint: {}", read_out()));
+    let text = read_out();
+    assert!(text.contains(&format!("http://{listen}/mcp")), "{text}");
+    assert!(
+        text.contains("ignored environment UNNAMED_SECRET (-e)"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("GERMLINE_TEST_OCR_KEY") && !text.contains(&secret),
+        "{text}"
+    );
+    // The front end and its broker run in the pod's network namespace.
+    let pid: i32 = token
+        .parent()
+        .and_then(|d| d.file_name())
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix("serve-"))
+        .and_then(|p| p.parse().ok())
+        .expect("serve pid");
+    let pod_ns = netns_of(&Path::new("/var/run/netns").join(&net.pod));
+    assert!(pod_ns.is_some());
+    assert_eq!(netns_of(Path::new(&format!("/proc/{pid}/ns/net"))), pod_ns);
+    let broker = descendants(pid)
+        .into_iter()
+        .find(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .map(|c| c.split(|b| *b == 0).nth(1) == Some(b"broker"))
+                .unwrap_or(false)
+        })
+        .expect("the broker sidecar");
+    assert_eq!(
+        netns_of(Path::new(&format!("/proc/{broker}/ns/net"))),
+        pod_ns,
+        "the broker runs in the pod's network namespace"
+    );
+    // The agent, in the world's network, over Streamable HTTP with the real MCP SDK.
+    let agent = |note: &str| -> (Vec<Value>, String) {
+        let sp = w.path().join(format!("script-{note}.json"));
+        let script = json!([{"list_tools": true},
+            {"tool": "ocr_text", "arguments": {"text": format!("scan {note}")}}]);
+        std::fs::write(&sp, script.to_string()).expect("script");
+        let o = PodNet::exec(&net.world, &agent_python())
+            .arg(root().join("tests/run/agent.py"))
+            .arg(&sp)
+            .args(["--url", &format!("http://{listen}/mcp")])
+            .arg(&token)
+            .output()
+            .expect("agent");
+        let lines = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        (lines, String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let records = || -> Vec<Value> {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    // Policy off: the broker delivers ocr.example's request to the sink, with the credential.
+    let (lines, err) = agent("allowed");
+    assert_eq!(lines.len(), 3, "{lines:?}\n{err}\n{}", read_out());
+    assert_eq!(lines[0]["server"], "germline-office", "{err}");
+    assert!(lines[1]["tools"]
+        .as_array()
+        .is_some_and(|t| t.contains(&json!("ocr_text"))));
+    assert_eq!(lines[2]["ok"], json!(true), "{}", lines[2]);
+    assert_eq!(lines[2]["meta"]["germline"]["mode"], "germline");
+    let got = records();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["body"], "scan allowed");
+    assert_eq!(got[0]["headers"]["x-api-key"], json!(secret), "{}", got[0]);
+    assert!(!got[0].to_string().contains("never-delivered"));
+    // Policy on: the pod's egress to the sink is rejected (NetworkPolicy's stand-in, in the
+    // pod's namespace); the broker's delivery fails, and the sink sees nothing.
+    net.nft(&format!(
+        "table inet germline_test {{\n chain egress {{\n  type filter hook output priority 0; policy accept;\n  ip daddr {} tcp dport {sink_port} reject with tcp reset\n }}\n}}\n",
+        net.world_ip
+    ));
+    let (lines, err) = agent("denied");
+    assert_eq!(lines.len(), 3, "{lines:?}\n{err}");
+    // The copy's request got the broker's answer for a delivery that failed.
+    assert!(
+        run_common::text(&lines[2]).contains("upstream failed"),
+        "{}",
+        lines[2]
+    );
+    assert_eq!(records().len(), 1, "{:?}", records());
+    // SIGTERM: serve stops, ctr run --rm removes the container, nothing is left.
+    let o = c.ctr_output(&["tasks", "kill", &id]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut done = false;
+    for _ in 0..300 {
+        if task.run.try_wait().ok().flatten().is_some() {
+            done = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    drop(task);
+    drop(sink);
+    assert!(done, "ctr run did not end after SIGTERM: {}", read_out());
+    c.assert_clean();
+    assert!(!token.exists(), "{} is left", token.display());
+    assert!(!Path::new(&format!("/proc/{pid}")).exists());
+}
+
+#[test]
+fn the_precreate_hook_refuses_a_tampered_release_before_any_runtime_runs() {
+    if !podman_ready() {
+        return;
+    }
+    let tampered = image(
+        "mcp-server-time",
+        Some("usr/lib/python3/dist-packages/mcp_server_time/__init__.py"),
+    );
+    let signed = image("mcp-server-time", None);
+    let w = World::new();
+    let policy = w.policy(9, "");
+    let cfg = runtime_config(w.path(), &policy);
+    // hooks/germline-precreate.json, pointed at this build, this node configuration and log.
+    let log = w.path().join("precreate.log");
+    let mut hook: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("hooks/germline-precreate.json")).expect("hook"),
+    )
+    .expect("hook JSON");
+    hook["hook"]["path"] = json!(runtime_bin());
+    hook["hook"]["args"] = json!([
+        "germline-runtime",
+        "--config",
+        cfg,
+        "--log",
+        log,
+        "hook",
+        "precreate"
+    ]);
+    let dir = w.path().join("hooks.d");
+    std::fs::create_dir(&dir).expect("hooks.d");
+    std::fs::write(dir.join("germline-precreate.json"), hook.to_string()).expect("hook");
+    // Under runc: the hook decides before any runtime is called.
+    let run = |img: &str, hooks: bool| {
+        let extra: Vec<String> = ["--network", "none", "--entrypoint", "/usr/bin/python3"]
+            .map(String::from)
+            .to_vec();
+        let mut argv = podman_run(&cfg, "runc", &extra, img);
+        if hooks {
+            argv.splice(1..1, ["--hooks-dir".into(), dir.display().to_string()]);
+        }
+        argv.extend(["-c".into(), "import mcp_server_time".into()]);
+        Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::null())
+            .output()
+            .expect("podman")
+    };
+    let o = run(&tampered, false);
+    assert!(
+        o.status.success(),
+        "without the hook runc runs it: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = run(&tampered, true);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("precreate hook"), "{err}");
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        logged.contains("release refused: rootfs digest mismatch: manifest pins sha256:"),
+        "{logged}"
+    );
+    let o = run(&signed, true);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        logged.contains("precreate hook: release mcp-server-time@"),
+        "{logged}"
+    );
+    assert!(!Path::new(&format!(
+        "/run/germline-runtime/precreate-{}",
+        std::process::id()
+    ))
+    .exists());
+}

@@ -329,7 +329,8 @@ fn one_trace_per_call_with_plan_copy_and_phase_spans() {
     let roots: Vec<_> = spans.iter().filter(|s| s.3 == "tools/call").collect();
     assert_eq!(roots.len(), 2, "{spans:?}");
     assert_ne!(roots[0].0, roots[1].0, "one trace per call");
-    // The first call (two Plan groups): plan, two copies, each with fork, confinement, run.
+    // The first call (two Plan groups): plan, two copies, each with fork, checks,
+    // confinement (broker endpoint, mounts), run.
     let t = &roots[0].0;
     let of = |name: &str| spans.iter().filter(|s| &s.0 == t && s.3 == name).count();
     assert_eq!(
@@ -337,12 +338,22 @@ fn one_trace_per_call_with_plan_copy_and_phase_spans() {
             of("plan"),
             of("copy"),
             of("fork"),
+            of("checks"),
             of("confinement.broker"),
+            of("confinement.mounts"),
             of("run")
         ),
-        (1, 2, 2, 2, 2),
+        (1, 2, 2, 2, 2, 2, 2),
         "{spans:?}"
     );
+    // Each copy's checks passed (a copy failing them fails the call).
+    let checks = collector.attrs("checks", "germline.checks");
+    assert_eq!(
+        checks.len(),
+        spans.iter().filter(|s| s.3 == "fork").count(),
+        "one checks span per fork: {spans:?}"
+    );
+    assert!(checks.iter().all(|c| c == "passed"), "{checks:?}");
     // Copy 1 (the invoice) reached ocr.example; copy 2's identical request was replayed.
     assert_eq!(of("broker.request"), 2, "{spans:?}");
     let verdicts = collector.attrs("broker.request", "germline.verdict");

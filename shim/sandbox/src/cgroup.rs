@@ -292,6 +292,57 @@ impl Cgroup {
         }
     }
 
+    /// Sends SIGKILL to every task and returns without waiting for them to exit (v2:
+    /// `cgroup.kill`; v1: freeze, SIGKILL each thread, thaw). No task of the group runs user
+    /// code again; the kernel finishes their exit (unmapping memory) on its own time.
+    pub fn kill_now(&self) -> Result<()> {
+        if self.version == Version::V2 && self.dir("").join("cgroup.kill").exists() {
+            return write(&self.dir("").join("cgroup.kill"), "1");
+        }
+        if self.version == Version::V1 {
+            let _ = self.set_frozen(true);
+            for p in self.threads().unwrap_or_default() {
+                let _ = crate::sys::kill(p, libc::SIGKILL);
+            }
+            let _ = self.set_frozen(false);
+        } else {
+            for p in self.procs().unwrap_or_default() {
+                let _ = crate::sys::kill(p, libc::SIGKILL);
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the cgroup if its last task is gone: `Ok(false)` while a task is still exiting
+    /// (nothing waits here).
+    pub fn try_remove(&self) -> Result<bool> {
+        if self.procs().is_ok_and(|p| !p.is_empty()) {
+            return Ok(false);
+        }
+        for d in &self.dirs {
+            match fs::remove_dir(d) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return Ok(false),
+                Err(e) => return Err(Error::Cgroup(format!("rmdir {}: {e}", d.display()))),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Moves this handle out, leaving one that names no directory (for a killed copy whose
+    /// cgroup is removed later, by its [`crate::copy::Corpse`]).
+    pub(crate) fn take(&mut self) -> Cgroup {
+        std::mem::replace(
+            self,
+            Cgroup {
+                version: self.version,
+                rel: self.rel.clone(),
+                dirs: Vec::new(),
+            },
+        )
+    }
+
     /// Kills what is left and removes the cgroup from every hierarchy.
     pub fn destroy(&self) -> Result<()> {
         let r = self.kill_all();

@@ -483,6 +483,37 @@ impl Copy {
         }
     }
 
+    /// Ends the call like [`Copy::finish`], without waiting for the kernel to finish the
+    /// copy's exit: every task of the copy is sent SIGKILL (it never runs user code again,
+    /// SPEC.md "kill the copy and all its descendants") and the returned [`Corpse`] removes
+    /// its cgroup and frees its item directories once the last task is gone. The exit of a
+    /// Python copy (unmapping tens of MB) is then off the call's path. With the cgroup sweep
+    /// ablated this waits as [`Copy::finish`] does and returns no corpse.
+    pub fn retire(mut self, result: Result<Value>) -> (Result<Value>, Option<Corpse>) {
+        let oom_before_kill = self.cgroup.oom_kills();
+        let passed = Instant::now() >= self.deadline;
+        let result = match result {
+            Err(_) if oom_before_kill > 0 => Err(Error::MemoryLimit),
+            Err(Error::Crashed(_)) if passed => Err(Error::Deadline),
+            other => other,
+        };
+        if !self.sweep {
+            self.kill();
+            return (result, None);
+        }
+        self.dead = true;
+        if self.pid > 1 {
+            let _ = sys::kill(self.pid, libc::SIGKILL);
+        }
+        let _ = self.cgroup.kill_now();
+        let corpse = Corpse {
+            cgroup: self.cgroup.take(),
+            leases: std::mem::take(&mut self.leases),
+            since: Instant::now(),
+        };
+        (result, Some(corpse))
+    }
+
     /// Kills the copy and every descendant (PID 1 of its namespace: they all die with it; the
     /// cgroup is emptied too) and removes its cgroup.
     pub fn kill(&mut self) {
@@ -512,5 +543,40 @@ impl Copy {
 impl Drop for Copy {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A copy that was sent SIGKILL and whose exit the kernel is completing: holds its cgroup and
+/// its item directories until the last task is gone ([`Copy::retire`]).
+#[derive(Debug)]
+pub struct Corpse {
+    cgroup: Cgroup,
+    leases: Vec<SlotLease>,
+    since: Instant,
+}
+
+impl Corpse {
+    /// Removes the cgroup and frees the item directories if every task is gone; `false` while
+    /// one is still exiting. One that outlives a second is sent SIGKILL again.
+    pub fn try_reap(&mut self) -> bool {
+        match self.cgroup.try_remove() {
+            Ok(true) => {
+                self.leases.clear();
+                true
+            }
+            _ => {
+                if self.since.elapsed() > Duration::from_secs(1) {
+                    let _ = self.cgroup.kill_now();
+                }
+                false
+            }
+        }
+    }
+
+    /// Waits until every task is gone (bounded, as [`Cgroup::destroy`]), then frees all.
+    pub fn reap(mut self) -> Result<()> {
+        let r = self.cgroup.destroy();
+        self.leases.clear();
+        r
     }
 }

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use crate::cgroup::Cgroup;
 use crate::checks::{self, CopyExpect, GermlineFacts};
-use crate::copy::{Copy, Item};
+use crate::copy::{Copy, Corpse, Item};
 use crate::error::{Error, Result};
 use crate::landlock;
 use crate::launch::{self, Prepared};
@@ -29,6 +29,8 @@ pub const PYTHON_BOOTSTRAP: &str = concat!(
 
 /// Size limit of a germline's item store (a tmpfs: only what is written counts).
 const ITEM_STORE_BYTES: u64 = 1 << 30;
+/// Killed copies whose exit may overlap the next calls before one is waited for.
+const MAX_DYING: usize = 4;
 
 /// Host uid and gid that root inside every germline's user namespace maps to.
 pub const HOST_ID: u32 = 2_100_000;
@@ -90,6 +92,10 @@ pub struct Germline {
     cgroup: Cgroup,
     copies_made: u64,
     pool: VecDeque<Copy>,
+    /// Killed copies whose exit the kernel is still completing ([`Germline::retire`]).
+    dying: Vec<Corpse>,
+    /// Sub-phases of the last [`Germline::copy`] in microseconds (empty: from the pool).
+    fork_phases: Vec<(&'static str, u64)>,
     warm: bool,
     copy_landlock: Value,
     /// The private store of items delivered at their own paths (mounts.rs).
@@ -209,6 +215,8 @@ impl Germline {
             cgroup,
             copies_made: 0,
             pool: VecDeque::new(),
+            dying: Vec::new(),
+            fork_phases: Vec::new(),
             warm: false,
             copy_landlock: Value::Null,
             items,
@@ -391,8 +399,47 @@ impl Germline {
         Ok(self.pool.len() < self.opts.pool)
     }
 
+    /// Ends a call's copy ([`Copy::retire`]): the copy is killed now, its cgroup and item
+    /// directories are released by [`Germline::reap`] once the kernel has finished its exit.
+    pub fn retire(&mut self, copy: Copy, result: Result<Value>) -> Result<Value> {
+        let (result, corpse) = copy.retire(result);
+        if let Some(c) = corpse {
+            self.dying.push(c);
+        }
+        // Bounded: a backlog (calls faster than exits) waits for the oldest here.
+        while self.dying.len() > MAX_DYING {
+            let c = self.dying.remove(0);
+            let _ = c.reap();
+        }
+        result
+    }
+
+    /// Releases the killed copies whose last task is gone; never waits. Called between calls
+    /// and before each fork.
+    pub fn reap(&mut self) {
+        self.dying.retain_mut(|c| !c.try_reap());
+    }
+
+    /// Killed copies not yet released.
+    pub fn dying(&self) -> usize {
+        self.dying.len()
+    }
+
+    /// Waits until every killed copy is gone and released (bounded per copy).
+    pub fn reap_all(&mut self) -> Result<()> {
+        let mut r = Ok(());
+        for c in self.dying.drain(..) {
+            if let Err(e) = c.reap() {
+                r = Err(e);
+            }
+        }
+        r
+    }
+
     /// A checked, data-free copy: from the pool if one is ready, else freshly forked.
     pub fn copy(&mut self) -> Result<Copy> {
+        self.reap();
+        self.fork_phases.clear();
         match self.pool.pop_front() {
             Some(mut c) => {
                 // A pool copy's deadline starts when it is handed out for a call.
@@ -416,7 +463,22 @@ impl Germline {
         r
     }
 
+    /// Where the last [`Germline::copy`] spent its time, in microseconds: the germline's
+    /// checks (G1-G3), the copy's cgroup, the fork itself, the copy confining itself
+    /// (namespaces, capabilities, Landlock, seccomp), its outside checks and refreezing the
+    /// germline. Empty when the copy came from the pool.
+    pub fn fork_phases(&self) -> &[(&'static str, u64)] {
+        &self.fork_phases
+    }
+
     fn fork_and_check(&mut self) -> Result<Copy> {
+        let mut mark = Instant::now();
+        let mut phases: Vec<(&'static str, u64)> = Vec::with_capacity(6);
+        let mut lap = |name: &'static str, phases: &mut Vec<(&'static str, u64)>| {
+            let now = Instant::now();
+            phases.push((name, now.duration_since(mark).as_micros() as u64));
+            mark = now;
+        };
         if !self.opts.ablation.skip_germline_checks {
             let bad = self.check();
             if !bad.is_empty() {
@@ -434,6 +496,7 @@ impl Germline {
                 .map_err(|e| Error::sys("stat copy socket", e))?
                 .ino()
         };
+        lap("fork.germline_checks", &mut phases);
         let n = self.copies_made;
         self.copies_made += 1;
         let cg = Cgroup::create(&format!("{}/copy-{n}", self.base_rel))?;
@@ -445,6 +508,7 @@ impl Germline {
             let _ = cg.destroy();
             return Err(e);
         }
+        lap("fork.cgroup", &mut phases);
         let fork_at = Instant::now();
         let deadline = fork_at + self.spec.limits.deadline();
         let cmd = json!({
@@ -510,6 +574,7 @@ impl Germline {
                 return Err(e);
             }
         };
+        lap("fork.fork", &mut phases);
         let mut copy = Copy::new(pid, shim_end, cg, fork_at, deadline);
         copy.set_sweep(!self.opts.ablation.no_cgroup_sweep);
         let r = (|| -> Result<()> {
@@ -517,6 +582,7 @@ impl Germline {
             if ready.get("op").and_then(Value::as_str) != Some("ready") {
                 return Err(Error::CopyRefused(format!("expected ready, got {ready}")));
             }
+            lap("fork.confine", &mut phases);
             if !self.opts.ablation.skip_copy_checks {
                 // The namespaces of every other live copy, read now (inode numbers of dead
                 // namespaces are reused, so remembered ones would be wrong).
@@ -542,6 +608,7 @@ impl Germline {
                 }
                 copy.set_namespaces(ns);
             }
+            lap("fork.copy_checks", &mut phases);
             Ok(())
         })();
         if let Err(e) = r {
@@ -555,6 +622,8 @@ impl Germline {
             copy.kill();
             return Err(e);
         }
+        lap("fork.freeze", &mut phases);
+        self.fork_phases = phases;
         copy.mark_ready();
         Ok(copy)
     }
@@ -646,6 +715,7 @@ impl Germline {
         while let Some(mut c) = self.pool.pop_front() {
             c.kill();
         }
+        let _ = self.reap_all();
         let _ = sys::kill(self.pid, libc::SIGKILL);
         let _ = self.cgroup.set_frozen(false);
         let r = self.cgroup.destroy();

@@ -154,6 +154,11 @@ impl World {
 
     /// The deployer's policy: finance to ocr.example, everything to the agent, `extra` appended.
     pub fn policy(&self, ocr_port: u16, extra: &str) -> PathBuf {
+        self.policy_pinned(&format!("127.0.0.1:{ocr_port}"), extra)
+    }
+
+    /// The same, with ocr.example and docs.example pinned to `ocr` (`IP:PORT`).
+    pub fn policy_pinned(&self, ocr: &str, extra: &str) -> PathBuf {
         let home = self.dir.path().join("home");
         let text = format!(
             r#"[labels]
@@ -183,8 +188,8 @@ label = []
 "docs.example" = []
 
 [pins]
-"ocr.example" = "127.0.0.1:{ocr_port}"
-"docs.example" = "127.0.0.1:{ocr_port}"
+"ocr.example" = "{ocr}"
+"docs.example" = "{ocr}"
 
 [consumers]
 agent = ["hr", "finance"]

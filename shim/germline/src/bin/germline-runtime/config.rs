@@ -46,6 +46,7 @@ struct File {
     non_germline: Option<NonGermline>,
     runc: Option<PathBuf>,
     overrides: Option<Overrides>,
+    http_token_file: Option<PathBuf>,
 }
 
 /// The resolved configuration.
@@ -65,6 +66,9 @@ pub struct Config {
     pub non_germline: NonGermline,
     pub runc: PathBuf,
     pub overrides: Overrides,
+    /// The bearer token of a container's Streamable HTTP endpoint (`dev.germline.mcp/listen`);
+    /// without it `germline serve` makes one in `/run/germline/serve-PID/token`.
+    pub http_token_file: Option<PathBuf>,
 }
 
 fn resolve(base: &Path, p: PathBuf) -> PathBuf {
@@ -126,6 +130,7 @@ impl Config {
                 non_germline: None,
                 runc: None,
                 overrides: None,
+                http_token_file: None,
             },
             Err(e) => return Err(format!("{}: {e}", source.display())),
         };
@@ -176,6 +181,7 @@ impl Config {
             non_germline: file.non_germline.unwrap_or(NonGermline::Refuse),
             runc: file.runc.unwrap_or_else(|| PathBuf::from("runc")),
             overrides: file.overrides.unwrap_or(Overrides::Ignore),
+            http_token_file: file.http_token_file.map(|p| resolve(&base, p)),
             source,
         })
     }

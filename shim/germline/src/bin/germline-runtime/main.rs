@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 
 use config::{Config, NonGermline, Overrides};
-use spec::EngineSpec;
+use spec::{EngineSpec, Network};
 use state::State;
 
 #[derive(Debug, Parser)]
@@ -115,6 +115,16 @@ enum Cmd {
     /// The container's process (internal): waits for `start`, then execs `germline run`.
     #[command(hide = true)]
     Init { id: String },
+    /// An OCI hook (hooks/germline-precreate.json): `hook precreate` reads the engine's
+    /// proposed config.json on stdin, refuses (exit 1) a rootfs carrying a germline release
+    /// that does not verify under the node's keys, and writes the config back unchanged.
+    Hook {
+        /// Only `precreate` (podman's extension stage).
+        stage: String,
+        /// Refuse a rootfs that is not a germline release too.
+        #[arg(long)]
+        require_release: bool,
+    },
 }
 
 /// runc-style logging: messages to `--log` (text or JSON lines) and errors to stderr.
@@ -222,6 +232,17 @@ fn run(cli: &Cli, log: &Log) -> Result<(), String> {
                 .into(),
         ),
         Cmd::Init { id } => init(cli, id),
+        Cmd::Hook {
+            stage,
+            require_release,
+        } => {
+            if stage != "precreate" {
+                return Err(format!(
+                    "hook {stage:?}: only the precreate stage is supported"
+                ));
+            }
+            hook_precreate(cli, log, *require_release)
+        }
     }
 }
 
@@ -321,6 +342,77 @@ fn verify(
     ))
 }
 
+/// The directory to verify for the engine's rootfs: an overlay's one lower directory (the image
+/// layer as the engine unpacked it: engines write into the upper layer before the runtime
+/// runs, podman adds /etc/mtab), else the rootfs itself.
+fn image_layer(rootfs: &Path) -> Result<PathBuf, String> {
+    match sys::overlay_lowerdirs(rootfs) {
+        Some(l) if l.len() == 1 => Ok(l[0].clone()),
+        Some(l) => Err(format!(
+            "release refused: {} has {} image layers; a germline release image has exactly one",
+            rootfs.display(),
+            l.len()
+        )),
+        None => Ok(rootfs.to_path_buf()),
+    }
+}
+
+/// podman's `precreate` hook: verifies before podman creates anything with the runtime, so a
+/// tampered or unsigned release is refused whatever the runtime (runc included).
+fn hook_precreate(cli: &Cli, log: &Log, require_release: bool) -> Result<(), String> {
+    const MAX: u64 = 4 << 20;
+    let cfg = Config::load(cli.config.as_deref())?;
+    let mut text = String::new();
+    std::io::stdin()
+        .take(MAX + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("precreate hook: reading config.json from stdin: {e}"))?;
+    if text.len() as u64 > MAX {
+        return Err("precreate hook: config.json on stdin is larger than 4 MiB".into());
+    }
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("precreate hook: config.json on stdin: not JSON: {e}"))?;
+    let spec = EngineSpec::parse(&v, Path::new("/"), "config.json (precreate hook stdin)")?;
+    if is_germline_release(&spec.rootfs) {
+        let source = image_layer(&spec.rootfs)?;
+        let dir = PathBuf::from(format!(
+            "/run/germline-runtime/precreate-{}",
+            std::process::id()
+        ));
+        let rfs = dir.join("rootfs");
+        std::fs::create_dir_all(&rfs).map_err(|e| format!("{}: {e}", rfs.display()))?;
+        let r = sys::bind_readonly(&source, &rfs).and_then(|()| verify(&dir, &cfg.keys, &cfg));
+        while sys::is_mount_point(&rfs) {
+            if sys::unmount(&rfs).is_err() {
+                // Never remove files through a rootfs that is still mounted here.
+                return Err(format!("precreate hook: cannot unmount {}", rfs.display()));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        let (key, verified) = r.map_err(|e| format!("precreate hook: {e}"))?;
+        log.write(
+            "info",
+            &format!(
+                "precreate hook: release {}@{} ({}) verified under {}",
+                verified.manifest.name,
+                verified.manifest.version,
+                verified.rootfs_digest,
+                key.display()
+            ),
+        );
+    } else if require_release {
+        return Err(format!(
+            "precreate hook: {} is not a germline release (no .germline/manifest.json), and \
+             this hook requires one (--require-release)",
+            spec.rootfs.display()
+        ));
+    }
+    // The configuration goes back unchanged: this hook only decides.
+    std::io::stdout()
+        .write_all(text.as_bytes())
+        .map_err(|e| format!("precreate hook: writing config.json: {e}"))
+}
+
 fn create(
     cli: &Cli,
     log: &Log,
@@ -334,7 +426,7 @@ fn create(
     let cfg = Config::load(cli.config.as_deref())?;
     let bundle =
         std::fs::canonicalize(bundle).map_err(|e| format!("bundle {}: {e}", bundle.display()))?;
-    let spec = EngineSpec::load(&bundle)?;
+    let mut spec = EngineSpec::load(&bundle)?;
     let sdir = state::dir(root, id);
     if sdir.exists() {
         return Err(format!("container with id \"{id}\" already exists"));
@@ -374,7 +466,7 @@ fn create(
     // Traversable: the germline's unprivileged user (its own user namespace) binds the
     // rootfs below it. The state file holds nothing secret.
     let _ = std::fs::set_permissions(&sdir, std::fs::Permissions::from_mode(0o711));
-    match prepare(cli, log, &cfg, &bundle, &spec, pid_file, id) {
+    match prepare(cli, log, &cfg, &bundle, &mut spec, pid_file, id) {
         Ok(()) => Ok(()),
         Err(e) => {
             remove_state(root, id, None);
@@ -388,11 +480,14 @@ fn prepare(
     log: &Log,
     cfg: &Config,
     bundle: &Path,
-    spec: &EngineSpec,
+    spec: &mut EngineSpec,
     pid_file: Option<&Path>,
     id: &str,
 ) -> Result<(), String> {
     let root = &cli.root;
+    if let Network::Path(p) = &spec.network {
+        sys::check_netns(p)?;
+    }
     let rel = state::release_dir(root, id);
     let rfs = rel.join("rootfs");
     for d in [
@@ -406,20 +501,31 @@ fn prepare(
     std::fs::create_dir_all(&rfs).map_err(|e| format!("{}: {e}", rfs.display()))?;
     // An engine writes into its overlay's upper layer before the runtime runs (podman adds
     // /etc/mtab): verify and run the image's own layer, its one lower directory.
-    let source = match sys::overlay_lowerdirs(&spec.rootfs) {
-        Some(l) if l.len() == 1 => l[0].clone(),
-        Some(l) => {
-            return Err(format!(
-                "release refused: {} has {} image layers; a germline release image has exactly one",
-                spec.rootfs.display(),
-                l.len()
-            ))
-        }
-        None => spec.rootfs.clone(),
-    };
+    let source = image_layer(&spec.rootfs)?;
     sys::bind_readonly(&source, &rfs)?;
     let (key, verified) = verify(&rel, &cfg.keys, cfg)?;
     let m = &verified.manifest;
+    // `-e` variables the deployer's policy names as a host's credential source become the
+    // broker's environment (only the broker reads them; copies get the manifest's).
+    let policy = germline_policy::Policy::load(&cfg.policy)
+        .map_err(|e| format!("node policy (`policy` in {}): {e}", cfg.source.display()))?;
+    let mut by_name: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
+    for (host, c) in policy.credentials() {
+        if let germline_policy::policy::CredentialSource::Env(n) = &c.source {
+            by_name.entry(n.clone()).or_default().push(host);
+        }
+    }
+    let names = by_name.keys().cloned().collect();
+    let credentials = spec.take_credentials(&names);
+    for (k, _) in &credentials {
+        let hosts = by_name.get(k).map(|h| h.join(", ")).unwrap_or_default();
+        log.write(
+            "info",
+            &format!(
+                "{id}: -e {k} is the broker's credential for {hosts} (the node policy's value_env)"
+            ),
+        );
+    }
     let mut ignored = spec.ignored.clone();
     if !spec.args.is_empty() && spec.args != m.entry {
         ignored.push(format!(
@@ -462,6 +568,8 @@ fn prepare(
         paused: false,
         ignored: ignored.clone(),
         annotations: spec.annotations.clone(),
+        network: spec.network.clone(),
+        listen: spec.listen,
     };
     st.save(root)?;
     let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
@@ -471,6 +579,7 @@ fn prepare(
         cmd.arg("--config").arg(c);
     }
     cmd.arg("init").arg(id);
+    cmd.envs(credentials);
     // The container's stdio is this command's: the engine's pipes (conmon's, for podman).
     let child = cmd
         .stdin(Stdio::inherit())
@@ -507,6 +616,14 @@ fn init(cli: &Cli, id: &str) -> Result<(), String> {
     let root = &cli.root;
     let st = State::load(root, id)?;
     let cfg = Config::load(cli.config.as_deref())?;
+    // The engine's network namespace, entered before `start` as runc does: the front end
+    // and the broker it starts live there (copies have their own, with only the broker's
+    // endpoint), so the workload's network policy applies to what the broker delivers.
+    match &st.network {
+        Network::Host => {}
+        Network::New => sys::new_netns()?,
+        Network::Path(p) => sys::enter_netns(p)?,
+    }
     {
         // Blocks until `start` opens the fifo for reading.
         let mut f = std::fs::OpenOptions::new()
@@ -519,8 +636,24 @@ fn init(cli: &Cli, id: &str) -> Result<(), String> {
         eprintln!("germline-runtime: ignored {i}");
     }
     let mut cmd = Command::new(&cfg.germline);
-    cmd.arg("run")
-        .arg("--policy")
+    match st.listen {
+        // `dev.germline.mcp/listen`: Streamable HTTP in the container's network namespace.
+        Some(mut addr) => {
+            // 0.0.0.0:PORT: the pod's own address (serve's DNS-rebinding guard accepts
+            // `Host` naming a specific listen address, never an unspecified one).
+            if addr.ip().is_unspecified() {
+                addr.set_ip(sys::first_address()?.into());
+            }
+            cmd.arg("serve").arg("--listen").arg(addr.to_string());
+            if let Some(t) = &cfg.http_token_file {
+                cmd.arg("--token-file").arg(t);
+            }
+        }
+        None => {
+            cmd.arg("run");
+        }
+    }
+    cmd.arg("--policy")
         .arg(&cfg.policy)
         .arg("--key")
         .arg(&st.key)
@@ -627,6 +760,7 @@ fn remove_state(root: &Path, id: &str, st: Option<&State>) {
         if st.pid > 0 {
             sys::destroy_cgroups(&sys::germline_cgroups_of(st.pid));
             let _ = std::fs::remove_dir_all(format!("/run/germline/session-{}", st.pid));
+            let _ = std::fs::remove_dir_all(format!("/run/germline/serve-{}", st.pid));
             if let Ok(rd) = std::fs::read_dir("/run/germline") {
                 let prefix = format!("ca-{}-", st.pid);
                 for e in rd.flatten() {

@@ -10,6 +10,28 @@ use serde_json::Value;
 /// Most bytes of a `config.json` we read.
 const MAX_CONFIG: u64 = 4 << 20;
 
+/// The network namespace the engine gave the container (`linux.namespaces`, type `network`).
+/// The front end and its broker run in it, so what the broker delivers leaves from the
+/// workload's own network (a pod's, governed by the cluster's NetworkPolicy); copies never
+/// see it (each has a network namespace of its own with only the broker's endpoint).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Network {
+    /// No network namespace in `config.json`: the host's (`--network host`, a node-network
+    /// pod).
+    #[default]
+    Host,
+    /// A fresh one (a `network` entry without a path), as runc makes: only `lo`.
+    New,
+    /// The existing namespace at this path (podman's netns, `ctr run --with-ns`, a CRI pod
+    /// sandbox's `/proc/PID/ns/net`).
+    Path(PathBuf),
+}
+
+/// The annotation that selects the Streamable HTTP endpoint instead of stdio: its value is
+/// the `IP:PORT` `germline serve` listens on, in the container's network namespace.
+pub const LISTEN_ANNOTATION: &str = "dev.germline.mcp/listen";
+
 /// What germline uses of the engine's `config.json`, and what it ignores.
 #[derive(Debug)]
 pub struct EngineSpec {
@@ -19,6 +41,11 @@ pub struct EngineSpec {
     pub terminal: bool,
     pub args: Vec<String>,
     pub annotations: serde_json::Map<String, Value>,
+    pub network: Network,
+    /// `dev.germline.mcp/listen`: serve MCP over Streamable HTTP at this address.
+    pub listen: Option<std::net::SocketAddr>,
+    /// `process.env` entries the engine did not add itself (`-e`), as (name, value).
+    pub env: Vec<(String, String)>,
     /// Settings the user asked the engine for that germline does not apply, each a sentence.
     pub ignored: Vec<String>,
 }
@@ -118,19 +145,29 @@ impl EngineSpec {
             .cloned()
             .unwrap_or_default();
 
-        let mut ignored = Vec::new();
-        let env: Vec<String> = strings(field(v, &["process", "env"]))
+        let listen = match annotations.get(LISTEN_ANNOTATION) {
+            None => None,
+            Some(a) => Some(
+                a.as_str()
+                    .and_then(|s| s.parse::<std::net::SocketAddr>().ok())
+                    .ok_or_else(|| {
+                        format!(
+                            "{file}: annotation `{LISTEN_ANNOTATION}`: {a}, expected IP:PORT \
+                             (e.g. 10.0.0.5:8080) for the Streamable HTTP endpoint"
+                        )
+                    })?,
+            ),
+        };
+        // Which variables are broker credentials is the node's decision (runtime.rs), so
+        // the ignored ones are named there.
+        let env: Vec<(String, String)> = strings(field(v, &["process", "env"]))
             .into_iter()
-            .filter_map(|e| e.split('=').next().map(str::to_string))
-            .filter(|k| !ENGINE_ENV.contains(&k.as_str()))
+            .filter_map(|e| {
+                let (k, val) = e.split_once('=').unwrap_or((e.as_str(), ""));
+                (!ENGINE_ENV.contains(&k)).then(|| (k.to_string(), val.to_string()))
+            })
             .collect();
-        if !env.is_empty() {
-            ignored.push(format!(
-                "environment {} (-e): the germline's environment comes from the signed \
-                 manifest; a credential belongs in the policy, given to the broker per host",
-                env.join(", ")
-            ));
-        }
+        let mut ignored = Vec::new();
         let mounts: Vec<String> = field(v, &["mounts"])
             .and_then(Value::as_array)
             .map(|a| {
@@ -160,6 +197,21 @@ impl EngineSpec {
         let netns = namespaces
             .iter()
             .find(|n| n.get("type").and_then(Value::as_str) == Some("network"));
+        let network = match netns {
+            None => Network::Host,
+            Some(n) => match n.get("path").and_then(Value::as_str) {
+                Some(p) if !p.is_empty() => {
+                    if !Path::new(p).is_absolute() {
+                        return Err(format!(
+                            "{file}: field `linux.namespaces[network].path`: {p:?}, expected \
+                             an absolute path"
+                        ));
+                    }
+                    Network::Path(PathBuf::from(p))
+                }
+                _ => Network::New,
+            },
+        };
         if netns.is_none() {
             ignored.push(
                 "the host network (--network host): the germline and its copies have no \
@@ -194,8 +246,38 @@ impl EngineSpec {
             terminal,
             args,
             annotations,
+            network,
+            listen,
+            env,
             ignored,
         })
+    }
+}
+
+impl EngineSpec {
+    /// Takes the `-e` variables the node's policy names as broker credentials
+    /// (`[credentials."HOST"] value_env = "NAME"`) out of `env` and returns them; every other
+    /// one is named in `ignored` (by name: values may be secrets and are never echoed).
+    pub fn take_credentials(
+        &mut self,
+        names: &std::collections::BTreeSet<String>,
+    ) -> Vec<(String, String)> {
+        let (creds, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.env)
+            .into_iter()
+            .partition(|(k, _)| names.contains(k));
+        if !rest.is_empty() {
+            let names: Vec<&str> = rest.iter().map(|(k, _)| k.as_str()).collect();
+            self.ignored.insert(
+                0,
+                format!(
+                    "environment {} (-e): the germline's environment comes from the signed \
+                     manifest; only a variable the node's policy names as a credential \
+                     (`value_env`) is taken, and given to the broker for its host",
+                    names.join(", ")
+                ),
+            );
+        }
+        creds
     }
 }
 
@@ -241,7 +323,8 @@ mod tests {
             .push(json!({"destination": "/data", "type": "bind", "source": "/home/alice"}));
         v["linux"]["namespaces"] = json!([{"type": "pid"}, {"type": "mount"}]);
         v["process"]["capabilities"]["bounding"] = json!(["CAP_CHOWN", "CAP_NET_ADMIN"]);
-        let s = EngineSpec::parse(&v, Path::new("/b"), "c.json").expect("spec");
+        let mut s = EngineSpec::parse(&v, Path::new("/b"), "c.json").expect("spec");
+        assert!(s.take_credentials(&Default::default()).is_empty());
         let all = s.ignored.join("\n");
         assert_eq!(s.ignored.len(), 4, "{all}");
         assert!(all.contains("environment API_TOKEN (-e)"), "{all}");
@@ -252,6 +335,44 @@ mod tests {
         );
         assert!(all.contains("--network host"), "{all}");
         assert!(all.contains("CAP_NET_ADMIN (--cap-add)"), "{all}");
+    }
+
+    #[test]
+    fn only_variables_the_policy_names_become_credentials() {
+        let mut v = podman_default();
+        v["process"]["env"]
+            .as_array_mut()
+            .expect("env")
+            .extend([json!("OCR_KEY=k-123"), json!("OTHER=x=y")]);
+        let mut s = EngineSpec::parse(&v, Path::new("/b"), "c.json").expect("spec");
+        let names = ["OCR_KEY".to_string()].into_iter().collect();
+        let creds = s.take_credentials(&names);
+        assert_eq!(creds, vec![("OCR_KEY".to_string(), "k-123".to_string())]);
+        let all = s.ignored.join("\n");
+        assert!(all.contains("environment OTHER (-e)"), "{all}");
+        assert!(!all.contains("OCR_KEY") && !all.contains("x=y"), "{all}");
+    }
+
+    #[test]
+    fn network_namespace_and_listen_annotation() {
+        let mut v = podman_default();
+        let s = EngineSpec::parse(&v, Path::new("/b"), "c.json").expect("spec");
+        assert_eq!((s.network, s.listen), (Network::New, None));
+        v["linux"]["namespaces"] = json!([{"type": "network", "path": "/var/run/netns/p1"}]);
+        v["annotations"] = json!({"dev.germline.mcp/listen": "10.0.0.5:8080"});
+        let s = EngineSpec::parse(&v, Path::new("/b"), "c.json").expect("spec");
+        assert_eq!(s.network, Network::Path(PathBuf::from("/var/run/netns/p1")));
+        assert_eq!(s.listen, Some("10.0.0.5:8080".parse().expect("addr")));
+        v["annotations"] = json!({"dev.germline.mcp/listen": "pod:8080"});
+        let e = EngineSpec::parse(&v, Path::new("/b"), "c.json").expect_err("bad listen");
+        assert!(e.contains("annotation `dev.germline.mcp/listen`"), "{e}");
+        v["annotations"] = json!({});
+        v["linux"]["namespaces"] = json!([{"type": "network", "path": "netns/p1"}]);
+        let e = EngineSpec::parse(&v, Path::new("/b"), "c.json").expect_err("relative");
+        assert!(e.contains("linux.namespaces[network].path"), "{e}");
+        v["linux"]["namespaces"] = json!([{"type": "pid"}]);
+        let s = EngineSpec::parse(&v, Path::new("/b"), "c.json").expect("spec");
+        assert_eq!(s.network, Network::Host);
     }
 
     #[test]

@@ -32,6 +32,12 @@ pub struct State {
     #[serde(default)]
     pub ignored: Vec<String>,
     pub annotations: serde_json::Map<String, Value>,
+    /// The network namespace the front end and its broker run in.
+    #[serde(default)]
+    pub network: crate::spec::Network,
+    /// Serve MCP over Streamable HTTP at this address instead of stdio.
+    #[serde(default)]
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 /// A container id as runc accepts it: letters, digits, `_`, `.`, `-`, `+`; no path tricks.
@@ -175,6 +181,8 @@ mod tests {
             paused: false,
             ignored: vec![],
             annotations: Default::default(),
+            network: crate::spec::Network::Path("/var/run/netns/p".into()),
+            listen: Some("10.0.0.5:8080".parse().expect("addr")),
         };
         s.save(d.path()).expect("save");
         let l = State::load(d.path(), "c1").expect("load");
@@ -182,6 +190,8 @@ mod tests {
         assert_eq!(j["status"], "stopped");
         assert_eq!(j["pid"], 0);
         assert_eq!(j["id"], "c1");
+        assert_eq!(l.network, s.network);
+        assert_eq!(l.listen, s.listen);
         let e = State::load(d.path(), "c2").expect_err("missing");
         assert_eq!(e, "container \"c2\" does not exist");
     }

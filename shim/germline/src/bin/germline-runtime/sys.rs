@@ -327,9 +327,129 @@ pub fn overlay_lowerdirs(rootfs: &Path) -> Option<Vec<PathBuf>> {
     )
 }
 
+/// `NS_GET_NSTYPE` (linux/nsfs.h): the `CLONE_NEW*` type of a namespace file.
+const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
+
+/// Opens `path` and checks that it is a network namespace.
+fn open_netns(path: &Path) -> Result<std::fs::File, String> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    // The path comes from config.json: never open a device or wait on a fifo. A namespace
+    // file (nsfs) is a regular file to stat.
+    let is_file = std::fs::metadata(path)
+        .map(|m| m.is_file())
+        .unwrap_or(false);
+    if !is_file {
+        return Err(format!(
+            "network namespace {}: not a network namespace file (config.json \
+             linux.namespaces[network].path)",
+            path.display()
+        ));
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| format!("network namespace {}: {e}", path.display()))?;
+    // SAFETY: NS_GET_NSTYPE takes no argument and returns the type or -1; `f` is open.
+    let t = unsafe { libc::ioctl(f.as_raw_fd(), NS_GET_NSTYPE as _) };
+    if t != libc::CLONE_NEWNET {
+        return Err(format!(
+            "network namespace {}: not a network namespace file (config.json \
+             linux.namespaces[network].path)",
+            path.display()
+        ));
+    }
+    Ok(f)
+}
+
+/// Checks, at `create`, that `path` names a network namespace the process can join.
+pub fn check_netns(path: &Path) -> Result<(), String> {
+    open_netns(path).map(drop)
+}
+
+/// Moves the calling (single-threaded) process into the network namespace at `path`.
+pub fn enter_netns(path: &Path) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let f = open_netns(path)?;
+    // SAFETY: setns(2) on a descriptor we hold open; the result is checked.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(format!(
+            "cannot join the network namespace {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
+/// Moves the calling (single-threaded) process into a fresh network namespace with `lo` up.
+pub fn new_netns() -> Result<(), String> {
+    // SAFETY: unshare(2) with a constant flag; the result is checked.
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        return Err(format!(
+            "cannot make a network namespace: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    germline_broker::netns::loopback_up()
+        .map_err(|e| format!("cannot bring lo up in the new network namespace: {e}"))
+}
+
+/// The first IPv4 address of an interface that is up and not loopback, in the calling
+/// process's network namespace (a pod's address, which its spec cannot know in advance).
+pub fn first_address() -> Result<std::net::Ipv4Addr, String> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs(3) writes a list head we free below with freeifaddrs; checked.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(format!(
+            "cannot list the network namespace's addresses: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let mut found = None;
+    let mut p = head;
+    while !p.is_null() && found.is_none() {
+        // SAFETY: `p` is a node of the list getifaddrs returned, not yet freed.
+        let ifa = unsafe { &*p };
+        let up = ifa.ifa_flags & libc::IFF_UP as libc::c_uint != 0;
+        let lo = ifa.ifa_flags & libc::IFF_LOOPBACK as libc::c_uint != 0;
+        let inet = !ifa.ifa_addr.is_null()
+            // SAFETY: a non-null ifa_addr points to a sockaddr whose family says its type.
+            && unsafe { (*ifa.ifa_addr).sa_family } == libc::AF_INET as libc::sa_family_t;
+        if up && !lo && inet {
+            // SAFETY: the family is AF_INET, so the address is a sockaddr_in.
+            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+            found = Some(std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
+        }
+        p = ifa.ifa_next;
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once; no reference to it is kept.
+    unsafe { libc::freeifaddrs(head) };
+    found.ok_or_else(|| {
+        "the container's network namespace has no IPv4 address besides loopback for \
+         dev.germline.mcp/listen 0.0.0.0:PORT (name an address, or give the pod a network)"
+            .to_string()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_network_namespace_file_is_accepted() {
+        check_netns(Path::new("/proc/self/ns/net")).expect("our own netns");
+        for p in [
+            "/proc/self/ns/mnt",
+            "/etc/hostname",
+            "/dev/null",
+            "/nonexistent",
+        ] {
+            let e = check_netns(Path::new(p)).expect_err(p);
+            assert!(e.contains(p), "{e}");
+        }
+    }
 
     #[test]
     fn cgroup_paths_with_dots_or_systemd_form_are_not_plain() {
