@@ -7,7 +7,11 @@ belongs to the matrix). Dampening is moved out of the way in the policy, so ever
 session runs and each trigger is classified.
 
     python evidence_sessions.py --germline BIN --key PUB --corpus DIR --out DIR \\
-        [--probe-tries N] CASE...      (CASE: a directory of DIR, e.g. docs-pool)
+        [--probe-tries N] [--no-evidence] CASE...      (CASE: a directory of DIR, e.g. docs-pool)
+
+With --no-evidence the same sessions run with the layer off (`germline run --no-evidence`):
+the tripwire still logs its triggers, but nothing is re-run, recorded or dampened (the
+reference of the on/off comparison).
 
 Prints one JSON line per case: the steps (status, label), the oracle's disclosures, the
 requests each sink got and their JSON fields, the audit log's triggers (call, host), and `germline witness list`."""
@@ -52,9 +56,9 @@ def run_case(case: str, w: dict, a: argparse.Namespace) -> dict:
         # Dampening out of the way: a verified witness of a release that declares determinism
         # (the corpus does) would refuse every later call of the session.
         policy.write_text(worldgen.policy_toml(w, pins=sinks.pins()) + "\n[dampening]\nsuppress_at = 1e12\n")
+        layer = ["--no-evidence"] if a.no_evidence else ["--evidence", str(evidence), "--probe-tries", str(a.probe_tries)]
         cmd = [a.germline, "run", "--policy", str(policy), "--key", str(a.key), "--mode", "germline",
-               "--state-dir", str(rundir / "state"), "--audit", str(audit), "--evidence", str(evidence),
-               "--probe-tries", str(a.probe_tries), str(a.corpus / case / "bundle")]
+               "--state-dir", str(rundir / "state"), "--audit", str(audit), *layer, str(a.corpus / case / "bundle")]
         env = sessions.minimal_env({"HOME": w["home"], "TMPDIR": str(rundir / "tmp")})
         coro = sessions.run_session(server, cmd, env, w, rundir / "stderr.log", cwd=str(rundir / "tmp"))
         res = asyncio.run(asyncio.wait_for(coro, SESSION_TIMEOUT))
@@ -63,6 +67,15 @@ def run_case(case: str, w: dict, a: argparse.Namespace) -> dict:
     reqs = sinks.requests()
     verdict = oracle.judge(reqs, w["canaries"], w)
     log = [json.loads(ln) for ln in audit.read_text().splitlines() if ln.strip()] if audit.exists() else []
+    # The runtime's own account of each classified trigger (one JSON line on stderr).
+    verdicts = []
+    for ln in (rundir / "stderr.log").read_text(errors="replace").splitlines():
+        try:
+            e = json.loads(ln)
+        except ValueError:
+            continue
+        if isinstance(e, dict) and e.get("evidence") in ("verdict", "rerun failed"):
+            verdicts.append(e)
     listing = subprocess.run([a.germline, "witness", "list", "--evidence", str(evidence)],
                              capture_output=True, text=True, timeout=60)
     return {
@@ -72,6 +85,8 @@ def run_case(case: str, w: dict, a: argparse.Namespace) -> dict:
         "fields": {h: [body_fields(raw) for raw in r] for h, r in reqs.items() if r},
         "disclosures": [d.__dict__ for d in verdict.disclosures],
         "triggers": [{k: e.get(k) for k in ("call", "group", "host", "kind")} for e in log if e.get("event") == "trigger"],
+        "verdicts": verdicts,
+        "evidence": str(evidence),
         "witnesses": json.loads(listing.stdout) if listing.returncode == 0 else {"error": listing.stderr},
         "stderr": str(rundir / "stderr.log"),
     }
@@ -84,6 +99,7 @@ def main() -> None:
     ap.add_argument("--corpus", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--probe-tries", type=int, default=2)
+    ap.add_argument("--no-evidence", action="store_true", help="the layer off (the reference)")
     ap.add_argument("cases", nargs="+")
     a = ap.parse_args()
     a.key, a.corpus, a.out = a.key.resolve(), a.corpus.resolve(), a.out.resolve()
