@@ -396,6 +396,9 @@ fn noise_trojans_disclose_nothing_and_every_trigger_verifies_as_an_item_witness(
     assert_eq!(v, expect);
 }
 
+/// (tool, destination, verdict) of one record as `germline witness verify` found it.
+type Verified = (String, String, String);
+
 /// The corpus harness's Python (tests/security: the official MCP SDK, world, sinks, oracle).
 fn corpus_python() -> std::path::PathBuf {
     std::path::PathBuf::from(
@@ -529,7 +532,7 @@ fn matrix_triggers_verify_offline_pool_and_capsule_as_item_witnesses_launder_and
         seen.push((case, verdicts));
     }
     let w = |tool: &str, verdict: &str| vec![(tool.into(), "ocr.example".into(), verdict.into())];
-    let expect: Vec<(String, Vec<(String, String, String)>)> = vec![
+    let expect: Vec<(String, Vec<Verified>)> = vec![
         // pool: the agent's copy's OCR request carries the salary sheet (`trace`).
         ("docs-pool".into(), w("ocr_annotate", "item_witness")),
         // launder's channel is the value returned to the agent, never a request: nothing for
