@@ -922,7 +922,7 @@ mod tests {
     /// Two runtimes of one release (two sessions sharing an evidence directory) updating its
     /// entry at once, each from its own thread and descriptor: every attempt of both is in
     /// the file afterwards. Without the lock (each runtime writing back its own state, as
-    /// before) the last writer's counts replaced the other's: about 200 instead of 400.
+    /// before) the last writer's own counts replaced the other's: 200 instead of 400.
     #[test]
     fn concurrent_writers_of_one_release_lose_no_update() {
         let dir = tempfile::tempdir().expect("tempdir");
