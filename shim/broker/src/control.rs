@@ -22,7 +22,9 @@ use serde_json::{json, Value};
 
 use crate::{Broker, Twin};
 
-const MAX_MESSAGE: usize = 1 << 20;
+/// The largest control message either side takes (a call's record holds its delivered
+/// replies, hex encoded; a re-run's request holds its transcript the same way).
+pub const MAX_MESSAGE: usize = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
@@ -132,16 +134,33 @@ pub fn mono_ns_of(at: Instant) -> u64 {
 }
 
 fn seqpacket() -> nix::Result<OwnedFd> {
-    socket::socket(
+    let fd = socket::socket(
         AddressFamily::Unix,
         SockType::SeqPacket,
         SockFlag::SOCK_CLOEXEC,
         None,
-    )
+    )?;
+    widen(&fd);
+    Ok(fd)
+}
+
+/// A unix `SOCK_SEQPACKET` message must fit the sender's send buffer, which starts at
+/// `net.core.wmem_default` (212992 bytes on stock Linux): without this, a call whose record
+/// exceeds about 208 KiB (about 104 KiB of delivered replies, hex encoded) could not be sent
+/// and the broker closed the connection. The kernel doubles the value it is given, so
+/// `MAX_MESSAGE` leaves room for the message and its overhead. `SO_SNDBUFFORCE` (root)
+/// ignores `net.core.wmem_max`; a caller without the capability gets what `SO_SNDBUF` allows.
+fn widen(fd: &OwnedFd) {
+    if socket::setsockopt(fd, sockopt::SndBufForce, &MAX_MESSAGE).is_err() {
+        let _ = socket::setsockopt(fd, sockopt::SndBuf, &MAX_MESSAGE);
+    }
 }
 
 fn send(fd: RawFd, v: &Value, pass: Option<BorrowedFd<'_>>) -> Result<(), ControlError> {
-    let bytes = v.to_string();
+    send_text(fd, &v.to_string(), pass)
+}
+
+fn send_text(fd: RawFd, bytes: &str, pass: Option<BorrowedFd<'_>>) -> Result<(), ControlError> {
     let raw = pass.map(|f| [f.as_raw_fd()]);
     let cmsgs: Vec<ControlMessage<'_>> = raw
         .as_ref()
@@ -235,6 +254,8 @@ pub fn bind(path: &Path) -> Result<OwnedFd, ControlError> {
 
 /// Handles one accepted connection (also usable by a caller that accepts itself).
 pub fn connection(broker: &Broker, conn: OwnedFd) {
+    // An accepted socket starts from the default send buffer, whatever the listener's.
+    widen(&conn);
     let me = nix::unistd::geteuid().as_raw();
     match socket::getsockopt(&conn, sockopt::PeerCredentials) {
         Ok(c) if c.uid() == 0 || c.uid() == me => {}
@@ -278,7 +299,16 @@ pub fn connection(broker: &Broker, conn: OwnedFd) {
             }
             Err(e) => json!({"ok": false, "error": e}),
         };
-        if send(conn.as_raw_fd(), &v, None).is_err() {
+        // A reply larger than the peer takes is answered with the reason, not dropped with
+        // the connection (the session goes on; only this request fails).
+        let mut text = v.to_string();
+        if text.len() > MAX_MESSAGE {
+            text = json!({"ok": false, "error": format!(
+                "reply of {} bytes exceeds the control channel's {MAX_MESSAGE}-byte message limit",
+                text.len())})
+            .to_string();
+        }
+        if send_text(conn.as_raw_fd(), &text, None).is_err() {
             return;
         }
     }

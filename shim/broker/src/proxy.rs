@@ -745,7 +745,7 @@ fn urlencode(s: &str) -> String {
     out
 }
 
-/// The state pseudo-destination: `GET /slot` lists keys, `GET /slot/KEY` reads, `PUT
+/// The state pseudo-destination: `GET /slot` lists keys (a JSON list), `GET /slot/KEY` reads, `PUT
 /// /slot/KEY` writes with the copy's current label, `GET /twin` returns the twin inputs. A
 /// copy only ever reaches the slot of its own horizon.
 async fn state(inner: &Inner, env: &CopyEnv, req: Request<Incoming>) -> Resp {
@@ -793,7 +793,9 @@ async fn state(inner: &Inner, env: &CopyEnv, req: Request<Incoming>) -> Resp {
                 .collect();
             keys.sort();
             keys.dedup();
-            Some(json_resp(json!({"keys": keys})))
+            // A JSON list of strings: the form the corpus's slot-using Trojans parse
+            // (docs/security-matrix.md, "What `germline run` must provide").
+            Some(json_resp(json!(keys)))
         }
         (Method::GET, _, Some(k)) => {
             let v = copy

@@ -133,3 +133,106 @@ fn peer_child() {
         Err(e) => println!("PEER-RESULT: refused: {e}"),
     }
 }
+
+/// A call's record carries its delivered replies (hex encoded) back over the control socket.
+/// A unix SEQPACKET message must fit the sender's send buffer, 212992 bytes at Linux's default
+/// `wmem_default`: the reference below shows a record of a 300 KB reply does not fit a socket
+/// left at the default, and the broker's widened sockets carry it whole. A record past the
+/// channel's 1 MiB limit is refused with the reason and the connection stays usable.
+#[test]
+fn records_past_the_default_socket_buffer_come_back_and_past_the_limit_are_refused() {
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let size = Arc::new(std::sync::atomic::AtomicUsize::new(300_000));
+    let sz = size.clone();
+    let sink = Sink::with(Arc::new(move |_r: &Received| {
+        let n = sz.load(std::sync::atomic::Ordering::Relaxed);
+        (200, vec![], vec![b'r'; n])
+    }));
+    let p = policy(
+        dir.path(),
+        &[("ocr.example", &["finance"], Some(sink.addr))],
+        "",
+    );
+    let broker =
+        Arc::new(Broker::start(BrokerConfig::new(p, &dir.path().join("state"))).expect("broker"));
+    let sock = dir.path().join("run/broker.sock");
+    let listener = control::bind(&sock).expect("bind");
+    let b = broker.clone();
+    std::thread::spawn(move || {
+        while let Ok(fd) = nix::sys::socket::accept(std::os::fd::AsRawFd::as_raw_fd(&listener)) {
+            // SAFETY: accept returned a fresh descriptor owned by nobody else.
+            let conn = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+            let b = b.clone();
+            std::thread::spawn(move || control::connection(&b, conn));
+        }
+    });
+    let c = BrokerClient::connect(&sock).expect("connect");
+    let one_call = |c: &BrokerClient| {
+        let (call, _twin, _plan) = c
+            .begin_call(BeginCall {
+                release: "sha256:r".into(),
+                user: String::new(),
+                items: vec![item("invoice", &["finance"])],
+                hosts: vec![m("ocr.example", &["finance"])],
+                consumers: vec![m("agent", &["finance"])],
+                mode: PlanMode::Split,
+                rules: LabelRules::default(),
+                open: false,
+                replay: None,
+            })
+            .expect("begin");
+        let ns = TestNetns::new();
+        let proxy = c
+            .start_copy(
+                call,
+                0,
+                ns.fd.as_fd(),
+                Instant::now() + Duration::from_secs(10),
+            )
+            .expect("start");
+        let addr = proxy.parse().expect("addr");
+        let r = ns.run(move || {
+            http(addr, "POST", "http://ocr.example/ocr", &[], b"invoice").expect("request")
+        });
+        assert_eq!(r.status, 200);
+        c.end_copy(call, 0).expect("end copy");
+        c.end_call(call)
+    };
+    let rec = one_call(&c).expect("a record of a 300 KB reply");
+    let body = rec["delivered"]["ocr.example"][0][1]["body"]
+        .as_str()
+        .expect("the reply's body")
+        .len();
+    assert_eq!(body, 600_000, "the whole reply, hex encoded");
+    // The reference: the same record on a SEQPACKET pair left at the default buffer size.
+    let (a, _b) = nix::sys::socket::socketpair(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::SeqPacket,
+        None,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+    )
+    .expect("socketpair");
+    let text = rec.to_string();
+    let default = nix::sys::socket::send(
+        std::os::fd::AsRawFd::as_raw_fd(&a),
+        text.as_bytes(),
+        nix::sys::socket::MsgFlags::empty(),
+    );
+    let wmem: usize = std::fs::read_to_string("/proc/sys/net/core/wmem_default")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    if wmem < text.len() {
+        assert_eq!(default, Err(nix::errno::Errno::EMSGSIZE), "{wmem}");
+    }
+    // Past the limit: refused with the reason, and the same connection serves the next call.
+    size.store(600_000, std::sync::atomic::Ordering::Relaxed);
+    let err = one_call(&c).expect_err("a record past 1 MiB");
+    assert!(err.to_string().contains("message limit"), "{err}");
+    size.store(10, std::sync::atomic::Ordering::Relaxed);
+    assert!(one_call(&c).is_ok());
+    assert_eq!(sink.count(), 3);
+}

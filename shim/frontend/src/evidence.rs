@@ -87,9 +87,38 @@ pub struct Evidence {
     pending: Vec<Job>,
     /// Records written in this session (paths), newest last.
     pub written: Vec<PathBuf>,
-    /// Releases whose state this runtime changed: only those are written back, over what
-    /// the file holds then (several runtimes of `germline serve` share one ledger file).
-    touched: std::collections::BTreeSet<String>,
+}
+
+/// The exclusive lock over `<dir>/dampening.json`'s read-modify-write (`flock` on
+/// `<dir>/dampening.lock`), released when dropped (the descriptor closes).
+struct LedgerLock {
+    _held: std::fs::File,
+}
+
+impl LedgerLock {
+    fn take(dir: &Path) -> Result<LedgerLock, String> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        use std::os::unix::io::AsRawFd as _;
+        let p = dir.join("dampening.lock");
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&p)
+            .map_err(|e| io(&p, e))?;
+        loop {
+            // SAFETY: flock(2) on a descriptor we own and keep open for the lock's lifetime.
+            let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+            if r == 0 {
+                return Ok(LedgerLock { _held: f });
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(io(&p, e));
+            }
+        }
+    }
 }
 
 fn io(p: &Path, e: std::io::Error) -> String {
@@ -173,7 +202,6 @@ impl Evidence {
             ledger,
             pending: Vec::new(),
             written: Vec::new(),
-            touched: Default::default(),
         })
     }
 
@@ -185,69 +213,66 @@ impl Evidence {
         self.pending.len()
     }
 
-    fn save_ledger(&mut self, release: &str) {
-        self.touched.insert(release.to_string());
-        if let Some(c) = &self.cfg {
-            let p = c.dir.join("dampening.json");
-            let tmp = c
-                .dir
-                .join(format!("dampening.json.{}.tmp", std::process::id()));
-            let mut on_disk: Ledger = std::fs::read(&p)
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok())
-                .unwrap_or_default();
-            on_disk.params = self.ledger.params.clone();
-            for r in &self.touched {
-                if let Some(s) = self.ledger.releases.get(r) {
-                    on_disk.releases.insert(r.clone(), s.clone());
-                }
+    /// One update of `release`'s dampening state, atomic across every runtime sharing the
+    /// evidence directory (`germline serve`'s releases and per-session germlines, several
+    /// `germline run` sessions of one release): under an exclusive `flock` on
+    /// `<dir>/dampening.lock` it reads the ledger file, takes the release's state from it
+    /// (the file is the release's state; this runtime's copy stands in only while the file
+    /// has no entry for it, e.g. after it was removed), applies `f`, and writes the file
+    /// back through a temporary file and `rename`, so a reader never sees half a ledger and
+    /// no writer overwrites another's update. Without an evidence directory `f` applies to
+    /// the in-memory ledger alone.
+    ///
+    /// The write is skipped when the file had no entry for the release and `f` left it
+    /// with no penalty and no refusal: a clean call of a clean release writes nothing.
+    fn update<T>(&mut self, release: &str, f: impl FnOnce(&mut Ledger) -> T) -> T {
+        let Some(dir) = self.cfg.as_ref().map(|c| c.dir.clone()) else {
+            return f(&mut self.ledger);
+        };
+        let lock = match LedgerLock::take(&dir) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                // Fails open on the file only: the update still applies in memory.
+                eprintln!("{}", json!({"evidence": "ledger lock failed", "error": e}));
+                None
             }
+        };
+        let p = dir.join("dampening.json");
+        let mut on_disk: Ledger = std::fs::read(&p)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        let had = on_disk.releases.get(release).cloned();
+        if let Some(st) = &had {
+            self.ledger.releases.insert(release.to_string(), st.clone());
+        }
+        let out = f(&mut self.ledger);
+        let mine = self.ledger.releases.get(release).cloned();
+        let worth = mine
+            .as_ref()
+            .is_some_and(|s| s.penalty.value > 0.0 || s.refused > 0);
+        if lock.is_some() && (had.is_some() || worth) {
+            on_disk.params = self.ledger.params.clone();
+            if let Some(st) = mine {
+                on_disk.releases.insert(release.to_string(), st);
+            }
+            let tmp = dir.join(format!("dampening.json.{}.tmp", std::process::id()));
             if let Ok(b) = serde_json::to_vec_pretty(&on_disk) {
                 if std::fs::write(&tmp, b).is_ok() {
                     let _ = std::fs::rename(&tmp, &p);
                 }
             }
         }
-    }
-
-    /// Takes the release's penalty from the ledger file when it is higher than this
-    /// runtime's: runtimes running at once (`germline serve`'s per-session germlines) then
-    /// see a penalty another one raised before their next call, not only at their start.
-    /// Only ever raises the penalty (fails closed); the attempt counts stay this runtime's.
-    fn take_higher_penalty(&mut self, release: &str) {
-        let Some(c) = &self.cfg else {
-            return;
-        };
-        let Some(disk) = std::fs::read(c.dir.join("dampening.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Ledger>(&b).ok())
-            .and_then(|l| l.releases.get(release).cloned())
-        else {
-            return;
-        };
-        let mine = self.ledger.releases.entry(release.to_string()).or_default();
-        if disk.penalty.value > mine.penalty.value
-            || (disk.penalty.suppressed && !mine.penalty.suppressed)
-        {
-            mine.penalty = disk.penalty;
-        }
+        drop(lock);
+        out
     }
 
     /// One call attempt of `release`: the refusal reason while it is suppressed. Every
-    /// attempt counts (the penalty decays per attempt, Appendix B-E).
+    /// attempt counts (the penalty decays per attempt, Appendix B-E), whichever runtime
+    /// makes it: a penalty raised in one session is the one the next attempt of another
+    /// decays and tests.
     pub fn admit(&mut self, release: &str) -> Result<(), String> {
-        self.take_higher_penalty(release);
-        let r = self.ledger.admit(release);
-        // A release with no penalty has nothing to persist: no disk write on a clean call.
-        if self
-            .ledger
-            .releases
-            .get(release)
-            .is_some_and(|s| s.penalty.value > 0.0 || s.refused > 0)
-        {
-            self.save_ledger(release);
-        }
-        r
+        self.update(release, |l| l.admit(release))
     }
 
     /// Queues every trigger of a finished call for its re-runs.
@@ -332,8 +357,7 @@ impl Evidence {
         verdict: Verdict,
     ) -> Result<PathBuf, String> {
         let (digest, _label, declared) = rt_release;
-        self.ledger.record(digest, verdict, declared);
-        self.save_ledger(digest);
+        self.update(digest, |l| l.record(digest, verdict, declared));
         let (Some(cfg), Some((name, key))) = (&self.cfg, &self.key) else {
             return Err("evidence is not enabled".into());
         };
@@ -759,10 +783,11 @@ mod tests {
         let r = "sha256:release";
         assert!(a.admit(r).is_ok() && b.admit(r).is_ok());
         // A's release is suppressed (as after verified witnesses) and A saves its ledger.
-        let st = a.ledger.releases.entry(r.to_string()).or_default();
-        st.penalty.value = 1e6;
-        st.penalty.suppressed = true;
-        a.save_ledger(r);
+        a.update(r, |l| {
+            let st = l.releases.entry(r.to_string()).or_default();
+            st.penalty.value = 1e6;
+            st.penalty.suppressed = true;
+        });
         let e = b.admit(r).expect_err("B, started before, sees A's penalty");
         assert!(e.contains("suppressed by dampening"), "{e}");
         // Another release is untouched.
@@ -877,11 +902,12 @@ mod tests {
         let mut b = Evidence::open(cfg.clone()).expect("open b");
         a.admit("sha256:aa").expect("admit");
         b.admit("sha256:bb").expect("admit");
-        a.ledger.record("sha256:aa", Verdict::ItemWitness, true);
-        a.save_ledger("sha256:aa");
-        b.ledger
-            .record("sha256:bb", Verdict::StateOrResponseDivergence, false);
-        b.save_ledger("sha256:bb");
+        a.update("sha256:aa", |l| {
+            l.record("sha256:aa", Verdict::ItemWitness, true)
+        });
+        b.update("sha256:bb", |l| {
+            l.record("sha256:bb", Verdict::StateOrResponseDivergence, false)
+        });
         let c = Evidence::open(cfg).expect("open c");
         assert!(c.ledger.suppressed("sha256:aa"));
         assert!(!c.ledger.suppressed("sha256:bb"));
@@ -891,6 +917,54 @@ mod tests {
             ..c.cfg.clone().expect("cfg")
         })
         .is_err());
+    }
+
+    /// Two runtimes of one release (two sessions sharing an evidence directory) updating its
+    /// entry at once, each from its own thread and descriptor: every attempt of both is in
+    /// the file afterwards. Without the lock (each runtime writing back its own state, as
+    /// before) the last writer's own counts replaced the other's: 200 instead of 400.
+    #[test]
+    fn concurrent_writers_of_one_release_lose_no_update() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = EvidenceConfig {
+            dir: dir.path().join("evidence"),
+            key_name: "test".into(),
+            tries: 1,
+            params: Default::default(),
+        };
+        let r = "sha256:shared";
+        let rounds = 200u64;
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let writers: Vec<_> = (0..2)
+            .map(|_| {
+                let mut e = Evidence::open(cfg.clone()).expect("open");
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    for _ in 0..rounds {
+                        if e.admit(r).is_ok() {
+                            e.update(r, |l| l.record(r, Verdict::UnverifiedNondeterminism, false));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().expect("writer");
+        }
+        let c = Evidence::open(cfg).expect("open c");
+        let st = c.ledger.releases.get(r).expect("the release's entry");
+        assert_eq!(st.admitted + st.refused, 2 * rounds, "{st:?}");
+        // The penalty went through all 400 attempts too: refused ones among them (an
+        // always-diverging release is suppressed after 9 calls, Appendix B-E).
+        assert!(st.refused > 0 && st.admitted >= 9, "{st:?}");
+        // No temporary file is left behind.
+        let left: Vec<_> = std::fs::read_dir(dir.path().join("evidence"))
+            .expect("dir")
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 
     #[test]

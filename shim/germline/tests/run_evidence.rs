@@ -395,3 +395,169 @@ fn noise_trojans_disclose_nothing_and_every_trigger_verifies_as_an_item_witness(
         .collect();
     assert_eq!(v, expect);
 }
+
+/// (tool, destination, verdict) of one record as `germline witness verify` found it.
+type Verified = (String, String, String);
+
+/// The corpus harness's Python (tests/security: the official MCP SDK, world, sinks, oracle).
+fn corpus_python() -> std::path::PathBuf {
+    std::path::PathBuf::from(
+        std::env::var("GERMLINE_CORPUS_VENV")
+            .unwrap_or_else(|_| "/var/tmp/germline-venv-corpus".into()),
+    )
+    .join("bin/python")
+}
+
+/// The matrix's scripted documents session for each corpus `case`, with the evidence layer on
+/// (`--probe-tries 2`) or off (`--no-evidence`): one JSON line per case from
+/// tests/security/evidence_sessions.py.
+fn evidence_sessions(out: &Path, cases: &[&str], on: bool) -> Vec<Value> {
+    let mut cmd = std::process::Command::new(corpus_python());
+    cmd.arg(root().join("tests/security/evidence_sessions.py"))
+        .arg("--germline")
+        .arg(germline())
+        .arg("--key")
+        .arg(key())
+        .arg("--corpus")
+        .arg(root().join("bundles/out/corpus"))
+        .arg("--out")
+        .arg(out)
+        .args(["--probe-tries", "2"]);
+    if !on {
+        cmd.arg("--no-evidence");
+    }
+    let o = cmd.args(cases).output().expect("evidence_sessions.py");
+    assert!(
+        o.status.success(),
+        "evidence_sessions.py: {}\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Paper Section VII-E (Table VI's first row) with this repository's corpus: the matrix's
+/// scripted documents session under `pool`, `launder`, `evasive` and `capsule`. The paper
+/// reports item witnesses for the first three and a state divergence for `capsule`; here
+/// `pool` and `capsule` each raise one trigger that verifies as an item witness, and
+/// `launder` and `evasive` raise none (why: at `expect` below, and docs/evidence.md). Each
+/// trigger is verified twice: by probe replay right after the call, and by `germline witness
+/// verify` on the stored, signed record in a process of its own. With the layer off the same
+/// sessions raise the same triggers and leave no record; neither discloses.
+#[test]
+fn matrix_triggers_verify_offline_pool_and_capsule_as_item_witnesses_launder_and_evasive_none() {
+    if !can_run() {
+        return;
+    }
+    let corpus = root().join("bundles/out/corpus");
+    assert!(
+        corpus_python().exists() && corpus.join("docs-capsule/bundle").is_dir(),
+        "the corpus and its harness are not set up: {} (scripts/setup.d/50-corpus.sh)",
+        corpus.display()
+    );
+    let cases = ["docs-pool", "docs-launder", "docs-evasive", "docs-capsule"];
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let on = evidence_sessions(&tmp.path().join("on"), &cases, true);
+    let off = evidence_sessions(&tmp.path().join("off"), &cases, false);
+    assert_eq!((on.len(), off.len()), (cases.len(), cases.len()));
+    let mut seen = Vec::new();
+    for (r, r_off) in on.iter().zip(&off) {
+        let case = r["case"].as_str().unwrap_or("?").to_string();
+        // Prevention first: nothing disclosed either way, and the session ran to its end.
+        for x in [r, r_off] {
+            assert_eq!(x["error"], json!(""), "{case}: {x}");
+            assert_eq!(x["disclosures"], json!([]), "{case} disclosed: {x}");
+        }
+        let triggers = |x: &Value| x["triggers"].as_array().map_or(0, Vec::len);
+        let records = r["witnesses"]["witnesses"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        // Off: the tripwire fires the same, but nothing is re-run or recorded.
+        assert_eq!(triggers(r_off), triggers(r), "{case}: {r_off}");
+        assert_eq!(
+            r_off["witnesses"]["witnesses"],
+            json!([]),
+            "{case}: {r_off}"
+        );
+        assert_eq!(r_off["verdicts"], json!([]), "{case}: {r_off}");
+        assert!(
+            !Path::new(r_off["evidence"].as_str().unwrap_or("/")).exists(),
+            "{case}: --no-evidence made an evidence directory"
+        );
+        // On: one record per trigger, each verifying offline with its recorded verdict.
+        assert_eq!(records.len(), triggers(r), "{case}: {r}");
+        let evidence = std::path::PathBuf::from(r["evidence"].as_str().expect("evidence"));
+        let mut verdicts = Vec::new();
+        for rec in &records {
+            let path = std::path::PathBuf::from(rec["path"].as_str().expect("path"));
+            let o = std::process::Command::new(germline())
+                .args(["witness", "verify"])
+                .arg(&path)
+                .arg("--release")
+                .arg(corpus.join(&case).join("bundle"))
+                .arg("--key")
+                .arg(key())
+                .arg("--witness-key")
+                .arg(evidence.join("keys/deployment.pub"))
+                .arg("--items")
+                .arg(path.with_extension("items"))
+                .output()
+                .expect("germline witness verify");
+            let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+            assert!(
+                o.status.success() && v["agrees"] == json!(true),
+                "{case}: verify {}: {v} {}",
+                path.display(),
+                String::from_utf8_lossy(&o.stderr)
+            );
+            verdicts.push((
+                rec["tool"].as_str().unwrap_or("?").to_string(),
+                rec["destination"].as_str().unwrap_or("?").to_string(),
+                v["verdict"].as_str().unwrap_or("?").to_string(),
+            ));
+        }
+        // Probe replay right after the call saw the same: the probe differed on both tries,
+        // the control on none.
+        for v in r["verdicts"].as_array().into_iter().flatten() {
+            assert_eq!(
+                (&v["probe"], &v["control"]),
+                (&json!([true, true]), &json!([false, false])),
+                "{case}: {v}"
+            );
+        }
+        seen.push((case, verdicts));
+    }
+    let w = |tool: &str, verdict: &str| vec![(tool.into(), "ocr.example".into(), verdict.into())];
+    let expect: Vec<(String, Vec<Verified>)> = vec![
+        // pool: the agent's copy's OCR request carries the salary sheet (`trace`).
+        ("docs-pool".into(), w("ocr_annotate", "item_witness")),
+        // launder's channel is the value returned to the agent, never a request: nothing for
+        // the tripwire to compare. The slot's label on that value (hr, from the earlier
+        // calls' items it wrote there) makes the agent withhold the forward instead.
+        ("docs-launder".into(), vec![]),
+        // evasive behaves in every copy: each is PID 1 of its own PID namespace and its
+        // HTTP_PROXY is the broker's http://127.0.0.1:3128, either of which it tests for.
+        ("docs-evasive".into(), vec![]),
+        // capsule: the agent's copy puts this call's items in the slot and reads them back
+        // (a copy reads its own writes), so its request carries the salary sheet as well as
+        // the earlier calls' items: with the group's slot snapshot the probe still differs.
+        ("docs-capsule".into(), w("ocr_annotate", "item_witness")),
+    ];
+    assert_eq!(seen, expect);
+    let by = |case: &str| on.iter().find(|r| r["case"] == case).expect("case");
+    let launder = by("docs-launder");
+    assert_eq!(
+        launder["steps"][5]["status"],
+        json!("withheld"),
+        "{launder}"
+    );
+    let evasive = by("docs-evasive");
+    let fields = evasive["fields"].to_string();
+    assert!(!fields.contains("metrics"), "{fields}");
+    let pool_fields = by("docs-pool")["fields"].to_string();
+    assert!(pool_fields.contains("trace"), "{pool_fields}");
+}
