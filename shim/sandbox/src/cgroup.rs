@@ -319,7 +319,13 @@ impl Cgroup {
         if self.procs().is_ok_and(|p| !p.is_empty()) {
             return Ok(false);
         }
-        for d in &self.dirs {
+        // The hierarchy [`Cgroup::children`] lists (v1: pids) goes last, so that a cgroup
+        // left half-removed (a busy hierarchy, then the shim killed) is still found and swept
+        // by the next run (sweep.rs).
+        let listed = Path::new(ROOT).join("pids");
+        let (last, first): (Vec<&PathBuf>, Vec<&PathBuf>) =
+            self.dirs.iter().partition(|d| d.starts_with(&listed));
+        for d in first.into_iter().chain(last) {
             match fs::remove_dir(d) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
