@@ -232,6 +232,12 @@ impl Copy {
         Ok(())
     }
 
+    /// Asks a checked, data-free pool copy to run the germline's warming session once more
+    /// while it waits for its call (no answer: the copy reads its `data` after it).
+    pub(crate) fn request_prewarm(&self) -> Result<()> {
+        self.send_line(&json!({"op": "prewarm"}), &[])
+    }
+
     /// Reads one newline-terminated JSON message, before the deadline.
     pub fn recv_json(&mut self) -> Result<Value> {
         loop {

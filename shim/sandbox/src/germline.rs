@@ -468,15 +468,21 @@ impl Germline {
         self.fork_copy_with(false)
     }
 
-    /// [`Germline::fork_copy`]; with `prewarm` (pool copies of a warmed germline) the copy
-    /// runs the germline's synthetic session on public data once more before it reports
-    /// ready, so the pages a call touches are copied (copy-on-write) before the call, not
-    /// during it. The copy holds no data then; its checks run after.
+    /// [`Germline::fork_copy`]; with `prewarm` (pool copies of a warmed germline) the copy,
+    /// once checked, is asked to run the germline's synthetic session on public data once
+    /// more while it waits for a call, so the pages a call touches are copied (copy-on-write)
+    /// before the call, not during it. The shim does not wait for it: a call that comes
+    /// sooner is read by the copy when its session ends.
     fn fork_copy_with(&mut self, prewarm: bool) -> Result<Copy> {
         if let Some(reason) = &self.refused {
             return Err(Error::Refused(reason.clone()));
         }
-        let r = self.fork_and_check(prewarm);
+        let r = self.fork_and_check().and_then(|c| {
+            if prewarm {
+                c.request_prewarm()?;
+            }
+            Ok(c)
+        });
         if let Err(Error::Refused(reason)) = &r {
             self.refused = Some(reason.clone());
         }
@@ -491,7 +497,7 @@ impl Germline {
         &self.fork_phases
     }
 
-    fn fork_and_check(&mut self, prewarm: bool) -> Result<Copy> {
+    fn fork_and_check(&mut self) -> Result<Copy> {
         let mut mark = Instant::now();
         let mut phases: Vec<(&'static str, u64)> = Vec::with_capacity(6);
         let mut lap = |name: &'static str, phases: &mut Vec<(&'static str, u64)>| {
@@ -536,7 +542,6 @@ impl Germline {
             "seccomp": Program::copy().to_hex(),
             "landlock": self.copy_landlock,
             "pidns": !self.opts.ablation.no_pid_namespace,
-            "prewarm": prewarm,
         });
         let r = (|| -> Result<i32> {
             self.cgroup.set_frozen(false)?;

@@ -5,11 +5,12 @@
 # outside everything it claims to do. Protocol (docs/sandbox.md):
 #   control socket fd 3 (SOCK_SEQPACKET, one JSON object per packet)
 #     germline -> shim  {"op":"ready","warm":bool} | {"op":"error","reason":str}
-#     shim -> germline  {"op":"fork", "seccomp":hex, "landlock":{...}, "pidns":bool,
-#                        "prewarm":bool} + SCM_RIGHTS [copy socket]
+#     shim -> germline  {"op":"fork", "seccomp":hex, "landlock":{...}, "pidns":bool}
+#                        + SCM_RIGHTS [copy socket]
 #     germline -> shim  {"op":"forked"}
 #   copy socket (SOCK_STREAM, newline-delimited JSON)
 #     copy -> shim      {"op":"ready"}
+#     shim -> copy      {"op":"prewarm"}   (optional, pool copies; no answer)
 #     shim -> copy      {"op":"data","items":[{"name":str}...],"twin"?:{"time_ns","seed"}}
 #                       + SCM_RIGHTS [memfd per item]
 #     copy -> shim      {"op":"started"}; then MCP JSON-RPC on the same socket (its stdio).
@@ -255,15 +256,19 @@ def install_seccomp(program_hex):
     check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
 
 
+_PENDING = [b""]  # bytes after the last line read (the shim may send two lines at once)
+
+
 def recv_line(sock, fds_out):
-    data = b""
-    while not data.endswith(b"\n"):
+    data = _PENDING[0]
+    while b"\n" not in data:
         msg, fds, _flags, _addr = socket.recv_fds(sock, 65536, 64)
         if not msg:
             os._exit(3)
         fds_out.extend(fds)
         data += msg
-    return json.loads(data)
+    line, _, _PENDING[0] = data.partition(b"\n")
+    return json.loads(line)
 
 
 def copy_main(sock_fd, cmd):
@@ -277,17 +282,18 @@ def copy_main(sock_fd, cmd):
     drop_capabilities()
     landlock_layer(cmd["landlock"])
     install_seccomp(cmd["seccomp"])
-    if cmd.get("prewarm"):
-        # A pool copy, forked before any call and holding no data: the synthetic session once
-        # more, so the pages it touches are copied now (copy-on-write), off the call's path.
-        # Without the manifest's warm calls: a pool copy must answer a call as a freshly
-        # forked one would (probe re-runs compare them), and those may change tool state.
-        warm()
-        twin_index()  # the session may have imported modules that bound a clock
     sock = socket.socket(fileno=sock_fd)
     sock.sendall(b'{"op":"ready"}\n')
     fds = []
     data = recv_line(sock, fds)
+    if data.get("op") == "prewarm":
+        # A checked pool copy, holding no data: the synthetic session once more while it waits
+        # for its call, so the pages it touches are copied now (copy-on-write), off the call's
+        # path. Without the manifest's warm calls: a pool copy must answer a call as a freshly
+        # forked one would (probe re-runs compare them), and those may change tool state.
+        warm()
+        twin_index()  # the session may have imported modules that bound a clock
+        data = recv_line(sock, fds)
     if data.get("op") != "data":
         os._exit(4)
     items = {}
