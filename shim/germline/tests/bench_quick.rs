@@ -79,14 +79,30 @@ fn bench_quick_writes_well_formed_results() {
         .as_array()
         .expect("memory")
         .is_empty());
+    // noop and get_current_time without the pool, get_current_time with a pool of 2.
     let b = doc["breakdown"].as_array().expect("breakdown");
-    assert_eq!(b.len(), 2);
-    for k in ["plan", "fork", "broker", "copy", "copy.mcp"] {
+    let pools: Vec<u64> = b.iter().filter_map(|r| r["pool"].as_u64()).collect();
+    assert_eq!(pools, vec![0, 0, 2], "{b:?}");
+    for k in [
+        "plan",
+        "fork",
+        "fork.germline_checks",
+        "fork.fork",
+        "fork.confine",
+        "fork.copy_checks",
+        "broker",
+        "copy",
+        "copy.init",
+        "copy.mcp",
+    ] {
         assert!(
             b[0]["phases"][k]["us"].as_f64().is_some(),
             "phase {k} missing"
         );
     }
+    // A forked copy's laps were timed; a pool copy was forked before the call.
+    assert!(b[0]["phases"]["fork.fork"]["us"].as_f64().unwrap_or(0.0) > 0.0);
+    assert_eq!(b[2]["phases"]["fork.fork"]["us"].as_f64(), Some(0.0));
     let targets = doc["targets"].as_array().expect("targets");
     assert_eq!(targets.len(), 7);
     assert!(targets

@@ -246,9 +246,8 @@ impl Collector {
         Collector { addr, bodies }
     }
 
-    /// The string values of attribute `key` of every span named `name`.
-    /// The boolean attribute `key` of every span named `name` (absent or not a bool: false).
-    fn bool_attrs(&self, name: &str, key: &str) -> Vec<bool> {
+    /// The value of attribute `key` of every span named `name` (`Null` where it has none).
+    fn attr_values(&self, name: &str, key: &str) -> Vec<Value> {
         let mut out = Vec::new();
         for b in self.bodies.lock().expect("lock").iter() {
             for rs in b["resourceSpans"].as_array().into_iter().flatten() {
@@ -257,13 +256,12 @@ impl Collector {
                         if sp["name"] != json!(name) {
                             continue;
                         }
-                        let v = sp["attributes"]
+                        let a = sp["attributes"]
                             .as_array()
                             .into_iter()
                             .flatten()
-                            .find(|a| a["key"] == json!(key))
-                            .and_then(|a| a["value"]["boolValue"].as_bool());
-                        out.push(v.unwrap_or(false));
+                            .find(|a| a["key"] == json!(key));
+                        out.push(a.map_or(Value::Null, |a| a["value"].clone()));
                     }
                 }
             }
@@ -271,30 +269,21 @@ impl Collector {
         out
     }
 
+    /// The string values of attribute `key` of every span named `name` that has it.
     fn attrs(&self, name: &str, key: &str) -> Vec<String> {
-        let mut out = Vec::new();
-        for b in self.bodies.lock().expect("lock").iter() {
-            for rs in b["resourceSpans"].as_array().into_iter().flatten() {
-                for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
-                    for sp in ss["spans"].as_array().into_iter().flatten() {
-                        if sp["name"] != json!(name) {
-                            continue;
-                        }
-                        for a in sp["attributes"].as_array().into_iter().flatten() {
-                            if a["key"] == json!(key) {
-                                out.push(
-                                    a["value"]["stringValue"]
-                                        .as_str()
-                                        .unwrap_or_default()
-                                        .to_string(),
-                                );
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        out
+        self.attr_values(name, key)
+            .into_iter()
+            .filter(|v| !v.is_null())
+            .map(|v| v["stringValue"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    /// The boolean attribute `key` of every span named `name` (absent or not a bool: false).
+    fn bool_attrs(&self, name: &str, key: &str) -> Vec<bool> {
+        self.attr_values(name, key)
+            .iter()
+            .map(|v| v["boolValue"].as_bool().unwrap_or(false))
+            .collect()
     }
 
     /// Every span received so far, as (trace id, span id, parent id, name).
