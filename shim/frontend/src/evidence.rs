@@ -767,18 +767,20 @@ pub fn verify_offline(v: &VerifyInput<'_>) -> Result<Value, String> {
 mod tests {
     use super::*;
 
+    /// An evidence directory under `dir`, one probe try, default dampening.
+    fn test_cfg(dir: &Path) -> EvidenceConfig {
+        EvidenceConfig {
+            dir: dir.join("evidence"),
+            key_name: "test".into(),
+            tries: 1,
+            params: Default::default(),
+        }
+    }
+
     #[test]
     fn a_penalty_raised_by_one_runtime_reaches_another_already_running() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let open = || {
-            Evidence::open(EvidenceConfig {
-                dir: dir.path().join("evidence"),
-                key_name: "test".into(),
-                tries: 1,
-                params: Default::default(),
-            })
-            .expect("evidence")
-        };
+        let open = || Evidence::open(test_cfg(dir.path())).expect("evidence");
         let (mut a, mut b) = (open(), open());
         let r = "sha256:release";
         assert!(a.admit(r).is_ok() && b.admit(r).is_ok());
@@ -892,12 +894,7 @@ mod tests {
     #[test]
     fn runtimes_sharing_a_ledger_file_keep_each_others_releases() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let cfg = EvidenceConfig {
-            dir: dir.path().join("evidence"),
-            key_name: "test".into(),
-            tries: 1,
-            params: Default::default(),
-        };
+        let cfg = test_cfg(dir.path());
         let mut a = Evidence::open(cfg.clone()).expect("open a");
         let mut b = Evidence::open(cfg.clone()).expect("open b");
         a.admit("sha256:aa").expect("admit");
@@ -926,12 +923,7 @@ mod tests {
     #[test]
     fn concurrent_writers_of_one_release_lose_no_update() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let cfg = EvidenceConfig {
-            dir: dir.path().join("evidence"),
-            key_name: "test".into(),
-            tries: 1,
-            params: Default::default(),
-        };
+        let cfg = test_cfg(dir.path());
         let r = "sha256:shared";
         let rounds = 200u64;
         let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));

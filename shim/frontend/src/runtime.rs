@@ -712,17 +712,8 @@ impl Runtime {
             copy.set_client_capabilities(agent.relayed_capabilities());
         }
         phases.push(("fork", t.elapsed().as_micros() as u64));
-        // The fork's laps (none for a pool copy), and their checks together.
-        let laps = g.fork_phases();
-        if !laps.is_empty() {
-            let checks = laps
-                .iter()
-                .filter(|(n, _)| n.ends_with("_checks"))
-                .map(|(_, u)| u)
-                .sum();
-            phases.extend_from_slice(laps);
-            phases.push(("fork.checks", checks));
-        }
+        // The fork's laps (none for a pool copy).
+        phases.extend_from_slice(g.fork_phases());
         let t = Instant::now();
         let netns = File::open(format!("/proc/{}/ns/net", copy.pid()))
             .map_err(|e| RunError::Sandbox(format!("the copy's network namespace: {e}")))?;

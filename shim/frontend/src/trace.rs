@@ -214,9 +214,7 @@ pub fn after_call(
                             if *n == name {
                                 return Some((t, *u));
                             }
-                            if *n != "fork.checks" {
-                                t += u * 1000;
-                            }
+                            t += u * 1000;
                         }
                         None
                     };

@@ -487,12 +487,17 @@ impl Copy {
     /// Ends the call: kills the copy, and turns a broken channel into the real reason (memory
     /// limit, deadline) where the kernel says so.
     pub fn finish(mut self, result: Result<Value>) -> Result<Value> {
-        let oom_before_kill = self.cgroup.oom_kills();
-        let passed = Instant::now() >= self.deadline;
+        let result = self.reason(result);
         self.kill();
+        result
+    }
+
+    /// A broken channel as the real reason (memory limit, deadline) where the kernel says
+    /// so; read before the kill, which would count as neither.
+    fn reason(&self, result: Result<Value>) -> Result<Value> {
         match result {
-            Err(_) if oom_before_kill > 0 => Err(Error::MemoryLimit),
-            Err(Error::Crashed(_)) if passed => Err(Error::Deadline),
+            Err(_) if self.cgroup.oom_kills() > 0 => Err(Error::MemoryLimit),
+            Err(Error::Crashed(_)) if Instant::now() >= self.deadline => Err(Error::Deadline),
             other => other,
         }
     }
@@ -504,13 +509,7 @@ impl Copy {
     /// Python copy (unmapping tens of MB) is then off the call's path. With the cgroup sweep
     /// ablated this waits as [`Copy::finish`] does and returns no corpse.
     pub fn retire(mut self, result: Result<Value>) -> (Result<Value>, Option<Corpse>) {
-        let oom_before_kill = self.cgroup.oom_kills();
-        let passed = Instant::now() >= self.deadline;
-        let result = match result {
-            Err(_) if oom_before_kill > 0 => Err(Error::MemoryLimit),
-            Err(Error::Crashed(_)) if passed => Err(Error::Deadline),
-            other => other,
-        };
+        let result = self.reason(result);
         if !self.sweep {
             self.kill();
             return (result, None);

@@ -432,11 +432,6 @@ impl Germline {
         self.dying.retain_mut(|c| !c.try_reap());
     }
 
-    /// Killed copies not yet released.
-    pub fn dying(&self) -> usize {
-        self.dying.len()
-    }
-
     /// Waits until every killed copy is gone and released (bounded per copy).
     pub fn reap_all(&mut self) -> Result<()> {
         let mut r = Ok(());
