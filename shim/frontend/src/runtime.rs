@@ -438,7 +438,14 @@ impl Runtime {
         match &mut self.backend {
             Backend::Germline(g) => {
                 let _permit = self.limiter.admit_copy(0).map_err(limit)?;
-                let mut copy = g.copy().map_err(|e| RunError::Sandbox(e.to_string()))?;
+                // The agent's own handshake goes to a copy that has made none (never a pool
+                // copy: the agent's protocol version may differ from the shim's).
+                let copy = if method == "initialize" {
+                    g.fork_copy()
+                } else {
+                    g.copy()
+                };
+                let mut copy = copy.map_err(|e| RunError::Sandbox(e.to_string()))?;
                 let r = (|| {
                     g.prepare_copy(&mut copy, &[])?;
                     copy.deliver(&[])?;
@@ -698,7 +705,14 @@ impl Runtime {
         let t = Instant::now();
         let metrics = self.metrics.as_deref();
         let release = &self.release;
-        let mut copy = g.copy().map_err(|e| {
+        // The copy's `initialize` is sent now (a pool copy's was made while it waited): the
+        // copy answers it while the shim sets up its broker endpoint and mounts.
+        let caps = if is_agent && inadmissible.is_none() {
+            agent.relayed_capabilities()
+        } else {
+            json!({})
+        };
+        let mut copy = g.copy_for(&caps).map_err(|e| {
             if let (Some(m), germline_sandbox::Error::Refused(_)) = (metrics, &e) {
                 m.check_failed(&release.label());
             }
@@ -708,9 +722,6 @@ impl Runtime {
             m.item_bytes(&release.label(), view_bytes);
         }
         copy.set_twin(twin);
-        if is_agent && inadmissible.is_none() {
-            copy.set_client_capabilities(agent.relayed_capabilities());
-        }
         phases.push(("fork", t.elapsed().as_micros() as u64));
         // The fork's laps (none for a pool copy).
         phases.extend_from_slice(g.fork_phases());
@@ -761,6 +772,7 @@ impl Runtime {
             let s = Instant::now();
             copy.deliver(&files)?;
             marks[1] = us(s);
+            // What is left of the handshake sent at the fork (0 once the copy answered it).
             let s = Instant::now();
             copy.initialize()?;
             marks[4] = us(s);

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use crate::cgroup::Cgroup;
 use crate::error::{Error, Result};
-use crate::mounts::SlotLease;
+use crate::mounts::{ItemsDir, SlotLease};
 use crate::procfs::Namespaces;
 use crate::sys;
 
@@ -124,9 +124,17 @@ pub struct Copy {
     next_id: u64,
     dead: bool,
     sweep: bool,
+    /// Checked to be PID 1 of a PID namespace of its own (O3).
+    own_pidns: bool,
     initialized: bool,
+    /// The id of an `initialize` sent ahead ([`Copy::begin_initialize`]) whose response has not
+    /// been read yet, and the capabilities it announced.
+    init_pending: Option<u64>,
+    init_caps: Option<Value>,
     /// Item store slots mounted in this copy; freed (and emptied) once it is dead.
     leases: Vec<SlotLease>,
+    /// Its `/run/items`, once the mounts that need no data are made (pool copies).
+    items_dir: Option<ItemsDir>,
     /// Twin inputs `(time_ns, seed)` sent with the data (A4), if set.
     twin: Option<(u128, u64)>,
     /// The client capabilities the shim's `initialize` announces to the copy.
@@ -153,8 +161,12 @@ impl Copy {
             next_id: 1,
             dead: false,
             sweep: true,
+            own_pidns: false,
             initialized: false,
+            init_pending: None,
+            init_caps: None,
             leases: Vec::new(),
+            items_dir: None,
             twin: None,
             client_caps: json!({}),
         }
@@ -183,8 +195,21 @@ impl Copy {
         self.sweep = sweep;
     }
 
+    /// Records that the checks found the copy to be PID 1 of a PID namespace of its own.
+    pub(crate) fn set_own_pidns(&mut self, own: bool) {
+        self.own_pidns = own;
+    }
+
     pub(crate) fn hold(&mut self, lease: SlotLease) {
         self.leases.push(lease);
+    }
+
+    pub(crate) fn set_items_dir(&mut self, dir: ItemsDir) {
+        self.items_dir = Some(dir);
+    }
+
+    pub(crate) fn items_dir(&self) -> Option<&ItemsDir> {
+        self.items_dir.as_ref()
     }
 
     pub(crate) fn mark_ready(&mut self) {
@@ -223,7 +248,11 @@ impl Copy {
     fn send_line(&self, v: &Value, fds: &[i32]) -> Result<()> {
         let mut line = v.to_string().into_bytes();
         line.push(b'\n');
-        let mut sent = sys::send_with_fds(self.sock.as_raw_fd(), &line, fds)
+        self.send_raw(&line, fds)
+    }
+
+    fn send_raw(&self, line: &[u8], fds: &[i32]) -> Result<()> {
+        let mut sent = sys::send_with_fds(self.sock.as_raw_fd(), line, fds)
             .map_err(|e| Error::Crashed(format!("send: {e}")))?;
         while sent < line.len() {
             sent += sys::send_with_fds(self.sock.as_raw_fd(), &line[sent..], &[])
@@ -304,18 +333,19 @@ impl Copy {
             });
         }
         let raw: Vec<i32> = fds.iter().map(AsRawFd::as_raw_fd).collect();
-        let mut msg = json!({"op": "data", "items": names});
+        // A control line starts with `{"op":` (no JSON-RPC line does; see the bootstrap), so
+        // it is written by hand rather than by serde_json, which orders keys alphabetically.
+        let mut line = format!("{{\"op\":\"data\",\"items\":{}", Value::Array(names));
         if let Some((time_ns, seed)) = self.twin {
             // u128 does not fit a JSON number every reader accepts: send the clock as u64.
             let t = u64::try_from(time_ns).unwrap_or(u64::MAX);
-            msg["twin"] = json!({"time_ns": t, "seed": seed});
+            line.push_str(&format!(",\"twin\":{{\"time_ns\":{t},\"seed\":{seed}}}"));
         }
-        self.send_line(&msg, &raw)?;
+        line.push_str("}\n");
+        // Not acknowledged: the copy installs the data before it reads the next line, and the
+        // call's answer (or a broken channel) says the rest.
+        self.send_raw(line.as_bytes(), &raw)?;
         drop(fds);
-        let ack = self.recv_json()?;
-        if ack.get("op").and_then(Value::as_str) != Some("started") {
-            return Err(Error::Malformed(format!("expected started, got {ack}")));
-        }
         Ok(())
     }
 
@@ -364,6 +394,9 @@ impl Copy {
             if !msg.is_object() || msg.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
                 return Err(Error::Malformed("not a JSON-RPC 2.0 message".into()));
             }
+            if self.init_response(&msg)? {
+                continue;
+            }
             match relay_one(&msg, id, handler) {
                 Relayed::Response(Ok(result)) => return Ok(result),
                 Relayed::Response(Err(Some(err))) => {
@@ -391,19 +424,58 @@ impl Copy {
 
     /// The MCP session of one call: initialize and initialized (once per copy), tools/call.
     pub fn mcp_call(&mut self, tool: &str, arguments: Value) -> Result<Value> {
-        if !self.initialized {
-            self.request(
-                "initialize",
-                json!({
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": {},
-                    "clientInfo": {"name": "germline-shim", "version": env!("CARGO_PKG_VERSION")}
-                }),
-            )?;
-            self.notify("notifications/initialized")?;
-            self.initialized = true;
-        }
+        self.begin_initialize()?;
         self.request("tools/call", json!({"name": tool, "arguments": arguments}))
+    }
+
+    /// Sends the copy's MCP `initialize` (with the client capabilities set for it) and
+    /// `notifications/initialized` without waiting for the answer, unless done already. The
+    /// handshake is public, so it may run before the data: a fresh copy answers it while the
+    /// shim prepares its mounts and broker endpoint, a pool copy while it waits for a call. The
+    /// answer is read, and checked, before the answer of the next request.
+    pub fn begin_initialize(&mut self) -> Result<()> {
+        if self.initialized || self.init_pending.is_some() {
+            return Ok(());
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send_line(
+            &json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": self.client_caps.clone(),
+                "clientInfo": {"name": "germline-shim", "version": env!("CARGO_PKG_VERSION")}
+            }}),
+            &[],
+        )?;
+        self.notify("notifications/initialized")?;
+        self.init_pending = Some(id);
+        self.init_caps = Some(self.client_caps.clone());
+        Ok(())
+    }
+
+    /// The capabilities this copy's `initialize` announced, once sent.
+    pub fn initialized_with(&self) -> Option<&Value> {
+        self.init_caps.as_ref()
+    }
+
+    /// `true` if `msg` is the response to the pending `initialize` (then consumed); its error
+    /// is the call's error.
+    fn init_response(&mut self, msg: &Value) -> Result<bool> {
+        let Some(id) = self.init_pending else {
+            return Ok(false);
+        };
+        if msg.get("id").and_then(Value::as_u64) != Some(id) || msg.get("method").is_some() {
+            return Ok(false);
+        }
+        self.init_pending = None;
+        if let Some(err) = msg.get("error") {
+            return Err(Error::Protocol(format!("initialize failed: {err}")));
+        }
+        if msg.get("result").is_none() {
+            return Err(Error::Malformed("a response without result".into()));
+        }
+        self.initialized = true;
+        Ok(true)
     }
 
     /// [`Copy::mcp_call`] with the call's `_meta` (a progress token) and an observer of the
@@ -444,17 +516,19 @@ impl Copy {
     /// capabilities set for it, unless done already ([`Copy::mcp_call_relayed`] calls it;
     /// callers that time the handshake apart call it first).
     pub fn initialize(&mut self) -> Result<()> {
-        if !self.initialized {
-            self.request(
-                "initialize",
-                json!({
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": self.client_caps.clone(),
-                    "clientInfo": {"name": "germline-shim", "version": env!("CARGO_PKG_VERSION")}
-                }),
-            )?;
-            self.notify("notifications/initialized")?;
-            self.initialized = true;
+        self.begin_initialize()?;
+        while self.init_pending.is_some() {
+            let msg = self.recv_json()?;
+            if !msg.is_object() || msg.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+                return Err(Error::Malformed("not a JSON-RPC 2.0 message".into()));
+            }
+            if !self.init_response(&msg)? {
+                // Before its handshake is answered a copy has nothing to say: a ping is
+                // answered, anything else refused.
+                if let Relayed::Reply(answer) = relay_one(&msg, 0, &mut |_| None) {
+                    self.send_line(&answer, &[])?;
+                }
+            }
         }
         Ok(())
     }
@@ -464,23 +538,19 @@ impl Copy {
     /// result returned.
     pub fn mcp_call_method(&mut self, method: &str, params: Value) -> Result<Value> {
         if method == "initialize" {
+            if self.initialized || self.init_pending.is_some() {
+                // The agent's own handshake needs a copy that has not made one (its protocol
+                // version may differ): Germline::fork_copy, never a pool copy.
+                return Err(Error::Spec(
+                    "initialize: this copy has made its handshake already".into(),
+                ));
+            }
             let r = self.request("initialize", params)?;
             self.notify("notifications/initialized")?;
             self.initialized = true;
             return Ok(r);
         }
-        if !self.initialized {
-            self.request(
-                "initialize",
-                json!({
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": {},
-                    "clientInfo": {"name": "germline-shim", "version": env!("CARGO_PKG_VERSION")}
-                }),
-            )?;
-            self.notify("notifications/initialized")?;
-            self.initialized = true;
-        }
+        self.begin_initialize()?;
         self.request(method, params)
     }
 
@@ -518,7 +588,14 @@ impl Copy {
         if self.pid > 1 {
             let _ = sys::kill(self.pid, libc::SIGKILL);
         }
-        let _ = self.cgroup.kill_now();
+        // PID 1 of its own PID namespace: as it exits the kernel kills every other task of the
+        // namespace, and none can be added to it any more (O3). Whatever such a task still
+        // does before it dies goes nowhere: the broker ends the copy's endpoint next, before
+        // the answer. Otherwise the cgroup is killed (v1: freeze, SIGKILL each task, thaw,
+        // which waits for the freeze); the corpse kills it again if a task outlives a second.
+        if !self.own_pidns {
+            let _ = self.cgroup.kill_now();
+        }
         let corpse = Corpse {
             cgroup: self.cgroup.take(),
             leases: std::mem::take(&mut self.leases),

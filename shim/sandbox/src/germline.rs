@@ -14,7 +14,7 @@ use crate::copy::{Copy, Corpse, Item};
 use crate::error::{Error, Result};
 use crate::landlock;
 use crate::launch::{self, Prepared};
-use crate::mounts::{self, CopyMounts, ItemFile, ItemStore};
+use crate::mounts::{self, CopyMounts, ItemFile, ItemStore, ItemsDir};
 use crate::procfs::{self, Namespaces};
 use crate::seccomp::Program;
 use crate::spec::{Language, LaunchSpec};
@@ -95,6 +95,8 @@ pub struct Germline {
     cgroup: Cgroup,
     copies_made: u64,
     pool: VecDeque<Copy>,
+    /// The client capabilities a pool copy's `initialize` announces (the last call's).
+    pool_caps: Value,
     /// Killed copies whose exit the kernel is still completing ([`Germline::retire`]).
     dying: Vec<Corpse>,
     /// Sub-phases of the last [`Germline::copy`] in microseconds (empty: from the pool).
@@ -227,6 +229,7 @@ impl Germline {
             cgroup,
             copies_made: 0,
             pool: VecDeque::new(),
+            pool_caps: json!({}),
             dying: Vec::new(),
             fork_phases: Vec::new(),
             warm: false,
@@ -395,7 +398,7 @@ impl Germline {
     /// Forks pool copies up to the configured size. Only between calls: no copy holds data.
     pub fn refill_pool(&mut self) -> Result<()> {
         while self.pool.len() < self.opts.pool {
-            let c = self.fork_copy_with(self.warm)?;
+            let c = self.fork_copy_with(true)?;
             self.pool.push_back(c);
         }
         Ok(())
@@ -405,7 +408,7 @@ impl Germline {
     /// can stop between forks when a call arrives).
     pub fn refill_one(&mut self) -> Result<bool> {
         if self.pool.len() < self.opts.pool {
-            let c = self.fork_copy_with(self.warm)?;
+            let c = self.fork_copy_with(true)?;
             self.pool.push_back(c);
         }
         Ok(self.pool.len() < self.opts.pool)
@@ -443,18 +446,39 @@ impl Germline {
         r
     }
 
-    /// A checked, data-free copy: from the pool if one is ready, else freshly forked.
+    /// A checked, data-free copy: from the pool if one is ready, else freshly forked. Its
+    /// MCP `initialize` is on its way, announcing no client capabilities.
     pub fn copy(&mut self) -> Result<Copy> {
+        self.copy_for(&json!({}))
+    }
+
+    /// Like [`Germline::copy`], for a copy whose `initialize` announces the client
+    /// capabilities `caps`. A pool copy made its handshake while it waited, with the
+    /// capabilities of the last call; one that announced others is retired unused and a
+    /// fresh copy forked (and the pool refills with `caps` from then on).
+    pub fn copy_for(&mut self, caps: &Value) -> Result<Copy> {
         self.reap();
         self.fork_phases.clear();
-        match self.pool.pop_front() {
-            Some(mut c) => {
-                // A pool copy's deadline starts when it is handed out for a call.
-                c.restart_deadline(self.spec.limits.deadline());
-                Ok(c)
-            }
-            None => self.fork_copy(),
+        if &self.pool_caps != caps {
+            self.pool_caps = caps.clone();
         }
+        while let Some(mut c) = self.pool.pop_front() {
+            if c.initialized_with().is_some_and(|v| v != caps) {
+                let _ = self.retire(c, Ok(Value::Null));
+                continue;
+            }
+            // A pool copy's deadline starts when it is handed out for a call.
+            c.restart_deadline(self.spec.limits.deadline());
+            sys::set_sched_idle(c.pid(), false)
+                .map_err(|e| Error::sys("sched_setscheduler(SCHED_OTHER)", e))?;
+            c.set_client_capabilities(caps.clone());
+            c.begin_initialize()?;
+            return Ok(c);
+        }
+        let mut c = self.fork_copy()?;
+        c.set_client_capabilities(caps.clone());
+        c.begin_initialize()?;
+        Ok(c)
     }
 
     /// Forks one copy, confines it and checks it from outside (issue 4, items 3 and 4). A
@@ -463,18 +487,29 @@ impl Germline {
         self.fork_copy_with(false)
     }
 
-    /// [`Germline::fork_copy`]; with `prewarm` (pool copies of a warmed germline) the copy,
-    /// once checked, is asked to run the germline's synthetic session on public data once
-    /// more while it waits for a call, so the pages a call touches are copied (copy-on-write)
-    /// before the call, not during it. The shim does not wait for it: a call that comes
-    /// sooner is read by the copy when its session ends.
-    fn fork_copy_with(&mut self, prewarm: bool) -> Result<Copy> {
+    /// [`Germline::fork_copy`]; a `pool` copy, once checked, is sent its MCP `initialize`
+    /// (public) and, if the germline is warmed, is first asked to run the germline's synthetic
+    /// session on public data once more while it waits for a call, so the pages a call
+    /// touches are copied (copy-on-write) before the call, not during it. The shim does not
+    /// wait for either: a call that comes sooner is read by the copy when they are done.
+    fn fork_copy_with(&mut self, pool: bool) -> Result<Copy> {
         if let Some(reason) = &self.refused {
             return Err(Error::Refused(reason.clone()));
         }
-        let r = self.fork_and_check().and_then(|c| {
-            if prewarm {
-                c.request_prewarm()?;
+        let r = self.fork_and_check().and_then(|mut c| {
+            if pool {
+                // What a pool copy does while it waits (its warming session, its handshake)
+                // runs only when no call wants the CPU: SCHED_IDLE until it is handed out.
+                sys::set_sched_idle(c.pid(), true)
+                    .map_err(|e| Error::sys("sched_setscheduler(SCHED_IDLE)", e))?;
+                // The mounts that need no data, made now rather than on the call's path.
+                self.mount_base(&mut c)?;
+                if self.warm {
+                    c.request_prewarm()?;
+                }
+                // The handshake is public: made while the copy waits for a call.
+                c.set_client_capabilities(self.pool_caps.clone());
+                c.begin_initialize()?;
             }
             Ok(c)
         });
@@ -628,6 +663,8 @@ impl Germline {
                     return Err(Error::CopyRefused(bad.join("; ")));
                 }
                 copy.set_namespaces(ns);
+                // checks::copy found it PID 1 of a PID namespace no other copy shares.
+                copy.set_own_pidns(!self.opts.ablation.no_pid_namespace);
             }
             lap("fork.copy_checks", &mut phases);
             Ok(())
@@ -647,6 +684,20 @@ impl Germline {
         self.fork_phases = phases;
         copy.mark_ready();
         Ok(copy)
+    }
+
+    /// The copy's procfs, scratch and an empty `/run/items` ([`CopyMounts::base_only`]), for a
+    /// pool copy before its call; [`Germline::prepare_copy_items`] then only writes the items.
+    fn mount_base(&self, copy: &mut Copy) -> Result<()> {
+        let scratch = self.spec.scratch.then_some(16u64 << 20);
+        CopyMounts::base_only(
+            copy.pid(),
+            scratch,
+            self.spec.limits.memory_bytes.max(1 << 20),
+        )?
+        .apply()?;
+        copy.set_items_dir(ItemsDir::open(copy.pid())?);
+        Ok(())
     }
 
     /// Mounts the copy's private procfs, scratch and items, then delivers the items.
@@ -695,6 +746,18 @@ impl Germline {
                 // The copy holds the slot until it is dead.
                 copy.hold(lease);
             }
+        }
+        if let Some(dir) = copy.items_dir() {
+            // Base mounts made before the call: write the items, bind what has its own path.
+            for (item, f) in items.iter().zip(&files) {
+                dir.write(&item.name, &f.contents)?;
+            }
+            if binds.is_empty() {
+                return Ok(());
+            }
+            return CopyMounts::binds_only(copy.pid())?
+                .with_binds(binds)?
+                .apply();
         }
         let scratch = self.spec.scratch.then_some(16u64 << 20);
         CopyMounts::new(copy.pid(), scratch, files)?

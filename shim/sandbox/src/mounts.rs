@@ -50,6 +50,11 @@ pub struct CopyMounts {
     binds: Vec<(RawFd, CString)>,
     root: CString,
     bind_attr: sys::MountAttr,
+    /// Make the procfs, scratch and items mounts (else only the binds).
+    base: bool,
+    /// Write `items` into the items tmpfs and make it read-only (else it stays empty and
+    /// writable by the shim alone: [`CopyMounts::base_only`]).
+    fill: bool,
 }
 
 fn c(s: &str) -> Result<CString> {
@@ -88,7 +93,30 @@ impl CopyMounts {
             root: c("/")?,
             // MOUNT_ATTR_RDONLY | NOSUID | NODEV | NOEXEC, private propagation.
             bind_attr: [0x1 | 0x2 | 0x4 | 0x8, 0, libc::MS_PRIVATE, 0],
+            base: true,
+            fill: true,
         })
+    }
+
+    /// The mounts that need no data (procfs, scratch, an empty items tmpfs of at most
+    /// `items_bytes`), made before the copy's call: the shim writes the items later through
+    /// [`ItemsDir`]. The tmpfs is owned by the host's root (unmapped in the copy's user
+    /// namespace) with mode 0755, so the copy, which has no capabilities, cannot write to it
+    /// even without its Landlock layer.
+    pub fn base_only(pid: i32, scratch_bytes: Option<u64>, items_bytes: u64) -> Result<CopyMounts> {
+        let mut m = CopyMounts::new(pid, scratch_bytes, Vec::new())?;
+        m.items_opts = c(&format!("size={items_bytes},mode=755"))?;
+        m.fill = false;
+        Ok(m)
+    }
+
+    /// Only the binds of item store slots ([`CopyMounts::with_binds`]), for a copy whose
+    /// [`CopyMounts::base_only`] mounts are made.
+    pub fn binds_only(pid: i32) -> Result<CopyMounts> {
+        let mut m = CopyMounts::new(pid, None, Vec::new())?;
+        m.base = false;
+        m.fill = false;
+        Ok(m)
     }
 
     /// Also binds item store slots (see [`ItemStore`]) at absolute mount points of the copy.
@@ -178,7 +206,7 @@ impl CopyMounts {
         // Two procfs instances of the copy's PID namespace: one on /proc (where Landlock keeps
         // the copy from reading it) and one on /run/proc, which the copy can read.
         let mut mnts = [0usize; 2];
-        for slot in mnts.iter_mut() {
+        for slot in mnts.iter_mut().filter(|_| self.base) {
             let fs = match sys::syscall5(
                 libc::SYS_fsopen,
                 self.proc_fs.as_ptr() as usize,
@@ -231,7 +259,11 @@ impl CopyMounts {
         if let Err(e) = sys::setns(self.mntns.as_raw_fd(), libc::CLONE_NEWNS) {
             fail(5, e);
         }
-        for (mnt, dir) in mnts.into_iter().zip([&self.proc_dir, &self.run_proc_dir]) {
+        for (mnt, dir) in mnts
+            .into_iter()
+            .zip([&self.proc_dir, &self.run_proc_dir])
+            .filter(|_| self.base)
+        {
             if let Err(e) = sys::syscall5(
                 libc::SYS_move_mount,
                 mnt,
@@ -244,22 +276,24 @@ impl CopyMounts {
             }
         }
         let flags = libc::MS_NOSUID | libc::MS_NODEV;
-        if let Some((dir, opts)) = &self.scratch {
+        if let Some((dir, opts)) = self.scratch.as_ref().filter(|_| self.base) {
             if let Err(e) = sys::mount(Some(&self.tmpfs), dir, Some(&self.tmpfs), flags, Some(opts))
             {
                 fail(7, e);
             }
         }
-        if let Err(e) = sys::mount(
-            Some(&self.tmpfs),
-            &self.items_dir,
-            Some(&self.tmpfs),
-            flags | libc::MS_NOEXEC,
-            Some(&self.items_opts),
-        ) {
-            fail(8, e);
+        if self.base {
+            if let Err(e) = sys::mount(
+                Some(&self.tmpfs),
+                &self.items_dir,
+                Some(&self.tmpfs),
+                flags | libc::MS_NOEXEC,
+                Some(&self.items_opts),
+            ) {
+                fail(8, e);
+            }
         }
-        for item in &self.items {
+        for item in self.items.iter().filter(|_| self.fill) {
             match sys::open_raw(
                 &item.path,
                 libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC,
@@ -275,14 +309,16 @@ impl CopyMounts {
                 Err(e) => fail(9, e),
             }
         }
-        if let Err(e) = sys::mount(
-            None,
-            &self.items_dir,
-            None,
-            libc::MS_REMOUNT | libc::MS_RDONLY | flags | libc::MS_NOEXEC,
-            None,
-        ) {
-            fail(10, e);
+        if self.fill {
+            if let Err(e) = sys::mount(
+                None,
+                &self.items_dir,
+                None,
+                libc::MS_REMOUNT | libc::MS_RDONLY | flags | libc::MS_NOEXEC,
+                None,
+            ) {
+                fail(10, e);
+            }
         }
         if !self.binds.is_empty() {
             // setns put our root at the copy's root. Mount points are resolved strictly below
@@ -310,6 +346,50 @@ impl CopyMounts {
         }
         let _ = sys::write_all_raw(out, b"K");
         sys::exit_now(0)
+    }
+}
+
+/// A copy's `/run/items` tmpfs, opened from the host after [`CopyMounts::base_only`]: the
+/// shim writes the call's items into it without entering the copy's namespaces.
+#[derive(Debug)]
+pub struct ItemsDir(OwnedFd);
+
+impl ItemsDir {
+    /// Opens `/run/items` of the copy `pid` (its root, through procfs) and checks that it is a
+    /// tmpfs and empty.
+    pub fn open(pid: i32) -> Result<ItemsDir> {
+        let path = c(&format!("/proc/{pid}/root/run/items"))?;
+        let fd = sys::open_raw(
+            &path,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0,
+        )
+        .map(sys::own)
+        .map_err(|e| Error::sys("open the copy's /run/items", e))?;
+        let f_type =
+            sys::fs_type(fd.as_raw_fd()).map_err(|e| Error::sys("fstatfs /run/items", e))?;
+        if f_type != libc::TMPFS_MAGIC {
+            return Err(Error::Refused(format!(
+                "the copy's /run/items is not the tmpfs the shim mounted (f_type {f_type:#x})"
+            )));
+        }
+        let entries = std::fs::read_dir(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            .map_err(|e| Error::sys("list the copy's /run/items", e))?
+            .count();
+        if entries != 0 {
+            return Err(Error::Refused(format!(
+                "the copy's /run/items holds {entries} entries before its items"
+            )));
+        }
+        Ok(ItemsDir(fd))
+    }
+
+    /// Writes one item as a new read-only file `name` (never replacing or following anything).
+    pub fn write(&self, name: &str, contents: &[u8]) -> Result<()> {
+        let fd = sys::create_new_at(self.0.as_raw_fd(), &c(name)?, 0o444)
+            .map_err(|e| Error::sys(format!("create item {name:?}"), e))?;
+        sys::write_all_raw(fd.as_raw_fd(), contents)
+            .map_err(|e| Error::sys(format!("write item {name:?}"), e))
     }
 }
 

@@ -290,6 +290,38 @@ pub fn set_affinity(pid: libc::pid_t, cpus: &[usize]) -> io::Result<()> {
     check(unsafe { libc::sched_setaffinity(pid, std::mem::size_of_val(&set), &set) }).map(drop)
 }
 
+/// `sched_setscheduler()` of thread `pid`: `SCHED_IDLE` (runs only when nothing else wants
+/// the CPU) or back to `SCHED_OTHER`.
+pub fn set_sched_idle(pid: libc::pid_t, idle: bool) -> io::Result<()> {
+    let policy = if idle {
+        libc::SCHED_IDLE
+    } else {
+        libc::SCHED_OTHER
+    };
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid sched_param for the call.
+    check(unsafe { libc::sched_setscheduler(pid, policy, &param) }).map(drop)
+}
+
+/// The filesystem type (`f_type` of `fstatfs()`) of the file open at `fd`.
+pub fn fs_type(fd: RawFd) -> io::Result<i64> {
+    // SAFETY: an all-zero statfs is a valid value for fstatfs to overwrite.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a writable statfs; a bad descriptor is reported as EBADF.
+    check(unsafe { libc::fstatfs(fd, &mut st) })?;
+    Ok(st.f_type)
+}
+
+/// `openat(dir, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, mode)`: a new file
+/// in `dir`, never an existing one or a link.
+pub fn create_new_at(dir: RawFd, name: &CStr, mode: libc::mode_t) -> io::Result<OwnedFd> {
+    let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: `name` is NUL-terminated and outlives the call; a bad `dir` gives EBADF.
+    let fd = check(unsafe { libc::openat(dir, name.as_ptr(), flags, libc::c_uint::from(mode)) })?;
+    // SAFETY: openat succeeded, so the descriptor is fresh and ours.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// `pipe2(O_CLOEXEC)`: (read end, write end).
 pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];

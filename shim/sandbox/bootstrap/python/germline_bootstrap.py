@@ -11,9 +11,12 @@
 #   copy socket (SOCK_STREAM, newline-delimited JSON)
 #     copy -> shim      {"op":"ready"}
 #     shim -> copy      {"op":"prewarm"}   (optional, pool copies; no answer)
+#   then MCP JSON-RPC on the same socket (the server's stdio), into which the shim puts, before
+#   the call's tools/call, one control line (it starts with `{"op":`, no JSON-RPC line does):
 #     shim -> copy      {"op":"data","items":[{"name":str}...],"twin"?:{"time_ns","seed"}}
 #                       + SCM_RIGHTS [memfd per item]
-#     copy -> shim      {"op":"started"}; then MCP JSON-RPC on the same socket (its stdio).
+#   The copy's `initialize` may come before the data (it is public): a pool copy answers it
+#   while it waits for its call, a fresh one while the shim mounts its items.
 import ctypes
 import gc
 import json
@@ -141,6 +144,9 @@ def settle():
         if t is not threading.current_thread():
             t.join(timeout=2.0)
     gc.collect()
+    # Everything alive now moves to the collector's permanent generation: a copy's collections
+    # never walk (and so never write to, copy-on-write) the germline's objects.
+    gc.freeze()
 
 
 def warm(warm_calls=()):
@@ -259,18 +265,6 @@ def install_seccomp(program_hex):
 _PENDING = [b""]  # bytes after the last line read (the shim may send two lines at once)
 
 
-def recv_line(sock, fds_out):
-    data = _PENDING[0]
-    while b"\n" not in data:
-        msg, fds, _flags, _addr = socket.recv_fds(sock, 65536, 64)
-        if not msg:
-            os._exit(3)
-        fds_out.extend(fds)
-        data += msg
-    line, _, _PENDING[0] = data.partition(b"\n")
-    return json.loads(line)
-
-
 def copy_main(sock_fd, cmd):
     # PID 1 of a fresh PID namespace. Fresh net, IPC, UTS and mount namespaces; no capabilities.
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -285,17 +279,43 @@ def copy_main(sock_fd, cmd):
     sock = socket.socket(fileno=sock_fd)
     sock.sendall(b'{"op":"ready"}\n')
     fds = []
-    data = recv_line(sock, fds)
-    if data.get("op") == "prewarm":
+    if _peek_line(sock, fds).startswith(b'{"op":"prewarm"'):
+        _PENDING[0] = _PENDING[0].partition(b"\n")[2]
         # A checked pool copy, holding no data: the synthetic session once more while it waits
         # for its call, so the pages it touches are copied now (copy-on-write), off the call's
         # path. Without the manifest's warm calls: a pool copy must answer a call as a freshly
         # forked one would (probe re-runs compare them), and those may change tool state.
         warm()
         twin_index()  # the session may have imported modules that bound a clock
-        data = recv_line(sock, fds)
-    if data.get("op") != "data":
-        os._exit(4)
+    import anyio
+
+    # The copy socket is the server's stdio, read and written on the event loop itself (the
+    # SDK's own stdio transport hands every line to a worker thread and back).
+    wire = _CopyWire(sock, _PENDING[0], fds)
+
+    async def serve():
+        async with ORIGINAL["stdio_server"](stdin=wire, stdout=wire) as (read_stream, write_stream):
+            await ORIGINAL["run"](CAPTURED["server"], read_stream, write_stream, CAPTURED["options"])
+
+    try:
+        anyio.run(serve)
+    finally:
+        os._exit(0)
+
+
+def _peek_line(sock, fds_out):
+    # The first line the shim sent after ready, left in _PENDING (blocking read).
+    while b"\n" not in _PENDING[0]:
+        msg, fds, _flags, _addr = socket.recv_fds(sock, 65536, 64)
+        if not msg:
+            os._exit(3)
+        fds_out.extend(fds)
+        _PENDING[0] += msg
+    return _PENDING[0]
+
+
+def install_data(data, fds):
+    # The call's items (memfds, in the order named) and twin inputs, before its tools/call.
     items = {}
     for item, fd in zip(data.get("items", []), fds):
         items[item["name"]] = fd
@@ -303,21 +323,69 @@ def copy_main(sock_fd, cmd):
     twin = data.get("twin")
     if twin is not None:
         twin_install(int(twin["time_ns"]), int(twin["seed"]))  # germline_twin.py, prepended
-    sock.sendall(b'{"op":"started"}\n')
-    # The copy socket becomes the server's standard input and output.
-    os.dup2(sock.fileno(), 0)
-    os.dup2(sock.fileno(), 1)
-    sock.close()
+
+
+class _CopyWire:
+    """The copy's end of its socket as the SDK's stdin and stdout (`async for line`, `write`,
+    `flush`), on the event loop. A line that starts with `{"op":` is the shim's control
+    message (the call's data, with its descriptors) and is handled here, in order: everything
+    the shim sends after it, the tools/call included, is read only once it is installed."""
+
+    def __init__(self, sock, pending, fds):
+        sock.setblocking(False)
+        self.sock = sock
+        self.buf = pending
+        self.fds = fds
+        self.readable = _wait("readable")
+        self.writable = _wait("writable")
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        while True:
+            line = await self._line()
+            if line is None:
+                raise StopAsyncIteration
+            if line.startswith(b'{"op":'):
+                data = json.loads(line)
+                if data.get("op") != "data":
+                    os._exit(4)
+                install_data(data, self.fds)
+                self.fds = []
+                continue
+            return line.decode("utf-8", "replace")
+
+    async def _line(self):
+        while b"\n" not in self.buf:
+            try:
+                msg, fds, _flags, _addr = socket.recv_fds(self.sock, 65536, 64)
+            except BlockingIOError:
+                await self.readable(self.sock)
+                continue
+            if not msg:
+                return None
+            self.fds.extend(fds)
+            self.buf += msg
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line
+
+    async def write(self, text):
+        data = memoryview(text.encode("utf-8"))
+        while data:
+            try:
+                data = data[self.sock.send(data):]
+            except BlockingIOError:
+                await self.writable(self.sock)
+
+    async def flush(self):
+        pass
+
+
+def _wait(kind):
     import anyio
-
-    async def serve():
-        async with ORIGINAL["stdio_server"]() as (read_stream, write_stream):
-            await ORIGINAL["run"](CAPTURED["server"], read_stream, write_stream, CAPTURED["options"])
-
-    try:
-        anyio.run(serve)
-    finally:
-        os._exit(0)
+    new = getattr(anyio, f"wait_{kind}", None)  # anyio >= 4.7
+    return new if new is not None else getattr(anyio, f"wait_socket_{kind}")
 
 
 def fork_loop():
