@@ -61,6 +61,8 @@ pub struct ModeResult {
     pub min_ms: f64,
     /// fresh-ifc's median over this one's.
     pub speedup_over_fresh: f64,
+    /// Every measured call's latency, in call order (where the tail falls).
+    pub samples_ms: Vec<f64>,
 }
 
 /// The `p` quantile (0..=1) of sorted samples, nearest rank; NaN when there are none.
@@ -154,18 +156,19 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
     let mut raw = Vec::new();
     for (mode, pool) in runs {
         eprintln!("run-bench: {} (pool {pool}) ...", mode.name());
-        let mut t = measure(a, mode, pool)?;
+        let samples = measure(a, mode, pool)?;
+        let mut t = samples.clone();
         t.sort_by(f64::total_cmp);
-        raw.push((mode, pool, t));
+        raw.push((mode, pool, t, samples));
     }
     let fresh = raw
         .iter()
-        .find(|(m, _, _)| *m == Mode::FreshIfc)
-        .map(|(_, _, t)| percentile(t, 0.5))
+        .find(|(m, _, _, _)| *m == Mode::FreshIfc)
+        .map(|(_, _, t, _)| percentile(t, 0.5))
         .unwrap_or(f64::NAN);
     let results: Vec<ModeResult> = raw
         .iter()
-        .map(|(m, pool, t)| {
+        .map(|(m, pool, t, samples)| {
             let median = percentile(t, 0.5);
             ModeResult {
                 mode: m.name().to_string(),
@@ -176,6 +179,7 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
                 mean_ms: t.iter().sum::<f64>() / t.len().max(1) as f64,
                 min_ms: t.first().copied().unwrap_or(f64::NAN),
                 speedup_over_fresh: fresh / median,
+                samples_ms: samples.clone(),
             }
         })
         .collect();

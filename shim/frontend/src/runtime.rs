@@ -564,6 +564,7 @@ impl Runtime {
         self.evidence
             .admit(&self.release.digest)
             .map_err(RunError::Suppressed)?;
+        phases.push(("evidence.admit", t0.elapsed().as_micros() as u64));
         let (call, twin0, plan) = self.begin(meta, plan_mode, false)?;
         let twin = self.twin_on.then_some((twin0.time_ns, twin0.seed));
         let mut outcomes = Vec::new();
@@ -634,14 +635,18 @@ impl Runtime {
                 }
             }
         }
+        let s = Instant::now();
         let end = self.broker.client.end_call(call);
+        phases.push(("broker.end_call", s.elapsed().as_micros() as u64));
         if let Some(e) = failure {
             return Err(e);
         }
         let record = end.map_err(|e| RunError::Broker(e.to_string()))?;
         let twin_in = (twin0.time_ns, twin0.seed);
+        let s = Instant::now();
         self.evidence
             .queue(meta, &plan, &outcomes, &record, twin_in, self.twin_on);
+        phases.push(("evidence.queue", s.elapsed().as_micros() as u64));
         let Some((result, label)) = agent else {
             return Err(RunError::Sandbox(
                 "Plan formed no group for the agent".into(),
@@ -701,7 +706,9 @@ impl Runtime {
             .map(|i| i.contents.len() as u64)
             .sum();
         // Held until this function returns, after the copy is gone.
+        let s = Instant::now();
         let _permit = self.limiter.admit_copy(view_bytes).map_err(limit)?;
+        phases.push(("limits", s.elapsed().as_micros() as u64));
         let t = Instant::now();
         let metrics = self.metrics.as_deref();
         let release = &self.release;

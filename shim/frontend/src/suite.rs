@@ -891,10 +891,12 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
         let mut work = Vec::new();
         let mut handle = Vec::new();
         for i in 0..sz.warmup + n {
-            std::thread::sleep(Duration::from_millis(a.gap_ms));
+            // As `germline run` does: the pool refills right after an answer, then the agent's
+            // own step leaves the gap.
             if pool > 0 {
                 s.runtime.idle();
             }
+            std::thread::sleep(Duration::from_millis(a.gap_ms));
             let t = Instant::now();
             let r = s
                 .handle(
@@ -938,6 +940,15 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
             "fork.confine",
             "fork.copy_checks",
             "fork.freeze",
+            "fork.fork.to_germline",
+            "fork.fork.os_fork",
+            "fork.fork.reply",
+            "fork.fork.cgroup_add",
+            "fork.confine.scheduled",
+            "fork.confine.unshare",
+            "fork.confine.capabilities",
+            "fork.confine.landlock",
+            "fork.confine.seccomp",
             "copy",
             "copy.mounts",
             "copy.deliver",
@@ -945,6 +956,10 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
             "copy.mcp",
             "copy.teardown",
             "broker.end_copy",
+            "broker.end_call",
+            "evidence.admit",
+            "evidence.queue",
+            "limits",
         ] {
             shares.insert(k.into(), json!({"us": med(k), "share": med(k) / total}));
         }
@@ -960,10 +975,19 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
             );
         }
         let rest = total
-            - ["plan", "fork", "broker", "copy", "broker.end_copy"]
-                .iter()
-                .map(|k| med(k))
-                .sum::<f64>();
+            - [
+                "plan",
+                "fork",
+                "broker",
+                "copy",
+                "broker.end_copy",
+                "broker.end_call",
+                "evidence.queue",
+                "limits",
+            ]
+            .iter()
+            .map(|k| med(k))
+            .sum::<f64>();
         shares.insert(
             "other (end_call, labels)".into(),
             json!({"us": rest, "share": rest / total}),

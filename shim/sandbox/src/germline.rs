@@ -573,8 +573,12 @@ impl Germline {
             "landlock": self.copy_landlock,
             "pidns": !self.opts.ablation.no_pid_namespace,
         });
+        // What the germline and the copy say of their own steps (CLOCK_MONOTONIC), for the
+        // time breakdown only: nothing here is trusted or checked.
+        let mut said: Vec<u64> = Vec::new();
         let r = (|| -> Result<i32> {
             self.cgroup.set_frozen(false)?;
+            said.push(sys::monotonic_ns());
             sys::send_with_fds(
                 self.ctl.as_raw_fd(),
                 cmd.to_string().as_bytes(),
@@ -587,6 +591,8 @@ impl Germline {
                     "the germline did not fork: {reply}"
                 )));
             }
+            said.extend(reported_times(&reply, 3));
+            said.push(sys::monotonic_ns());
             // The copy is the germline's new child; find it ourselves (trust nothing it says).
             let new: Vec<i32> = self
                 .live_children()
@@ -602,6 +608,7 @@ impl Germline {
             // Start freezing the germline now; it completes while the copy confines itself
             // and is confirmed before the copy is declared ready for data.
             self.cgroup.request_frozen(true)?;
+            said.push(sys::monotonic_ns());
             Ok(pid)
         })();
         drop(copy_end);
@@ -639,6 +646,7 @@ impl Germline {
                 return Err(Error::CopyRefused(format!("expected ready, got {ready}")));
             }
             lap("fork.confine", &mut phases);
+            said.extend(reported_times(&ready, 5));
             if !self.opts.ablation.skip_copy_checks {
                 // The namespaces of every other live copy, read now (inode numbers of dead
                 // namespaces are reused, so remembered ones would be wrong).
@@ -681,6 +689,25 @@ impl Germline {
             return Err(e);
         }
         lap("fork.freeze", &mut phases);
+        // [shim send, germline received, before fork, after fork, shim got reply, shim added it
+        // to its cgroup, copy start, unshared, capabilities dropped, Landlock, seccomp]: the
+        // steps inside fork.fork and fork.confine, as reported.
+        if let [send, got, before, after, reply, added, start, unshared, caps, landlock, seccomp] =
+            said[..]
+        {
+            let us = |a: u64, b: u64| b.saturating_sub(a) / 1000;
+            phases.extend([
+                ("fork.fork.to_germline", us(send, got)),
+                ("fork.fork.os_fork", us(before, after)),
+                ("fork.fork.reply", us(after, reply)),
+                ("fork.fork.cgroup_add", us(reply, added)),
+                ("fork.confine.scheduled", us(before, start)),
+                ("fork.confine.unshare", us(start, unshared)),
+                ("fork.confine.capabilities", us(unshared, caps)),
+                ("fork.confine.landlock", us(caps, landlock)),
+                ("fork.confine.seccomp", us(landlock, seccomp)),
+            ]);
+        }
         self.fork_phases = phases;
         copy.mark_ready();
         Ok(copy)
@@ -813,6 +840,21 @@ impl Germline {
         let _ = sys::waitpid(self.keeper, 0);
         Cgroup::remove_parent(&self.base_rel);
         r
+    }
+}
+
+/// The `n` CLOCK_MONOTONIC readings a germline or copy put in its message's `t` (untrusted:
+/// for the time breakdown only); none unless it sent exactly `n` numbers.
+fn reported_times(msg: &Value, n: usize) -> Vec<u64> {
+    let t: Vec<u64> = msg
+        .get("t")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default();
+    if t.len() == n {
+        t
+    } else {
+        Vec::new()
     }
 }
 

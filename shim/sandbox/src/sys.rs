@@ -322,6 +322,17 @@ pub fn create_new_at(dir: RawFd, name: &CStr, mode: libc::mode_t) -> io::Result<
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// `CLOCK_MONOTONIC` in nanoseconds (the clock Python's `time.monotonic_ns` reads).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
 /// `pipe2(O_CLOEXEC)`: (read end, write end).
 pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];

@@ -25,6 +25,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 
 CONFIG = json.loads(sys.argv[1])
 CTL = socket.socket(fileno=3)
@@ -267,17 +268,23 @@ _PENDING = [b""]  # bytes after the last line read (the shim may send two lines 
 
 def copy_main(sock_fd, cmd):
     # PID 1 of a fresh PID namespace. Fresh net, IPC, UTS and mount namespaces; no capabilities.
+    # `t`: CLOCK_MONOTONIC at each step, for the shim's time breakdown only (it trusts none).
+    t = [time.monotonic_ns()]
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     CTL.detach()
     os.close(3)
     check(libc.unshare(CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNS), "unshare")
     name = b"copy"
     check(libc.sethostname(name, len(name)), "sethostname")
+    t.append(time.monotonic_ns())
     drop_capabilities()
+    t.append(time.monotonic_ns())
     landlock_layer(cmd["landlock"])
+    t.append(time.monotonic_ns())
     install_seccomp(cmd["seccomp"])
+    t.append(time.monotonic_ns())
     sock = socket.socket(fileno=sock_fd)
-    sock.sendall(b'{"op":"ready"}\n')
+    sock.sendall(json.dumps({"op": "ready", "t": t}).encode() + b"\n")
     fds = []
     if _peek_line(sock, fds).startswith(b'{"op":"prewarm"'):
         _PENDING[0] = _PENDING[0].partition(b"\n")[2]
@@ -396,6 +403,7 @@ def fork_loop():
         msg, fds, _flags, _addr = socket.recv_fds(CTL, 1 << 20, 4)
         if not msg:
             os._exit(0)
+        t = [time.monotonic_ns()]
         cmd = json.loads(msg)
         if cmd.get("op") != "fork" or len(fds) != 1:
             for fd in fds:
@@ -411,6 +419,7 @@ def fork_loop():
             finally:
                 os.close(me)
             check(libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+        t.append(time.monotonic_ns())
         pid = os.fork()
         if pid == 0:
             try:
@@ -421,6 +430,7 @@ def fork_loop():
                     os.write(fds[0], (json.dumps({"op": "error", "reason": traceback.format_exc()[-4000:]}) + "\n").encode())
                 finally:
                     os._exit(2)
+        t.append(time.monotonic_ns())
         os.close(fds[0])
         if cmd.get("pidns", True):
             me = os.pidfd_open(os.getpid())
@@ -428,7 +438,7 @@ def fork_loop():
                 check(libc.setns(me, CLONE_NEWPID), "setns(own pid ns)")
             finally:
                 os.close(me)
-        send_ctl({"op": "forked"})
+        send_ctl({"op": "forked", "t": t})
 
 
 def main():
