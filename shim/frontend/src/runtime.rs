@@ -719,6 +719,9 @@ impl Runtime {
         } else {
             json!({})
         };
+        if is_agent {
+            g.set_pool_capabilities(&caps);
+        }
         let mut copy = g.copy_for(&caps).map_err(|e| {
             if let (Some(m), germline_sandbox::Error::Refused(_)) = (metrics, &e) {
                 m.check_failed(&release.label());

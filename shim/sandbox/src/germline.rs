@@ -452,16 +452,21 @@ impl Germline {
         self.copy_for(&json!({}))
     }
 
-    /// Like [`Germline::copy`], for a copy whose `initialize` announces the client
-    /// capabilities `caps`. A pool copy made its handshake while it waited, with the
-    /// capabilities of the last call; one that announced others is retired unused and a
-    /// fresh copy forked (and the pool refills with `caps` from then on).
-    pub fn copy_for(&mut self, caps: &Value) -> Result<Copy> {
-        self.reap();
-        self.fork_phases.clear();
+    /// The client capabilities a pool copy's `initialize` announces from now on (the agent's
+    /// relayed ones, for the agent's group's copies, the most common).
+    pub fn set_pool_capabilities(&mut self, caps: &Value) {
         if &self.pool_caps != caps {
             self.pool_caps = caps.clone();
         }
+    }
+
+    /// Like [`Germline::copy`], for a copy whose `initialize` announces the client
+    /// capabilities `caps`. A pool copy made its handshake while it waited, with
+    /// [`Germline::set_pool_capabilities`]'s; one that announced others is retired unused and a
+    /// fresh copy forked.
+    pub fn copy_for(&mut self, caps: &Value) -> Result<Copy> {
+        self.reap();
+        self.fork_phases.clear();
         while let Some(mut c) = self.pool.pop_front() {
             if c.initialized_with().is_some_and(|v| v != caps) {
                 let _ = self.retire(c, Ok(Value::Null));

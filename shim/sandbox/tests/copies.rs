@@ -215,6 +215,65 @@ fn the_pool_hands_out_checked_copies_and_is_refilled_between_calls() {
     g.stop().expect("stop");
 }
 
+/// A pool copy gets its data-free mounts and its MCP handshake while it waits: its call finds
+/// its items (by path and by fd, empty outside the view) exactly as a freshly forked copy's
+/// does, and it announced the pool's client capabilities. A pool copy that announced others
+/// than a call's is retired unused and a fresh copy forked for the call.
+#[test]
+fn a_pool_copy_is_mounted_and_initialized_before_its_call() {
+    if !common::can_run() {
+        return;
+    }
+    let items = [
+        ("a".to_string(), b"alpha".to_vec(), true),
+        ("b".to_string(), b"beta".to_vec(), false),
+    ];
+    let mut answers = Vec::new();
+    for pool in [0, 1] {
+        let mut opts = common::opts(&format!("poolinit{pool}"));
+        opts.pool = pool;
+        let mut g = Germline::start(common::test_release("plain"), opts).expect("start");
+        let made = g.status().copies_made;
+        let r = g.call(&items, "items", json!({})).expect("items");
+        if pool == 1 {
+            // The call's copy came from the pool (the one forked after it is the refill).
+            assert_eq!(g.status().copies_made, made + 1, "pool copy used");
+        }
+        answers.push(common::json_of(&common::text(&r)));
+        g.stop().expect("stop");
+    }
+    assert_eq!(
+        answers[0], answers[1],
+        "a pool copy sees what a fresh one does"
+    );
+    assert_eq!(answers[1]["files"]["a"], json!("alpha"), "{}", answers[1]);
+    assert_eq!(answers[1]["files"]["b"], json!(""), "{}", answers[1]);
+
+    let mut opts = common::opts("poolcaps");
+    opts.pool = 1;
+    let mut g = Germline::start(common::test_release("plain"), opts).expect("start");
+    let sampling = json!({"sampling": {}});
+    // The pool copy announced none: a call announcing sampling does not get it.
+    let made = g.status().copies_made;
+    let mut c = g.copy_for(&sampling).expect("copy");
+    assert_eq!(g.status().copies_made, made + 1, "a fresh copy was forked");
+    assert_eq!(g.pool_len(), 0, "the pool copy was retired");
+    assert_eq!(c.initialized_with(), Some(&sampling));
+    let r = c.mcp_call("client_caps", json!({})).expect("caps");
+    assert_eq!(common::json_of(&common::text(&r)), sampling);
+    let _ = g.retire(c, Ok(Value::Null));
+    // Refilled with the call's capabilities, the pool copy serves the next such call.
+    g.set_pool_capabilities(&sampling);
+    g.refill_pool().expect("refill");
+    let made = g.status().copies_made;
+    let mut c = g.copy_for(&sampling).expect("copy");
+    assert_eq!(g.status().copies_made, made, "the pool copy was used");
+    let r = c.mcp_call("client_caps", json!({})).expect("caps");
+    assert_eq!(common::json_of(&common::text(&r)), sampling);
+    let _ = g.retire(c, Ok(Value::Null));
+    g.stop().expect("stop");
+}
+
 #[test]
 fn a_low_level_server_on_asyncio_works_unmodified() {
     if !common::can_run() {

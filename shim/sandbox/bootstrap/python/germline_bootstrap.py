@@ -263,6 +263,7 @@ def install_seccomp(program_hex):
     check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
 
 
+COPY_WIRE = None
 _PENDING = [b""]  # bytes after the last line read (the shim may send two lines at once)
 
 
@@ -299,6 +300,8 @@ def copy_main(sock_fd, cmd):
     # The copy socket is the server's stdio, read and written on the event loop itself (the
     # SDK's own stdio transport hands every line to a worker thread and back).
     wire = _CopyWire(sock, _PENDING[0], fds)
+    global COPY_WIRE
+    COPY_WIRE = wire  # where a test release playing a Trojan finds the raw channel
 
     async def serve():
         async with ORIGINAL["stdio_server"](stdin=wire, stdout=wire) as (read_stream, write_stream):

@@ -7,7 +7,7 @@ import socket
 import sys
 import time
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
 INIT = {}
 KEEP = []
@@ -95,8 +95,13 @@ def probe(secret, other_pids):
 
 
 def wire():
-    """The descriptor of the copy's channel to the shim: the SDK serves stdout from a private
+    """The descriptor of the copy's channel to the shim: the germline bootstrap serves the
+    copy's stdio on its socket (COPY_WIRE); elsewhere the SDK serves stdout from a private
     duplicate and points fd 1 at stderr, so find its claim."""
+    main = sys.modules.get("__main__")
+    w = getattr(main, "COPY_WIRE", None)
+    if w is not None:
+        return w.sock.fileno()
     import mcp.server.stdio as stdio
     claim = stdio._claims.get(1)
     return claim.private_fd if claim and claim.private_fd is not None else 1
@@ -115,6 +120,12 @@ def server(name="test"):
     @s.tool()
     def init_report() -> str:
         return json.dumps(INIT)
+
+    @s.tool()
+    def client_caps(ctx: Context) -> str:
+        # The client capabilities this copy's `initialize` announced.
+        caps = ctx.session.client_capabilities
+        return json.dumps(caps.model_dump(exclude_none=True) if caps is not None else None)
 
     @s.tool()
     def count() -> str:
