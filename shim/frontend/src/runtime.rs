@@ -139,6 +139,8 @@ struct CopyJob<'a> {
     twin: Option<(u128, u64)>,
     /// A probe or control re-run (crate::evidence): not counted as the call's delivery.
     rerun: bool,
+    /// The copy, if forked ahead (a later group's, see `call_germline`); else one is taken.
+    copy: Option<germline_sandbox::Copy>,
 }
 
 /// Whether copies get the call's twin inputs: on unless `GERMLINE_TWIN=off` (the reference
@@ -583,13 +585,37 @@ impl Runtime {
         let mut triggers = 0;
         let mut failure: Option<RunError> = None;
         let mut deliveries = Vec::new();
+        let inadmissible_of = |group: &germline_policy::plan::Group| match &agent_clearance {
+            Some(c) => relay::admissible(c, &group.horizon, &group.hosts).err(),
+            None => Some("germline: the call has no agent".to_string()),
+        };
+        // With several groups, every group's copy is taken (or forked) now, before the first
+        // gets any data: the later ones are data-free until their turn, and their confinement
+        // and handshake run while the earlier groups' copies serve the call, off its path.
+        let caps_of = |gi: usize, group: &germline_policy::plan::Group| {
+            if Some(gi) == agent_group && inadmissible_of(group).is_none() {
+                agent_link.relayed_capabilities()
+            } else {
+                json!({})
+            }
+        };
+        let mut early: Vec<Option<germline_sandbox::Copy>> = Vec::new();
+        if let (Backend::Germline(g), true) = (&mut self.backend, plan.groups.len() > 1) {
+            let s = Instant::now();
+            for (gi, group) in plan.groups.iter().enumerate() {
+                let caps = caps_of(gi, group);
+                if Some(gi) == agent_group {
+                    g.set_pool_capabilities(&caps);
+                }
+                // A failure here is reported by that group's own turn, which tries again.
+                early.push(g.copy_for(&caps).ok());
+            }
+            phases.push(("fork.ahead", s.elapsed().as_micros() as u64));
+        }
         for (gi, group) in plan.groups.iter().enumerate() {
             let in_view = |i: &ArgItem| group.view.iter().any(|v| v == &i.name);
             let is_agent = Some(gi) == agent_group;
-            let inadmissible = match &agent_clearance {
-                Some(c) => relay::admissible(c, &group.horizon, &group.hosts).err(),
-                None => Some("germline: the call has no agent".to_string()),
-            };
+            let inadmissible = inadmissible_of(group);
             let job = CopyJob {
                 call,
                 group: gi,
@@ -599,6 +625,7 @@ impl Runtime {
                 inadmissible,
                 twin,
                 rerun: false,
+                copy: early.get_mut(gi).and_then(Option::take),
             };
             let r = self.run_copy(job, agent_link, &mut phases);
             match r {
@@ -695,6 +722,7 @@ impl Runtime {
             inadmissible,
             rerun,
             twin,
+            copy: ahead,
         } = job;
         let Backend::Germline(g) = &mut self.backend else {
             return Err(RunError::Sandbox("no germline".into()));
@@ -722,19 +750,25 @@ impl Runtime {
         if is_agent {
             g.set_pool_capabilities(&caps);
         }
-        let mut copy = g.copy_for(&caps).map_err(|e| {
-            if let (Some(m), germline_sandbox::Error::Refused(_)) = (metrics, &e) {
-                m.check_failed(&release.label());
-            }
-            RunError::Sandbox(e.to_string())
-        })?;
+        let forked_now = ahead.is_none();
+        let mut copy = match ahead {
+            Some(c) => c,
+            None => g.copy_for(&caps).map_err(|e| {
+                if let (Some(m), germline_sandbox::Error::Refused(_)) = (metrics, &e) {
+                    m.check_failed(&release.label());
+                }
+                RunError::Sandbox(e.to_string())
+            })?,
+        };
         if let (Some(m), false) = (metrics, rerun) {
             m.item_bytes(&release.label(), view_bytes);
         }
         copy.set_twin(twin);
         phases.push(("fork", t.elapsed().as_micros() as u64));
-        // The fork's laps (none for a pool copy).
-        phases.extend_from_slice(g.fork_phases());
+        // The fork's laps (none for a pool copy or one taken ahead).
+        if forked_now {
+            phases.extend_from_slice(g.fork_phases());
+        }
         let t = Instant::now();
         let netns = File::open(format!("/proc/{}/ns/net", copy.pid()))
             .map_err(|e| RunError::Sandbox(format!("the copy's network namespace: {e}")))?;
@@ -849,6 +883,7 @@ impl Runtime {
             ),
             twin: twin_on.then_some((twin.time_ns, twin.seed)),
             rerun: true,
+            copy: None,
         };
         let mut link = Buffered::default();
         let mut agent = Agent {
