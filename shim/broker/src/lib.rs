@@ -318,8 +318,8 @@ pub(crate) struct CallMut {
 pub(crate) struct CopyMut {
     pub(crate) tracker: CopyTracker,
     pub(crate) slot_key: SlotKey,
+    /// The horizon's slot when the copy started: every read of the call is served from it.
     pub(crate) snapshot: Slot,
-    pub(crate) writes: BTreeMap<String, Vec<u8>>,
     cancel: watch::Sender<()>,
     /// The copy's requests, for its trace (at most [`MAX_REQUEST_EVENTS`]).
     pub(crate) requests: Vec<RequestEvent>,
@@ -639,7 +639,6 @@ impl Broker {
                     tracker,
                     slot_key,
                     snapshot,
-                    writes: BTreeMap::new(),
                     cancel: tx,
                     requests: Vec::new(),
                 },
