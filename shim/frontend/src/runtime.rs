@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use germline_broker::ca::CopyTrust;
 use germline_broker::control::BeginCall;
-use germline_broker::COPY_PROXY_ADDR;
 use germline_policy::call::{CopyOutcome, LabelRules};
 use germline_policy::witness::ReplaySpec;
 use germline_policy::{Label, Plan, PlanMode};
@@ -239,8 +238,14 @@ fn user_tmp_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/tmp"))
 }
 
-/// The sandbox's launch spec of a verified release.
-pub fn launch_spec(release: &Release, trust: &CopyTrust) -> Result<LaunchSpec, String> {
+/// The sandbox's launch spec of a verified release. `proxy`: the broker's copy proxy
+/// address ([`germline_broker::Broker::copy_proxy_addr`]), the copies' `HTTP_PROXY` and the
+/// one port their Landlock layers let them connect to.
+pub fn launch_spec(
+    release: &Release,
+    trust: &CopyTrust,
+    proxy: std::net::SocketAddr,
+) -> Result<LaunchSpec, String> {
     let m = &release.manifest;
     let (interpreter, entry) = m
         .entry
@@ -248,7 +253,7 @@ pub fn launch_spec(release: &Release, trust: &CopyTrust) -> Result<LaunchSpec, S
         .ok_or_else(|| format!("{}: the manifest's entry is empty", release.label()))?;
     let mut env: Vec<String> = base_env()
         .into_iter()
-        .chain(proxy_env(&COPY_PROXY_ADDR.to_string()))
+        .chain(proxy_env(&proxy.to_string()))
         .chain(trust.env.iter().cloned())
         // A release that asks for scratch space gets it as its temporary directory: the
         // copy's private tmpfs, discarded with the copy (the rootfs's /tmp is read-only).
@@ -276,7 +281,7 @@ pub fn launch_spec(release: &Release, trust: &CopyTrust) -> Result<LaunchSpec, S
         limits: Limits::default(),
         // The deployment CA, over the rootfs's CA bundles (the signed rootfs is not changed).
         extra_mounts: trust.mounts.iter().cloned().map(BindMount::from).collect(),
-        egress_port: Some(COPY_PROXY_ADDR.port()),
+        egress_port: Some(proxy.port()),
     })
 }
 
@@ -313,12 +318,16 @@ impl Runtime {
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
                 .map_err(|e| format!("{}: {e}", p.display()))?;
         }
+        let copy_proxy = broker
+            .client
+            .copy_proxy()
+            .map_err(|e| format!("the broker's copy proxy address: {e}"))?;
         let mut host_proxy = None;
         let mut proc_spec = None;
         let mut launch = None;
         let backend = match mode {
             Mode::Germline | Mode::Nosplit => {
-                let spec = launch_spec(&release, &trust)?;
+                let spec = launch_spec(&release, &trust, copy_proxy)?;
                 let id = format!("run-{}-{n}-{}", std::process::id(), mode.name());
                 let mut opts = Options::new(&id);
                 opts.pool = pool;
@@ -330,7 +339,7 @@ impl Runtime {
             Mode::SigPin | Mode::SigIfc | Mode::ConfinedIfc | Mode::FreshIfc => {
                 let confined = matches!(mode, Mode::ConfinedIfc | Mode::FreshIfc);
                 let addr = if confined {
-                    COPY_PROXY_ADDR.to_string()
+                    copy_proxy.to_string()
                 } else {
                     let l = std::net::TcpListener::bind("127.0.0.1:0")
                         .map_err(|e| format!("proxy listener: {e}"))?;
@@ -350,6 +359,7 @@ impl Runtime {
                     confined,
                     readable: release.manifest.readable_paths.clone(),
                     shared_tmp: Some(user_tmp_dir()),
+                    proxy_port: copy_proxy.port(),
                 };
                 proc_spec = Some(spec.clone());
                 if mode == Mode::FreshIfc {
