@@ -331,6 +331,9 @@ impl Runtime {
                 let id = format!("run-{}-{n}-{}", std::process::id(), mode.name());
                 let mut opts = Options::new(&id);
                 opts.pool = pool;
+                opts.reaper = germline_policy::Policy::load(broker.policy())
+                    .map_err(|e| e.to_string())?
+                    .copy_reaper();
                 launch = Some((spec.clone(), opts.clone()));
                 let g = Germline::start(spec, opts)
                     .map_err(|e| format!("{}: the germline did not start: {e}", release.label()))?;
@@ -409,12 +412,20 @@ impl Runtime {
             opts.cpus = cpus.to_vec();
         }
         // The pool's copies were forked before: pin them too.
-        let copies = self.germline().map(Germline::copy_pids).unwrap_or_default();
+        let copies = self
+            .germline()
+            .map(Germline::copy_processes)
+            .unwrap_or_default();
         for pid in self.pid().into_iter().chain(copies) {
             germline_sandbox::sys::set_affinity(pid, cpus)
                 .map_err(|e| format!("--copy-cpus {cpus:?}: sched_setaffinity: {e}"))?;
         }
         Ok(())
+    }
+
+    /// Whether this runtime's copies run the tool as PID 2 under a reaper (`[copies] reaper`).
+    pub fn copy_reaper(&self) -> bool {
+        self.launch.as_ref().is_some_and(|(_, o)| o.reaper)
     }
 
     /// Pid of the germline or the persistent process, for reports and cleanup checks.
