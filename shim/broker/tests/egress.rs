@@ -429,7 +429,10 @@ fn state_slots() {
         let list = http(p, "GET", "http://state.germline/slot", &[], b"").expect("list");
         (get, list)
     });
-    assert_eq!(r.body, b"alice earns 123", "the next call's snapshot has it");
+    assert_eq!(
+        r.body, b"alice earns 123",
+        "the next call's snapshot has it"
+    );
     assert_eq!(list.body, br#"["note"]"#);
     assert_eq!(
         out.label,

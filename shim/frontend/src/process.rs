@@ -129,13 +129,8 @@ impl ToolProcess {
             ));
             // TCP connect only to the broker's proxy port, in the process's own namespace.
             Some(
-                germline_sandbox::landlock::Ruleset::new(
-                    abi,
-                    rules,
-                    vec![],
-                    Some(spec.proxy_port),
-                )
-                .map_err(|e| format!("Landlock: {e}"))?,
+                germline_sandbox::landlock::Ruleset::new(abi, rules, vec![], Some(spec.proxy_port))
+                    .map_err(|e| format!("Landlock: {e}"))?,
             )
         } else {
             None

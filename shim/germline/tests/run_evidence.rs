@@ -587,7 +587,12 @@ fn matrix_triggers_verify_offline_pool_evasive_item_witnesses_capsule_state_laun
         "{evasive}"
     );
     // Reaper off: every copy is PID 1, evasive behaves everywhere, nothing to witness.
-    let plain = evidence_sessions(&tmp.path().join("no-reaper"), &["docs-evasive"], true, false);
+    let plain = evidence_sessions(
+        &tmp.path().join("no-reaper"),
+        &["docs-evasive"],
+        true,
+        false,
+    );
     assert_eq!(plain.len(), 1);
     let p = &plain[0];
     assert_eq!(

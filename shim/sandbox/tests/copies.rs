@@ -208,14 +208,17 @@ fn under_the_reaper_the_tool_is_pid_2_and_the_copy_stays_checked_and_killed_whol
     if !common::can_run() {
         return;
     }
-    let pids = |g: &mut Germline| {
-        common::json_of(&common::call_text(g, "pids", json!({})).expect("pids"))
-    };
-    let mut g = Germline::start(common::test_release("plain"), common::opts("reaper-off"))
-        .expect("start");
+    let pids =
+        |g: &mut Germline| common::json_of(&common::call_text(g, "pids", json!({})).expect("pids"));
+    let mut g =
+        Germline::start(common::test_release("plain"), common::opts("reaper-off")).expect("start");
     let off = pids(&mut g);
     g.stop().expect("stop");
-    assert_eq!((&off["pid"], &off["run_proc"]), (&json!(1), &json!(["1"])), "{off}");
+    assert_eq!(
+        (&off["pid"], &off["run_proc"]),
+        (&json!(1), &json!(["1"])),
+        "{off}"
+    );
 
     let mut opts = common::opts("reaper-on");
     opts.reaper = true;
@@ -234,7 +237,11 @@ fn under_the_reaper_the_tool_is_pid_2_and_the_copy_stays_checked_and_killed_whol
         );
     }
     common::call_text(&mut g, "leave_child", json!({})).expect("call");
-    assert_eq!(strays_after(&g), 0, "a left child dies with the copy's namespace");
+    assert_eq!(
+        strays_after(&g),
+        0,
+        "a left child dies with the copy's namespace"
+    );
     let t = Instant::now();
     match g.call(&[], "crash", json!({})) {
         Err(Error::Crashed(_)) => {}

@@ -247,7 +247,8 @@ fn a_copy_verifies_the_broker_certificate_only_with_the_ca_mounted() {
 
     // Off: the same release and environment without the mounts: the rootfs's own bundle does
     // not hold the deployment CA, so both clients refuse the broker's certificate.
-    let mut g = Germline::start(spec(&b, &trust, false), common::opts("egress-off")).expect("start");
+    let mut g =
+        Germline::start(spec(&b, &trust, false), common::opts("egress-off")).expect("start");
     let off_urllib = fetch_in_copy(&mut g, &b, "urllib", &url);
     let off_httpx = fetch_in_copy(&mut g, &b, "httpx", &url);
     g.stop().expect("stop");
