@@ -7,7 +7,8 @@ belongs to the matrix). Dampening is moved out of the way in the policy, so ever
 session runs and each trigger is classified.
 
     python evidence_sessions.py --germline BIN --key PUB --corpus DIR --out DIR \\
-        [--probe-tries N] [--no-evidence] CASE...      (CASE: a directory of DIR, e.g. docs-pool)
+        [--probe-tries N] [--no-evidence] [--reaper on|off] CASE...
+        (CASE: a directory of DIR, e.g. docs-pool)
 
 With --no-evidence the same sessions run with the layer off (`germline run --no-evidence`):
 the tripwire still logs its triggers, but nothing is re-run, recorded or dampened (the
@@ -55,7 +56,10 @@ def run_case(case: str, w: dict, a: argparse.Namespace) -> dict:
         policy = rundir / "policy.toml"
         # Dampening out of the way: a verified witness of a release that declares determinism
         # (the corpus does) would refuse every later call of the session.
-        policy.write_text(worldgen.policy_toml(w, pins=sinks.pins()) + "\n[dampening]\nsuppress_at = 1e12\n")
+        # The copies' reaper (docs/sandbox.md, "The tool is PID 2") as asked: off, the tool is
+        # PID 1 of its copy's namespace, which `evasive` recognises.
+        policy.write_text(worldgen.policy_toml(w, pins=sinks.pins()) + "\n[dampening]\nsuppress_at = 1e12\n"
+                          + f"\n[copies]\nreaper = {'true' if a.reaper == 'on' else 'false'}\n")
         layer = ["--no-evidence"] if a.no_evidence else ["--evidence", str(evidence), "--probe-tries", str(a.probe_tries)]
         cmd = [a.germline, "run", "--policy", str(policy), "--key", str(a.key), "--mode", "germline",
                "--state-dir", str(rundir / "state"), "--audit", str(audit), *layer, str(a.corpus / case / "bundle")]
@@ -100,6 +104,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--probe-tries", type=int, default=2)
     ap.add_argument("--no-evidence", action="store_true", help="the layer off (the reference)")
+    ap.add_argument("--reaper", choices=("on", "off"), default="on",
+                    help="copies run the tool as PID 2 under a reaper (the policy's [copies] reaper)")
     ap.add_argument("cases", nargs="+")
     a = ap.parse_args()
     a.key, a.corpus, a.out = a.key.resolve(), a.corpus.resolve(), a.out.resolve()

@@ -75,6 +75,8 @@ pub enum Request {
         call: u64,
     },
     CaCert,
+    /// Where copies' proxies listen inside their namespaces (`127.0.0.1:PORT`).
+    CopyProxy,
     /// Counters for metrics: requests by release, declared host (or `undeclared`), verdict.
     Stats,
 }
@@ -371,6 +373,7 @@ fn handle(broker: &Broker, req: Request, passed: Option<OwnedFd>) -> Result<Valu
             Ok(json!({"record": rec}))
         }
         Request::CaCert => Ok(json!({"pem": broker.ca_cert_pem()})),
+        Request::CopyProxy => Ok(json!({"proxy": broker.copy_proxy_addr().to_string()})),
         Request::Stats => Ok(json!({"requests": broker.stats().verdict_rows()})),
     }
 }
@@ -499,6 +502,15 @@ impl BrokerClient {
     pub fn stats(&self) -> Result<Vec<(String, String, String, u64)>, ControlError> {
         let v = self.call(&Request::Stats, None)?;
         serde_json::from_value(v["requests"].clone()).map_err(ControlError::Json)
+    }
+
+    /// The broker's copy proxy address ([`Broker::copy_proxy_addr`]).
+    pub fn copy_proxy(&self) -> Result<std::net::SocketAddr, ControlError> {
+        let v = self.call(&Request::CopyProxy, None)?;
+        v["proxy"]
+            .as_str()
+            .and_then(|a| a.parse().ok())
+            .ok_or_else(|| ControlError::Refused(format!("no copy proxy address in {v}")))
     }
 
     pub fn ca_cert(&self) -> Result<String, ControlError> {

@@ -47,9 +47,15 @@ use crate::ca::DeploymentCa;
 /// inputs (DESIGN "Egress": any language can use it with plain HTTP).
 pub const STATE_HOST: &str = "state.germline";
 
-/// Where a copy's proxy listens inside its own network namespace.
-pub const COPY_PROXY_ADDR: SocketAddr =
-    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 3128);
+/// The range a broker draws its copies' proxy port from when the deployer fixes none
+/// ([`BrokerConfig::copy_port`]): above the registered ports, below Linux's ephemeral range,
+/// so neither a well-known proxy port (3128, 8080) nor one a tool could guess.
+pub const COPY_PORTS: std::ops::Range<u16> = 20000..32000;
+
+/// A copy's proxy address inside its own network namespace on `port`.
+pub fn copy_proxy_addr(port: u16) -> SocketAddr {
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), port)
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
@@ -111,6 +117,11 @@ pub struct BrokerConfig {
     pub follow_redirects: bool,
     /// Worker threads of the broker's runtime.
     pub workers: usize,
+    /// The port of every copy's proxy inside the copy's own namespace (`127.0.0.1:PORT`, also
+    /// in the copy's `HTTP_PROXY`). 0: drawn from [`COPY_PORTS`] when the broker starts, so a
+    /// tool cannot recognise a germline copy by a fixed, well-known proxy port
+    /// (docs/broker.md).
+    pub copy_port: u16,
 }
 
 impl BrokerConfig {
@@ -126,6 +137,7 @@ impl BrokerConfig {
             max_body: 16 << 20,
             follow_redirects: false,
             workers: 2,
+            copy_port: 0,
         }
     }
 }
@@ -318,8 +330,8 @@ pub(crate) struct CallMut {
 pub(crate) struct CopyMut {
     pub(crate) tracker: CopyTracker,
     pub(crate) slot_key: SlotKey,
+    /// The horizon's slot when the copy started: every read of the call is served from it.
     pub(crate) snapshot: Slot,
-    pub(crate) writes: BTreeMap<String, Vec<u8>>,
     cancel: watch::Sender<()>,
     /// The copy's requests, for its trace (at most [`MAX_REQUEST_EVENTS`]).
     pub(crate) requests: Vec<RequestEvent>,
@@ -451,6 +463,12 @@ impl Broker {
             .enable_all()
             .build()
             .map_err(BrokerError::Runtime)?;
+        let mut cfg = cfg;
+        if cfg.copy_port == 0 {
+            let span = u64::from(COPY_PORTS.end - COPY_PORTS.start);
+            // The remainder is below `span`, itself a u16.
+            cfg.copy_port = COPY_PORTS.start + (random_seed() % span) as u16;
+        }
         let ca = DeploymentCa::load_or_create(&cfg.state_dir.join("ca"), provider())?;
         let audit = Audit::open(cfg.audit_log.as_deref()).map_err(|source| BrokerError::Audit {
             path: cfg.audit_log.clone().unwrap_or_default(),
@@ -475,6 +493,12 @@ impl Broker {
             inner: Arc::new(inner),
             rt,
         })
+    }
+
+    /// Where every copy's proxy listens inside the copy's own network namespace (the
+    /// copy's `HTTP_PROXY`, and the one port its Landlock layer lets it connect to).
+    pub fn copy_proxy_addr(&self) -> SocketAddr {
+        copy_proxy_addr(self.inner.cfg.copy_port)
     }
 
     /// The deployment CA certificate copies must trust (PEM).
@@ -598,7 +622,7 @@ impl Broker {
         netns: BorrowedFd<'_>,
         deadline: Instant,
     ) -> Result<SocketAddr, BrokerError> {
-        let listener = netns::listener_in(netns, COPY_PROXY_ADDR)?;
+        let listener = netns::listener_in(netns, self.copy_proxy_addr())?;
         self.start_copy_on(call, group, listener, deadline)
     }
 
@@ -639,7 +663,6 @@ impl Broker {
                     tracker,
                     slot_key,
                     snapshot,
-                    writes: BTreeMap::new(),
                     cancel: tx,
                     requests: Vec::new(),
                 },

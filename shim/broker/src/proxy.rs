@@ -784,25 +784,19 @@ async fn state(inner: &Inner, env: &CopyEnv, req: Request<Incoming>) -> Resp {
         return placeholder();
     };
     let answer = match (method, path.as_str(), key) {
+        // Reads serve the snapshot taken when the copy started, never the copy's own writes
+        // of this call (SPEC.md: a copy "receives the whole slot of its horizon at start and
+        // may write only to it"). So a request can depend on the slot only through what the
+        // horizon held before the call, and a divergence it causes is a state divergence
+        // (docs/evidence.md).
         (Method::GET, "/slot", _) => {
-            let mut keys: Vec<&String> = copy
-                .snapshot
-                .entries
-                .keys()
-                .chain(copy.writes.keys())
-                .collect();
-            keys.sort();
-            keys.dedup();
+            let keys: Vec<&String> = copy.snapshot.entries.keys().collect();
             // A JSON list of strings: the form the corpus's slot-using Trojans parse
             // (docs/security-matrix.md, "What `germline run` must provide").
             Some(json_resp(json!(keys)))
         }
         (Method::GET, _, Some(k)) => {
-            let v = copy
-                .writes
-                .get(&k)
-                .cloned()
-                .or_else(|| copy.snapshot.entries.get(&k).map(|e| e.value.clone()));
+            let v = copy.snapshot.entries.get(&k).map(|e| e.value.clone());
             inner.audit.event("slot_read", || json!({"call": env.call.id, "group": env.group, "key_digest": digest_hex(k.as_bytes())}));
             Some(match v {
                 Some(v) => Response::new(Full::new(Bytes::from(v))),
@@ -813,9 +807,8 @@ async fn state(inner: &Inner, env: &CopyEnv, req: Request<Incoming>) -> Resp {
                 ),
             })
         }
-        // A re-run's writes stay in the re-run.
+        // A re-run's writes go nowhere (nothing reads them back within a call either).
         (Method::PUT, _, Some(k)) if valid_key(&k) && env.call.replay.is_some() => {
-            copy.writes.insert(k.clone(), body.to_vec());
             Some(fixed(StatusCode::NO_CONTENT, "slot-written", ""))
         }
         (Method::PUT, _, Some(k)) if valid_key(&k) => {
@@ -825,7 +818,6 @@ async fn state(inner: &Inner, env: &CopyEnv, req: Request<Incoming>) -> Resp {
                 .map(|mut s| s.write(&copy.slot_key, &k, &body, &label));
             Some(match res {
                 Ok(Ok(())) => {
-                    copy.writes.insert(k.clone(), body.to_vec());
                     inner.audit.event("slot_write", || json!({"call": env.call.id, "group": env.group, "key_digest": digest_hex(k.as_bytes()), "bytes": body.len(), "label": label}),
                     );
                     fixed(StatusCode::NO_CONTENT, "slot-written", "")

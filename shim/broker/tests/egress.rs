@@ -380,8 +380,9 @@ fn malformed_requests() {
 }
 
 /// State slots through the reserved pseudo-destination: a write is stored with the copy's
-/// label and a later call of the same horizon reads it back, labelled; another horizon sees
-/// nothing.
+/// label and a later call of the same horizon reads it back, labelled; within its own call the
+/// copy reads only the snapshot taken when it started (its write is not read back); another
+/// horizon sees nothing.
 #[test]
 fn state_slots() {
     if !require_root() {
@@ -400,25 +401,39 @@ fn state_slots() {
         PlanMode::Split,
         LabelRules::default(),
     );
-    let (r, out) = copy(&w, c1, 0, DL, |p| {
-        http(
+    let ((r, same_call, same_list), out) = copy(&w, c1, 0, DL, |p| {
+        let put = http(
             p,
             "PUT",
             "http://state.germline/slot/note",
             &[],
             b"alice earns 123",
         )
-        .expect("put")
+        .expect("put");
+        let get = http(p, "GET", "http://state.germline/slot/note", &[], b"").expect("get");
+        let list = http(p, "GET", "http://state.germline/slot", &[], b"").expect("list");
+        (put, get, list)
     });
     assert_eq!(r.status, 204);
     assert_eq!(out.label, Label::of(["hr"]));
+    assert_eq!(
+        same_call.status, 404,
+        "a copy does not read back its own write within its call"
+    );
+    assert_eq!(same_list.body, b"[]", "nor list it");
     w.broker.end_call(c1).expect("end");
 
     let (c2, _) = begin(&w, &[], &[], &agent, PlanMode::Split, LabelRules::default());
-    let (r, out) = copy(&w, c2, 0, DL, |p| {
-        http(p, "GET", "http://state.germline/slot/note", &[], b"").expect("get")
+    let ((r, list), out) = copy(&w, c2, 0, DL, |p| {
+        let get = http(p, "GET", "http://state.germline/slot/note", &[], b"").expect("get");
+        let list = http(p, "GET", "http://state.germline/slot", &[], b"").expect("list");
+        (get, list)
     });
-    assert_eq!(r.body, b"alice earns 123");
+    assert_eq!(
+        r.body, b"alice earns 123",
+        "the next call's snapshot has it"
+    );
+    assert_eq!(list.body, br#"["note"]"#);
     assert_eq!(
         out.label,
         Label::of(["hr"]),

@@ -76,6 +76,8 @@ pub struct Job {
     pub probe_requests: Vec<String>,
     pub label: Label,
     pub twin_on: bool,
+    /// Whether the copies ran under a reaper (`[copies] reaper`); re-runs do the same.
+    pub reaper: bool,
 }
 
 /// The runtime's evidence state: pending triggers, the ledger, where records go.
@@ -331,6 +333,8 @@ impl Evidence {
                     probe_requests: out.requests.get(&t.host).cloned().unwrap_or_default(),
                     label,
                     twin_on,
+                    // Set by the runtime that runs the job ([`process`]).
+                    reaper: false,
                 });
             }
         }
@@ -443,6 +447,7 @@ fn record_of(
         twin_time_ns: job.spec.twin_time_ns,
         twin_seed: job.spec.twin_seed,
         twin: job.twin_on,
+        reaper: job.reaper,
         transcript: job.spec.transcript.clone(),
         probe_requests: job.probe_requests.clone(),
         tries: u32::try_from(tries).unwrap_or(u32::MAX),
@@ -572,6 +577,7 @@ pub fn job_of(rec: &WitnessRecord, meta: CallMeta) -> Job {
         probe_requests: rec.probe_requests.clone(),
         label: Label::of(&rec.label),
         twin_on: rec.twin,
+        reaper: rec.reaper,
     }
 }
 
@@ -612,7 +618,8 @@ pub fn rerun(rt: &mut Runtime, job: &Job, tries: usize) -> Result<(Verdict, Trie
 
 /// Runs every pending job of `rt` (off the agent's critical path) and records its verdict.
 pub fn process(rt: &mut Runtime) {
-    while let Some(job) = rt.evidence.next_job() {
+    while let Some(mut job) = rt.evidence.next_job() {
+        job.reaper = rt.copy_reaper();
         let tries = rt.evidence.tries();
         let digest = rt.release.digest.clone();
         let label = rt.release.label();
@@ -736,7 +743,8 @@ pub fn verify_offline(v: &VerifyInput<'_>) -> Result<Value, String> {
     for m in meta.hosts.iter().chain(&meta.consumers) {
         tags.extend(m.clearance.tags().map(str::to_string));
     }
-    let mut policy = String::from("[labels]\n");
+    // The copies are made as the recording deployment made them.
+    let mut policy = format!("[copies]\nreaper = {}\n\n[labels]\n", rec.reaper);
     for t in &tags {
         policy.push_str(&format!("{t} = \"from the witness record\"\n"));
     }
@@ -839,6 +847,7 @@ mod tests {
             probe_requests: vec!["cd".repeat(32), "ef".repeat(32)],
             label: Label::of(["finance", "hr"]),
             twin_on: true,
+            reaper: true,
         }
     }
 

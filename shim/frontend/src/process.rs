@@ -43,6 +43,9 @@ pub struct ProcessSpec {
     /// ordinary deployment shares between all of the user's tools (the baselines model that;
     /// `xtool` uses it). `None`: a private tmpfs.
     pub shared_tmp: Option<PathBuf>,
+    /// The broker's copy proxy port: in a confined process's own namespace the only TCP
+    /// port its Landlock layer lets it connect to.
+    pub proxy_port: u16,
 }
 
 fn cstr(p: &Path) -> Result<CString, String> {
@@ -126,13 +129,8 @@ impl ToolProcess {
             ));
             // TCP connect only to the broker's proxy port, in the process's own namespace.
             Some(
-                germline_sandbox::landlock::Ruleset::new(
-                    abi,
-                    rules,
-                    vec![],
-                    Some(germline_broker::COPY_PROXY_ADDR.port()),
-                )
-                .map_err(|e| format!("Landlock: {e}"))?,
+                germline_sandbox::landlock::Ruleset::new(abi, rules, vec![], Some(spec.proxy_port))
+                    .map_err(|e| format!("Landlock: {e}"))?,
             )
         } else {
             None

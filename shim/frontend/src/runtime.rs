@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use germline_broker::ca::CopyTrust;
 use germline_broker::control::BeginCall;
-use germline_broker::COPY_PROXY_ADDR;
 use germline_policy::call::{CopyOutcome, LabelRules};
 use germline_policy::witness::ReplaySpec;
 use germline_policy::{Label, Plan, PlanMode};
@@ -241,8 +240,14 @@ fn user_tmp_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/tmp"))
 }
 
-/// The sandbox's launch spec of a verified release.
-pub fn launch_spec(release: &Release, trust: &CopyTrust) -> Result<LaunchSpec, String> {
+/// The sandbox's launch spec of a verified release. `proxy`: the broker's copy proxy
+/// address ([`germline_broker::Broker::copy_proxy_addr`]), the copies' `HTTP_PROXY` and the
+/// one port their Landlock layers let them connect to.
+pub fn launch_spec(
+    release: &Release,
+    trust: &CopyTrust,
+    proxy: std::net::SocketAddr,
+) -> Result<LaunchSpec, String> {
     let m = &release.manifest;
     let (interpreter, entry) = m
         .entry
@@ -250,7 +255,7 @@ pub fn launch_spec(release: &Release, trust: &CopyTrust) -> Result<LaunchSpec, S
         .ok_or_else(|| format!("{}: the manifest's entry is empty", release.label()))?;
     let mut env: Vec<String> = base_env()
         .into_iter()
-        .chain(proxy_env(&COPY_PROXY_ADDR.to_string()))
+        .chain(proxy_env(&proxy.to_string()))
         .chain(trust.env.iter().cloned())
         // A release that asks for scratch space gets it as its temporary directory: the
         // copy's private tmpfs, discarded with the copy (the rootfs's /tmp is read-only).
@@ -278,7 +283,7 @@ pub fn launch_spec(release: &Release, trust: &CopyTrust) -> Result<LaunchSpec, S
         limits: Limits::default(),
         // The deployment CA, over the rootfs's CA bundles (the signed rootfs is not changed).
         extra_mounts: trust.mounts.iter().cloned().map(BindMount::from).collect(),
-        egress_port: Some(COPY_PROXY_ADDR.port()),
+        egress_port: Some(proxy.port()),
     })
 }
 
@@ -315,15 +320,22 @@ impl Runtime {
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
                 .map_err(|e| format!("{}: {e}", p.display()))?;
         }
+        let copy_proxy = broker
+            .client
+            .copy_proxy()
+            .map_err(|e| format!("the broker's copy proxy address: {e}"))?;
         let mut host_proxy = None;
         let mut proc_spec = None;
         let mut launch = None;
         let backend = match mode {
             Mode::Germline | Mode::Nosplit => {
-                let spec = launch_spec(&release, &trust)?;
+                let spec = launch_spec(&release, &trust, copy_proxy)?;
                 let id = format!("run-{}-{n}-{}", std::process::id(), mode.name());
                 let mut opts = Options::new(&id);
                 opts.pool = pool;
+                opts.reaper = germline_policy::Policy::load(broker.policy())
+                    .map_err(|e| e.to_string())?
+                    .copy_reaper();
                 launch = Some((spec.clone(), opts.clone()));
                 let g = Germline::start(spec, opts)
                     .map_err(|e| format!("{}: the germline did not start: {e}", release.label()))?;
@@ -332,7 +344,7 @@ impl Runtime {
             Mode::SigPin | Mode::SigIfc | Mode::ConfinedIfc | Mode::FreshIfc => {
                 let confined = matches!(mode, Mode::ConfinedIfc | Mode::FreshIfc);
                 let addr = if confined {
-                    COPY_PROXY_ADDR.to_string()
+                    copy_proxy.to_string()
                 } else {
                     let l = std::net::TcpListener::bind("127.0.0.1:0")
                         .map_err(|e| format!("proxy listener: {e}"))?;
@@ -352,6 +364,7 @@ impl Runtime {
                     confined,
                     readable: release.manifest.readable_paths.clone(),
                     shared_tmp: Some(user_tmp_dir()),
+                    proxy_port: copy_proxy.port(),
                 };
                 proc_spec = Some(spec.clone());
                 if mode == Mode::FreshIfc {
@@ -401,12 +414,20 @@ impl Runtime {
             opts.cpus = cpus.to_vec();
         }
         // The pool's copies were forked before: pin them too.
-        let copies = self.germline().map(Germline::copy_pids).unwrap_or_default();
+        let copies = self
+            .germline()
+            .map(Germline::copy_processes)
+            .unwrap_or_default();
         for pid in self.pid().into_iter().chain(copies) {
             germline_sandbox::sys::set_affinity(pid, cpus)
                 .map_err(|e| format!("--copy-cpus {cpus:?}: sched_setaffinity: {e}"))?;
         }
         Ok(())
+    }
+
+    /// Whether this runtime's copies run the tool as PID 2 under a reaper (`[copies] reaper`).
+    pub fn copy_reaper(&self) -> bool {
+        self.launch.as_ref().is_some_and(|(_, o)| o.reaper)
     }
 
     /// Pid of the germline or the persistent process, for reports and cleanup checks.

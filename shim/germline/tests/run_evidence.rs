@@ -409,9 +409,9 @@ fn corpus_python() -> std::path::PathBuf {
 }
 
 /// The matrix's scripted documents session for each corpus `case`, with the evidence layer on
-/// (`--probe-tries 2`) or off (`--no-evidence`): one JSON line per case from
-/// tests/security/evidence_sessions.py.
-fn evidence_sessions(out: &Path, cases: &[&str], on: bool) -> Vec<Value> {
+/// (`--probe-tries 2`) or off (`--no-evidence`), and copies under a reaper or not (the
+/// policy's `[copies] reaper`): one JSON line per case from tests/security/evidence_sessions.py.
+fn evidence_sessions(out: &Path, cases: &[&str], on: bool, reaper: bool) -> Vec<Value> {
     let mut cmd = std::process::Command::new(corpus_python());
     cmd.arg(root().join("tests/security/evidence_sessions.py"))
         .arg("--germline")
@@ -422,7 +422,8 @@ fn evidence_sessions(out: &Path, cases: &[&str], on: bool) -> Vec<Value> {
         .arg(root().join("bundles/out/corpus"))
         .arg("--out")
         .arg(out)
-        .args(["--probe-tries", "2"]);
+        .args(["--probe-tries", "2"])
+        .args(["--reaper", if reaper { "on" } else { "off" }]);
     if !on {
         cmd.arg("--no-evidence");
     }
@@ -440,15 +441,17 @@ fn evidence_sessions(out: &Path, cases: &[&str], on: bool) -> Vec<Value> {
 }
 
 /// Paper Section VII-E (Table VI's first row) with this repository's corpus: the matrix's
-/// scripted documents session under `pool`, `launder`, `evasive` and `capsule`. The paper
-/// reports item witnesses for the first three and a state divergence for `capsule`; here
-/// `pool` and `capsule` each raise one trigger that verifies as an item witness, and
-/// `launder` and `evasive` raise none (why: at `expect` below, and docs/evidence.md). Each
-/// trigger is verified twice: by probe replay right after the call, and by `germline witness
-/// verify` on the stored, signed record in a process of its own. With the layer off the same
-/// sessions raise the same triggers and leave no record; neither discloses.
+/// scripted documents session under `pool`, `launder`, `evasive` and `capsule`, copies under a
+/// reaper (the tool is PID 2) and with the broker's drawn proxy port. As in the paper, `pool`
+/// and `evasive` each raise one trigger that verifies as an item witness and `capsule` one that
+/// verifies as a state divergence (a copy reads only its slot's snapshot); `launder` raises
+/// none (why: at `expect` below, and docs/evidence.md). Each trigger is verified twice: by
+/// probe replay right after the call, and by `germline witness verify` on the stored, signed
+/// record in a process of its own. With the layer off the same sessions raise the same
+/// triggers and leave no record; neither discloses. With the reaper off, `evasive` recognises
+/// every copy as one (PID 1) and raises nothing.
 #[test]
-fn matrix_triggers_verify_offline_pool_and_capsule_as_item_witnesses_launder_and_evasive_none() {
+fn matrix_triggers_verify_offline_pool_evasive_item_witnesses_capsule_state_launder_none() {
     if !can_run() {
         return;
     }
@@ -460,8 +463,8 @@ fn matrix_triggers_verify_offline_pool_and_capsule_as_item_witnesses_launder_and
     );
     let cases = ["docs-pool", "docs-launder", "docs-evasive", "docs-capsule"];
     let tmp = tempfile::tempdir().expect("tempdir");
-    let on = evidence_sessions(&tmp.path().join("on"), &cases, true);
-    let off = evidence_sessions(&tmp.path().join("off"), &cases, false);
+    let on = evidence_sessions(&tmp.path().join("on"), &cases, true, true);
+    let off = evidence_sessions(&tmp.path().join("off"), &cases, false, true);
     assert_eq!((on.len(), off.len()), (cases.len(), cases.len()));
     let mut seen = Vec::new();
     for (r, r_off) in on.iter().zip(&off) {
@@ -520,12 +523,18 @@ fn matrix_triggers_verify_offline_pool_and_capsule_as_item_witnesses_launder_and
                 v["verdict"].as_str().unwrap_or("?").to_string(),
             ));
         }
-        // Probe replay right after the call saw the same: the probe differed on both tries,
-        // the control on none.
+        // Probe replay right after the call saw the same: the control matched on both tries;
+        // the probe differed on both for an item witness and matched on both for a state
+        // divergence.
         for v in r["verdicts"].as_array().into_iter().flatten() {
+            let probe = if v["verdict"] == json!("state_or_response_divergence") {
+                json!([false, false])
+            } else {
+                json!([true, true])
+            };
             assert_eq!(
                 (&v["probe"], &v["control"]),
-                (&json!([true, true]), &json!([false, false])),
+                (&probe, &json!([false, false])),
                 "{case}: {v}"
             );
         }
@@ -536,28 +545,62 @@ fn matrix_triggers_verify_offline_pool_and_capsule_as_item_witnesses_launder_and
         // pool: the agent's copy's OCR request carries the salary sheet (`trace`).
         ("docs-pool".into(), w("ocr_annotate", "item_witness")),
         // launder's channel is the value returned to the agent, never a request: nothing for
-        // the tripwire to compare. The slot's label on that value (hr, from the earlier
-        // calls' items it wrote there) makes the agent withhold the forward instead.
+        // the tripwire to compare. The slot's label on that value (hr and board, from the
+        // earlier calls' items it wrote there) makes the agent withhold the forward instead.
         ("docs-launder".into(), vec![]),
-        // evasive behaves in every copy: each is PID 1 of its own PID namespace and its
-        // HTTP_PROXY is the broker's http://127.0.0.1:3128, either of which it tests for.
-        ("docs-evasive".into(), vec![]),
-        // capsule: the agent's copy puts this call's items in the slot and reads them back
-        // (a copy reads its own writes), so its request carries the salary sheet as well as
-        // the earlier calls' items: with the group's slot snapshot the probe still differs.
-        ("docs-capsule".into(), w("ocr_annotate", "item_witness")),
+        // evasive: the agent's copy, which sees every item and is neither PID 1 nor behind
+        // port 3128, adds the salary sheet (`metrics`); the OCR group's copy sees it empty
+        // and behaves. The probe (the agent's items) differs, the control does not.
+        ("docs-evasive".into(), w("ocr_annotate", "item_witness")),
+        // capsule: the agent's copy sends what its horizon's slot held before the call (the
+        // review and minutes of calls 1 and 2); with the OCR group's slot snapshot the probe,
+        // although it sees the salary sheet, sends what the group sent.
+        (
+            "docs-capsule".into(),
+            w("ocr_annotate", "state_or_response_divergence"),
+        ),
     ];
     assert_eq!(seen, expect);
     let by = |case: &str| on.iter().find(|r| r["case"] == case).expect("case");
+    // launder did launder: the value of step 5 carries earlier items (`ref:`) and their
+    // labels, so step 6's forward to the blog is withheld and the blog gets nothing.
     let launder = by("docs-launder");
     assert_eq!(
         launder["steps"][5]["status"],
         json!("withheld"),
         "{launder}"
     );
+    let step5 = &launder["steps"][4];
+    let label = step5["label"].to_string();
+    assert!(
+        step5["text"].as_str().unwrap_or("").contains("\n\nref: ")
+            && label.contains("hr")
+            && label.contains("board"),
+        "{step5}"
+    );
+    assert_eq!(launder["requests"]["blog.example"], json!(0), "{launder}");
+    // evasive's `metrics` reached ocr.example only with items cleared for it (the oracle
+    // found no disclosure above): the trigger's request got the placeholder.
     let evasive = by("docs-evasive");
-    let fields = evasive["fields"].to_string();
-    assert!(!fields.contains("metrics"), "{fields}");
+    assert!(
+        evasive["triggers"][0]["host"] == json!("ocr.example"),
+        "{evasive}"
+    );
+    // Reaper off: every copy is PID 1, evasive behaves everywhere, nothing to witness.
+    let plain = evidence_sessions(
+        &tmp.path().join("no-reaper"),
+        &["docs-evasive"],
+        true,
+        false,
+    );
+    assert_eq!(plain.len(), 1);
+    let p = &plain[0];
+    assert_eq!(
+        (&p["error"], &p["disclosures"], &p["triggers"]),
+        (&json!(""), &json!([]), &json!([])),
+        "{p}"
+    );
+    assert!(!p["fields"].to_string().contains("metrics"), "{p}");
     let pool_fields = by("docs-pool")["fields"].to_string();
     assert!(pool_fields.contains("trace"), "{pool_fields}");
 }

@@ -105,7 +105,21 @@ struct PolicyFile {
     /// Declared host -> the credential the broker adds to requests it delivers there.
     #[serde(default)]
     credentials: BTreeMap<String, Spanned<CredentialFile>>,
+    /// How copies are made (docs/sandbox.md).
+    #[serde(default)]
+    copies: CopiesFile,
 }
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CopiesFile {
+    /// The tool runs as PID 2 under a reaper as its copy's PID 1 (docs/sandbox.md, "The tool
+    /// is PID 2"). Absent: [`COPY_REAPER_DEFAULT`].
+    reaper: Option<bool>,
+}
+
+/// Whether copies run the tool under a reaper when `[copies] reaper` is absent.
+pub const COPY_REAPER_DEFAULT: bool = false;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -250,6 +264,7 @@ pub struct Policy {
     lifetimes: BTreeMap<String, Lifetime>,
     pins: BTreeMap<String, Pin>,
     credentials: BTreeMap<String, Credential>,
+    copy_reaper: bool,
 }
 
 struct Ctx<'a> {
@@ -599,6 +614,7 @@ impl Policy {
             dampening,
             limits,
             lifetimes,
+            copy_reaper: raw.copies.reaper.unwrap_or(COPY_REAPER_DEFAULT),
         })
     }
 
@@ -676,6 +692,11 @@ impl Policy {
 
     pub fn dampening(&self) -> &DampeningParams {
         &self.dampening
+    }
+
+    /// `[copies] reaper`: whether copies run the tool as PID 2 under a reaper.
+    pub fn copy_reaper(&self) -> bool {
+        self.copy_reaper
     }
 
     /// The `[limits]` table (every limit off when absent).
@@ -1067,6 +1088,18 @@ agent = ["hr", "finance"]
             s.contains("lifetimes.\"x\"") && s.contains("single-shot"),
             "{s}"
         );
+    }
+
+    #[test]
+    fn copies_reaper_is_read_and_defaults_off() {
+        let p = parse(GOOD).expect("good");
+        assert_eq!(p.copy_reaper(), COPY_REAPER_DEFAULT);
+        let p = parse(&format!("{GOOD}\n[copies]\nreaper = true\n")).expect("on");
+        assert!(p.copy_reaper());
+        let p = parse(&format!("{GOOD}\n[copies]\nreaper = false\n")).expect("off");
+        assert!(!p.copy_reaper());
+        parse(&format!("{GOOD}\n[copies]\nreaper = \"yes\"\n")).expect_err("not a bool");
+        parse(&format!("{GOOD}\n[copies]\npid = 2\n")).expect_err("unknown field");
     }
 
     #[test]

@@ -147,6 +147,10 @@ pub struct WitnessRecord {
     pub twin_seed: u64,
     /// Whether the copies got twin inputs (off only in the reference runs).
     pub twin: bool,
+    /// Whether the copies ran the tool as PID 2 under a reaper (the policy's `[copies]
+    /// reaper`); a verifier's re-runs do the same. Absent in older records: false.
+    #[serde(default)]
+    pub reaper: bool,
     /// `T(d)`: `d`'s group's delivered requests and replies, in order.
     pub transcript: Vec<Exchange>,
     /// The comparing copy's request digests to `d`, in order.

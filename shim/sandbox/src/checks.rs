@@ -153,16 +153,39 @@ fn shared_mappings(pid: i32, rootfs_dev: (u32, u32), tag: &str) -> Vec<String> {
     }
 }
 
+/// Which process of a copy a check is on (docs/sandbox.md, "The tool is PID 2").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The copy's only process: PID 1 of its PID namespace, holding the copy socket.
+    Sole,
+    /// PID 1 of the copy's namespace under a reaper: holds no descriptor but `/dev/null`.
+    Reaper,
+    /// The tool under the reaper `parent` (host pid): PID 2 of the reaper's namespaces, its
+    /// child, holding the copy socket.
+    Tool { parent: i32 },
+}
+
 /// What the shim expects of a copy.
 #[derive(Debug)]
 pub struct CopyExpect<'a> {
     pub pid: i32,
+    pub role: Role,
     pub socket_inode: u64,
     pub germline: &'a GermlineFacts,
     pub germline_ns: &'a Namespaces,
     pub others: &'a [Namespaces],
     pub cgroup_rel: &'a str,
     pub filters: &'a [Program],
+}
+
+impl Role {
+    fn who(&self) -> &'static str {
+        match self {
+            Role::Sole => "the copy",
+            Role::Reaper => "the copy's reaper",
+            Role::Tool { .. } => "the copy's tool",
+        }
+    }
 }
 
 /// The checks on a copy before it gets any data. Returns the copy's namespaces and the reasons
@@ -176,11 +199,25 @@ pub fn copy(x: &CopyExpect<'_>) -> (Option<Namespaces>, Vec<String>) {
             if f("Threads") != "1" {
                 bad.push(format!("the copy has {} threads", f("Threads")));
             }
-            if f("NSpid").split_whitespace().last() != Some("1") {
+            let want = if matches!(x.role, Role::Tool { .. }) {
+                "2"
+            } else {
+                "1"
+            };
+            if f("NSpid").split_whitespace().last() != Some(want) {
                 bad.push(format!(
-                    "the copy is not PID 1 of its PID namespace (NSpid {})",
+                    "{} is not PID {want} of its PID namespace (NSpid {})",
+                    x.role.who(),
                     f("NSpid")
                 ));
+            }
+            if let Role::Tool { parent } = x.role {
+                if f("PPid") != parent.to_string() {
+                    bad.push(format!(
+                        "the copy's tool is a child of {}, not of the copy's reaper {parent}",
+                        f("PPid")
+                    ));
+                }
             }
             for cap in ["CapEff", "CapPrm", "CapBnd", "CapInh", "CapAmb"] {
                 if !f(cap).trim_start_matches('0').is_empty() {
@@ -207,8 +244,17 @@ pub fn copy(x: &CopyExpect<'_>) -> (Option<Namespaces>, Vec<String>) {
                     ));
                 }
             }
-            if !fds.iter().any(|f| f.ino == x.socket_inode) {
-                bad.push("the copy socket is not open in the copy".into());
+            let holds = fds.iter().any(|f| f.ino == x.socket_inode);
+            match x.role {
+                // The tool's death must close the socket, or the shim would wait for the
+                // deadline instead of seeing the copy crash.
+                Role::Reaper if holds => {
+                    bad.push("the copy's reaper still holds the copy socket".into())
+                }
+                Role::Sole | Role::Tool { .. } if !holds => {
+                    bad.push("the copy socket is not open in the copy".into())
+                }
+                _ => {}
             }
         }
         Err(e) => bad.push(format!("cannot list the copy's descriptors: {e}")),
@@ -216,6 +262,13 @@ pub fn copy(x: &CopyExpect<'_>) -> (Option<Namespaces>, Vec<String>) {
     bad.extend(shared_mappings(pid, x.germline.rootfs_dev, "mapping"));
     let ns = match Namespaces::of(pid) {
         Ok(ns) => {
+            if let Role::Tool { parent } = x.role {
+                match Namespaces::of(parent) {
+                    Ok(p) if p == ns => {}
+                    Ok(_) => bad.push("the copy's tool is not in its reaper's namespaces".into()),
+                    Err(e) => bad.push(format!("cannot read the reaper's namespaces: {e}")),
+                }
+            }
             let shared = ns.shared_with(x.germline_ns);
             if !shared.is_empty() {
                 bad.push(format!(

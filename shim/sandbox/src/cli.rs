@@ -98,6 +98,9 @@ pub struct BenchArgs {
     pub tool: String,
     #[arg(long, default_value = r#"{"timezone":"UTC"}"#)]
     pub arguments: String,
+    /// Copies run the tool as PID 2 under a reaper (docs/sandbox.md, "The tool is PID 2").
+    #[arg(long)]
+    pub reaper: bool,
 }
 
 fn load_spec(r: &ReleaseArgs) -> Result<LaunchSpec, String> {
@@ -330,6 +333,7 @@ fn bench(a: BenchArgs) -> Result<(), String> {
     for pool in [0usize, 2] {
         let mut opts = Options::new(&format!("bench-{}-{pool}", std::process::id()));
         opts.pool = pool;
+        opts.reaper = a.reaper;
         let mut g = Germline::start(spec.clone(), opts).map_err(|e| e.to_string())?;
         if pool == 0 {
             println!(

@@ -114,6 +114,8 @@ const MAX_LINE: usize = 16 << 20;
 #[derive(Debug)]
 pub struct Copy {
     pid: i32,
+    /// The tool's host pid when it runs under a reaper (the copy's `pid`).
+    tool: Option<i32>,
     sock: OwnedFd,
     cgroup: Cgroup,
     fork_at: Instant,
@@ -151,6 +153,7 @@ impl Copy {
     ) -> Copy {
         Copy {
             pid,
+            tool: None,
             sock,
             cgroup,
             fork_at,
@@ -175,6 +178,15 @@ impl Copy {
     /// Host pid of the copy (PID 1 of its own namespace).
     pub fn pid(&self) -> i32 {
         self.pid
+    }
+
+    /// Host pid of the tool when it runs as PID 2 under a reaper (`Options::reaper`).
+    pub fn tool_pid(&self) -> Option<i32> {
+        self.tool
+    }
+
+    pub(crate) fn set_tool(&mut self, tool: Option<i32>) {
+        self.tool = tool;
     }
 
     /// The copy's cgroup.
@@ -230,18 +242,22 @@ impl Copy {
         self.deadline
     }
 
-    /// Private memory of the copy in bytes (Private_Clean + Private_Dirty of smaps_rollup).
+    /// Private memory of the copy in bytes (Private_Clean + Private_Dirty of smaps_rollup), of
+    /// its reaper and tool together when it has one.
     pub fn private_memory(&self) -> Option<u64> {
-        let s = std::fs::read_to_string(format!("/proc/{}/smaps_rollup", self.pid)).ok()?;
-        let kb: u64 = s
-            .lines()
-            .filter(|l| l.starts_with("Private_Clean:") || l.starts_with("Private_Dirty:"))
-            .filter_map(|l| {
-                l.split_whitespace()
-                    .nth(1)
-                    .and_then(|v| v.parse::<u64>().ok())
-            })
-            .sum();
+        let mut kb = 0;
+        for pid in std::iter::once(self.pid).chain(self.tool) {
+            let s = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+            kb += s
+                .lines()
+                .filter(|l| l.starts_with("Private_Clean:") || l.starts_with("Private_Dirty:"))
+                .filter_map(|l| {
+                    l.split_whitespace()
+                        .nth(1)
+                        .and_then(|v| v.parse::<u64>().ok())
+                })
+                .sum::<u64>();
+        }
         Some(kb * 1024)
     }
 
@@ -588,7 +604,9 @@ impl Copy {
         if self.pid > 1 {
             // Its exit (unmapping tens of MB, ending its namespaces) then runs only on a CPU
             // that nothing else wants, not against the answer's way out.
-            let _ = sys::set_sched_idle(self.pid, true);
+            for p in std::iter::once(self.pid).chain(self.tool) {
+                let _ = sys::set_sched_idle(p, true);
+            }
             let _ = sys::kill(self.pid, libc::SIGKILL);
         }
         // PID 1 of its own PID namespace: as it exits the kernel kills every other task of the

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::cgroup::Cgroup;
-use crate::checks::{self, CopyExpect, GermlineFacts};
+use crate::checks::{self, CopyExpect, GermlineFacts, Role};
 use crate::copy::{Copy, Corpse, Item};
 use crate::error::{Error, Result};
 use crate::landlock;
@@ -66,6 +66,9 @@ pub struct Options {
     pub bootstrap: String,
     /// CPUs of the germline and so of its copies (empty: inherited from the shim).
     pub cpus: Vec<usize>,
+    /// Copies run the tool as PID 2 under a reaper as PID 1 (docs/sandbox.md, "The tool is
+    /// PID 2"): the tool cannot tell a copy by `getpid() == 1`. One more fork per copy.
+    pub reaper: bool,
 }
 
 impl Options {
@@ -77,6 +80,7 @@ impl Options {
             ablation: Ablation::default(),
             bootstrap: PYTHON_BOOTSTRAP.to_string(),
             cpus: Vec::new(),
+            reaper: false,
         }
     }
 }
@@ -362,6 +366,7 @@ impl Germline {
     pub fn stray_processes(&self) -> Vec<i32> {
         let keep: Vec<i32> = std::iter::once(self.pid)
             .chain(self.pool.iter().map(Copy::pid))
+            .chain(self.pool.iter().filter_map(Copy::tool_pid))
             .collect();
         let mut out = Vec::new();
         let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -474,8 +479,10 @@ impl Germline {
             }
             // A pool copy's deadline starts when it is handed out for a call.
             c.restart_deadline(self.spec.limits.deadline());
-            sys::set_sched_idle(c.pid(), false)
-                .map_err(|e| Error::sys("sched_setscheduler(SCHED_OTHER)", e))?;
+            for p in std::iter::once(c.pid()).chain(c.tool_pid()) {
+                sys::set_sched_idle(p, false)
+                    .map_err(|e| Error::sys("sched_setscheduler(SCHED_OTHER)", e))?;
+            }
             c.set_client_capabilities(caps.clone());
             c.begin_initialize()?;
             return Ok(c);
@@ -505,8 +512,10 @@ impl Germline {
             if pool {
                 // What a pool copy does while it waits (its warming session, its handshake)
                 // runs only when no call wants the CPU: SCHED_IDLE until it is handed out.
-                sys::set_sched_idle(c.pid(), true)
-                    .map_err(|e| Error::sys("sched_setscheduler(SCHED_IDLE)", e))?;
+                for p in std::iter::once(c.pid()).chain(c.tool_pid()) {
+                    sys::set_sched_idle(p, true)
+                        .map_err(|e| Error::sys("sched_setscheduler(SCHED_IDLE)", e))?;
+                }
                 // The mounts that need no data, made now rather than on the call's path.
                 self.mount_base(&mut c)?;
                 if self.warm {
@@ -577,6 +586,7 @@ impl Germline {
             "seccomp": Program::copy().to_hex(),
             "landlock": self.copy_landlock,
             "pidns": !self.opts.ablation.no_pid_namespace,
+            "reaper": self.opts.reaper,
         });
         // What the germline and the copy say of their own steps (CLOCK_MONOTONIC), for the
         // time breakdown only: nothing here is trusted or checked.
@@ -610,6 +620,11 @@ impl Germline {
                 )));
             };
             cg.add(pid)?;
+            if self.opts.reaper {
+                // The copy is in its own cgroup: it may fork the tool now (docs/sandbox.md).
+                sys::send_with_fds(shim_end.as_raw_fd(), b"{\"op\":\"go\"}\n", &[])
+                    .map_err(|e| Error::sys("send go", e))?;
+            }
             // Start freezing the germline now; it completes while the copy confines itself
             // and is confirmed before the copy is declared ready for data.
             self.cgroup.request_frozen(true)?;
@@ -652,6 +667,9 @@ impl Germline {
             }
             lap("fork.confine", &mut phases);
             said.extend(reported_times(&ready, 5));
+            if self.opts.reaper {
+                copy.set_tool(Some(reaped_tool(pid, copy.cgroup())?));
+            }
             if !self.opts.ablation.skip_copy_checks {
                 // The namespaces of every other live copy, read now (inode numbers of dead
                 // namespaces are reused, so remembered ones would be wrong).
@@ -663,15 +681,25 @@ impl Germline {
                     .collect();
                 // PTRACE_SECCOMP_GET_FILTER numbers the programs from the first installed.
                 let filters = [Program::germline(), Program::copy()];
-                let (ns, bad) = checks::copy(&CopyExpect {
+                let expect = |pid, role| CopyExpect {
                     pid,
+                    role,
                     socket_inode,
                     germline: &self.facts,
                     germline_ns: &self.ns,
                     others: &others,
                     cgroup_rel: copy.cgroup().rel(),
                     filters: &filters,
-                });
+                };
+                let (ns, mut bad) = match copy.tool_pid() {
+                    None => checks::copy(&expect(pid, Role::Sole)),
+                    Some(tool) => {
+                        let (ns, mut bad) = checks::copy(&expect(pid, Role::Reaper));
+                        bad.extend(checks::copy(&expect(tool, Role::Tool { parent: pid })).1);
+                        (ns, bad)
+                    }
+                };
+                bad.dedup();
                 if !bad.is_empty() {
                     return Err(Error::CopyRefused(bad.join("; ")));
                 }
@@ -730,6 +758,14 @@ impl Germline {
         .apply()?;
         copy.set_items_dir(ItemsDir::open(copy.pid())?);
         Ok(())
+    }
+
+    /// Every process of the live copies: each copy's PID 1 and, under a reaper, its tool.
+    pub fn copy_processes(&self) -> Vec<i32> {
+        self.live_children()
+            .into_iter()
+            .flat_map(|k| std::iter::once(k).chain(procfs::children(k)))
+            .collect()
     }
 
     /// Mounts the copy's private procfs, scratch and items, then delivers the items.
@@ -867,4 +903,25 @@ impl Drop for Germline {
     fn drop(&mut self) {
         let _ = self.stop();
     }
+}
+
+/// The tool under the reaper `pid` (docs/sandbox.md, "The tool is PID 2"): the reaper's only
+/// child, and with it the only processes of the copy's cgroup. Anything else refuses the copy.
+fn reaped_tool(pid: i32, cgroup: &Cgroup) -> Result<i32> {
+    let kids = procfs::children(pid);
+    let [tool] = kids[..] else {
+        return Err(Error::CopyRefused(format!(
+            "the copy's reaper {pid} has children {kids:?}, not one tool"
+        )));
+    };
+    let mut procs = cgroup.procs()?;
+    procs.sort_unstable();
+    let mut want = vec![pid, tool];
+    want.sort_unstable();
+    if procs != want {
+        return Err(Error::CopyRefused(format!(
+            "the copy's cgroup holds processes {procs:?}, not only its reaper {pid} and tool {tool}"
+        )));
+    }
+    Ok(tool)
 }

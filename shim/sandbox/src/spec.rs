@@ -77,8 +77,9 @@ impl From<(PathBuf, PathBuf)> for BindMount {
     }
 }
 
-/// The TCP port of the broker's endpoint inside each copy's network namespace
-/// (`germline_broker::COPY_PROXY_ADDR`).
+/// The default TCP port a copy may connect to, for germlines started without a broker
+/// (`germline start`). `germline run` and `serve` set `LaunchSpec::egress_port` to the port
+/// their broker drew (`germline_broker::Broker::copy_proxy_addr`), never this one.
 pub const EGRESS_PORT: u16 = 3128;
 
 fn default_egress_port() -> Option<u16> {

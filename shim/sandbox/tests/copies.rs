@@ -163,9 +163,15 @@ fn copies_are_isolated_from_each_other_live_and_over_time() {
 }
 
 fn hijacked(mode: &str, expect: &str) {
+    hijacked_with(mode, expect, false)
+}
+
+fn hijacked_with(mode: &str, expect: &str, reaper: bool) {
     let mut spec = common::test_release("hijack");
     spec.env.push(format!("HIJACK={mode}"));
-    let mut g = Germline::start(spec, common::opts(&format!("hijack-{mode}"))).expect("start");
+    let mut opts = common::opts(&format!("hijack-{mode}"));
+    opts.reaper = reaper;
+    let mut g = Germline::start(spec, opts).expect("start");
     match g.call(&[], "echo", json!({"text": "hi"})) {
         Err(Error::Refused(reason)) => assert!(reason.contains(expect), "{mode}: {reason}"),
         other => panic!("a bootstrap hijacked to skip {mode} was not refused: {other:?}"),
@@ -190,6 +196,78 @@ fn a_bootstrap_hijacked_by_the_release_is_caught_from_outside() {
         "hi"
     );
     g.stop().expect("stop");
+}
+
+/// docs/sandbox.md, "The tool is PID 2": with the reaper off the tool is PID 1 of its copy's
+/// namespace, with it on PID 2 under PID 1 (fresh and pool copies alike); descendants still
+/// die with the copy (O3, with the cgroup sweep off so that only the namespace kills them), a
+/// crashing tool still closes the channel at once, and the checks refuse a reaper that keeps
+/// the copy socket or a third process.
+#[test]
+fn under_the_reaper_the_tool_is_pid_2_and_the_copy_stays_checked_and_killed_whole() {
+    if !common::can_run() {
+        return;
+    }
+    let pids =
+        |g: &mut Germline| common::json_of(&common::call_text(g, "pids", json!({})).expect("pids"));
+    let mut g =
+        Germline::start(common::test_release("plain"), common::opts("reaper-off")).expect("start");
+    let off = pids(&mut g);
+    g.stop().expect("stop");
+    assert_eq!(
+        (&off["pid"], &off["run_proc"]),
+        (&json!(1), &json!(["1"])),
+        "{off}"
+    );
+
+    let mut opts = common::opts("reaper-on");
+    opts.reaper = true;
+    opts.pool = 1;
+    opts.ablation.no_cgroup_sweep = true;
+    let mut g = Germline::start(common::test_release("plain"), opts).expect("start");
+    let pool_copy = g.pool_pids()[0];
+    let tool = procfs_children(pool_copy);
+    assert_eq!(tool.len(), 1, "a pool copy holds its tool: {tool:?}");
+    for who in ["pool copy", "fresh copy"] {
+        let on = pids(&mut g);
+        assert_eq!(
+            (&on["pid"], &on["ppid"], &on["run_proc"]),
+            (&json!(2), &json!(1), &json!(["1", "2"])),
+            "{who}: {on}"
+        );
+    }
+    common::call_text(&mut g, "leave_child", json!({})).expect("call");
+    assert_eq!(
+        strays_after(&g),
+        0,
+        "a left child dies with the copy's namespace"
+    );
+    let t = Instant::now();
+    match g.call(&[], "crash", json!({})) {
+        Err(Error::Crashed(_)) => {}
+        other => panic!("a crashing tool: {other:?}"),
+    }
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "the crash was seen when the tool died, not at the deadline: {:?}",
+        t.elapsed()
+    );
+    g.stop().expect("stop");
+
+    hijacked_with(
+        "reaper_socket",
+        "the copy's reaper still holds the copy socket",
+        true,
+    );
+    hijacked_with("reaper_extra", "not one tool", true);
+}
+
+fn procfs_children(pid: i32) -> Vec<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
 }
 
 #[test]

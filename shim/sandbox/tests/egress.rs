@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use germline_broker::{Broker, BrokerConfig, COPY_PROXY_ADDR};
+use germline_broker::{Broker, BrokerConfig, COPY_PORTS};
 use germline_policy::call::LabelRules;
 use germline_policy::plan::{plan, Member, PlanInput, PlanMode};
 use germline_policy::{Label, Policy};
@@ -157,7 +157,7 @@ fn fetch_in_copy(g: &mut Germline, b: &Broker, client: &str, url: &str) -> Value
     let proxy = b
         .start_copy(call, 0, netns.as_fd(), copy.deadline())
         .expect("start copy");
-    assert_eq!(proxy, COPY_PROXY_ADDR);
+    assert_eq!(proxy, b.copy_proxy_addr());
     let r = (|| {
         g.prepare_copy(&mut copy, &[])?;
         copy.deliver(&[])?;
@@ -169,10 +169,13 @@ fn fetch_in_copy(g: &mut Germline, b: &Broker, client: &str, url: &str) -> Value
     common::json_of(&common::text(&r))
 }
 
-fn spec(trust: &germline_broker::ca::CopyTrust, mounts: bool) -> LaunchSpec {
+fn spec(b: &Broker, trust: &germline_broker::ca::CopyTrust, mounts: bool) -> LaunchSpec {
     let mut spec = common::test_release("plain");
-    spec.env
-        .push(format!("HTTPS_PROXY=http://{COPY_PROXY_ADDR}"));
+    // The broker drew its copies' proxy port when it started: not 3128 or another fixed one.
+    let proxy = b.copy_proxy_addr();
+    assert!(COPY_PORTS.contains(&proxy.port()), "{proxy}");
+    spec.egress_port = Some(proxy.port());
+    spec.env.push(format!("HTTPS_PROXY=http://{proxy}"));
     spec.env
         .extend(trust.env.iter().map(|(k, v)| format!("{k}={v}")));
     if mounts {
@@ -210,7 +213,7 @@ fn a_copy_verifies_the_broker_certificate_only_with_the_ca_mounted() {
 
     // On: the bundles are mounted in the germline, so every copy trusts the deployment CA.
     // One more mount below /run, where the keeper makes the mount point in its own tmpfs.
-    let mut on = spec(&trust, true);
+    let mut on = spec(&b, &trust, true);
     on.extra_mounts.push(BindMount {
         source: out.join("germline-ca.pem"),
         target: "/run/germline/ca.pem".into(),
@@ -244,7 +247,8 @@ fn a_copy_verifies_the_broker_certificate_only_with_the_ca_mounted() {
 
     // Off: the same release and environment without the mounts: the rootfs's own bundle does
     // not hold the deployment CA, so both clients refuse the broker's certificate.
-    let mut g = Germline::start(spec(&trust, false), common::opts("egress-off")).expect("start");
+    let mut g =
+        Germline::start(spec(&b, &trust, false), common::opts("egress-off")).expect("start");
     let off_urllib = fetch_in_copy(&mut g, &b, "urllib", &url);
     let off_httpx = fetch_in_copy(&mut g, &b, "httpx", &url);
     g.stop().expect("stop");

@@ -5,10 +5,11 @@
 # outside everything it claims to do. Protocol (docs/sandbox.md):
 #   control socket fd 3 (SOCK_SEQPACKET, one JSON object per packet)
 #     germline -> shim  {"op":"ready","warm":bool} | {"op":"error","reason":str}
-#     shim -> germline  {"op":"fork", "seccomp":hex, "landlock":{...}, "pidns":bool}
+#     shim -> germline  {"op":"fork", "seccomp":hex, "landlock":{...}, "pidns":bool, "reaper":bool}
 #                        + SCM_RIGHTS [copy socket]
 #     germline -> shim  {"op":"forked"}
 #   copy socket (SOCK_STREAM, newline-delimited JSON)
+#     shim -> copy      {"op":"go"}      (with "reaper": the copy is in its cgroup; it forks the tool)
 #     copy -> shim      {"op":"ready"}
 #     shim -> copy      {"op":"prewarm"}   (optional, pool copies; no answer)
 #   then MCP JSON-RPC on the same socket (the server's stdio), into which the shim puts, before
@@ -267,6 +268,39 @@ COPY_WIRE = None
 _PENDING = [b""]  # bytes after the last line read (the shim may send two lines at once)
 
 
+def recv_line(sock, fds_out):
+    data = _PENDING[0]
+    while b"\n" not in data:
+        msg, fds, _flags, _addr = socket.recv_fds(sock, 65536, 64)
+        if not msg:
+            os._exit(3)
+        fds_out.extend(fds)
+        data += msg
+    line, _, _PENDING[0] = data.partition(b"\n")
+    return json.loads(line)
+
+
+def reaper(tool):
+    # PID 1 of the copy's namespace: no descriptor but 0-2 (the shim sees the copy socket close
+    # when the tool dies), default signal dispositions (PID 1 then gets no signal from inside its
+    # namespace), reap orphans, and exit with the tool, which ends the namespace.
+    try:
+        gc.disable()
+        os.closerange(3, 1 << 20)
+        for sig in signal.valid_signals():
+            if sig not in (signal.SIGKILL, signal.SIGSTOP):
+                try:
+                    signal.signal(sig, signal.SIG_DFL)
+                except (OSError, ValueError):
+                    pass
+        while True:
+            pid, status = os.waitpid(-1, 0)
+            if pid == tool:
+                os._exit(0 if status == 0 else 1)
+    finally:
+        os._exit(1)
+
+
 def copy_main(sock_fd, cmd):
     # PID 1 of a fresh PID namespace. Fresh net, IPC, UTS and mount namespaces; no capabilities.
     # `t`: CLOCK_MONOTONIC at each step, for the shim's time breakdown only (it trusts none).
@@ -285,8 +319,25 @@ def copy_main(sock_fd, cmd):
     install_seccomp(cmd["seccomp"])
     t.append(time.monotonic_ns())
     sock = socket.socket(fileno=sock_fd)
-    sock.sendall(json.dumps({"op": "ready", "t": t}).encode() + b"\n")
     fds = []
+    if cmd.get("reaper"):
+        # The tool runs as PID 2 under a reaper (docs/sandbox.md): fork once the shim says the
+        # copy is in its own cgroup, so that the tool is born there.
+        go = recv_line(sock, fds)
+        if go.get("op") != "go" or fds:
+            os._exit(5)
+        # The tool says ready only once the reaper has closed its descriptors (the pipe's
+        # write end among them), so the shim's checks never see the reaper with the socket.
+        closed_r, closed_w = os.pipe()
+        tool = os.fork()
+        if tool != 0:
+            os.close(sock.detach())
+            reaper(tool)
+        os.close(closed_w)
+        while os.read(closed_r, 1):
+            pass
+        os.close(closed_r)
+    sock.sendall(json.dumps({"op": "ready", "t": t}).encode() + b"\n")
     if _peek_line(sock, fds).startswith(b'{"op":"prewarm"'):
         _PENDING[0] = _PENDING[0].partition(b"\n")[2]
         # A checked pool copy, holding no data: the synthetic session once more while it waits

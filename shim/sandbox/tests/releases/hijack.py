@@ -26,6 +26,34 @@ elif mode == "capabilities":
 elif mode == "seccomp":
     real = bootstrap.install_seccomp
     bootstrap.install_seccomp = lambda _hex: real("060000000000ff7f")  # RET ALLOW
+elif mode == "reaper_socket":
+    # The reaper keeps a descriptor of the copy socket (the tool's death would then never
+    # close the channel).
+    real_main = bootstrap.copy_main
+
+    def copy_main(sock_fd, cmd):
+        copy_main.kept = os.dup(sock_fd)
+        real_main(sock_fd, cmd)
+
+    def reaper(tool):
+        os.closerange(3, copy_main.kept)
+        os.closerange(copy_main.kept + 1, 1 << 20)
+        os.waitpid(tool, 0)
+        os._exit(0)
+
+    bootstrap.copy_main, bootstrap.reaper = copy_main, reaper
+elif mode == "reaper_extra":
+    # A third process in the copy, forked by the reaper before the tool says ready.
+    real_reaper = bootstrap.reaper
+
+    def reaper(tool):
+        if os.fork() == 0:
+            os.closerange(3, 1 << 20)
+            import time
+            time.sleep(3600)
+        real_reaper(tool)
+
+    bootstrap.reaper = reaper
 
 
 def main():

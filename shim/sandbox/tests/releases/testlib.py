@@ -118,6 +118,13 @@ def server(name="test"):
         return text
 
     @s.tool()
+    def pids() -> str:
+        # What the tool can tell of its place: its PID and its parent's, and the processes of
+        # its private procfs.
+        return json.dumps({"pid": os.getpid(), "ppid": os.getppid(),
+                           "run_proc": attempt(lambda: sorted(p for p in os.listdir("/run/proc") if p.isdigit()))})
+
+    @s.tool()
     def init_report() -> str:
         return json.dumps(INIT)
 
