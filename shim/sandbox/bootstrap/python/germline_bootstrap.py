@@ -146,9 +146,6 @@ def settle():
         if t is not threading.current_thread():
             t.join(timeout=2.0)
     gc.collect()
-    # Everything alive now moves to the collector's permanent generation: a copy's collections
-    # never walk (and so never write to, copy-on-write) the germline's objects.
-    gc.freeze()
 
 
 def warm(warm_calls=()):
