@@ -1047,7 +1047,7 @@ impl Runtime {
     /// pre-forked, checked, data-free copies.
     pub fn idle(&mut self) {
         crate::evidence::process(self);
-        while self.idle_step() {}
+        while self.idle_work(false) {}
         if let (Some(m), Some(g)) = (&self.metrics, self.germline()) {
             m.pool_depth(&self.release.label(), g.pool_len());
         }
@@ -1056,6 +1056,12 @@ impl Runtime {
     /// One step of [`Runtime::idle`]: forks at most one pool copy; `true` while more are due.
     /// A transport that can tell a request is waiting stops between steps.
     pub fn idle_step(&mut self) -> bool {
+        self.idle_work(true)
+    }
+
+    /// [`Runtime::idle_step`]; `wait_exits`: also wait (a millisecond per step, for at most
+    /// 100 ms after its kill) for the last copy's exit, to remove its cgroup between calls.
+    fn idle_work(&mut self, wait_exits: bool) -> bool {
         if let Backend::Germline(g) = &mut self.backend {
             g.reap();
         }
@@ -1066,7 +1072,19 @@ impl Runtime {
             return false;
         }
         let more = match &mut self.backend {
-            Backend::Germline(g) => g.refill_one().unwrap_or(false),
+            Backend::Germline(g) => {
+                let more = g.refill_one().unwrap_or(false);
+                g.reap();
+                // The last call's copy is still exiting (at SCHED_IDLE): wait a little, a
+                // millisecond per step (the transport checks for the agent's next request
+                // between steps), so that its cgroup is removed here rather than at the next
+                // call's fork.
+                if wait_exits && !more && g.exiting_since(Duration::from_millis(100)) {
+                    std::thread::sleep(Duration::from_millis(1));
+                    return true;
+                }
+                more
+            }
             _ => false,
         };
         if !more {

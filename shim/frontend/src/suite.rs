@@ -891,11 +891,9 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
         let mut work = Vec::new();
         let mut handle = Vec::new();
         for i in 0..sz.warmup + n {
-            // As `germline run` does: the pool refills right after an answer, then the agent's
-            // own step leaves the gap.
-            if pool > 0 {
-                s.runtime.idle();
-            }
+            // As `germline run` does: the pool refills (and the last copy's cgroup goes) right
+            // after an answer, then the agent's own step leaves the gap.
+            while s.runtime.idle_step() {}
             std::thread::sleep(Duration::from_millis(a.gap_ms));
             let t = Instant::now();
             let r = s

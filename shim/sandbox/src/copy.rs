@@ -667,6 +667,11 @@ pub struct Corpse {
 }
 
 impl Corpse {
+    /// How long ago the copy was sent SIGKILL.
+    pub fn age(&self) -> Duration {
+        self.since.elapsed()
+    }
+
     /// Removes the cgroup and frees the item directories if every task is gone; `false` while
     /// one is still exiting. One that outlives a second is sent SIGKILL again.
     pub fn try_reap(&mut self) -> bool {

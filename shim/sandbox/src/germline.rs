@@ -440,6 +440,12 @@ impl Germline {
         self.dying.retain_mut(|c| !c.try_reap());
     }
 
+    /// Whether a copy killed less than `within` ago is still exiting (a caller between calls
+    /// may wait a little so that its [`Germline::reap`] falls there, not on the next call).
+    pub fn exiting_since(&self, within: Duration) -> bool {
+        self.dying.iter().any(|c| c.age() < within)
+    }
+
     /// Waits until every killed copy is gone and released (bounded per copy).
     pub fn reap_all(&mut self) -> Result<()> {
         let mut r = Ok(());
