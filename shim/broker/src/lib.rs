@@ -92,6 +92,8 @@ pub enum BrokerError {
     Poisoned,
     #[error("replay spec: {0}")]
     Replay(String),
+    #[error("the copies' proxy port {}: {why}", path.display())]
+    CopyPort { path: PathBuf, why: String },
 }
 
 /// How the broker is set up. Everything here comes from the deployer, never from a release.
@@ -118,9 +120,9 @@ pub struct BrokerConfig {
     /// Worker threads of the broker's runtime.
     pub workers: usize,
     /// The port of every copy's proxy inside the copy's own namespace (`127.0.0.1:PORT`, also
-    /// in the copy's `HTTP_PROXY`). 0: drawn from [`COPY_PORTS`] when the broker starts, so a
-    /// tool cannot recognise a germline copy by a fixed, well-known proxy port
-    /// (docs/broker.md).
+    /// in the copy's `HTTP_PROXY`). 0: the deployment's, drawn from [`COPY_PORTS`] on the
+    /// broker's first start and kept in `<state_dir>/copy-port`, so a tool cannot recognise a
+    /// germline copy by a fixed, well-known proxy port (docs/broker.md).
     pub copy_port: u16,
 }
 
@@ -447,6 +449,39 @@ fn load_credentials(policy: &Policy) -> Result<HashMap<String, Credential>, Brok
     Ok(out)
 }
 
+/// The deployment's copy proxy port: drawn from [`COPY_PORTS`] on the first start and kept
+/// in `<state>/copy-port`, so a broker restarted under running germlines (the sidecar is
+/// started again after a crash) listens where their copies' `HTTP_PROXY` and Landlock rule
+/// point.
+fn deployment_copy_port(state_dir: &Path) -> Result<u16, BrokerError> {
+    let path = state_dir.join("copy-port");
+    let bad = |why: String| BrokerError::CopyPort {
+        path: path.clone(),
+        why,
+    };
+    let span = u64::from(COPY_PORTS.end - COPY_PORTS.start);
+    // The remainder is below `span`, itself a u16.
+    let drawn = COPY_PORTS.start + (random_seed() % span) as u16;
+    // The first of two brokers starting at once writes it; the other reads that.
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+    {
+        std::io::Write::write_all(&mut f, format!("{drawn}\n").as_bytes())
+            .map_err(|e| bad(e.to_string()))?;
+        return Ok(drawn);
+    }
+    let text = std::fs::read_to_string(&path).map_err(|e| bad(e.to_string()))?;
+    match text.trim().parse::<u16>() {
+        Ok(p) if p != 0 => Ok(p),
+        _ => Err(bad(format!(
+            "expected a port number, found {:?}",
+            text.trim()
+        ))),
+    }
+}
+
 fn random_seed() -> u64 {
     let mut b = [0u8; 8];
     if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
@@ -463,13 +498,11 @@ impl Broker {
             .enable_all()
             .build()
             .map_err(BrokerError::Runtime)?;
+        let ca = DeploymentCa::load_or_create(&cfg.state_dir.join("ca"), provider())?;
         let mut cfg = cfg;
         if cfg.copy_port == 0 {
-            let span = u64::from(COPY_PORTS.end - COPY_PORTS.start);
-            // The remainder is below `span`, itself a u16.
-            cfg.copy_port = COPY_PORTS.start + (random_seed() % span) as u16;
+            cfg.copy_port = deployment_copy_port(&cfg.state_dir)?;
         }
-        let ca = DeploymentCa::load_or_create(&cfg.state_dir.join("ca"), provider())?;
         let audit = Audit::open(cfg.audit_log.as_deref()).map_err(|source| BrokerError::Audit {
             path: cfg.audit_log.clone().unwrap_or_default(),
             source,
@@ -832,5 +865,26 @@ mod tests {
             "{rows:?}"
         );
         assert!(rows.contains(&("sha256:r".into(), "undeclared".into(), "denied".into(), 1)));
+    }
+
+    #[test]
+    fn the_copy_port_is_drawn_once_per_deployment_and_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = deployment_copy_port(dir.path()).expect("draw");
+        assert!(COPY_PORTS.contains(&p), "{p}");
+        assert_ne!(p, 3128);
+        // A restarted broker of the same deployment listens on the same port.
+        assert_eq!(deployment_copy_port(dir.path()).expect("again"), p);
+        // Another deployment draws its own (1 in 12000 to collide: try a few).
+        let others: Vec<u16> = (0..4)
+            .map(|_| {
+                let d = tempfile::tempdir().expect("tempdir");
+                deployment_copy_port(d.path()).expect("draw")
+            })
+            .collect();
+        assert!(others.iter().any(|o| *o != p), "{p} {others:?}");
+        std::fs::write(dir.path().join("copy-port"), "squid\n").expect("write");
+        let e = deployment_copy_port(dir.path()).expect_err("garbage");
+        assert!(e.to_string().contains("expected a port number"), "{e}");
     }
 }
