@@ -126,6 +126,9 @@ pub struct Outcome {
 }
 
 /// What one group's copy is to do.
+/// A copy taken ahead of its turn: the copy, the microseconds that took, its fork's laps.
+type TakenCopy = (germline_sandbox::Copy, u64, Vec<(&'static str, u64)>);
+
 struct CopyJob<'a> {
     call: u64,
     group: usize,
@@ -138,8 +141,9 @@ struct CopyJob<'a> {
     twin: Option<(u128, u64)>,
     /// A probe or control re-run (crate::evidence): not counted as the call's delivery.
     rerun: bool,
-    /// The copy, if forked ahead (a later group's, see `call_germline`); else one is taken.
-    copy: Option<germline_sandbox::Copy>,
+    /// The copy, if taken ahead (see `call_germline`), with the time that took and its fork's
+    /// laps; else one is taken in its turn.
+    copy: Option<TakenCopy>,
 }
 
 /// Whether copies get the call's twin inputs: on unless `GERMLINE_TWIN=off` (the reference
@@ -620,18 +624,22 @@ impl Runtime {
                 json!({})
             }
         };
-        let mut early: Vec<Option<germline_sandbox::Copy>> = Vec::new();
+        #[allow(clippy::type_complexity)]
+        let mut early: Vec<
+            Option<(germline_sandbox::Copy, u64, Vec<(&'static str, u64)>)>,
+        > = Vec::new();
         if let (Backend::Germline(g), true) = (&mut self.backend, plan.groups.len() > 1) {
-            let s = Instant::now();
             for (gi, group) in plan.groups.iter().enumerate() {
                 let caps = caps_of(gi, group);
                 if Some(gi) == agent_group {
                     g.set_pool_capabilities(&caps);
                 }
                 // A failure here is reported by that group's own turn, which tries again.
-                early.push(g.copy_for(&caps).ok());
+                let s = Instant::now();
+                let c = g.copy_for(&caps).ok();
+                let us = s.elapsed().as_micros() as u64;
+                early.push(c.map(|c| (c, us, g.fork_phases().to_vec())));
             }
-            phases.push(("fork.ahead", s.elapsed().as_micros() as u64));
         }
         for (gi, group) in plan.groups.iter().enumerate() {
             let in_view = |i: &ArgItem| group.view.iter().any(|v| v == &i.name);
@@ -771,9 +779,12 @@ impl Runtime {
         if is_agent {
             g.set_pool_capabilities(&caps);
         }
-        let forked_now = ahead.is_none();
+        let mut laps_ahead = None;
         let mut copy = match ahead {
-            Some(c) => c,
+            Some((c, us, laps)) => {
+                laps_ahead = Some((us, laps));
+                c
+            }
             None => g.copy_for(&caps).map_err(|e| {
                 if let (Some(m), germline_sandbox::Error::Refused(_)) = (metrics, &e) {
                     m.check_failed(&release.label());
@@ -785,10 +796,16 @@ impl Runtime {
             m.item_bytes(&release.label(), view_bytes);
         }
         copy.set_twin(twin);
-        phases.push(("fork", t.elapsed().as_micros() as u64));
-        // The fork's laps (none for a pool copy or one taken ahead).
-        if forked_now {
-            phases.extend_from_slice(g.fork_phases());
+        // The fork's laps (none for a pool copy); a copy taken ahead reports when it was.
+        match laps_ahead {
+            Some((us, laps)) => {
+                phases.push(("fork", us));
+                phases.extend(laps);
+            }
+            None => {
+                phases.push(("fork", t.elapsed().as_micros() as u64));
+                phases.extend_from_slice(g.fork_phases());
+            }
         }
         let t = Instant::now();
         let netns = File::open(format!("/proc/{}/ns/net", copy.pid()))
