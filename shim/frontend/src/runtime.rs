@@ -125,10 +125,10 @@ pub struct Outcome {
     pub notifications: Vec<Value>,
 }
 
-/// What one group's copy is to do.
 /// A copy taken ahead of its turn: the copy, the microseconds that took, its fork's laps.
 type TakenCopy = (germline_sandbox::Copy, u64, Vec<(&'static str, u64)>);
 
+/// What one group's copy is to do.
 struct CopyJob<'a> {
     call: u64,
     group: usize,
@@ -624,10 +624,7 @@ impl Runtime {
                 json!({})
             }
         };
-        #[allow(clippy::type_complexity)]
-        let mut early: Vec<
-            Option<(germline_sandbox::Copy, u64, Vec<(&'static str, u64)>)>,
-        > = Vec::new();
+        let mut early: Vec<Option<TakenCopy>> = Vec::new();
         if let (Backend::Germline(g), true) = (&mut self.backend, plan.groups.len() > 1) {
             for (gi, group) in plan.groups.iter().enumerate() {
                 let caps = caps_of(gi, group);
@@ -769,28 +766,30 @@ impl Runtime {
         let t = Instant::now();
         let metrics = self.metrics.as_deref();
         let release = &self.release;
-        // The copy's `initialize` is sent now (a pool copy's was made while it waited): the
-        // copy answers it while the shim sets up its broker endpoint and mounts.
-        let caps = if is_agent && inadmissible.is_none() {
-            agent.relayed_capabilities()
-        } else {
-            json!({})
-        };
-        if is_agent {
-            g.set_pool_capabilities(&caps);
-        }
         let mut laps_ahead = None;
         let mut copy = match ahead {
             Some((c, us, laps)) => {
                 laps_ahead = Some((us, laps));
                 c
             }
-            None => g.copy_for(&caps).map_err(|e| {
-                if let (Some(m), germline_sandbox::Error::Refused(_)) = (metrics, &e) {
-                    m.check_failed(&release.label());
+            None => {
+                // The copy's `initialize` is sent now (a pool copy's was made while it
+                // waited): it answers it while the shim sets up its broker endpoint and mounts.
+                let caps = if is_agent && inadmissible.is_none() {
+                    agent.relayed_capabilities()
+                } else {
+                    json!({})
+                };
+                if is_agent {
+                    g.set_pool_capabilities(&caps);
                 }
-                RunError::Sandbox(e.to_string())
-            })?,
+                g.copy_for(&caps).map_err(|e| {
+                    if let (Some(m), germline_sandbox::Error::Refused(_)) = (metrics, &e) {
+                        m.check_failed(&release.label());
+                    }
+                    RunError::Sandbox(e.to_string())
+                })?
+            }
         };
         if let (Some(m), false) = (metrics, rerun) {
             m.item_bytes(&release.label(), view_bytes);
@@ -1079,9 +1078,6 @@ impl Runtime {
     /// [`Runtime::idle_step`]; `wait_exits`: also wait (a millisecond per step, for at most
     /// 100 ms after its kill) for the last copy's exit, to remove its cgroup between calls.
     fn idle_work(&mut self, wait_exits: bool) -> bool {
-        if let Backend::Germline(g) = &mut self.backend {
-            g.reap();
-        }
         if self.fresh_due {
             // Off the call's path: the answer went out; an error shows at the next call.
             let _ = self.relaunch_if_due();

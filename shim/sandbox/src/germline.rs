@@ -99,7 +99,8 @@ pub struct Germline {
     cgroup: Cgroup,
     copies_made: u64,
     pool: VecDeque<Copy>,
-    /// The client capabilities a pool copy's `initialize` announces (the last call's).
+    /// The client capabilities a pool copy's `initialize` announces
+    /// ([`Germline::set_pool_capabilities`]: the agent's, as its group's copy last had them).
     pool_caps: Value,
     /// Killed copies whose exit the kernel is still completing ([`Germline::retire`]).
     dying: Vec<Corpse>,
