@@ -115,6 +115,14 @@ pub struct Germline {
     stopped: bool,
     /// Set once the release failed a check: it stays refused.
     refused: Option<String>,
+    /// G1-G3 as [`Germline::prepare_fork`] read them between calls, while the germline was
+    /// frozen; cleared whenever it is thawed. A frozen germline runs no instruction, and only
+    /// this shim writes its cgroup, so what they read cannot have changed until the next thaw.
+    checked_frozen: Option<Vec<String>>,
+    /// The next copy's cgroup, made with its limits between calls ([`Germline::prepare_fork`]).
+    spare_cgroup: Option<Cgroup>,
+    /// Copy cgroups made (their names' numbers; a spare one is made before its copy).
+    cgroups_made: u64,
 }
 
 /// What `germline status` shows.
@@ -243,6 +251,9 @@ impl Germline {
             rootfs,
             stopped: false,
             refused: None,
+            checked_frozen: None,
+            spare_cgroup: None,
+            cgroups_made: 0,
             spec,
             opts,
         };
@@ -407,7 +418,7 @@ impl Germline {
             let c = self.fork_copy_with(true)?;
             self.pool.push_back(c);
         }
-        Ok(())
+        self.prepare_fork()
     }
 
     /// Forks one pool copy if the pool is short; `Ok(true)` while it still is (so a caller
@@ -417,7 +428,45 @@ impl Germline {
             let c = self.fork_copy_with(true)?;
             self.pool.push_back(c);
         }
-        Ok(self.pool.len() < self.opts.pool)
+        let more = self.pool.len() < self.opts.pool;
+        if !more {
+            self.prepare_fork()?;
+        }
+        Ok(more)
+    }
+
+    /// Between calls, the work of the next fork that needs no call: G1-G3 on the frozen
+    /// germline (kept until it is thawed) and the next copy's cgroup with its limits.
+    pub fn prepare_fork(&mut self) -> Result<()> {
+        if self.stopped || self.refused.is_some() {
+            return Ok(());
+        }
+        if self.checked_frozen.is_none()
+            && !self.opts.ablation.skip_germline_checks
+            && self.cgroup.is_frozen()
+        {
+            self.checked_frozen = Some(self.check());
+        }
+        if self.spare_cgroup.is_none() {
+            self.spare_cgroup = Some(self.new_copy_cgroup()?);
+        }
+        Ok(())
+    }
+
+    /// A cgroup for the next copy, with the release's limits.
+    fn new_copy_cgroup(&mut self) -> Result<Cgroup> {
+        let n = self.cgroups_made;
+        self.cgroups_made += 1;
+        let cg = Cgroup::create(&format!("{}/copy-{n}", self.base_rel))?;
+        if let Err(e) = cg.set_limits(
+            self.spec.limits.memory_bytes,
+            self.spec.limits.pids,
+            self.spec.limits.cpu_percent,
+        ) {
+            let _ = cg.destroy();
+            return Err(e);
+        }
+        Ok(cg)
     }
 
     /// Ends a call's copy ([`Copy::retire`]): the copy is killed now, its cgroup and item
@@ -557,7 +606,11 @@ impl Germline {
             mark = now;
         };
         if !self.opts.ablation.skip_germline_checks {
-            let bad = self.check();
+            // Read between calls if the germline has stayed frozen since; else now.
+            let bad = match self.checked_frozen.take() {
+                Some(bad) => bad,
+                None => self.check(),
+            };
             if !bad.is_empty() {
                 return Err(Error::Refused(bad.join("; ")));
             }
@@ -574,17 +627,11 @@ impl Germline {
                 .ino()
         };
         lap("fork.germline_checks", &mut phases);
-        let n = self.copies_made;
         self.copies_made += 1;
-        let cg = Cgroup::create(&format!("{}/copy-{n}", self.base_rel))?;
-        if let Err(e) = cg.set_limits(
-            self.spec.limits.memory_bytes,
-            self.spec.limits.pids,
-            self.spec.limits.cpu_percent,
-        ) {
-            let _ = cg.destroy();
-            return Err(e);
-        }
+        let cg = match self.spare_cgroup.take() {
+            Some(cg) => cg,
+            None => self.new_copy_cgroup()?,
+        };
         lap("fork.cgroup", &mut phases);
         let fork_at = Instant::now();
         let deadline = fork_at + self.spec.limits.deadline();
@@ -599,6 +646,7 @@ impl Germline {
         // time breakdown only: nothing here is trusted or checked.
         let mut said: Vec<u64> = Vec::new();
         let r = (|| -> Result<i32> {
+            self.checked_frozen = None;
             self.cgroup.set_frozen(false)?;
             said.push(sys::monotonic_ns());
             sys::send_with_fds(
@@ -871,6 +919,10 @@ impl Germline {
             return Ok(());
         }
         self.stopped = true;
+        self.checked_frozen = None;
+        if let Some(cg) = self.spare_cgroup.take() {
+            let _ = cg.destroy();
+        }
         while let Some(mut c) = self.pool.pop_front() {
             c.kill();
         }
