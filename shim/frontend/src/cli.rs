@@ -127,7 +127,7 @@ pub fn start_session(a: &RunArgs) -> Result<Session, String> {
         audit: a.audit.clone(),
     })?;
     let outbox = a.outbox.as_deref().map(check_outbox).transpose()?;
-    let mut runtime = Runtime::start(a.mode, release, broker, a.pool)?;
+    let mut runtime = Runtime::start(a.mode, release, broker, a.pool, policy.copy_reaper())?;
     if !a.copy_cpus.is_empty() {
         runtime.set_copy_cpus(&a.copy_cpus)?;
     }

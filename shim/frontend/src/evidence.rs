@@ -743,8 +743,7 @@ pub fn verify_offline(v: &VerifyInput<'_>) -> Result<Value, String> {
     for m in meta.hosts.iter().chain(&meta.consumers) {
         tags.extend(m.clearance.tags().map(str::to_string));
     }
-    // The copies are made as the recording deployment made them.
-    let mut policy = format!("[copies]\nreaper = {}\n\n[labels]\n", rec.reaper);
+    let mut policy = String::from("[labels]\n");
     for t in &tags {
         policy.push_str(&format!("{t} = \"from the witness record\"\n"));
     }
@@ -756,7 +755,14 @@ pub fn verify_offline(v: &VerifyInput<'_>) -> Result<Value, String> {
         state_dir: tmp.path().join("state"),
         audit: None,
     })?;
-    let mut rt = Runtime::start(crate::runtime::Mode::Germline, release, broker, 0)?;
+    // The copies are made as the recording deployment made them.
+    let mut rt = Runtime::start(
+        crate::runtime::Mode::Germline,
+        release,
+        broker,
+        0,
+        rec.reaper,
+    )?;
     let tries = v.tries.unwrap_or(rec.tries as usize).max(1);
     let job = job_of(&rec, meta);
     let r = rerun(&mut rt, &job, tries);

@@ -292,12 +292,14 @@ pub fn launch_spec(
 }
 
 impl Runtime {
-    /// Starts the release's germline (or the baseline's process) for one session.
+    /// Starts the release's germline (or the baseline's process) for one session; `reaper`
+    /// is the policy's `[copies] reaper` (copies run the tool as PID 2 under a reaper).
     pub fn start(
         mode: Mode,
         release: Release,
         broker: Sidecar,
         pool: usize,
+        reaper: bool,
     ) -> Result<Runtime, String> {
         let limits = Limits::default();
         // Unique per runtime on this host: `germline serve` starts one per release.
@@ -337,9 +339,7 @@ impl Runtime {
                 let id = format!("run-{}-{n}-{}", std::process::id(), mode.name());
                 let mut opts = Options::new(&id);
                 opts.pool = pool;
-                opts.reaper = germline_policy::Policy::load(broker.policy())
-                    .map_err(|e| e.to_string())?
-                    .copy_reaper();
+                opts.reaper = reaper;
                 launch = Some((spec.clone(), opts.clone()));
                 let g = Germline::start(spec, opts)
                     .map_err(|e| format!("{}: the germline did not start: {e}", release.label()))?;

@@ -316,6 +316,7 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         ));
     }
     let (mode, pool, evidence) = (a.mode, a.pool, a.evidence.clone());
+    let reaper = policy.copy_reaper();
     let fpolicy = policy.clone();
     // Lives until every germline is stopped (after `router.stop()` below).
     let launcher = Arc::new(crate::launcher::Launcher::start()?);
@@ -335,7 +336,8 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
             state_dir: state_dir.clone(),
             audit: None,
         })?;
-        let mut runtime = flauncher.run(move || Runtime::start(mode, release, client, pool))??;
+        let mut runtime =
+            flauncher.run(move || Runtime::start(mode, release, client, pool, reaper))??;
         runtime.launcher = Some(flauncher.clone());
         // The user keys the broker's state slots (release, user, horizon).
         runtime.user = user.to_string();

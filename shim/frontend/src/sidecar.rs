@@ -31,11 +31,6 @@ pub struct SidecarConfig {
 }
 
 impl Sidecar {
-    /// The deployer's policy file this session runs under.
-    pub fn policy(&self) -> &Path {
-        &self.cfg.policy
-    }
-
     pub fn start(cfg: &SidecarConfig) -> Result<Sidecar, String> {
         if let Some(sock) = &cfg.existing {
             let client = BrokerClient::connect(sock)
