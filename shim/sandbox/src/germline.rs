@@ -365,12 +365,43 @@ impl Germline {
         checks::germline(&self.facts, &procs, &threads)
     }
 
-    /// Host pids of the germline's live children (its copies).
+    /// The germline's children still in its own cgroup: after a fork, the new copy (every
+    /// earlier copy was moved to a cgroup of its own, and G1 found the germline alone in its
+    /// cgroup before the fork). Read from `cgroup.procs`, a snapshot of the group, not from
+    /// `/proc/PID/task/*/children`: that list is built one entry per lock, and a sibling
+    /// that exits during the read (the last copy, killed at `SCHED_IDLE`) shifts the rest, so
+    /// a live copy can be missing from it (fs/proc/array.c says as much). Diffing two such
+    /// reads once showed a pool copy as a second new child and refused a benign release.
+    fn unmoved_children(&self) -> Result<Vec<i32>> {
+        let mut out = Vec::new();
+        for pid in self.cgroup.procs()? {
+            if pid == self.pid {
+                continue;
+            }
+            // A copy's own child (a copy forking before the shim moves it) is not the
+            // germline's child: G1 refuses it at the next fork, still in the germline's group.
+            let parent = procfs::status(pid)
+                .ok()
+                .and_then(|st| st.get("PPid").and_then(|v| v.parse::<i32>().ok()));
+            if parent == Some(self.pid) && procfs::alive(pid) {
+                out.push(pid);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Host pids of the germline's live children (its copies). The children list can skip a
+    /// live child when a sibling exits during the read ([`Germline::unmoved_children`]), so
+    /// two reads and the pool's own pids are joined: a copy missing here would be left out of
+    /// the next copy's namespace comparison.
     fn live_children(&self) -> Vec<i32> {
-        procfs::children(self.pid)
-            .into_iter()
-            .filter(|k| procfs::alive(*k))
-            .collect()
+        let mut all = procfs::children(self.pid);
+        all.extend(procfs::children(self.pid));
+        all.extend(self.pool.iter().map(Copy::pid));
+        all.sort_unstable();
+        all.dedup();
+        all.retain(|k| procfs::alive(*k));
+        all
     }
 
     /// Processes of this germline's user namespace other than the germline and its pool: what a
@@ -615,9 +646,6 @@ impl Germline {
                 return Err(Error::Refused(bad.join("; ")));
             }
         }
-        // Every live copy is a child of the germline: note them before the fork (the germline
-        // is frozen, so the list cannot change under us).
-        let before: Vec<i32> = self.live_children();
         let (shim_end, copy_end) =
             sys::socketpair(libc::SOCK_STREAM).map_err(|e| Error::sys("socketpair", e))?;
         let socket_inode = {
@@ -664,11 +692,7 @@ impl Germline {
             said.extend(reported_times(&reply, 3));
             said.push(sys::monotonic_ns());
             // The copy is the germline's new child; find it ourselves (trust nothing it says).
-            let new: Vec<i32> = self
-                .live_children()
-                .into_iter()
-                .filter(|k| !before.contains(k))
-                .collect();
+            let new = self.unmoved_children()?;
             let [pid] = new[..] else {
                 return Err(Error::Refused(format!(
                     "expected one new child of the germline, found {new:?}"
@@ -708,6 +732,18 @@ impl Germline {
                     None => e,
                 };
                 let _ = cg.destroy();
+                // Whatever the germline forked for this command is of no use now: killed
+                // before the germline is frozen again (v1's freezer would keep it alive).
+                let strays = self.unmoved_children().unwrap_or_default();
+                for p in &strays {
+                    let _ = sys::kill(*p, libc::SIGKILL);
+                }
+                let t = Instant::now();
+                while strays.iter().any(|p| procfs::alive(*p))
+                    && t.elapsed() < Duration::from_millis(500)
+                {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
                 let _ = self.cgroup.set_frozen(true);
                 return Err(e);
             }

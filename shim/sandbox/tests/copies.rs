@@ -188,6 +188,7 @@ fn a_bootstrap_hijacked_by_the_release_is_caught_from_outside() {
     hijacked("namespaces", "the copy is not PID 1 of its PID namespace");
     hijacked("capabilities", "CapEff is");
     hijacked("seccomp", "seccomp filters");
+    hijacked("fork_twice", "expected one new child of the germline");
     // And the untampered release passes.
     let mut g = Germline::start(common::test_release("hijack"), common::opts("hijack-none"))
         .expect("start");

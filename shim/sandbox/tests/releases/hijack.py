@@ -54,6 +54,22 @@ elif mode == "reaper_extra":
         real_reaper(tool)
 
     bootstrap.reaper = reaper
+elif mode == "fork_twice":
+    # The germline answers each fork command with two children: the copy and a process of
+    # its own, which would hold the germline's memory outside every copy's limits.
+    germline_pid = os.getpid()
+    real_fork = os.fork
+
+    def fork():
+        if os.getpid() == germline_pid:
+            if real_fork() == 0:
+                os.closerange(3, 1 << 20)
+                import time
+                time.sleep(3600)
+                os._exit(0)
+        return real_fork()
+
+    os.fork = fork
 
 
 def main():
