@@ -99,6 +99,9 @@ pub struct Germline {
     cgroup: Cgroup,
     copies_made: u64,
     pool: VecDeque<Copy>,
+    /// Whether the pool's waiting copies were asked to freeze for the call that took a copy
+    /// ([`Germline::pause_pool`]); they are thawed between calls.
+    pool_paused: bool,
     /// The client capabilities a pool copy's `initialize` announces
     /// ([`Germline::set_pool_capabilities`]: the agent's, as its group's copy last had them).
     pool_caps: Value,
@@ -242,6 +245,7 @@ impl Germline {
             cgroup,
             copies_made: 0,
             pool: VecDeque::new(),
+            pool_paused: false,
             pool_caps: json!({}),
             dying: Vec::new(),
             fork_phases: Vec::new(),
@@ -445,6 +449,7 @@ impl Germline {
 
     /// Forks pool copies up to the configured size. Only between calls: no copy holds data.
     pub fn refill_pool(&mut self) -> Result<()> {
+        self.pause_pool(false);
         while self.pool.len() < self.opts.pool {
             let c = self.fork_copy_with(true)?;
             self.pool.push_back(c);
@@ -455,6 +460,7 @@ impl Germline {
     /// Forks one pool copy if the pool is short; `Ok(true)` while it still is (so a caller
     /// can stop between forks when a call arrives).
     pub fn refill_one(&mut self) -> Result<bool> {
+        self.pause_pool(false);
         if self.pool.len() < self.opts.pool {
             let c = self.fork_copy_with(true)?;
             self.pool.push_back(c);
@@ -464,6 +470,23 @@ impl Germline {
             self.prepare_fork()?;
         }
         Ok(more)
+    }
+
+    /// Freezes (`true`) or thaws the pool's waiting copies, without waiting for the kernel.
+    /// A call freezes them when it takes its copy, and they are thawed between calls: what a
+    /// pool copy does while it waits (its warming session, its handshake) runs at
+    /// `SCHED_IDLE`, but on a 2-CPU machine its page faults and kernel work still delay the
+    /// call's own copy; frozen, it does none of that. Only speed depends on this: a copy still
+    /// frozen is thawed when it is handed out, and one whose cgroup write fails merely keeps
+    /// running at `SCHED_IDLE`.
+    fn pause_pool(&mut self, paused: bool) {
+        if self.pool_paused == paused {
+            return;
+        }
+        self.pool_paused = paused;
+        for c in &self.pool {
+            let _ = c.cgroup().request_frozen(paused);
+        }
     }
 
     /// Between calls, the work of the next fork that needs no call: G1-G3 on the frozen
@@ -560,6 +583,11 @@ impl Germline {
         self.reap();
         self.fork_phases.clear();
         while let Some(mut c) = self.pool.pop_front() {
+            if self.pool_paused {
+                // Taken by a later copy of the same call, or by a call with no pause before it
+                // (also before a retirement: v1's freezer keeps a frozen task from dying).
+                let _ = c.cgroup().request_frozen(false);
+            }
             if c.initialized_with().is_some_and(|v| v != caps) {
                 let _ = self.retire(c, Ok(Value::Null));
                 continue;
@@ -572,6 +600,7 @@ impl Germline {
             }
             c.set_client_capabilities(caps.clone());
             c.begin_initialize()?;
+            self.pause_pool(true);
             return Ok(c);
         }
         let mut c = self.fork_copy()?;
@@ -959,6 +988,8 @@ impl Germline {
         if let Some(cg) = self.spare_cgroup.take() {
             let _ = cg.destroy();
         }
+        // A frozen task dies of SIGKILL under cgroup v2, not under v1's freezer: thaw first.
+        self.pause_pool(false);
         while let Some(mut c) = self.pool.pop_front() {
             c.kill();
         }

@@ -294,6 +294,122 @@ fn the_pool_hands_out_checked_copies_and_is_refilled_between_calls() {
     g.stop().expect("stop");
 }
 
+/// Whether the group of `pid` is frozen, from `/proc/PID/cgroup` and that group's
+/// `cgroup.events` (v2) or `freezer.state` (v1): what the kernel says, not what the shim asked.
+fn cgroup_frozen(pid: i32) -> Option<bool> {
+    let lines = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    if germline_sandbox::cgroup::version() == germline_sandbox::cgroup::Version::V2 {
+        let rel = lines
+            .lines()
+            .find_map(|l| l.strip_prefix("0::").map(str::to_string))?;
+        let events = std::fs::read_to_string(format!("/sys/fs/cgroup{rel}/cgroup.events")).ok()?;
+        events
+            .lines()
+            .find_map(|l| l.strip_prefix("frozen ").map(|v| v == "1"))
+    } else {
+        let rel = lines
+            .lines()
+            .find_map(|l| l.split_once(":freezer:").map(|(_, r)| r.to_string()))?;
+        let state =
+            std::fs::read_to_string(format!("/sys/fs/cgroup/freezer{rel}/freezer.state")).ok()?;
+        Some(state.trim() == "FROZEN")
+    }
+}
+
+/// Waits (bounded) until every pid's group is frozen (`want`) or thawed: the shim only asks,
+/// the kernel freezes asynchronously.
+fn groups_reach(pids: &[i32], want: bool) -> Vec<Option<bool>> {
+    let t = Instant::now();
+    loop {
+        let now: Vec<Option<bool>> = pids.iter().map(|&p| cgroup_frozen(p)).collect();
+        if now.iter().all(|f| *f == Some(want)) || t.elapsed() > Duration::from_secs(5) {
+            return now;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// While a call runs, the copies still waiting in the pool are frozen (their warming and
+/// handshake would compete with the call's copy for the CPU); a frozen one taken by a later
+/// copy of the same call is thawed and answers; between calls the pool is thawed again.
+#[test]
+fn the_pool_waits_frozen_while_a_call_runs_and_is_thawed_between_calls() {
+    if !common::can_run() {
+        return;
+    }
+    let mut opts = common::opts("poolfreeze");
+    opts.pool = 2;
+    let mut g = Germline::start(common::time_spec(), opts).expect("start");
+    let waiting = g.pool_pids();
+    assert_eq!(waiting.len(), 2);
+    assert_eq!(
+        groups_reach(&waiting, false),
+        vec![Some(false); 2],
+        "an idle pool runs"
+    );
+
+    let mut first = g.copy().expect("first copy");
+    let rest = g.pool_pids();
+    assert_eq!(rest.len(), 1);
+    assert_eq!(
+        groups_reach(&rest, true),
+        vec![Some(true)],
+        "the rest of the pool waits frozen"
+    );
+    assert_eq!(
+        cgroup_frozen(first.pid()),
+        Some(false),
+        "the call's copy runs"
+    );
+
+    // A second copy of the same call takes the frozen one: thawed, it answers.
+    let mut second = g.copy().expect("second copy");
+    assert_eq!(
+        second.pid(),
+        rest[0],
+        "the waiting pool copy was handed out"
+    );
+    assert_eq!(groups_reach(&rest, false), vec![Some(false)]);
+    for c in [&mut first, &mut second] {
+        let r = c
+            .mcp_call("get_current_time", json!({"timezone": "Asia/Tokyo"}))
+            .expect("call");
+        assert!(common::text(&r).contains("Asia/Tokyo"), "{r}");
+    }
+    let _ = g.retire(first, Ok(Value::Null));
+    let _ = g.retire(second, Ok(Value::Null));
+
+    // Between calls: refilled, and nothing in the pool is frozen; a call takes one and
+    // freezes the other, and a stop with a frozen pool copy leaves nothing behind.
+    g.refill_pool().expect("refill");
+    let waiting = g.pool_pids();
+    assert_eq!(waiting.len(), 2);
+    assert_eq!(
+        groups_reach(&waiting, false),
+        vec![Some(false); 2],
+        "thawed between calls"
+    );
+    let c = g.copy().expect("copy");
+    let frozen = g.pool_pids();
+    assert_eq!(groups_reach(&frozen, true), vec![Some(true)]);
+    let _ = g.retire(c, Ok(Value::Null));
+    g.stop().expect("stop");
+    let t = Instant::now();
+    while frozen
+        .iter()
+        .any(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
+        && t.elapsed() < Duration::from_secs(5)
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        !frozen
+            .iter()
+            .any(|p| std::path::Path::new(&format!("/proc/{p}")).exists()),
+        "a pool copy frozen at stop was killed"
+    );
+}
+
 /// A pool copy gets its data-free mounts and its MCP handshake while it waits: its call finds
 /// its items (by path and by fd, empty outside the view) exactly as a freshly forked copy's
 /// does, and it announced the pool's client capabilities. A pool copy that announced others
