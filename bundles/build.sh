@@ -10,7 +10,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
 out="$here/out"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/germline-target}"
+export CARGO_TARGET_DIR="$("$root/scripts/target-dir")"  # one per clone (scripts/target-dir)
 venv="${GERMLINE_RELEASE_VENV:-/var/tmp/germline-venv-release}"
 germline="$CARGO_TARGET_DIR/debug/germline"
 export COSIGN_PASSWORD="${COSIGN_PASSWORD:-germline-example-test-key}"

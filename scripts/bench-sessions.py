@@ -21,7 +21,7 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TARGET = os.environ.get("CARGO_TARGET_DIR", "/var/tmp/germline-target")
+TARGET = subprocess.run([os.path.join(ROOT, "scripts", "target-dir")], capture_output=True, text=True, check=True).stdout.strip()
 GERMLINE = os.path.join(TARGET, "debug", "germline")
 AGENT = os.path.join(os.environ.get("GERMLINE_AGENT_VENV", "/var/tmp/germline-venv-agent"), "bin", "python")
 BUNDLE = os.path.join(ROOT, "bundles/out/mcp-server-time/bundle")

@@ -6,7 +6,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$(dirname "$here")"
 bash scripts/setup.sh
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/germline-target}"
+export CARGO_TARGET_DIR="$("$here/target-dir")"  # one per clone (scripts/target-dir)
 cargo build --release -q -p germline
 work="$(mktemp -d /var/tmp/germline-demo.XXXXXX)"
 trap 'rm -rf "$work"' EXIT

@@ -8,7 +8,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
 export GERMLINE_ROOT="$root"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/germline-target}"
+export CARGO_TARGET_DIR="$("$here/target-dir")"  # one per clone (scripts/target-dir)
 update=0
 args=()
 for a in "$@"; do

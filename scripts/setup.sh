@@ -6,7 +6,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 export GERMLINE_ROOT="$(dirname "$here")"
 # A target directory outside the clone spares rebuilds on the same machine.
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/germline-target}"
+export CARGO_TARGET_DIR="$("$here/target-dir")"  # one per clone (scripts/target-dir)
 for step in "$here"/setup.d/*.sh; do
     [ -e "$step" ] || continue
     echo "== setup: $(basename "$step")"
