@@ -147,7 +147,11 @@ fn measure(a: &BenchArgs, mode: Mode, pool: usize) -> Result<Vec<f64>, String> {
 pub fn run(a: &BenchArgs) -> Result<(), String> {
     // The machine's load before our own work: figures of runs on a busy machine are not
     // comparable with an idle one's.
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let machine = crate::suite::machine();
+    let load = machine["load_at_start"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     let mut runs: Vec<(Mode, usize)> = Mode::ALL
         .iter()
         .filter(|m| a.modes.is_empty() || a.modes.contains(m))
@@ -188,7 +192,7 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         .collect();
     println!(
         "germline run-bench: {} through `germline run` (MCP over stdio), {} calls per mode after {} warm-up, {} ms between calls; load at start {}",
-        a.tool, a.calls, a.warmup, a.gap_ms, load.trim()
+        a.tool, a.calls, a.warmup, a.gap_ms, load
     );
     println!(
         "{:<14} {:>5} {:>10} {:>10} {:>10} {:>14}",
@@ -254,8 +258,7 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
     let doc = json!({
         "tool": a.tool, "arguments": a.arguments, "calls": a.calls, "warmup": a.warmup, "gap_ms": a.gap_ms,
         "release": a.release, "results": results, "targets": targets,
-        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-        "load_at_start": load.trim(),
+        "cpus": machine["cpus"], "load_at_start": load,
     });
     std::fs::write(
         &a.out,

@@ -1002,7 +1002,8 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
     Ok(Value::Array(out))
 }
 
-fn machine() -> Value {
+/// The machine a benchmark ran on, its load average read when this is called.
+pub(crate) fn machine() -> Value {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
     let model = read("/proc/cpuinfo")
         .lines()

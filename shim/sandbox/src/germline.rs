@@ -98,6 +98,9 @@ pub struct Germline {
     base_rel: String,
     cgroup: Cgroup,
     copies_made: u64,
+    /// Host pids of the copies this germline forked that may still live (each found by the
+    /// shim itself, [`Germline::unmoved_children`]); pruned at each fork.
+    forked: Vec<i32>,
     pool: VecDeque<Copy>,
     /// Whether the pool's waiting copies were asked to freeze for the call that took a copy
     /// ([`Germline::pause_pool`]); they are thawed between calls.
@@ -244,6 +247,7 @@ impl Germline {
             base_rel,
             cgroup,
             copies_made: 0,
+            forked: Vec::new(),
             pool: VecDeque::new(),
             pool_paused: false,
             pool_caps: json!({}),
@@ -394,18 +398,17 @@ impl Germline {
         Ok(out)
     }
 
-    /// Host pids of the germline's live children (its copies). The children list can skip a
-    /// live child when a sibling exits during the read ([`Germline::unmoved_children`]), so
-    /// two reads and the pool's own pids are joined: a copy missing here would be left out of
-    /// the next copy's namespace comparison.
+    /// Host pids of the germline's live children (its copies): the copies it forked, as the
+    /// shim found each, that are still alive. Not `/proc/G/task/G/children`, which can skip a
+    /// live child ([`Germline::unmoved_children`]): a copy missing here would be left out of
+    /// the next copy's namespace comparison. The germline forks nothing else: it runs only
+    /// for a fork command, and a command that leaves two children refuses the release.
     fn live_children(&self) -> Vec<i32> {
-        let mut all = procfs::children(self.pid);
-        all.extend(procfs::children(self.pid));
-        all.extend(self.pool.iter().map(Copy::pid));
-        all.sort_unstable();
-        all.dedup();
-        all.retain(|k| procfs::alive(*k));
-        all
+        self.forked
+            .iter()
+            .copied()
+            .filter(|k| procfs::alive(*k))
+            .collect()
     }
 
     /// Processes of this germline's user namespace other than the germline and its pool: what a
@@ -741,7 +744,11 @@ impl Germline {
         })();
         drop(copy_end);
         let pid = match r {
-            Ok(pid) => pid,
+            Ok(pid) => {
+                self.forked.retain(|k| procfs::alive(*k));
+                self.forked.push(pid);
+                pid
+            }
             Err(e) => {
                 // A copy that died at once may have said why (untrusted, for the report only).
                 let mut probe = Copy::new(
