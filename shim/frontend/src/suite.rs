@@ -98,6 +98,10 @@ pub struct SuiteArgs {
     /// Calls of the time breakdown (default: the latency's calls, at most 100).
     #[arg(long)]
     pub breakdown_calls: Option<usize>,
+    /// Only the time breakdown (section 3): prints it and writes `breakdown.json` in `--out`,
+    /// in a few minutes rather than the full run's hour.
+    #[arg(long)]
+    pub breakdown_only: bool,
     #[arg(long, default_value = "/var/lib/germline/broker-bench")]
     pub state_dir: PathBuf,
 }
@@ -471,6 +475,9 @@ pub fn run(a: &SuiteArgs) -> Result<(), String> {
     let sz = Sizes::of(a.quick);
     let gap = Duration::from_millis(a.gap_ms);
     let (policy, files) = make_world(&a.out)?;
+    if a.breakdown_only {
+        return breakdown_only(a, &policy, &sz, &machine, started);
+    }
     let cases = cases(&files);
     let runs: Vec<(&str, Mode, usize)> = vec![
         ("sig-pin", Mode::SigPin, 0),
@@ -853,6 +860,26 @@ fn live_copies(a: &SuiteArgs, policy: &Path, n: usize) -> Result<Vec<Value>, Str
 
 /// Median per phase of single-copy calls, from the runtime's own timestamps (`Outcome.phases`),
 /// in process (no stdio): noop of the benchmark release and get_current_time.
+/// `germline bench --breakdown-only`: section 3 alone, printed as the full run's markdown
+/// prints it, and written to `breakdown.json`.
+fn breakdown_only(
+    a: &SuiteArgs,
+    policy: &Path,
+    sz: &Sizes,
+    machine: &Value,
+    started: Instant,
+) -> Result<(), String> {
+    let breakdown = breakdown(a, policy, sz)?;
+    let doc = json!({"machine": machine, "pin": a.pin.name(), "gap_ms": a.gap_ms,
+        "seconds": started.elapsed().as_secs_f64(), "breakdown": breakdown});
+    print!("{}", breakdown_markdown(&doc));
+    let path = a.out.join("breakdown.json");
+    let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
 fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> {
     let mut out = Vec::new();
     // get_current_time also with a pool of 2, refilled between calls as `germline run`'s
@@ -907,6 +934,13 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
                 )
                 .unwrap_or(Value::Null);
             let us = t.elapsed().as_secs_f64() * 1e6;
+            // A failed call has no phases: its time would be missing from every row.
+            if r.get("result").is_none() || r.pointer("/result/isError") == Some(&json!(true)) {
+                return Err(format!(
+                    "breakdown: {tool} (pool {pool}) call {}: {r}",
+                    i + 1
+                ));
+            }
             if i < sz.warmup {
                 continue;
             }
@@ -1025,6 +1059,28 @@ pub(crate) fn machine() -> Value {
     })
 }
 
+/// Section 3 of bench.md: one table of phases per breakdown case.
+fn breakdown_markdown(doc: &Value) -> String {
+    let mut s = String::from("\n## Where the time goes (single-copy call, in process)\n\n");
+    for b in doc["breakdown"].as_array().into_iter().flatten() {
+        s.push_str(&format!(
+            "{} (pool {}): total {:.0} us\n\n| phase | us | share |\n|---|---|---|\n",
+            b["tool"].as_str().unwrap_or(""),
+            b["pool"].as_u64().unwrap_or(0),
+            b["total_us"].as_f64().unwrap_or(f64::NAN)
+        ));
+        for (k, v) in b["phases"].as_object().into_iter().flatten() {
+            s.push_str(&format!(
+                "| {k} | {:.0} | {:.1}% |\n",
+                v["us"].as_f64().unwrap_or(f64::NAN),
+                100.0 * v["share"].as_f64().unwrap_or(f64::NAN)
+            ));
+        }
+        s.push('\n');
+    }
+    s
+}
+
 fn markdown(doc: &Value) -> String {
     let mut s = format!(
         "# germline bench{}\n\nMachine: {} CPUs, {}, kernel {}; load at start {}. Pin: {}. \
@@ -1106,23 +1162,7 @@ fn markdown(doc: &Value) -> String {
             r["copies"], r["copies_pss_kb"], r["copies_private_kb"], r["germline_pss_kb"]
         ));
     }
-    s.push_str("\n## Where the time goes (single-copy call, in process)\n\n");
-    for b in doc["breakdown"].as_array().into_iter().flatten() {
-        s.push_str(&format!(
-            "{} (pool {}): total {:.0} us\n\n| phase | us | share |\n|---|---|---|\n",
-            b["tool"].as_str().unwrap_or(""),
-            b["pool"].as_u64().unwrap_or(0),
-            b["total_us"].as_f64().unwrap_or(f64::NAN)
-        ));
-        for (k, v) in b["phases"].as_object().into_iter().flatten() {
-            s.push_str(&format!(
-                "| {k} | {:.0} | {:.1}% |\n",
-                v["us"].as_f64().unwrap_or(f64::NAN),
-                100.0 * v["share"].as_f64().unwrap_or(f64::NAN)
-            ));
-        }
-        s.push('\n');
-    }
+    s.push_str(&breakdown_markdown(doc));
     s.push_str("## Targets\n\n");
     for t in doc["targets"].as_array().into_iter().flatten() {
         s.push_str(&format!(
