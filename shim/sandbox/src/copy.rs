@@ -589,11 +589,13 @@ impl Copy {
     }
 
     /// Ends the call like [`Copy::finish`], without waiting for the kernel to finish the
-    /// copy's exit: every task of the copy is sent SIGKILL (it never runs user code again,
-    /// SPEC.md "kill the copy and all its descendants") and the returned [`Corpse`] removes
-    /// its cgroup and frees its item directories once the last task is gone. The exit of a
-    /// Python copy (unmapping tens of MB) is then off the call's path. With the cgroup sweep
-    /// ablated this waits as [`Copy::finish`] does and returns no corpse.
+    /// copy's exit: every task of the copy is frozen now (its cgroup; it never runs user
+    /// code again) and killed by [`Corpse::kill`] once the call's answer is out (SPEC.md "kill
+    /// the copy and all its descendants"); the returned [`Corpse`] removes its cgroup and
+    /// frees its item directories once the last task is gone. The exit of a Python copy
+    /// (unmapping tens of MB, in the kernel, where this kernel does not preempt it) is then off
+    /// the call's path. With the cgroup sweep ablated this waits as [`Copy::finish`] does and
+    /// returns no corpse.
     pub fn retire(mut self, result: Result<Value>) -> (Result<Value>, Option<Corpse>) {
         let result = self.reason(result);
         if !self.sweep {
@@ -601,13 +603,22 @@ impl Copy {
             return (result, None);
         }
         self.dead = true;
+        let mut frozen = None;
         if self.pid > 1 {
             // Its exit (unmapping tens of MB, ending its namespaces) then runs only on a CPU
-            // that nothing else wants, not against the answer's way out.
+            // that nothing else wants.
             for p in std::iter::once(self.pid).chain(self.tool) {
                 let _ = sys::set_sched_idle(p, true);
             }
-            let _ = sys::kill(self.pid, libc::SIGKILL);
+            // Frozen rather than killed now: a Python copy's exit is milliseconds of kernel
+            // work that a kernel without preemption (PREEMPT_NONE) does not interrupt, so it
+            // delayed the broker's and the shim's own wake-ups on the answer's way out. A
+            // frozen task cannot die (v1) and runs nothing: killed by Corpse::kill.
+            if self.own_pidns && self.cgroup.request_frozen(true).is_ok() {
+                frozen = Some(self.pid);
+            } else {
+                let _ = sys::kill(self.pid, libc::SIGKILL);
+            }
         }
         // PID 1 of its own PID namespace: as it exits the kernel kills every other task of the
         // namespace, and none can be added to it any more (O3). Whatever such a task still
@@ -621,6 +632,7 @@ impl Copy {
             cgroup: self.cgroup.take(),
             leases: std::mem::take(&mut self.leases),
             since: Instant::now(),
+            frozen,
         };
         (result, Some(corpse))
     }
@@ -657,24 +669,38 @@ impl Drop for Copy {
     }
 }
 
-/// A copy that was sent SIGKILL and whose exit the kernel is completing: holds its cgroup and
-/// its item directories until the last task is gone ([`Copy::retire`]).
+/// A retired copy ([`Copy::retire`]): frozen until [`Corpse::kill`], then exiting; holds its
+/// cgroup and its item directories until the last task is gone.
 #[derive(Debug)]
 pub struct Corpse {
     cgroup: Cgroup,
     leases: Vec<SlotLease>,
     since: Instant,
+    /// PID 1 of the copy's namespace while its cgroup is frozen, not yet killed.
+    frozen: Option<i32>,
 }
 
 impl Corpse {
-    /// How long ago the copy was sent SIGKILL.
+    /// How long ago the copy was sent SIGKILL (or frozen, if it was not yet).
     pub fn age(&self) -> Duration {
         self.since.elapsed()
+    }
+
+    /// Kills a frozen copy: SIGKILL to PID 1 of its namespace (every other task of the
+    /// namespace dies with it), then the thaw that lets them die. Its pid cannot have been
+    /// reused: a frozen task does not exit. Idempotent.
+    pub fn kill(&mut self) {
+        if let Some(pid) = self.frozen.take() {
+            let _ = sys::kill(pid, libc::SIGKILL);
+            let _ = self.cgroup.request_frozen(false);
+            self.since = Instant::now();
+        }
     }
 
     /// Removes the cgroup and frees the item directories if every task is gone; `false` while
     /// one is still exiting. One that outlives a second is sent SIGKILL again.
     pub fn try_reap(&mut self) -> bool {
+        self.kill();
         match self.cgroup.try_remove() {
             Ok(true) => {
                 self.leases.clear();
@@ -691,6 +717,7 @@ impl Corpse {
 
     /// Waits until every task is gone (bounded, as [`Cgroup::destroy`]), then frees all.
     pub fn reap(mut self) -> Result<()> {
+        self.kill();
         let r = self.cgroup.destroy();
         self.leases.clear();
         r

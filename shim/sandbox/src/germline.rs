@@ -452,6 +452,7 @@ impl Germline {
 
     /// Forks pool copies up to the configured size. Only between calls: no copy holds data.
     pub fn refill_pool(&mut self) -> Result<()> {
+        self.kill_retired();
         self.pause_pool(false);
         while self.pool.len() < self.opts.pool {
             let c = self.fork_copy_with(true)?;
@@ -463,6 +464,7 @@ impl Germline {
     /// Forks one pool copy if the pool is short; `Ok(true)` while it still is (so a caller
     /// can stop between forks when a call arrives).
     pub fn refill_one(&mut self) -> Result<bool> {
+        self.kill_retired();
         self.pause_pool(false);
         if self.pool.len() < self.opts.pool {
             let c = self.fork_copy_with(true)?;
@@ -541,8 +543,16 @@ impl Germline {
         result
     }
 
-    /// Releases the killed copies whose last task is gone; never waits. Called between calls
-    /// and before each fork.
+    /// Kills the retired copies still frozen ([`Copy::retire`]): between calls, once the
+    /// last answer is out (their exit then runs there, not on the next call's way).
+    pub fn kill_retired(&mut self) {
+        for c in &mut self.dying {
+            c.kill();
+        }
+    }
+
+    /// Kills the retired copies still frozen and releases those whose last task is gone;
+    /// never waits. Called between calls and before each fork.
     pub fn reap(&mut self) {
         self.dying.retain_mut(|c| !c.try_reap());
     }

@@ -294,6 +294,50 @@ fn the_pool_hands_out_checked_copies_and_is_refilled_between_calls() {
     g.stop().expect("stop");
 }
 
+/// A retired copy is frozen at once, with what it left behind (no task of it runs again), and
+/// killed between calls, once the answer is out; its exit is then off the answer's way. With
+/// the PID namespace off (no namespace whose PID 1 takes every task with it), its cgroup is
+/// killed at once instead.
+#[test]
+fn a_retired_copy_is_frozen_with_its_descendants_and_killed_between_calls() {
+    if !common::can_run() {
+        return;
+    }
+    let mut g =
+        Germline::start(common::test_release("plain"), common::opts("retire")).expect("start");
+    let mut c = g.copy().expect("copy");
+    let r = c.mcp_call("leave_child", json!({})).expect("call");
+    assert!(common::text(&r).starts_with("left"), "{r}");
+    let pid = c.pid();
+    let _ = g.retire(c, Ok(Value::Null));
+    let left = g.stray_processes();
+    assert!(left.contains(&pid), "the retired copy waits: {left:?}");
+    assert_eq!(left.len(), 2, "the copy and the child it left: {left:?}");
+    assert_eq!(
+        groups_reach(&left, true),
+        vec![Some(true); 2],
+        "frozen, the child too"
+    );
+    // Between calls (what `germline run` does once the answer is out).
+    g.refill_pool().expect("between calls");
+    assert_eq!(strays_after(&g), 0, "killed between calls");
+    assert_eq!(
+        common::call_text(&mut g, "echo", json!({"text": "next"})).expect("the next call"),
+        "next"
+    );
+    g.stop().expect("stop");
+
+    let mut opts = common::opts("retire-nopidns");
+    opts.ablation.no_pid_namespace = true;
+    opts.ablation.skip_copy_checks = true;
+    let mut g = Germline::start(common::test_release("plain"), opts).expect("start");
+    let mut c = g.copy().expect("copy");
+    c.mcp_call("leave_child", json!({})).expect("call");
+    let _ = g.retire(c, Ok(Value::Null));
+    assert_eq!(strays_after(&g), 0, "killed at once, nothing waits frozen");
+    g.stop().expect("stop");
+}
+
 /// Whether the group of `pid` is frozen, from `/proc/PID/cgroup` and that group's
 /// `cgroup.events` (v2) or `freezer.state` (v1): what the kernel says, not what the shim asked.
 fn cgroup_frozen(pid: i32) -> Option<bool> {
