@@ -588,6 +588,9 @@ impl Runtime {
     ) -> Result<Outcome, RunError> {
         let t0 = Instant::now();
         let mut phases = Vec::new();
+        if let Backend::Germline(g) = &mut self.backend {
+            g.call_begins();
+        }
         self.evidence
             .admit(&self.release.digest)
             .map_err(RunError::Suppressed)?;

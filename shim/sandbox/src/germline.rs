@@ -105,6 +105,9 @@ pub struct Germline {
     /// Whether the pool's waiting copies were asked to freeze for the call that took a copy
     /// ([`Germline::pause_pool`]); they are thawed between calls.
     pool_paused: bool,
+    /// Whether [`Germline::call_begins`] left the pool's first copy running (the one the call
+    /// takes next).
+    front_spared: bool,
     /// The client capabilities a pool copy's `initialize` announces
     /// ([`Germline::set_pool_capabilities`]: the agent's, as its group's copy last had them).
     pool_caps: Value,
@@ -250,6 +253,7 @@ impl Germline {
             forked: Vec::new(),
             pool: VecDeque::new(),
             pool_paused: false,
+            front_spared: false,
             pool_caps: json!({}),
             dying: Vec::new(),
             fork_phases: Vec::new(),
@@ -477,6 +481,21 @@ impl Germline {
         Ok(more)
     }
 
+    /// A call begins: the pool's waiting copies but the first (the one the call takes next)
+    /// are frozen from now on, so that a refill's warming does not compete with the call's
+    /// own work before its copy is taken (the broker's Plan, item reads). The first is left
+    /// running: thawing it again when it is handed out would cost the call more than it saves.
+    pub fn call_begins(&mut self) {
+        if self.pool_paused {
+            return;
+        }
+        self.pool_paused = true;
+        self.front_spared = true;
+        for c in self.pool.iter().skip(1) {
+            let _ = c.cgroup().request_frozen(true);
+        }
+    }
+
     /// Freezes (`true`) or thaws the pool's waiting copies, without waiting for the kernel.
     /// A call freezes them when it takes its copy, and they are thawed between calls: what a
     /// pool copy does while it waits (its warming session, its handshake) runs at
@@ -489,6 +508,7 @@ impl Germline {
             return;
         }
         self.pool_paused = paused;
+        self.front_spared = false;
         for c in &self.pool {
             let _ = c.cgroup().request_frozen(paused);
         }
@@ -595,8 +615,9 @@ impl Germline {
     pub fn copy_for(&mut self, caps: &Value) -> Result<Copy> {
         self.reap();
         self.fork_phases.clear();
+        let mut spared = std::mem::take(&mut self.front_spared);
         while let Some(mut c) = self.pool.pop_front() {
-            if self.pool_paused {
+            if self.pool_paused && !std::mem::take(&mut spared) {
                 // Taken by a later copy of the same call, or by a call with no pause before it
                 // (also before a retirement: v1's freezer keeps a frozen task from dying).
                 let _ = c.cgroup().request_frozen(false);

@@ -437,6 +437,29 @@ fn the_pool_waits_frozen_while_a_call_runs_and_is_thawed_between_calls() {
     let frozen = g.pool_pids();
     assert_eq!(groups_reach(&frozen, true), vec![Some(true)]);
     let _ = g.retire(c, Ok(Value::Null));
+
+    // A call that begins (before its Plan) freezes the pool but the copy it takes next,
+    // which it then takes running; the other stays frozen.
+    g.refill_pool().expect("refill");
+    let waiting = g.pool_pids();
+    assert_eq!(groups_reach(&waiting, false), vec![Some(false); 2]);
+    g.call_begins();
+    assert_eq!(
+        groups_reach(&waiting[1..], true),
+        vec![Some(true)],
+        "frozen from the call's start"
+    );
+    assert_eq!(cgroup_frozen(waiting[0]), Some(false), "the next copy runs");
+    let mut c = g.copy().expect("copy");
+    assert_eq!(c.pid(), waiting[0]);
+    assert_eq!(cgroup_frozen(c.pid()), Some(false));
+    let r = c
+        .mcp_call("get_current_time", json!({"timezone": "UTC"}))
+        .expect("the thawed copy answers");
+    assert!(common::text(&r).contains("UTC"), "{r}");
+    let frozen = g.pool_pids();
+    assert_eq!(groups_reach(&frozen, true), vec![Some(true)]);
+    let _ = g.retire(c, Ok(Value::Null));
     g.stop().expect("stop");
     let t = Instant::now();
     while frozen
