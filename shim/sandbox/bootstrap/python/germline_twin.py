@@ -61,6 +61,8 @@ TWIN = {}
 # rebinds those few names instead of walking every module's namespace, which touches (and
 # so copies, page by page) most of the interpreter's heap on the call's path.
 _TWIN_SITES = None
+# sys.modules as the last twin_index walked it: name -> id of the module.
+_TWIN_SEEN = None
 
 
 def _twin_originals():
@@ -77,14 +79,23 @@ def _twin_originals():
 
 
 def twin_index():
-    """Records every module-level binding of an original (see _TWIN_SITES)."""
-    global _TWIN_SITES
+    """Records every module-level binding of an original (see _TWIN_SITES). Again in a pool
+    copy after its warming session: then only the modules loaded since the last index are
+    walked (none when the session imported nothing), since walking a namespace touches the
+    reference count of every object in it, which copies (copy-on-write) most of the heap."""
+    global _TWIN_SITES, _TWIN_SEEN
     import datetime as _dt
     import sys as _sys
     import time as _time
+    if _TWIN_SEEN is not None and len(_sys.modules) == len(_TWIN_SEEN):
+        return
     originals = {id(o): o for o in _twin_originals()}
-    sites = []
-    for mod in list(_sys.modules.values()):
+    sites = list(_TWIN_SITES or ())
+    seen = {}
+    for name, mod in list(_sys.modules.items()):
+        seen[name] = id(mod)
+        if _TWIN_SEEN is not None and _TWIN_SEEN.get(name) == id(mod):
+            continue
         d = getattr(mod, "__dict__", None)
         if not isinstance(d, dict) or mod is _time or mod is _dt:
             continue
@@ -92,6 +103,7 @@ def twin_index():
             if id(v) in originals and originals[id(v)] is v:
                 sites.append((d, k, v))
     _TWIN_SITES = sites
+    _TWIN_SEEN = seen
 
 
 def twin_install(time_ns, seed):
