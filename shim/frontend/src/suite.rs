@@ -957,6 +957,17 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
         s.runtime.stop();
         let total = phases.get("total").map(|v| median(v)).unwrap_or(f64::NAN);
         let med = |k: &str| phases.get(k).map(|v| median(v)).unwrap_or(0.0);
+        // Where the tail comes from: each phase's own 90th and 99th percentile.
+        let pct = |k: &str, q: f64| {
+            phases
+                .get(k)
+                .map(|v| {
+                    let mut s = v.clone();
+                    s.sort_by(f64::total_cmp);
+                    percentile(&s, q)
+                })
+                .unwrap_or(0.0)
+        };
         // `plan` is the broker's begin_call (Plan), `fork` the copy's fork, confinement and
         // checks, `broker` the copy's broker endpoint, `copy` mounts, item delivery, the copy's
         // MCP session, the tool's own work and the copy's teardown.
@@ -997,7 +1008,11 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
             "evidence.queue",
             "limits",
         ] {
-            shares.insert(k.into(), json!({"us": med(k), "share": med(k) / total}));
+            shares.insert(
+                k.into(),
+                json!({"us": med(k), "share": med(k) / total, "p90_us": pct(k, 0.9),
+                    "p99_us": pct(k, 0.99)}),
+            );
         }
         if work_med.is_finite() {
             shares.insert(
@@ -1030,6 +1045,7 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
         );
         out.push(
             json!({"release": release, "tool": tool, "pool": pool, "calls": n, "total_us": total,
+            "total_p90_us": pct("total", 0.9), "total_p99_us": pct("total", 0.99),
             "session_handle_us": median(&handle), "phases": shares}),
         );
     }
@@ -1064,16 +1080,21 @@ fn breakdown_markdown(doc: &Value) -> String {
     let mut s = String::from("\n## Where the time goes (single-copy call, in process)\n\n");
     for b in doc["breakdown"].as_array().into_iter().flatten() {
         s.push_str(&format!(
-            "{} (pool {}): total {:.0} us\n\n| phase | us | share |\n|---|---|---|\n",
+            "{} (pool {}): total {:.0} us (p90 {:.0}, p99 {:.0})\n\n| phase | us | share | p90 us | p99 us |\n|---|---|---|---|---|\n",
             b["tool"].as_str().unwrap_or(""),
             b["pool"].as_u64().unwrap_or(0),
-            b["total_us"].as_f64().unwrap_or(f64::NAN)
+            b["total_us"].as_f64().unwrap_or(f64::NAN),
+            b["total_p90_us"].as_f64().unwrap_or(f64::NAN),
+            b["total_p99_us"].as_f64().unwrap_or(f64::NAN)
         ));
+        let us = |v: &Value| v.as_f64().map_or("-".to_string(), |x| format!("{x:.0}"));
         for (k, v) in b["phases"].as_object().into_iter().flatten() {
             s.push_str(&format!(
-                "| {k} | {:.0} | {:.1}% |\n",
-                v["us"].as_f64().unwrap_or(f64::NAN),
-                100.0 * v["share"].as_f64().unwrap_or(f64::NAN)
+                "| {k} | {} | {:.1}% | {} | {} |\n",
+                us(&v["us"]),
+                100.0 * v["share"].as_f64().unwrap_or(f64::NAN),
+                us(&v["p90_us"]),
+                us(&v["p99_us"])
             ));
         }
         s.push('\n');
