@@ -231,29 +231,33 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
             gp.median_ms < 10.0,
             format!("{:.2} ms", gp.median_ms),
         ));
+        // The issue states these two without naming a pool: each is judged with the pool and
+        // without it, so that a figure met only with the pool reads as such.
         if fresh.is_finite() {
-            targets.push(target(
-                ">= 50x faster than fresh-ifc",
-                gp.speedup_over_fresh >= 50.0,
-                format!(
-                    "{:.1}x with the pool, {:.1}x without",
-                    gp.speedup_over_fresh, g.speedup_over_fresh
-                ),
-            ));
+            for (r, with) in [(gp, "with the pool"), (g, "without the pool")] {
+                targets.push(target(
+                    &format!(">= 50x faster than fresh-ifc, {with}"),
+                    r.speedup_over_fresh >= 50.0,
+                    format!("{:.1}x", r.speedup_over_fresh),
+                ));
+            }
         } else {
             println!(
                 "  target >= 50x faster than fresh-ifc: not measured (--modes without fresh-ifc)"
             );
         }
-        targets.push(target(
-            "p99 within 5 ms of the median",
-            gp.p99_ms - gp.median_ms <= 5.0,
-            format!(
-                "{:.2} ms over with the pool, {:.2} ms without",
-                gp.p99_ms - gp.median_ms,
-                g.p99_ms - g.median_ms
-            ),
-        ));
+        for (r, with) in [(gp, "with the pool"), (g, "without the pool")] {
+            targets.push(target(
+                &format!("p99 within 5 ms of the median, {with}"),
+                r.p99_ms - r.median_ms <= 5.0,
+                format!(
+                    "{:.2} ms over ({:.2} against {:.2})",
+                    r.p99_ms - r.median_ms,
+                    r.p99_ms,
+                    r.median_ms
+                ),
+            ));
+        }
     }
     let doc = json!({
         "tool": a.tool, "arguments": a.arguments, "calls": a.calls, "warmup": a.warmup, "gap_ms": a.gap_ms,
