@@ -858,8 +858,6 @@ fn live_copies(a: &SuiteArgs, policy: &Path, n: usize) -> Result<Vec<Value>, Str
     r.map(|()| rows)
 }
 
-/// Median per phase of single-copy calls, from the runtime's own timestamps (`Outcome.phases`),
-/// in process (no stdio): noop of the benchmark release and get_current_time.
 /// `germline bench --breakdown-only`: section 3 alone, printed as the full run's markdown
 /// prints it, and written to `breakdown.json`.
 fn breakdown_only(
@@ -880,6 +878,9 @@ fn breakdown_only(
     Ok(())
 }
 
+/// Median, p90 and p99 per phase of single-copy calls, from the runtime's own timestamps
+/// (`Outcome.phases`), in process (no stdio): noop of the benchmark release and
+/// get_current_time.
 fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> {
     let mut out = Vec::new();
     // get_current_time also with a pool of 2, refilled between calls as `germline run`'s
@@ -955,19 +956,13 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
             }
         }
         s.runtime.stop();
-        let total = phases.get("total").map(|v| median(v)).unwrap_or(f64::NAN);
-        let med = |k: &str| phases.get(k).map(|v| median(v)).unwrap_or(0.0);
-        // Where the tail comes from: each phase's own 90th and 99th percentile.
-        let pct = |k: &str, q: f64| {
-            phases
-                .get(k)
-                .map(|v| {
-                    let mut s = v.clone();
-                    s.sort_by(f64::total_cmp);
-                    percentile(&s, q)
-                })
-                .unwrap_or(0.0)
-        };
+        for v in phases.values_mut() {
+            v.sort_by(f64::total_cmp);
+        }
+        // A phase's percentile (its median at 0.5; p90 and p99 say where a tail comes from).
+        let pct = |k: &str, q: f64| phases.get(k).map_or(0.0, |v| percentile(v, q));
+        let med = |k: &str| pct(k, 0.5);
+        let total = phases.get("total").map_or(f64::NAN, |v| percentile(v, 0.5));
         // `plan` is the broker's begin_call (Plan), `fork` the copy's fork, confinement and
         // checks, `broker` the copy's broker endpoint, `copy` mounts, item delivery, the copy's
         // MCP session, the tool's own work and the copy's teardown.

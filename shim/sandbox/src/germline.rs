@@ -497,7 +497,8 @@ impl Germline {
     }
 
     /// Freezes (`true`) or thaws the pool's waiting copies, without waiting for the kernel.
-    /// A call freezes them when it takes its copy, and they are thawed between calls: what a
+    /// A call freezes them when it begins ([`Germline::call_begins`], all but the next) or
+    /// when it takes its copy, and they are thawed between calls: what a
     /// pool copy does while it waits (its warming session, its handshake) runs at
     /// `SCHED_IDLE`, but on a 2-CPU machine its page faults and kernel work still delay the
     /// call's own copy; frozen, it does none of that. Only speed depends on this: a copy still
