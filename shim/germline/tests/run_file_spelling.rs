@@ -132,7 +132,7 @@ fn no_spelling_of_an_hr_path_reaches_a_host_cleared_for_finance() {
     std::fs::create_dir_all(alice.join("finance/q1")).expect("mkdir");
     std::fs::create_dir_all(alice.join("hr/deep")).expect("mkdir");
     let seed = env_u64("GERMLINE_SPELLING_SEED", 0x9e37_79b9_7f4a_7c15) | 1;
-    let cases = env_u64("GERMLINE_SPELLING_CASES", 48) as usize;
+    let cases = env_u64("GERMLINE_SPELLING_CASES", 32) as usize;
     eprintln!("spellings: {cases}, seed {seed:#x} (GERMLINE_SPELLING_SEED/_CASES to repeat)");
     let mut rng = Rng(seed);
     let mut links = 0;
@@ -190,7 +190,10 @@ fn no_spelling_of_an_hr_path_reaches_a_host_cleared_for_finance() {
             .filter(|(_, b)| b.contains(&w.canary_hr))
             .map(|(s, _)| s)
             .collect();
-        eprintln!("{mode}: {} of {cases} requests carried the hr canary", leaked.len());
+        eprintln!(
+            "{mode}: {} of {cases} requests carried the hr canary",
+            leaked.len()
+        );
         leaks.push((mode, leaked.len(), leaked.first().cloned().cloned()));
     }
     // sig-pin (no splitting): the release sends the hr file's contents, every time, which
