@@ -4,10 +4,11 @@
 //! Every argument value reaches every copy unless it is an item, so each leaf value of the
 //! arguments is classified here, without ever looking at what an item file contains:
 //! * a string naming a regular file on the host is a **file item** (the path is public, the
-//!   contents are labelled by the policy's `[[item]]` path rules; a file no rule covers is
+//!   contents are labelled by the policy's `[[item]]` path rules applied to the path of the
+//!   file the kernel reaches, not to the spelling: fileitem.rs; a file no rule covers is
 //!   refused, or given the default label if the policy says so);
-//! * a `file://` or `sqlite:///` URI naming a regular file is a file item labelled by the
-//!   policy's URI rules;
+//! * a `file://` or `sqlite:///` URI naming a regular file is a file item labelled the same
+//!   way, by the policy's path and URI rules;
 //! * every other value is **inline**: labelled by the `[[argument]]` rules, by a URI rule it
 //!   matches, or else by the policy's default label (which fails closed). A non-public inline
 //!   value becomes an item of its own, empty in the copies outside its view.
@@ -21,6 +22,8 @@ use std::path::{Path, PathBuf};
 use germline_policy::policy::{Source, UnlabelledPath};
 use germline_policy::{ItemMeta, Label, Member, Policy};
 use germline_release::manifest::Tool;
+
+use crate::fileitem::{self, FileItemError};
 use serde_json::{Map, Value};
 
 /// Largest file an item may be (files are read into memory and copied into each copy).
@@ -198,18 +201,6 @@ fn leaves(prefix: &str, v: &Value, out: &mut Vec<(String, Value)>) -> Result<(),
     Ok(())
 }
 
-/// The file a URI names, for the schemes whose item is a local file.
-fn uri_file(uri: &str) -> Option<PathBuf> {
-    let u = url::Url::parse(uri).ok()?;
-    match u.scheme() {
-        "file" | "sqlite" if u.host_str().is_none_or(str::is_empty) => {
-            let p = PathBuf::from(u.path());
-            p.is_absolute().then_some(p)
-        }
-        _ => None,
-    }
-}
-
 fn looks_like_uri(s: &str) -> bool {
     match s.split_once(':') {
         Some((scheme, _)) => {
@@ -222,10 +213,6 @@ fn looks_like_uri(s: &str) -> bool {
         }
         None => false,
     }
-}
-
-fn regular_file(p: &Path) -> bool {
-    std::fs::metadata(p).map(|m| m.is_file()).unwrap_or(false)
 }
 
 fn safe_file_name(index: usize, path: &Path) -> String {
@@ -434,22 +421,29 @@ pub fn build(
     let mut items: Vec<ArgItem> = Vec::new();
     for (arg, value) in flat {
         let s = value.as_str();
-        let file: Option<(PathBuf, Option<Label>, String)> = match s {
-            Some(s) if s.starts_with('/') && regular_file(Path::new(s)) => Some((
-                PathBuf::from(s),
-                policy.rule_label(Source::Path, s),
-                s.to_string(),
-            )),
-            Some(s) if looks_like_uri(s) => match uri_file(s) {
-                Some(p) if regular_file(&p) => {
-                    Some((p, policy.rule_label(Source::Uri, s), s.to_string()))
-                }
-                _ => None,
-            },
+        // A path or local file URI is resolved once, by the kernel, and labelled by the file
+        // it reaches (fileitem.rs); its contents are read from that same descriptor.
+        let file = match s {
+            Some(s) if s.starts_with('/') || looks_like_uri(s) => {
+                fileitem::open_item(policy, s, MAX_ITEM_BYTES).map_err(|e| match e {
+                    FileItemError::TooLarge(size) => CallMetaError::TooLarge {
+                        arg: arg.clone(),
+                        path: s.to_string(),
+                        size,
+                        max: MAX_ITEM_BYTES,
+                    },
+                    FileItemError::Unreadable(reason) => CallMetaError::Unreadable {
+                        arg: arg.clone(),
+                        path: s.to_string(),
+                        reason,
+                    },
+                })?
+            }
             _ => None,
         };
-        if let Some((host_path, ruled, name)) = file {
-            let mut label = match (ruled, policy.unlabelled_path()) {
+        if let (Some(f), Some(name)) = (file, s) {
+            let name = name.to_string();
+            let mut label = match (f.label, policy.unlabelled_path()) {
                 (Some(l), _) => l,
                 (None, UnlabelledPath::DefaultLabel) => policy.default_item_label().clone(),
                 (None, UnlabelledPath::Refuse) => {
@@ -461,24 +455,10 @@ pub fn build(
                 }
             };
             raised(&raise, &arg, &mut label);
-            let unreadable = |reason: String| CallMetaError::Unreadable {
-                arg: arg.clone(),
-                path: name.clone(),
-                reason,
-            };
-            let size = std::fs::metadata(&host_path)
-                .map_err(|e| unreadable(e.to_string()))?
-                .len();
-            if size > MAX_ITEM_BYTES {
-                return Err(CallMetaError::TooLarge {
-                    arg,
-                    path: name,
-                    size,
-                    max: MAX_ITEM_BYTES,
-                });
-            }
-            let contents = std::fs::read(&host_path).map_err(|e| unreadable(e.to_string()))?;
-            let file_name = safe_file_name(items.len(), &host_path);
+            let host_path = f.identity.host_path(f.spelling.path());
+            let contents = f.contents;
+            // Named as spelled: the name the agent gave is public, the resolved one need not be.
+            let file_name = safe_file_name(items.len(), f.spelling.path());
             items.push(ArgItem {
                 name: unique(&items, &name),
                 arg,

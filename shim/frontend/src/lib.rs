@@ -17,6 +17,7 @@ pub mod bench;
 pub mod callmeta;
 pub mod cli;
 pub mod evidence;
+pub mod fileitem;
 pub mod http;
 pub mod launcher;
 pub mod limits;
