@@ -135,3 +135,96 @@ fn call_with_undefined_label_is_refused() {
         "{err}"
     );
 }
+
+/// Issue 25, item 2: `germline plan` labels a `path` by the file it reaches, as `germline run`
+/// does: `public/../hr/salary.csv` and a symlink in `public/` to it are hr, not public.
+#[test]
+fn plan_labels_a_path_by_the_file_it_reaches() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("hr")).expect("mkdir");
+    std::fs::create_dir_all(d.join("public")).expect("mkdir");
+    std::fs::write(d.join("hr/salary.csv"), "alice,1").expect("write");
+    std::fs::write(d.join("public/menu.txt"), "soup").expect("write");
+    std::os::unix::fs::symlink(d.join("hr/salary.csv"), d.join("public/link.csv")).expect("ln");
+    std::os::unix::fs::symlink(d.join("hr"), d.join("public/hrdir")).expect("ln");
+    let policy = d.join("policy.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[labels]\nhr = \"hr\"\nfinance = \"finance\"\n\n[[item]]\npath = \"{d}/hr/**\"\n\
+             label = [\"hr\"]\n\n[[item]]\npath = \"{d}/public/**\"\nlabel = []\n\n\
+             [destinations]\n\"ocr.example\" = []\n",
+            d = d.display()
+        ),
+    )
+    .expect("policy");
+    let p = |rel: &str| format!("{}/{rel}", d.display());
+    let items = [
+        ("dotdot", p("public/../hr/salary.csv")),
+        ("link", p("public/link.csv")),
+        ("uri", format!("file://{}", p("public/hrdir/salary.csv"))),
+        ("absent-below-link", p("public/hrdir/new.csv")),
+        ("menu", p("public/menu.txt")),
+    ];
+    let call = d.join("call.json");
+    let json_items: Vec<serde_json::Value> = items
+        .iter()
+        .map(|(name, s)| {
+            let key = if s.starts_with("file:") {
+                "uri"
+            } else {
+                "path"
+            };
+            serde_json::json!({"name": name, key: s})
+        })
+        .collect();
+    std::fs::write(
+        &call,
+        serde_json::json!({"function": "f", "destinations": ["ocr.example"], "items": json_items})
+            .to_string(),
+    )
+    .expect("call");
+    let o = germline(&[
+        "plan",
+        "--policy",
+        &policy.display().to_string(),
+        "--call",
+        &call.display().to_string(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let labels: Vec<(String, serde_json::Value)> = v["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| {
+            (
+                i["name"].as_str().unwrap_or("").to_string(),
+                i["label"].clone(),
+            )
+        })
+        .collect();
+    let hr = serde_json::json!(["hr"]);
+    let public = serde_json::json!([]);
+    assert_eq!(
+        labels,
+        vec![
+            ("dotdot".to_string(), hr.clone()),
+            ("link".to_string(), hr.clone()),
+            ("uri".to_string(), hr.clone()),
+            ("absent-below-link".to_string(), hr),
+            ("menu".to_string(), public),
+        ]
+    );
+    // The hr items stay out of ocr.example's view (cleared for nothing).
+    let groups = v["plan"]["groups"].as_array().expect("groups");
+    assert_eq!(groups[0]["hosts"], serde_json::json!(["ocr.example"]));
+    assert_eq!(groups[0]["view"], serde_json::json!(["menu"]));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("resolves to"),
+        "{}",
+        text(&o)
+    );
+}
