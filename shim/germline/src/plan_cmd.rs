@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
+use germline_frontend::fileitem;
 use germline_policy::plan::{plan, ForkRule, ItemMeta, PlanInput, PlanMode};
 use germline_policy::policy::Source;
 use germline_policy::{CallSpec, Plan, Policy};
@@ -49,7 +50,8 @@ enum PolicyCmd {
 pub fn run_plan(args: &PlanArgs) -> Result<(), Error> {
     let policy = Policy::load(&args.policy)?;
     let call = CallSpec::load(&args.call)?;
-    let resolved = call.resolve(&policy, &args.call)?;
+    let mut resolved = call.resolve(&policy, &args.call)?;
+    relabel_files(&policy, &call, &mut resolved.items, &args.call);
     let mode = match args.mode {
         Mode::Split => PlanMode::Split,
         Mode::Nosplit => PlanMode::NoSplit,
@@ -75,6 +77,33 @@ pub fn run_plan(args: &PlanArgs) -> Result<(), Error> {
         print!("{}", render(&call, &resolved.items, &p));
     }
     Ok(())
+}
+
+/// A `path` (or local file `uri`) names a file: label it as `germline run` would, by the file
+/// the kernel reaches, not by its spelling (fileitem.rs). The policy crate stays pure; the
+/// call's own `label` tags still raise it. A note goes to stderr when the label is not simply
+/// the rules' label of the path as written.
+fn relabel_files(policy: &Policy, call: &CallSpec, items: &mut [ItemMeta], file: &std::path::Path) {
+    for (index, (it, meta)) in call.items.iter().zip(items.iter_mut()).enumerate() {
+        let Some(planned) = it
+            .path
+            .as_deref()
+            .or(it.uri.as_deref())
+            .and_then(|s| fileitem::plan_label(policy, s))
+        else {
+            continue;
+        };
+        let mut label = planned.label;
+        label.join(&germline_policy::Label::of(&it.label));
+        meta.label = label;
+        if let Some(note) = planned.note {
+            eprintln!(
+                "germline: note: {}: items[{index}] ({:?}): {note}",
+                file.display(),
+                it.name
+            );
+        }
+    }
 }
 
 fn render(call: &CallSpec, items: &[ItemMeta], p: &Plan) -> String {
