@@ -447,11 +447,18 @@ pub fn build(
                 (Some(l), _) => l,
                 (None, UnlabelledPath::DefaultLabel) => policy.default_item_label().clone(),
                 (None, UnlabelledPath::Refuse) => {
+                    // Rules match the resolved path: say which one was looked up.
+                    let path = match &f.identity {
+                        fileitem::Identity::Path(p) if p != f.spelling.path() => {
+                            format!("{name} (resolved: {})", p.display())
+                        }
+                        _ => name,
+                    };
                     return Err(CallMetaError::UnlabelledPath {
                         arg,
-                        path: name,
+                        path,
                         policy: policy.file().display().to_string(),
-                    })
+                    });
                 }
             };
             raised(&raise, &arg, &mut label);

@@ -725,6 +725,31 @@ label = ["finance"]
     }
 
     #[test]
+    fn an_unlabelled_file_names_the_path_its_rules_were_looked_up_by() {
+        let d = world();
+        // The policy names the world through a symlinked directory: its rules never match a
+        // resolved path, so the call is refused, and the error says what was looked up.
+        let alias = tempfile::tempdir().expect("tempdir");
+        symlink(d.path(), alias.path().join("w")).expect("ln");
+        let p = policy(&alias.path().join("w"), "");
+        let s = alias.path().join("w/hr/salary.csv").display().to_string();
+        let t = germline_release::manifest::Tool {
+            destinations: germline_release::manifest::Destinations {
+                hosts: Some(vec![]),
+                host_of_argument: None,
+            },
+            consumers: None,
+        };
+        let args = serde_json::json!({ "doc": s });
+        let e = crate::callmeta::build(&p, "t", &t, &args, None, &[]).expect_err("refused");
+        let want = format!(
+            "{s} (resolved: {})",
+            d.path().join("hr/salary.csv").display()
+        );
+        assert!(e.to_string().contains(&want), "{e}");
+    }
+
+    #[test]
     fn plan_labels_paths_as_run_does() {
         let d = world();
         let p = policy(d.path(), "");
