@@ -212,7 +212,8 @@ fn a_copy_layer_without_the_socket_allowlist_is_refused() {
     assert_ne!(stripped, Program::copy());
     let mut spec = common::test_release("hijack");
     spec.env.push("HIJACK=seccomp_sockets".into());
-    spec.env.push(format!("HIJACK_FILTER={}", stripped.to_hex()));
+    spec.env
+        .push(format!("HIJACK_FILTER={}", stripped.to_hex()));
     let mut g = Germline::start(spec, common::opts("hijack-sockets")).expect("start");
     match g.call(&[], "echo", json!({"text": "hi"})) {
         Err(Error::Refused(reason)) => assert!(
@@ -228,17 +229,22 @@ fn a_copy_layer_without_the_socket_allowlist_is_refused() {
 /// Whether this host's kernel lets root create a socket of `family` (of any of the types the
 /// copy tries): what a copy could reach without the allowlist.
 fn host_opens(family: libc::c_int) -> bool {
-    [libc::SOCK_STREAM, libc::SOCK_DGRAM, libc::SOCK_SEQPACKET, libc::SOCK_RAW]
-        .into_iter()
-        .any(|kind| {
-            // SAFETY: socket takes no pointers; a descriptor it returns is closed at once.
-            let fd = unsafe { libc::socket(family, kind | libc::SOCK_CLOEXEC, 0) };
-            if fd >= 0 {
-                // SAFETY: fd was just returned by socket and is owned here.
-                unsafe { libc::close(fd) };
-            }
-            fd >= 0
-        })
+    [
+        libc::SOCK_STREAM,
+        libc::SOCK_DGRAM,
+        libc::SOCK_SEQPACKET,
+        libc::SOCK_RAW,
+    ]
+    .into_iter()
+    .any(|kind| {
+        // SAFETY: socket takes no pointers; a descriptor it returns is closed at once.
+        let fd = unsafe { libc::socket(family, kind | libc::SOCK_CLOEXEC, 0) };
+        if fd >= 0 {
+            // SAFETY: fd was just returned by socket and is owned here.
+            unsafe { libc::close(fd) };
+        }
+        fd >= 0
+    })
 }
 
 /// Issue 25, "copies reach only the broker": with the socket family allowlist a copy opens
@@ -256,11 +262,12 @@ fn copies_open_only_unix_inet_and_inet6_sockets() {
         opts.ablation.any_socket_family = any;
         let mut g = Germline::start(common::test_release("plain"), opts).expect("start");
         let r = common::json_of(&common::call_text(&mut g, "sockets", json!({})).expect("call"));
+        let k = common::json_of(&common::call_text(&mut g, "kernel", json!({})).expect("call"));
         g.stop().expect("stop");
-        r
+        (r, k)
     };
-    let off = probe("sockets-off", true);
-    let on = probe("sockets-on", false);
+    let (off, _) = probe("sockets-off", true);
+    let (on, kernel) = probe("sockets-on", false);
     eprintln!("allowlist off: {off}\nallowlist on: {on}");
 
     // Off: the kernel decides.
@@ -312,6 +319,19 @@ fn copies_open_only_unix_inet_and_inet6_sockets() {
         }
         assert_eq!(r["raw"]["AF_INET"], "ok", "{which}: {r}");
     }
+
+    // The other ways past the broker a copy could try (io_uring's IORING_OP_SOCKET among
+    // them) are refused before the kernel reads an argument.
+    #[cfg(target_arch = "x86_64")]
+    {
+        let calls = kernel.as_object().expect("kernel calls");
+        assert_eq!(calls.len(), 11, "{kernel}");
+        for (name, got) in calls {
+            assert_eq!(got, "EPERM", "{name} in a copy: {kernel}");
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = kernel;
 }
 
 /// docs/sandbox.md, "The tool is PID 2": with the reaper off the tool is PID 1 of its copy's
