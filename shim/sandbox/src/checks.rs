@@ -313,12 +313,21 @@ pub fn copy(x: &CopyExpect<'_>) -> (Option<Namespaces>, Vec<String>) {
     match read_seccomp_filters(pid) {
         Ok(got) => {
             if got.as_slice() != x.filters {
+                let differing: Vec<String> = (0..got.len().max(x.filters.len()))
+                    .filter(|i| got.get(*i) != x.filters.get(*i))
+                    .map(|i| match i {
+                        0 => "layer 0 (the germline's)".to_string(),
+                        1 => "layer 1 (the copy's)".to_string(),
+                        i => format!("layer {i}"),
+                    })
+                    .collect();
                 bad.push(format!(
-                    "the copy's seccomp filters ({} programs of {:?} instructions) differ from the expected ones ({} programs of {:?})",
+                    "the copy's seccomp filters ({} programs of {:?} instructions) differ from the expected ones ({} programs of {:?}): {}",
                     got.len(),
                     got.iter().map(|p| p.0.len()).collect::<Vec<_>>(),
                     x.filters.len(),
-                    x.filters.iter().map(|p| p.0.len()).collect::<Vec<_>>()
+                    x.filters.iter().map(|p| p.0.len()).collect::<Vec<_>>(),
+                    differing.join(", ")
                 ));
             }
         }

@@ -16,7 +16,7 @@ use crate::landlock;
 use crate::launch::{self, Prepared};
 use crate::mounts::{self, CopyMounts, ItemFile, ItemStore, ItemsDir};
 use crate::procfs::{self, Namespaces};
-use crate::seccomp::Program;
+use crate::seccomp::{Program, SocketFamilies};
 use crate::spec::{Language, LaunchSpec};
 use crate::sys;
 
@@ -51,6 +51,20 @@ pub struct Ablation {
     /// No Landlock rules on the item store's directories (items at their own paths are then
     /// mounted but unreadable).
     pub no_item_rules: bool,
+    /// Neither seccomp layer (the germline's, the copy's) restricts socket families: copies
+    /// may open `AF_VSOCK`, `AF_NETLINK` and the rest (docs/sandbox.md, "Socket families").
+    pub any_socket_family: bool,
+}
+
+impl Ablation {
+    /// The socket families the seccomp layers allow.
+    fn socket_families(&self) -> SocketFamilies {
+        if self.any_socket_family {
+            SocketFamilies::Any
+        } else {
+            SocketFamilies::Allowlist
+        }
+    }
 }
 
 /// Options of a germline beyond its launch spec.
@@ -224,6 +238,9 @@ impl Germline {
             .map_err(|e| fail(Error::sys("canonicalize the rootfs", e), &cgroup))?;
         if opts.ablation.no_landlock {
             prepared.without_landlock();
+        }
+        if opts.ablation.any_socket_family {
+            prepared.set_filter(&Program::germline_with(SocketFamilies::Any));
         }
         cgroup
             .set_limits(
@@ -692,6 +709,11 @@ impl Germline {
         &self.fork_phases
     }
 
+    /// The seccomp layer each copy is told to install and is checked for.
+    fn copy_filter(&self) -> Program {
+        Program::copy_with(self.opts.ablation.socket_families())
+    }
+
     fn fork_and_check(&mut self) -> Result<Copy> {
         let mut mark = Instant::now();
         let mut phases: Vec<(&'static str, u64)> = Vec::with_capacity(6);
@@ -729,7 +751,7 @@ impl Germline {
         let deadline = fork_at + self.spec.limits.deadline();
         let cmd = json!({
             "op": "fork",
-            "seccomp": Program::copy().to_hex(),
+            "seccomp": self.copy_filter().to_hex(),
             "landlock": self.copy_landlock,
             "pidns": !self.opts.ablation.no_pid_namespace,
             "reaper": self.opts.reaper,
@@ -839,7 +861,8 @@ impl Germline {
                     .filter_map(|k| Namespaces::of(k).ok())
                     .collect();
                 // PTRACE_SECCOMP_GET_FILTER numbers the programs from the first installed.
-                let filters = [Program::germline(), Program::copy()];
+                let sockets = self.opts.ablation.socket_families();
+                let filters = [Program::germline_with(sockets), self.copy_filter()];
                 let expect = |pid, role| CopyExpect {
                     pid,
                     role,

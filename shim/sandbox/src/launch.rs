@@ -297,6 +297,12 @@ impl Prepared {
         self.landlock = false;
     }
 
+    /// Replaces the seccomp program installed on the germline (only the socket-family
+    /// ablation of the tests uses another than [`Program::germline`]).
+    pub fn set_filter(&mut self, program: &Program) {
+        self.filters = program.filters();
+    }
+
     /// Prepares the launch of `spec.interpreter argv...` in `spec.rootfs`. `item_slots`:
     /// directories of the shim's private item store that the Landlock layer must let copies
     /// read (they are mounted into copies later, see `mounts::ItemStore`).

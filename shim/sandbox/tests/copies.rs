@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use germline_sandbox::seccomp::{Program, SocketFamilies};
 use germline_sandbox::{Error, Germline, Language};
 
 fn strays_after(g: &Germline) -> usize {
@@ -197,6 +198,140 @@ fn a_bootstrap_hijacked_by_the_release_is_caught_from_outside() {
         "hi"
     );
     g.stop().expect("stop");
+}
+
+/// Issue 25: a copy whose bootstrap installs the copy layer without its socket family
+/// allowlist (the exact program the shim sends, minus those instructions) is refused by the
+/// outside check of the filter bytes.
+#[test]
+fn a_copy_layer_without_the_socket_allowlist_is_refused() {
+    if !common::can_run() {
+        return;
+    }
+    let stripped = Program::copy_with(SocketFamilies::Any);
+    assert_ne!(stripped, Program::copy());
+    let mut spec = common::test_release("hijack");
+    spec.env.push("HIJACK=seccomp_sockets".into());
+    spec.env
+        .push(format!("HIJACK_FILTER={}", stripped.to_hex()));
+    let mut g = Germline::start(spec, common::opts("hijack-sockets")).expect("start");
+    match g.call(&[], "echo", json!({"text": "hi"})) {
+        Err(Error::Refused(reason)) => assert!(
+            reason.contains("seccomp filters") && reason.contains("layer 1"),
+            "{reason}"
+        ),
+        other => panic!("a copy layer without the allowlist was not refused: {other:?}"),
+    }
+    assert_eq!(strays_after(&g), 0, "the refused copy was killed");
+    g.stop().expect("stop");
+}
+
+/// Whether this host's kernel lets root create a socket of `family` (of any of the types the
+/// copy tries): what a copy could reach without the allowlist.
+fn host_opens(family: libc::c_int) -> bool {
+    [
+        libc::SOCK_STREAM,
+        libc::SOCK_DGRAM,
+        libc::SOCK_SEQPACKET,
+        libc::SOCK_RAW,
+    ]
+    .into_iter()
+    .any(|kind| {
+        // SAFETY: socket takes no pointers; a descriptor it returns is closed at once.
+        let fd = unsafe { libc::socket(family, kind | libc::SOCK_CLOEXEC, 0) };
+        if fd >= 0 {
+            // SAFETY: fd was just returned by socket and is owned here.
+            unsafe { libc::close(fd) };
+        }
+        fd >= 0
+    })
+}
+
+/// Issue 25, "copies reach only the broker": with the socket family allowlist a copy opens
+/// AF_UNIX, AF_INET and AF_INET6 sockets (and glibc's getaddrinfo, whose netlink probe is
+/// refused, still answers) and every other family fails with EAFNOSUPPORT, as do first
+/// arguments with upper bits set; without it the kernel's own answers come back (AF_NETLINK
+/// opens, AF_VSOCK too on a host with a vsock transport).
+#[test]
+fn copies_open_only_unix_inet_and_inet6_sockets() {
+    if !common::can_run() {
+        return;
+    }
+    let probe = |name: &str, any: bool| {
+        let mut opts = common::opts(name);
+        opts.ablation.any_socket_family = any;
+        let mut g = Germline::start(common::test_release("plain"), opts).expect("start");
+        let r = common::json_of(&common::call_text(&mut g, "sockets", json!({})).expect("call"));
+        let k = common::json_of(&common::call_text(&mut g, "kernel", json!({})).expect("call"));
+        g.stop().expect("stop");
+        (r, k)
+    };
+    let (off, _) = probe("sockets-off", true);
+    let (on, kernel) = probe("sockets-on", false);
+    eprintln!("allowlist off: {off}\nallowlist on: {on}");
+
+    // Off: the kernel decides.
+    assert_eq!(off["refused"]["AF_NETLINK"], "ok", "{off}");
+    if host_opens(libc::AF_VSOCK) {
+        assert_eq!(off["refused"]["AF_VSOCK"], "ok", "{off}");
+    }
+    assert_eq!(
+        off["raw"]["AF_UNIX+hi"], "ok",
+        "the kernel reads the family as an int: {off}"
+    );
+
+    // On: every family but the three fails the same way, whatever the kernel offers.
+    let refused = on["refused"].as_object().expect("refused families");
+    assert!(refused.len() >= 40, "{on}");
+    for name in [
+        "AF_VSOCK",
+        "AF_NETLINK",
+        "AF_PACKET",
+        "AF_ALG",
+        "AF_BLUETOOTH",
+        "AF_KEY",
+        "AF_XDP",
+        "AF_CAN",
+        "AF_TIPC",
+        "AF_VSOCK pair",
+        "AF_NETLINK pair",
+    ] {
+        assert!(refused.contains_key(name), "{name} was not tried: {on}");
+    }
+    for (name, got) in refused {
+        assert_eq!(got, "EAFNOSUPPORT", "{name} with the allowlist: {on}");
+    }
+    for label in [
+        "AF_UNIX+hi",
+        "AF_INET+hi",
+        "AF_INET6 all-ones hi",
+        "socketpair AF_UNIX+hi",
+    ] {
+        assert_eq!(on["raw"][label], "EAFNOSUPPORT", "{label}: {on}");
+    }
+
+    // Both: what an MCP server needs works.
+    for (which, r) in [("off", &off), ("on", &on)] {
+        let allowed = r["allowed"].as_object().expect("allowed families");
+        assert_eq!(allowed.len(), 8, "{r}");
+        for (name, got) in allowed {
+            assert_eq!(got, "ok", "{name} with the allowlist {which}: {r}");
+        }
+        assert_eq!(r["raw"]["AF_INET"], "ok", "{which}: {r}");
+    }
+
+    // The other ways past the broker a copy could try (io_uring's IORING_OP_SOCKET among
+    // them) are refused before the kernel reads an argument.
+    #[cfg(target_arch = "x86_64")]
+    {
+        let calls = kernel.as_object().expect("kernel calls");
+        assert_eq!(calls.len(), 11, "{kernel}");
+        for (name, got) in calls {
+            assert_eq!(got, "EPERM", "{name} in a copy: {kernel}");
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = kernel;
 }
 
 /// docs/sandbox.md, "The tool is PID 2": with the reaper off the tool is PID 1 of its copy's

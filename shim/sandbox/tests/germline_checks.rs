@@ -153,3 +153,32 @@ fn initialisation_cannot_open_a_network_connection() {
         "the host listener was reached"
     );
 }
+
+/// Issue 25: the germline's own layer (installed by the shim before any release code) has the
+/// socket family allowlist too, so the initialisation cannot open AF_VSOCK or AF_NETLINK
+/// either; without the allowlist it can open AF_NETLINK (and AF_VSOCK where the host has it).
+#[test]
+fn initialisation_cannot_open_vsock_or_netlink_sockets() {
+    if !common::can_run() {
+        return;
+    }
+    let mut opts = common::opts("init-sockets-off");
+    opts.ablation.any_socket_family = true;
+    let mut g = Germline::start(common::test_release("init_probe"), opts).expect("start");
+    let off = common::json_of(&common::call_text(&mut g, "init_report", json!({})).expect("call"));
+    g.stop().expect("stop");
+    assert_eq!(off["sockets"]["AF_NETLINK"], "ok", "{off}");
+
+    let mut g = Germline::start(
+        common::test_release("init_probe"),
+        common::opts("init-sockets-on"),
+    )
+    .expect("start");
+    let on = common::json_of(&common::call_text(&mut g, "init_report", json!({})).expect("call"));
+    g.stop().expect("stop");
+    assert_eq!(
+        on["sockets"],
+        json!({"AF_VSOCK": "EAFNOSUPPORT", "AF_NETLINK": "EAFNOSUPPORT"}),
+        "{on}"
+    );
+}

@@ -26,6 +26,11 @@ elif mode == "capabilities":
 elif mode == "seccomp":
     real = bootstrap.install_seccomp
     bootstrap.install_seccomp = lambda _hex: real("060000000000ff7f")  # RET ALLOW
+elif mode == "seccomp_sockets":
+    # The copy layer the shim sends, minus its socket family allowlist (the test hands over
+    # that program: the bytes are deterministic, so an attacker knows them too).
+    real = bootstrap.install_seccomp
+    bootstrap.install_seccomp = lambda _hex: real(os.environ["HIJACK_FILTER"])
 elif mode == "reaper_socket":
     # The reaper keeps a descriptor of the copy socket (the tool's death would then never
     # close the channel).

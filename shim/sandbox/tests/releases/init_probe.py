@@ -14,6 +14,10 @@ try:
 except OSError as e:
     testlib.INIT["net"] = testlib.err(e)
 
+# Socket families beyond the broker's reach (docs/sandbox.md, "Socket families").
+testlib.INIT["sockets"] = {name: testlib.open_socket(testlib.FAMILIES[name], kind)
+                           for name, kind in [("AF_VSOCK", socket.SOCK_STREAM), ("AF_NETLINK", socket.SOCK_RAW)]}
+
 
 def main():
     testlib.run()

@@ -94,6 +94,88 @@ def probe(secret, other_pids):
     return found
 
 
+# Socket families by number (Python's socket module lacks some of them on some builds):
+# the ones issue 25 names first, then the rest up to AF_MAX.
+FAMILIES = {"AF_VSOCK": 40, "AF_NETLINK": 16, "AF_PACKET": 17, "AF_ALG": 38, "AF_BLUETOOTH": 31,
+            "AF_KEY": 15, "AF_XDP": 44, "AF_CAN": 29, "AF_TIPC": 30, "AF_RDS": 21, "AF_SMC": 43,
+            "AF_KCM": 41, "AF_QIPCRTR": 42, "AF_MCTP": 45, "AF_PPPOX": 24, "AF_LLC": 26,
+            "AF_X25": 9, "AF_AX25": 3, "AF_APPLETALK": 5, "AF_IPX": 4, "AF_RXRPC": 33,
+            "AF_PHONET": 35, "AF_IEEE802154": 36, "AF_CAIF": 37, "AF_NFC": 39, "AF_IB": 27,
+            "AF_MPLS": 28, "AF_ISDN": 34, "AF_UNSPEC": 0}
+FAMILIES.update({f"AF_{n}": n for n in range(46) if n not in FAMILIES.values() and n not in (1, 2, 10)})
+SYS_SOCKET = {"x86_64": 41, "aarch64": 198}
+SYS_SOCKETPAIR = {"x86_64": 53, "aarch64": 199}
+
+
+def open_socket(family, kind, pair=False):
+    """"ok" if the socket (or pair) could be created, else the errno's name."""
+    def make():
+        for s in (socket.socketpair(family, kind) if pair else [socket.socket(family, kind, 0)]):
+            s.close()
+    return attempt(make)
+
+
+def _raw(call, arg0, kind):
+    """A raw system call with a 64-bit first argument (the upper half is what libc never sets)."""
+    import platform
+    table = SYS_SOCKETPAIR if call == "socketpair" else SYS_SOCKET
+    nr = table[platform.machine()]
+    pair = (ctypes.c_int * 2)()
+    r = libc.syscall(ctypes.c_long(nr), ctypes.c_ulong(arg0), ctypes.c_long(kind), ctypes.c_long(0), pair)
+    if r < 0:
+        return errno.errorcode.get(ctypes.get_errno(), "?")
+    for fd in ([pair[0], pair[1]] if call == "socketpair" else [r]):
+        os.close(fd)
+    return "ok"
+
+
+def socket_probe():
+    kinds = [socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_SEQPACKET, socket.SOCK_RAW]
+    out = {"refused": {}, "allowed": {}, "raw": {}}
+    for name, family in FAMILIES.items():
+        # "ok" if any type opens; else every distinct errno.
+        got = [open_socket(family, k) for k in kinds]
+        out["refused"][name] = "ok" if "ok" in got else "/".join(sorted(set(got)))
+    for name in ["AF_VSOCK", "AF_NETLINK"]:
+        out["refused"][name + " pair"] = open_socket(FAMILIES[name], socket.SOCK_STREAM if name == "AF_VSOCK" else socket.SOCK_RAW, pair=True)
+    for name, family in [("AF_UNIX", socket.AF_UNIX), ("AF_INET", socket.AF_INET), ("AF_INET6", socket.AF_INET6)]:
+        for kname, k in [("stream", socket.SOCK_STREAM), ("dgram", socket.SOCK_DGRAM)]:
+            out["allowed"][f"{name} {kname}"] = open_socket(family, k)
+    out["allowed"]["AF_UNIX pair"] = open_socket(socket.AF_UNIX, socket.SOCK_STREAM, pair=True)
+    # glibc's getaddrinfo probes interfaces with a netlink socket for AI_ADDRCONFIG and must
+    # treat a refused one as "unknown", not fail.
+    out["allowed"]["getaddrinfo"] = attempt(lambda: socket.getaddrinfo(
+        "127.0.0.1", 80, type=socket.SOCK_STREAM, flags=socket.AI_ADDRCONFIG) and None)
+    for label, arg0 in [("AF_UNIX+hi", (1 << 32) | 1), ("AF_INET+hi", (1 << 63) | 2),
+                        ("AF_INET6 all-ones hi", (0xFFFFFFFF << 32) | 10), ("AF_INET", 2)]:
+        out["raw"][label] = _raw("socket", arg0, socket.SOCK_DGRAM)
+    out["raw"]["socketpair AF_UNIX+hi"] = _raw("socketpair", (1 << 40) | 1, socket.SOCK_STREAM)
+    return out
+
+
+# System calls that would reach past the copy by other means than a socket (x86_64 numbers):
+# each answered EPERM by the germline's seccomp layer, before the kernel looks at its arguments.
+KERNEL_CALLS = {"io_uring_setup": 425, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323,
+                "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
+                "pidfd_getfd": 438, "keyctl": 250, "add_key": 248, "request_key": 249}
+
+
+def kernel_calls():
+    """Each call with harmless arguments (a NULL pointer where one is needed): "ok" if the kernel
+    ran it, else the errno's name."""
+    import platform
+    if platform.machine() != "x86_64":
+        return {"skipped": platform.machine()}
+    out = {}
+    for name, nr in KERNEL_CALLS.items():
+        r = libc.syscall(ctypes.c_long(nr), ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0),
+                         ctypes.c_long(0), ctypes.c_long(0))
+        out[name] = "ok" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+        if r > 2 and name in ("io_uring_setup", "bpf", "perf_event_open", "userfaultfd", "pidfd_getfd"):
+            os.close(r)  # a descriptor, had the call been let through
+    return out
+
+
 def wire():
     """The descriptor of the copy's channel to the shim: the germline bootstrap serves the
     copy's stdio on its socket (COPY_WIRE); elsewhere the SDK serves stdout from a private
@@ -123,6 +205,14 @@ def server(name="test"):
         # its private procfs.
         return json.dumps({"pid": os.getpid(), "ppid": os.getppid(),
                            "run_proc": attempt(lambda: sorted(p for p in os.listdir("/run/proc") if p.isdigit()))})
+
+    @s.tool()
+    def sockets() -> str:
+        return json.dumps(socket_probe())
+
+    @s.tool()
+    def kernel() -> str:
+        return json.dumps(kernel_calls())
 
     @s.tool()
     def init_report() -> str:
