@@ -265,7 +265,7 @@ mod tests {
         // Full: the oldest idle one (a) is closed for the newcomer.
         let (_, sd) = c.admit(ip("10.0.0.4"), s(3)).expect("d");
         assert_eq!(c.len(), 3);
-        assert!(c.open.get(&a).is_none());
+        assert!(!c.open.contains_key(&a));
         let table: Table = Arc::new(Mutex::new(c));
         // Every one busy: the next is refused (the overflow answers it).
         let busy: Vec<Busy> = [(2, sb), (3, sc), (4, sd)]
@@ -320,10 +320,10 @@ mod tests {
         let _held = Busy::new(table.clone(), working, ws);
         let later = Instant::now() + Duration::from_secs(11);
         assert_eq!(lock(&table).expire(later), 1, "the never-served one");
-        assert!(lock(&table).open.get(&fresh).is_none());
-        assert!(lock(&table).open.get(&kept).is_some());
+        assert!(!lock(&table).open.contains_key(&fresh));
+        assert!(lock(&table).open.contains_key(&kept));
         assert_eq!(lock(&table).expire(later + Duration::from_secs(20)), 1);
-        assert!(lock(&table).open.get(&kept).is_none());
+        assert!(!lock(&table).open.contains_key(&kept));
         assert_eq!(
             lock(&table).expire(later + Duration::from_secs(3600)),
             0,
