@@ -22,8 +22,10 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
 
+use crate::conns::{self, AtCap, Busy, Slot, Tracked};
+use crate::jsonrpc::{self, Kind};
 use crate::router::{Caller, Router};
-use crate::session::{INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR};
+use crate::session::{INTERNAL_ERROR, INVALID_REQUEST};
 
 /// The endpoint's path.
 pub const MCP_PATH: &str = "/mcp";
@@ -35,11 +37,23 @@ pub const PROTOCOL_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18
 pub const MAX_SESSIONS: usize = 64;
 /// How long a session may stay unused before it ends by default (`--session-idle-timeout`).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
-/// Most open connections; further ones are closed at once.
+/// Most open connections by default (`--max-connections`), and from one client address
+/// (`--max-connections-per-client`). A new connection past either closes the least recently
+/// used idle one (no request in progress); if none is idle it is answered by the overflow
+/// service ([`OVERFLOW`]): `/health` as usual, anything else 503.
 pub const MAX_CONNECTIONS: usize = 256;
-/// How long a client may take to send a request's headers, and then its body.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+pub const MAX_CONNECTIONS_PER_CLIENT: usize = 64;
+/// How long a new connection may take to send its first request's headers
+/// (`--header-timeout`), how long a connection may stay idle between requests
+/// (`--keepalive-timeout`), and how long a request's body may take (`--body-timeout`).
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(30);
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Connections answered past the caps at once (one request each, then closed); more are
+/// closed unanswered.
+pub const OVERFLOW: usize = 32;
+/// How long an overflow connection may take to send its request.
+const OVERFLOW_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long requests in flight may run on after a stop signal.
 const GRACE: Duration = Duration::from_secs(30);
 
@@ -73,6 +87,30 @@ pub struct HttpConfig {
     pub extra_hosts: Vec<String>,
     /// Most bytes of a request body.
     pub max_body: usize,
+    /// Connection caps and timeouts.
+    pub conns: ConnLimits,
+}
+
+/// Caps on connections and their timeouts (docs/operations.md).
+#[derive(Debug, Clone)]
+pub struct ConnLimits {
+    pub max_total: usize,
+    pub max_per_client: usize,
+    pub header_timeout: Duration,
+    pub keepalive_timeout: Duration,
+    pub body_timeout: Duration,
+}
+
+impl Default for ConnLimits {
+    fn default() -> Self {
+        ConnLimits {
+            max_total: MAX_CONNECTIONS,
+            max_per_client: MAX_CONNECTIONS_PER_CLIENT,
+            header_timeout: HEADER_TIMEOUT,
+            keepalive_timeout: KEEPALIVE_TIMEOUT,
+            body_timeout: BODY_TIMEOUT,
+        }
+    }
 }
 
 /// One live HTTP session.
@@ -173,6 +211,7 @@ pub struct Http {
     cfg: HttpConfig,
     router: Arc<Router>,
     sessions: Mutex<Sessions>,
+    conns: conns::Table,
     health: Value,
 }
 
@@ -290,7 +329,12 @@ pub fn extra_hosts_for(ip: IpAddr) -> Vec<String> {
 }
 
 fn json_response(status: StatusCode, v: &Value) -> Resp {
-    let mut r = Response::new(Full::new(Bytes::from(v.to_string())));
+    text_response(status, v.to_string())
+}
+
+/// A JSON body already rendered (ids as the client wrote them, [`jsonrpc::render`]).
+fn text_response(status: StatusCode, text: String) -> Resp {
+    let mut r = Response::new(Full::new(Bytes::from(text)));
     *r.status_mut() = status;
     r.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -308,6 +352,15 @@ fn empty(status: StatusCode) -> Resp {
     let mut r = Response::new(Full::new(Bytes::new()));
     *r.status_mut() = status;
     r
+}
+
+/// Whether a `Content-Type` is `application/json`, with any parameters (`; charset=utf-8`).
+pub fn is_json(v: Option<&HeaderValue>) -> bool {
+    let Some(v) = v.and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let media = v.split(';').next().unwrap_or_default().trim();
+    media.eq_ignore_ascii_case("application/json")
 }
 
 fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -330,6 +383,7 @@ impl Http {
         });
         Http {
             sessions: Mutex::new(Sessions::new(cfg.max_sessions)),
+            conns: Arc::new(Mutex::new(conns::Conns::new(cfg.conns.clone()))),
             cfg,
             router,
             health,
@@ -404,6 +458,9 @@ impl Http {
 
     /// Answers one HTTP request.
     pub async fn respond(self: Arc<Self>, req: Request<Incoming>) -> Resp {
+        if let Some(r) = refuse_target(&req) {
+            return r;
+        }
         if let Some(r) = self.guard(req.headers()) {
             return r;
         }
@@ -479,17 +536,13 @@ impl Http {
     }
 
     async fn post(self: Arc<Self>, req: Request<Incoming>, user: String) -> Resp {
-        let ct = header(req.headers(), "content-type").unwrap_or_default();
-        if !ct
-            .trim_start()
-            .to_ascii_lowercase()
-            .starts_with("application/json")
-        {
+        if !is_json(req.headers().get(hyper::header::CONTENT_TYPE)) {
             return refuse(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 &Value::Null,
                 INVALID_REQUEST,
-                "germline: a POST must carry Content-Type: application/json",
+                "germline: a POST must carry Content-Type: application/json (parameters such \
+                 as `; charset=utf-8` may follow)",
             );
         }
         let too_big = || {
@@ -509,7 +562,7 @@ impl Http {
         }
         let session = header(req.headers(), "mcp-session-id").map(str::to_string);
         let body = Limited::new(req.into_body(), self.cfg.max_body);
-        let bytes = match tokio::time::timeout(BODY_TIMEOUT, body.collect()).await {
+        let bytes = match tokio::time::timeout(self.cfg.conns.body_timeout, body.collect()).await {
             Err(_) => {
                 return refuse(
                     StatusCode::REQUEST_TIMEOUT,
@@ -537,14 +590,19 @@ impl Http {
         let msg: Value = match serde_json::from_slice(&bytes) {
             Ok(v) => v,
             Err(e) => {
-                return refuse(
+                // With its id where a shallow scan reads one (too deep a nesting), so that the
+                // client's request ends now rather than at its own timeout.
+                let why = crate::session::parse_error_text(&e);
+                return text_response(
                     StatusCode::BAD_REQUEST,
-                    &Value::Null,
-                    PARSE_ERROR,
-                    &format!("parse error: {e}"),
-                )
+                    crate::session::parse_error(&bytes, &why),
+                );
             }
         };
+        // Ids that serde_json does not read exactly go back as the client wrote them.
+        let raw = jsonrpc::raw_ids_if_needed(&msg, &bytes);
+        let answer =
+            |status: StatusCode, v: &Value| text_response(status, jsonrpc::render(v, &raw));
         let Some(obj) = msg.as_object() else {
             let what = if msg.is_array() {
                 "germline: a POST carries one JSON-RPC message (batches are not part of MCP \
@@ -554,31 +612,13 @@ impl Http {
             };
             return refuse(StatusCode::BAD_REQUEST, &Value::Null, INVALID_REQUEST, what);
         };
+        let (is_request, method) = match jsonrpc::classify(obj) {
+            Ok(Kind::Request { method, .. }) => (true, Some(method.to_string())),
+            Ok(Kind::Notification { method }) => (false, Some(method.to_string())),
+            Ok(Kind::Response) => (false, None),
+            Err(e) => return answer(StatusCode::BAD_REQUEST, &e),
+        };
         let id = obj.get("id").cloned();
-        let method = obj
-            .get("method")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-            return refuse(
-                StatusCode::BAD_REQUEST,
-                &id.unwrap_or(Value::Null),
-                INVALID_REQUEST,
-                "expected \"jsonrpc\": \"2.0\"",
-            );
-        }
-        let is_request = method.is_some() && id.is_some();
-        let is_reply = method.is_none()
-            && id.is_some()
-            && (obj.contains_key("result") || obj.contains_key("error"));
-        if !is_request && !is_reply && method.is_none() {
-            return refuse(
-                StatusCode::BAD_REQUEST,
-                &id.unwrap_or(Value::Null),
-                INVALID_REQUEST,
-                "not a JSON-RPC request, notification or response",
-            );
-        }
         if is_request && method.as_deref() == Some("initialize") {
             let opened = self.sessions().open(&user);
             let (sid, evicted) = match opened {
@@ -601,40 +641,43 @@ impl Http {
             };
             self.router.open(&caller);
             self.sessions().busy(&sid, 1);
-            let answer = self.dispatch(&caller, msg).await;
+            let reply = self.dispatch(&caller, msg).await;
             self.sessions().busy(&sid, -1);
-            if answer.get("result").is_none() {
+            if reply.get("result").is_none() {
                 // No session: whatever its initialize started stops again.
                 self.sessions().remove(&sid, &caller.user);
                 self.end(sid).await;
-                return json_response(StatusCode::OK, &answer);
+                return answer(StatusCode::OK, &reply);
             }
-            let mut r = json_response(StatusCode::OK, &answer);
+            let mut r = answer(StatusCode::OK, &reply);
             if let Ok(v) = HeaderValue::from_str(&sid) {
                 r.headers_mut().insert("mcp-session-id", v);
             }
             return r;
         }
         let id_or_null = id.clone().unwrap_or(Value::Null);
-        let sid = match session {
-            None => {
-                return refuse(
+        let sid =
+            match session {
+                None => return answer(
                     StatusCode::BAD_REQUEST,
-                    &id_or_null,
-                    INVALID_REQUEST,
-                    "germline: the Mcp-Session-Id header is required (send initialize first)",
-                )
-            }
-            Some(s) if !self.sessions().touch(&s, &user) => {
-                return refuse(
-                    StatusCode::NOT_FOUND,
-                    &id_or_null,
-                    INVALID_REQUEST,
-                    "germline: unknown or ended session: initialize again",
-                )
-            }
-            Some(s) => s,
-        };
+                    &crate::session::error(
+                        &id_or_null,
+                        INVALID_REQUEST,
+                        "germline: the Mcp-Session-Id header is required (send initialize first)",
+                    ),
+                ),
+                Some(s) if !self.sessions().touch(&s, &user) => {
+                    return answer(
+                        StatusCode::NOT_FOUND,
+                        &crate::session::error(
+                            &id_or_null,
+                            INVALID_REQUEST,
+                            "germline: unknown or ended session: initialize again",
+                        ),
+                    )
+                }
+                Some(s) => s,
+            };
         if !is_request {
             // Notifications (initialized, cancelled) and replies: nothing to answer. A call in
             // flight cannot be cancelled (its copies run to their deadline, then go).
@@ -642,9 +685,9 @@ impl Http {
         }
         let caller = Caller { session: sid, user };
         self.sessions().busy(&caller.session, 1);
-        let answer = self.dispatch(&caller, msg).await;
+        let reply = self.dispatch(&caller, msg).await;
         self.sessions().busy(&caller.session, -1);
-        json_response(StatusCode::OK, &answer)
+        answer(StatusCode::OK, &reply)
     }
 
     /// Runs the router on a blocking thread (the runtime forks and waits for copies).
@@ -664,10 +707,115 @@ impl Http {
     }
 }
 
+/// A request target other than a path (absolute-form `http://other.example/mcp`, or
+/// authority-form): refused with 400, whatever host it names (RFC 9112 lets a server accept
+/// absolute-form; germline serves only its own paths and checks only `Host`).
+fn refuse_target<B>(req: &Request<B>) -> Option<Resp> {
+    let uri = req.uri();
+    if uri.scheme().is_none() && uri.authority().is_none() {
+        return None;
+    }
+    Some(refuse(
+        StatusCode::BAD_REQUEST,
+        &Value::Null,
+        INVALID_REQUEST,
+        "germline: the request target must be a path (origin-form, e.g. `POST /mcp`); an \
+         absolute URL or an authority is refused",
+    ))
+}
+
 fn with_allow(mut r: Resp, allow: &'static str) -> Resp {
     r.headers_mut()
         .insert(hyper::header::ALLOW, HeaderValue::from_static(allow));
     r
+}
+
+/// The answer to a connection past the caps (after the Host guard): `/health` as usual,
+/// anything else 503 naming the cap.
+fn overflow_answer<B>(http: &Http, req: &Request<B>, why: AtCap) -> Resp {
+    if let Some(r) = refuse_target(req).or_else(|| http.guard(req.headers())) {
+        return r;
+    }
+    if req.uri().path() == "/health" && matches!(*req.method(), Method::GET | Method::HEAD) {
+        return json_response(StatusCode::OK, &http.health);
+    }
+    let l = &http.cfg.conns;
+    let what = match why {
+        AtCap::Total => format!(
+            "germline: too many connections: all {} (--max-connections) are busy; retry",
+            l.max_total
+        ),
+        AtCap::Client => format!(
+            "germline: too many connections from your address: all {} \
+             (--max-connections-per-client) are busy; retry",
+            l.max_per_client
+        ),
+    };
+    let mut r = refuse(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &Value::Null,
+        INVALID_REQUEST,
+        &what,
+    );
+    r.headers_mut()
+        .insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
+}
+
+/// Serves one request on a connection past the caps, then closes it.
+async fn overflow(http: Arc<Http>, stream: tokio::net::TcpStream, why: AtCap) {
+    let svc = hyper::service::service_fn(move |req| {
+        let r = overflow_answer(&http, &req, why);
+        async move { Ok::<_, Infallible>(r) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(OVERFLOW_TIMEOUT)
+        .keep_alive(false)
+        .serve_connection(TokioIo::new(stream), svc);
+    let _ = tokio::time::timeout(OVERFLOW_TIMEOUT * 2, conn).await;
+}
+
+/// Serves one admitted connection until it ends, the table closes it, or `stop`.
+async fn connection(
+    http: Arc<Http>,
+    stream: tokio::net::TcpStream,
+    id: u64,
+    slot: Arc<Slot>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let (h, s) = (http.clone(), slot.clone());
+    let svc = hyper::service::service_fn(move |req| {
+        let busy = Busy::new(h.conns.clone(), id, s.clone());
+        let h = h.clone();
+        async move {
+            let r = h.respond(req).await;
+            Ok::<_, Infallible>(r.map(|b| Tracked::new(b, Some(busy))))
+        }
+    });
+    let l = &http.cfg.conns;
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        // A backstop: the table closes idle connections first (conns.rs).
+        .header_read_timeout(l.header_timeout.max(l.keepalive_timeout) + Duration::from_secs(1))
+        .serve_connection(TokioIo::new(stream), svc);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        _ = slot.close.notified() => {
+            // Idle too long, or room for a newcomer. A request that started meanwhile ends
+            // first.
+            if slot.is_busy() {
+                conn.as_mut().graceful_shutdown();
+                let _ = conn.await;
+            }
+        }
+        _ = stop.changed() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
+    conns::lock(&http.conns).gone(id);
 }
 
 /// Serves connections on `listener` until `stop` changes (or its sender is gone), then lets
@@ -678,11 +826,15 @@ pub async fn serve(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut conns = tokio::task::JoinSet::new();
+    let overflowing = Arc::new(tokio::sync::Semaphore::new(OVERFLOW));
     // Ends sessions left unused for the idle timeout (their germlines stop).
     let tick =
         (http.cfg.idle_timeout / 4).clamp(Duration::from_millis(200), Duration::from_secs(30));
     let mut reaper = tokio::time::interval(tick);
     reaper.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Closes connections idle past the header or keep-alive timeout.
+    let mut idle = tokio::time::interval(conns::lock(&http.conns).tick());
+    idle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = reaper.tick() => {
@@ -692,10 +844,13 @@ pub async fn serve(
                     tokio::spawn(async move { h.end(sid).await });
                 }
             }
+            _ = idle.tick() => {
+                conns::lock(&http.conns).expire(Instant::now());
+            }
             r = listener.accept() => {
                 while conns.try_join_next().is_some() {}
-                let stream = match r {
-                    Ok((s, _)) => s,
+                let (stream, peer) = match r {
+                    Ok(s) => s,
                     Err(e) => {
                         // Out of descriptors or a reset connection: keep serving the others.
                         eprintln!("germline serve: accept: {e}");
@@ -703,30 +858,23 @@ pub async fn serve(
                         continue;
                     }
                 };
-                if conns.len() >= MAX_CONNECTIONS {
-                    drop(stream);
-                    continue;
-                }
-                let http = http.clone();
-                let mut stop = stop.clone();
-                conns.spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| {
-                        let h = http.clone();
-                        async move { Ok::<_, Infallible>(h.respond(req).await) }
-                    });
-                    let conn = hyper::server::conn::http1::Builder::new()
-                        .timer(TokioTimer::new())
-                        .header_read_timeout(HEADER_TIMEOUT)
-                        .serve_connection(TokioIo::new(stream), svc);
-                    tokio::pin!(conn);
-                    tokio::select! {
-                        _ = conn.as_mut() => {}
-                        _ = stop.changed() => {
-                            conn.as_mut().graceful_shutdown();
-                            let _ = conn.await;
+                let admitted = conns::lock(&http.conns).admit(peer.ip(), Instant::now());
+                match admitted {
+                    Ok((id, slot)) => {
+                        conns.spawn(connection(http.clone(), stream, id, slot, stop.clone()));
+                    }
+                    Err(why) => {
+                        // Past the caps with every counted connection busy: answered (so
+                        // /health stays up) by a few one-request connections, else closed.
+                        if let Ok(permit) = overflowing.clone().try_acquire_owned() {
+                            let h = http.clone();
+                            conns.spawn(async move {
+                                overflow(h, stream, why).await;
+                                drop(permit);
+                            });
                         }
                     }
-                });
+                }
             }
             _ = stop.changed() => break,
         }

@@ -16,9 +16,11 @@
 pub mod bench;
 pub mod callmeta;
 pub mod cli;
+pub mod conns;
 pub mod evidence;
 pub mod fileitem;
 pub mod http;
+pub mod jsonrpc;
 pub mod launcher;
 pub mod limits;
 pub mod metrics;

@@ -58,6 +58,29 @@ pub struct ServeArgs {
     /// Most bytes of one request body.
     #[arg(long, default_value_t = 4 << 20)]
     pub max_body: usize,
+    /// Most open connections. Past it a new connection closes the least recently used idle
+    /// one; if every one is busy, it is answered 503 (`/health` still 200) and closed.
+    #[arg(long, default_value_t = crate::http::MAX_CONNECTIONS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_connections: usize,
+    /// Most open connections from one client address (IPv4-mapped IPv6 counts as IPv4), as
+    /// `--max-connections` does for all.
+    #[arg(long, default_value_t = crate::http::MAX_CONNECTIONS_PER_CLIENT,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_connections_per_client: usize,
+    /// A new connection that has not sent a whole request's headers within this many
+    /// seconds is closed.
+    #[arg(long, value_name = "SECS", default_value_t = crate::http::HEADER_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub header_timeout: u64,
+    /// A connection idle this many seconds after its last response is closed.
+    #[arg(long, value_name = "SECS", default_value_t = crate::http::KEEPALIVE_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub keepalive_timeout: u64,
+    /// A request body that has not arrived whole within this many seconds is refused (408).
+    #[arg(long, value_name = "SECS", default_value_t = crate::http::BODY_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub body_timeout: u64,
     /// Use the broker already serving at this control socket instead of starting one.
     #[arg(long)]
     pub broker: Option<PathBuf>,
@@ -377,6 +400,13 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
             idle_timeout: std::time::Duration::from_secs(a.session_idle_timeout),
             extra_hosts: crate::http::extra_hosts_for(local.ip()),
             max_body: a.max_body,
+            conns: crate::http::ConnLimits {
+                max_total: a.max_connections,
+                max_per_client: a.max_connections_per_client,
+                header_timeout: std::time::Duration::from_secs(a.header_timeout),
+                keepalive_timeout: std::time::Duration::from_secs(a.keepalive_timeout),
+                body_timeout: std::time::Duration::from_secs(a.body_timeout),
+            },
         },
         router.clone(),
     ));

@@ -7,6 +7,7 @@ use germline_policy::Policy;
 use serde_json::{json, Value};
 
 use crate::callmeta;
+use crate::jsonrpc::{self, Kind};
 use crate::relay::{Agent, AgentLink, Buffered};
 use crate::runtime::{Outcome, RunError, Runtime, AGENT};
 
@@ -58,6 +59,29 @@ pub fn error(id: &Value, code: i64, message: impl Into<String>) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message.into()}})
 }
 
+/// What a message that cannot be parsed is told: serde_json's reason, and for JSON nested
+/// deeper than its limit, which limit.
+pub fn parse_error_text(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    if text.contains("recursion limit exceeded") {
+        format!("{text} (JSON nested deeper than 128 arrays and objects is refused)")
+    } else {
+        text
+    }
+}
+
+/// The parse error answering `text`, with its id if a shallow scan of its top level reads
+/// one (so that the request waiting for it ends now), else null.
+pub fn parse_error(text: &[u8], why: &str) -> String {
+    let id = jsonrpc::peek_id(text);
+    let e = error(
+        id.as_ref().map_or(&Value::Null, jsonrpc::RawId::value),
+        PARSE_ERROR,
+        format!("parse error: {why}"),
+    );
+    jsonrpc::render(&e, id.as_slice())
+}
+
 fn ok(id: &Value, result: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "result": result})
 }
@@ -74,19 +98,24 @@ impl Session {
         }
     }
 
-    /// Handles one line from the agent; `None` for notifications (no answer). During a call
-    /// the copy of the agent's group talks to the agent through `link`.
-    pub fn handle_line(&mut self, line: &str, link: &mut dyn AgentLink) -> Option<Value> {
-        if line.trim().is_empty() {
+    /// Handles one line from the agent: the text of its answer, `None` for notifications
+    /// and responses (no answer). During a call the copy of the agent's group talks to the
+    /// agent through `link`. Ids come back as the agent wrote them ([`jsonrpc::render`]); a
+    /// line that cannot be parsed is answered with its id wherever a shallow scan reads one.
+    pub fn handle_line(&mut self, line: &[u8], link: &mut dyn AgentLink) -> Option<String> {
+        if line.trim_ascii().is_empty() {
             return None;
         }
-        match serde_json::from_str::<Value>(line) {
-            Ok(v) => self.handle_with(v, link),
-            Err(e) => Some(error(
-                &Value::Null,
-                PARSE_ERROR,
-                format!("parse error: {e}"),
-            )),
+        let parsed = std::str::from_utf8(line)
+            .map_err(|e| format!("the line is not UTF-8 ({e})"))
+            .and_then(|text| serde_json::from_str::<Value>(text).map_err(|e| parse_error_text(&e)));
+        match parsed {
+            Ok(v) => {
+                let raw = jsonrpc::raw_ids_if_needed(&v, line);
+                let answer = self.handle_with(v, link)?;
+                Some(jsonrpc::render(&answer, &raw))
+            }
+            Err(why) => Some(parse_error(line, &why)),
         }
     }
 
@@ -102,9 +131,23 @@ impl Session {
     /// Handles one JSON-RPC message (a batch is answered with one error per element).
     pub fn handle_with(&mut self, msg: Value, link: &mut dyn AgentLink) -> Option<Value> {
         if let Value::Array(batch) = msg {
+            if batch.is_empty() {
+                return Some(error(
+                    &Value::Null,
+                    INVALID_REQUEST,
+                    "invalid request: an empty batch",
+                ));
+            }
             let out: Vec<Value> = batch
                 .into_iter()
-                .filter_map(|m| self.handle_with(m, link))
+                .filter_map(|m| match m {
+                    Value::Object(_) => self.handle_with(m, link),
+                    _ => Some(error(
+                        &Value::Null,
+                        INVALID_REQUEST,
+                        "invalid request: a batch element must be an object",
+                    )),
+                })
                 .collect();
             return (!out.is_empty()).then_some(Value::Array(out));
         }
@@ -112,29 +155,16 @@ impl Session {
             return Some(error(
                 &Value::Null,
                 INVALID_REQUEST,
-                "a JSON-RPC message must be an object",
+                "invalid request: a JSON-RPC message must be an object",
             ));
         };
-        let id = obj.get("id").cloned();
-        let method = obj.get("method").and_then(Value::as_str);
-        if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-            return id.map(|id| error(&id, INVALID_REQUEST, "expected \"jsonrpc\": \"2.0\""));
-        }
-        let Some(method) = method else {
-            // A response from the agent (to a request we never send in this version): drop it.
-            return None;
+        let (id, method) = match jsonrpc::classify(obj) {
+            Ok(Kind::Request { id, method }) => (id.clone(), method),
+            // Notifications (initialized, cancelled, roots changed), and responses (to a
+            // request we never send outside a call): nothing to answer.
+            Ok(Kind::Notification { .. } | Kind::Response) => return None,
+            Err(e) => return Some(e),
         };
-        let Some(id) = id else {
-            // Notifications (initialized, cancelled, roots changed): nothing to answer.
-            return None;
-        };
-        if !(id.is_string() || id.is_number()) {
-            return Some(error(
-                &Value::Null,
-                INVALID_REQUEST,
-                "the id must be a string or a number",
-            ));
-        }
         let params = obj.get("params").cloned().unwrap_or_else(|| json!({}));
         Some(match method {
             "ping" => ok(&id, json!({})),

@@ -14,7 +14,7 @@ use std::time::Instant;
 use serde_json::{json, Value};
 
 use crate::relay::AgentLink;
-use crate::session::{error, Session, PARSE_ERROR};
+use crate::session::{error, Session, INVALID_REQUEST};
 
 /// Blocks the stop signals in this thread (call before any thread starts, so all inherit the
 /// mask) and returns a signalfd that reads them.
@@ -64,27 +64,148 @@ fn poll2(fd: i32, sigfd: i32, ms: i32) -> std::io::Result<(bool, bool)> {
     Ok((fds[0].revents != 0, fds[1].revents != 0))
 }
 
-/// Most bytes of one line from the agent.
-const MAX_LINE: usize = 32 << 20;
+/// Most bytes of one line from the agent (its newline not counted). A longer line is refused
+/// whole: answered with an error (with its id if a shallow scan of what was read reads one)
+/// and skipped up to and including its newline, so nothing of it runs.
+pub const MAX_LINE: usize = 32 << 20;
+
+/// How much one read(2) of stdin asks for.
+const CHUNK: usize = 1 << 16;
 
 /// What the agent wrote on stdin, as lines; lines that arrived during a call wait in `later`.
+///
+/// Linear in what the agent sends: each byte is searched for a newline once (`scanned`
+/// remembers where the search stopped), and consumed lines are dropped from the buffer's
+/// front only before the next read, when what is left is at most one read's worth.
 struct Input {
     sigfd: i32,
     buf: Vec<u8>,
+    /// `buf[..start]` was consumed.
+    start: usize,
+    /// `buf[start..scanned]` holds no newline.
+    scanned: usize,
+    /// Skipping the rest of a refused over-long line, up to and including its newline.
+    skipping: bool,
     later: VecDeque<Vec<u8>>,
     /// Why the session must end (EOF, a signal, a read error), once seen.
     ended: Option<String>,
-    /// Answers that must reach the agent (an over-long line's parse error).
-    errors: Vec<Value>,
 }
 
 enum Read {
     Line(Vec<u8>),
+    /// An over-long line was refused: the answer to write to the agent.
+    Refused(String),
     Timeout,
     Ended(String),
 }
 
+/// The answer to an over-long line, of which `head` was read.
+fn refuse_long(head: &[u8]) -> String {
+    let id = crate::jsonrpc::peek_id(head);
+    let e = error(
+        id.as_ref()
+            .map_or(&Value::Null, crate::jsonrpc::RawId::value),
+        INVALID_REQUEST,
+        format!(
+            "germline: a line longer than {} MiB ({MAX_LINE} bytes) was refused whole and \
+             nothing of it was run; send large inputs as files (a path argument)",
+            MAX_LINE >> 20
+        ),
+    );
+    crate::jsonrpc::render(&e, id.as_slice())
+}
+
 impl Input {
+    fn new(sigfd: i32) -> Input {
+        Input {
+            sigfd,
+            buf: Vec::new(),
+            start: 0,
+            scanned: 0,
+            skipping: false,
+            later: VecDeque::new(),
+            ended: None,
+        }
+    }
+
+    /// The next complete line (or refusal) already read, without reading more.
+    fn buffered(&mut self) -> Option<Read> {
+        if self.skipping {
+            match memchr::memchr(b'\n', &self.buf[self.start..]) {
+                Some(p) => {
+                    self.start += p + 1;
+                    self.scanned = self.start;
+                    self.skipping = false;
+                }
+                None => {
+                    self.start = self.buf.len();
+                    self.scanned = self.start;
+                    return None;
+                }
+            }
+        }
+        match memchr::memchr(b'\n', &self.buf[self.scanned..]) {
+            Some(p) => {
+                let end = self.scanned + p;
+                let line = &self.buf[self.start..end];
+                let read = if line.len() > MAX_LINE {
+                    Read::Refused(refuse_long(line))
+                } else {
+                    Read::Line(self.buf[self.start..=end].to_vec())
+                };
+                self.start = end + 1;
+                self.scanned = self.start;
+                Some(read)
+            }
+            None => {
+                self.scanned = self.buf.len();
+                if self.buf.len() - self.start <= MAX_LINE {
+                    return None;
+                }
+                let answer = refuse_long(&self.buf[self.start..]);
+                self.skipping = true;
+                self.buf = Vec::new();
+                self.start = 0;
+                self.scanned = 0;
+                Some(Read::Refused(answer))
+            }
+        }
+    }
+
+    /// Whether something the agent sent waits to be handled (a line, or a refusal).
+    fn waiting(&mut self) -> bool {
+        if !self.later.is_empty() {
+            return true;
+        }
+        let from = if self.skipping {
+            self.start
+        } else {
+            self.scanned
+        };
+        match memchr::memchr(b'\n', &self.buf[from..]) {
+            Some(_) => true,
+            None => {
+                if !self.skipping {
+                    self.scanned = self.buf.len();
+                }
+                self.buf.len() - self.start > MAX_LINE
+            }
+        }
+    }
+
+    /// Appends one read's bytes, first dropping what was consumed.
+    fn push(&mut self, bytes: &[u8]) {
+        if self.start > 0 {
+            self.buf.drain(..self.start);
+            self.scanned -= self.start;
+            self.start = 0;
+            if self.buf.capacity() > 4 * CHUNK && self.buf.len() < CHUNK {
+                self.buf.shrink_to(2 * CHUNK);
+            }
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
     /// The next line: one kept from a call first, then stdin; waits until `until` (`None`:
     /// forever).
     fn next(&mut self, until: Option<Instant>, kept_first: bool) -> Read {
@@ -93,18 +214,10 @@ impl Input {
                 return Read::Line(l);
             }
         }
-        let mut chunk = vec![0u8; 1 << 16];
+        let mut chunk = vec![0u8; CHUNK];
         loop {
-            if let Some(pos) = self.buf.iter().position(|&b| b == b'\n') {
-                return Read::Line(self.buf.drain(..=pos).collect());
-            }
-            if self.buf.len() > MAX_LINE {
-                self.buf.clear();
-                self.errors.push(error(
-                    &Value::Null,
-                    PARSE_ERROR,
-                    "parse error: a line longer than 32 MiB",
-                ));
+            if let Some(r) = self.buffered() {
+                return r;
             }
             if let Some(why) = &self.ended {
                 return Read::Ended(why.clone());
@@ -147,7 +260,7 @@ impl Input {
                 self.ended = Some("the agent closed stdin".into());
                 continue;
             }
-            self.buf.extend_from_slice(&chunk[..r as usize]);
+            self.push(&chunk[..r as usize]);
         }
     }
 }
@@ -162,8 +275,12 @@ struct StdioLink<'a> {
 
 impl StdioLink<'_> {
     fn write(&mut self, v: &Value) {
+        self.write_text(&v.to_string());
+    }
+
+    fn write_text(&mut self, text: &str) {
         let mut out = std::io::stdout().lock();
-        if writeln!(out, "{v}").and_then(|()| out.flush()).is_err() {
+        if writeln!(out, "{text}").and_then(|()| out.flush()).is_err() {
             self.broken = true;
         }
     }
@@ -184,6 +301,10 @@ impl AgentLink for StdioLink<'_> {
         loop {
             let line = match self.input.next(Some(deadline), false) {
                 Read::Line(l) => l,
+                Read::Refused(answer) => {
+                    self.write_text(&answer);
+                    continue;
+                }
                 Read::Timeout => {
                     // Tell the agent to stop working on it; the copy's deadline has passed.
                     self.write(
@@ -221,40 +342,30 @@ impl AgentLink for StdioLink<'_> {
 
 /// Serves the session on stdin/stdout until EOF or a stop signal. Returns why it stopped.
 pub fn serve(session: &mut Session, sigfd: i32) -> String {
-    let mut input = Input {
-        sigfd,
-        buf: Vec::new(),
-        later: VecDeque::new(),
-        ended: None,
-        errors: Vec::new(),
-    };
+    let mut input = Input::new(sigfd);
     let mut next_id = 0u64;
     loop {
         let line = match input.next(None, true) {
-            Read::Line(l) => Some(l),
-            Read::Timeout => None,
+            Read::Line(l) => l,
+            Read::Refused(answer) => {
+                let mut out = std::io::stdout().lock();
+                if writeln!(out, "{answer}")
+                    .and_then(|()| out.flush())
+                    .is_err()
+                {
+                    return "the agent closed stdout".into();
+                }
+                continue;
+            }
+            Read::Timeout => continue,
             Read::Ended(why) => return why,
         };
-        for e in input.errors.drain(..) {
-            let mut out = std::io::stdout().lock();
-            if writeln!(out, "{e}").and_then(|()| out.flush()).is_err() {
-                return "the agent closed stdout".into();
-            }
-        }
-        let Some(line) = line else { continue };
         let mut link = StdioLink {
             input: &mut input,
             next_id: &mut next_id,
             broken: false,
         };
-        let answer = match std::str::from_utf8(&line) {
-            Ok(text) => session.handle_line(text, &mut link),
-            Err(_) => Some(error(
-                &Value::Null,
-                PARSE_ERROR,
-                "parse error: the line is not UTF-8",
-            )),
-        };
+        let answer = session.handle_line(&line, &mut link);
         if link.broken {
             return "the agent closed stdout".into();
         }
@@ -274,11 +385,119 @@ pub fn serve(session: &mut Session, sigfd: i32) -> String {
         crate::evidence::process(&mut session.runtime);
         // Refill the pool between calls, one copy at a time, stopping as soon as the agent's
         // next request is waiting: the refill never delays a call.
-        while input.later.is_empty()
-            && input.ended.is_none()
-            && !input.buf.contains(&b'\n')
+        while input.ended.is_none()
+            && !input.waiting()
             && !readable_now(0, sigfd)
             && session.runtime.idle_step()
         {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `data` in reads of `chunk` bytes; returns what came out, in order.
+    fn feed(data: &[u8], chunk: usize) -> Vec<Result<Vec<u8>, Value>> {
+        let mut input = Input::new(-1);
+        let mut out = Vec::new();
+        for piece in data.chunks(chunk) {
+            input.push(piece);
+            while let Some(r) = input.buffered() {
+                out.push(match r {
+                    Read::Line(l) => Ok(l),
+                    Read::Refused(a) => Err(serde_json::from_str(&a).expect("JSON answer")),
+                    Read::Timeout | Read::Ended(_) => unreachable!("no I/O here"),
+                });
+            }
+            assert!(input.buf.len() - input.start <= MAX_LINE + chunk);
+        }
+        out
+    }
+
+    #[test]
+    fn lines_come_out_whole_whatever_the_reads() {
+        let data = b"{\"a\":1}\n\n{\"b\":2}\nrest";
+        for chunk in [1, 2, 3, 7, 100] {
+            let out = feed(data, chunk);
+            let lines: Vec<&[u8]> = out
+                .iter()
+                .map(|r| r.as_ref().expect("no refusal").as_slice())
+                .collect();
+            assert_eq!(
+                lines,
+                [&b"{\"a\":1}\n"[..], b"\n", b"{\"b\":2}\n"],
+                "{chunk}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_over_long_line_is_refused_whole_and_the_next_line_is_intact() {
+        let call = br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x"}}"#;
+        // 1: the id first, then too much; 2: padding first, then a valid request (its tail
+        // alone would parse); 3: exactly the limit (accepted).
+        let mut one = br#"{"jsonrpc":"2.0","id":"big-1","params":{"t":""#.to_vec();
+        one.resize(MAX_LINE + 10, b'a');
+        one.extend_from_slice(b"\"}}\n");
+        let mut two = vec![b' '; MAX_LINE + (1 << 20)];
+        two.extend_from_slice(call);
+        two.push(b'\n');
+        let mut three = vec![b' '; MAX_LINE - call.len()];
+        three.extend_from_slice(call);
+        three.push(b'\n');
+        let mut data = one;
+        data.extend_from_slice(&two);
+        data.extend_from_slice(&three);
+        data.extend_from_slice(b"{\"id\":3}\n");
+        for chunk in [CHUNK, 1 << 20, 3 << 20, MAX_LINE * 2] {
+            let out = feed(&data, chunk);
+            assert_eq!(out.len(), 4, "{chunk}");
+            let e = out[0].as_ref().expect_err("refused");
+            assert_eq!(e["id"], "big-1", "{chunk}");
+            assert_eq!(e["error"]["code"], INVALID_REQUEST);
+            assert!(e["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("longer than 32 MiB") && m.contains("nothing of it")));
+            let e = out[1].as_ref().expect_err("refused");
+            // Its id is read only if the part read when it was refused holds it.
+            let id = if chunk <= 1 << 20 {
+                Value::Null
+            } else {
+                json!(2)
+            };
+            assert_eq!(e["id"], id, "{chunk}");
+            let l = out[2].as_ref().expect("at the limit");
+            assert_eq!(l.len(), MAX_LINE + 1);
+            assert_eq!(out[3].as_ref().expect("intact"), b"{\"id\":3}\n");
+        }
+    }
+
+    #[test]
+    fn each_byte_is_searched_once() {
+        // 50 MB without a newline in 64 KiB reads, then one: the scan position only moves
+        // forward, so the bytes searched are the bytes sent.
+        let mut input = Input::new(-1);
+        let piece = vec![b'x'; CHUNK];
+        let mut searched = 0;
+        for _ in 0..(50 << 20) / CHUNK {
+            input.push(&piece);
+            let before = if input.skipping {
+                input.start
+            } else {
+                input.scanned
+            };
+            let _ = input.buffered();
+            let after = if input.skipping {
+                input.buf.len()
+            } else {
+                input.scanned
+            };
+            searched += after.saturating_sub(before);
+            assert!(input.buf.len() <= MAX_LINE + CHUNK);
+        }
+        assert!(searched <= 50 << 20, "{searched}");
+        input.push(b"\n{}\n");
+        assert!(matches!(input.buffered(), Some(Read::Line(l)) if l == b"{}\n"));
     }
 }

@@ -15,7 +15,8 @@ use serde_json::{json, Value};
 struct Raw {
     child: Child,
     stdin: Option<ChildStdin>,
-    lines: mpsc::Receiver<Value>,
+    /// Each line from `germline run`: parsed, and as written.
+    lines: mpsc::Receiver<(Value, String)>,
     next: u64,
 }
 
@@ -34,7 +35,7 @@ impl Raw {
         std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
                 if let Ok(v) = serde_json::from_str(&line) {
-                    if tx.send(v).is_err() {
+                    if tx.send((v, line)).is_err() {
                         return;
                     }
                 }
@@ -53,7 +54,7 @@ impl Raw {
         writeln!(stdin, "{line}").expect("write");
         stdin.flush().expect("flush");
         loop {
-            let v = self
+            let (v, _) = self
                 .lines
                 .recv_timeout(Duration::from_secs(60))
                 .expect("an answer within 60 s");
@@ -61,6 +62,53 @@ impl Raw {
                 return v;
             }
         }
+    }
+
+    /// Writes `bytes` (a line's worth, newline included) to `germline run`'s stdin.
+    fn write_raw(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(bytes).expect("write");
+        stdin.flush().expect("flush");
+    }
+
+    /// Sends a ping with id `mark` and returns every answer (parsed and as written) up to
+    /// and including its own: what the lines sent before it were answered with, in order.
+    fn answers_until_ping(&mut self, mark: &str) -> Vec<(Value, String)> {
+        self.write_raw(
+            format!(
+                "{}\n",
+                json!({"jsonrpc": "2.0", "id": mark, "method": "ping"})
+            )
+            .as_bytes(),
+        );
+        let mut out = Vec::new();
+        loop {
+            let (v, text) = self
+                .lines
+                .recv_timeout(Duration::from_secs(120))
+                .expect("an answer within 120 s");
+            if v.get("id").is_none() {
+                continue;
+            }
+            let done = v["id"] == mark;
+            out.push((v, text));
+            if done {
+                return out;
+            }
+        }
+    }
+
+    /// User plus system CPU time of `germline run` itself (all its threads), in seconds.
+    fn cpu_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))
+            .expect("/proc/PID/stat");
+        let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+        let f: Vec<&str> = rest.split(' ').collect();
+        let ticks: u64 =
+            f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime");
+        // SAFETY: sysconf(3) has no memory effects.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        ticks as f64 / hz as f64
     }
 
     fn call(&mut self, tool: &str, args: Value) -> Value {
@@ -138,8 +186,12 @@ fn bad_input_and_failures_give_clear_errors_and_the_next_call_works() {
     };
     good(&mut s);
 
-    // A malformed line: a parse error with id null, and the session goes on.
+    // A malformed line: a parse error, with its id where one can be read (so the request
+    // waiting for it ends), and the session goes on.
     let r = s.send_line("{\"jsonrpc\": \"2.0\", \"id\": 7, \"method\": ");
+    assert_eq!(r["error"]["code"], json!(-32700), "{r}");
+    assert_eq!(r["id"], json!(7));
+    let r = s.send_line("{\"jsonrpc\": \"2.0\", \"method\": ");
     assert_eq!(r["error"]["code"], json!(-32700), "{r}");
     assert_eq!(r["id"], Value::Null);
     good(&mut s);
@@ -414,4 +466,250 @@ fn leftovers_of_a_killed_run_are_swept_by_the_next_start_and_by_gc() {
     drop(live.stdin.take());
     let st = live.child.wait().expect("wait");
     assert!(st.success(), "{st}");
+}
+
+/// `germline run` of germline-office, initialized, with `ocr_text`'s text public (its copy
+/// sends it to the sink, so a call that ran shows there).
+fn office(w: &World, sink: &Sink) -> Raw {
+    let policy = w.policy(
+        sink.port,
+        "\n[[argument]]\ntool = \"ocr_text\"\nname = \"text\"\nlabel = []\n",
+    );
+    let mut s = Raw::start(&run_cmd(
+        &policy,
+        "germline",
+        "germline-office",
+        w.path(),
+        &["--no-evidence"],
+    ));
+    let init = s.send_line(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}})
+        .to_string(),
+    );
+    assert!(init.get("result").is_some(), "{init}");
+    s
+}
+
+fn ocr_call(id: Value, text: &str) -> Vec<u8> {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+           "params": {"name": "ocr_text", "arguments": {"text": text}}})
+    .to_string()
+    .into_bytes()
+}
+
+/// Issue 25: a line over 32 MiB was cut at a read boundary and its tail parsed as a new
+/// message, so a valid 33 MiB `tools/call` (padded in front) was answered with an error *and*
+/// run. Now it is refused whole, with its id when its start holds one, and nothing of it runs.
+#[test]
+fn an_over_long_line_is_refused_whole_and_nothing_of_it_runs() {
+    if !can_run() {
+        return;
+    }
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    let mut s = office(&w, &sink);
+    let canary = format!("CANARY-LONG-{:016x}", rand_u64());
+    // 1: the id first, then 33 MiB of text.
+    let mut one = ocr_call(json!("long-1"), "");
+    let tail = one.split_off(one.len() - 4); // `"}}}`
+    one.resize(one.len() + (33 << 20), b'a');
+    one.extend_from_slice(&tail);
+    one.push(b'\n');
+    // 2: 33 MiB of blanks, then a whole valid call (valid JSON as one line, and its tail
+    // alone would parse too).
+    let mut two = vec![b' '; 33 << 20];
+    two.extend_from_slice(&ocr_call(json!("long-2"), &canary));
+    two.push(b'\n');
+    s.write_raw(&one);
+    s.write_raw(&two);
+    let answers = s.answers_until_ping("mark-1");
+    let ids: Vec<&Value> = answers.iter().map(|(v, _)| &v["id"]).collect();
+    assert_eq!(
+        ids,
+        [&json!("long-1"), &Value::Null, &json!("mark-1")],
+        "one refusal per line, nothing else: {:?}",
+        answers
+            .iter()
+            .map(|(_, t)| t.chars().take(200).collect::<String>())
+            .collect::<Vec<_>>()
+    );
+    for (v, _) in &answers[..2] {
+        assert_eq!(v["error"]["code"], json!(-32600), "{v}");
+        let m = error_message(v);
+        assert!(
+            m.contains("longer than 32 MiB") && m.contains("nothing of it was run"),
+            "{m}"
+        );
+    }
+    // The session goes on, and nothing of the refused lines reached a copy's destination.
+    let r = s.call("ocr_text", json!({"text": "after the long lines"}));
+    assert!(ok_text(&r).starts_with("corrected: ocr ok"), "{r}");
+    let bodies = sink.bodies();
+    assert_eq!(bodies, ["after the long lines"], "only the good call ran");
+    drop(s.stdin.take());
+    assert!(s.child.wait().expect("wait").success());
+}
+
+/// Issue 25: the newline search went over the whole buffer at every read (29 s of CPU for
+/// 50 MB). Now each byte is searched once: 50 MB costs about five times 10 MB, not 25.
+#[test]
+fn the_newline_search_is_linear_in_the_bytes_sent() {
+    if !can_run() {
+        return;
+    }
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    let mut s = office(&w, &sink);
+    let mut cpu = Vec::new();
+    for (mb, mark) in [(10usize, "mark-10"), (50, "mark-50")] {
+        let mut line = vec![b' '; mb * 1_000_000];
+        line.extend_from_slice(br#"{"jsonrpc":"2.0","id":"big","method":"ping"}"#);
+        line.push(b'\n');
+        let before = s.cpu_seconds();
+        s.write_raw(&line);
+        let answers = s.answers_until_ping(mark);
+        let used = s.cpu_seconds() - before;
+        eprintln!(
+            "{mb} MB line: {used:.3} s of CPU, answers {:?}",
+            answers
+                .iter()
+                .map(|(v, _)| v["id"].clone())
+                .collect::<Vec<_>>()
+        );
+        // 10 MB is a line like any other; 50 MB is over the limit and refused.
+        assert_eq!(answers.len(), 2, "{answers:?}");
+        cpu.push(used);
+    }
+    // One clock tick is 10 ms: compare against at least 3 ticks.
+    let (ten, fifty) = (cpu[0].max(0.03), cpu[1]);
+    assert!(
+        fifty <= 8.0 * ten,
+        "50 MB took {fifty:.3} s of CPU, 10 MB {:.3} s: not linear",
+        cpu[0]
+    );
+    drop(s.stdin.take());
+    assert!(s.child.wait().expect("wait").success());
+}
+
+/// Issue 25: `{"method": 5}` got no answer, a 30-digit id came back as a float, and a request
+/// nested too deeply was answered with `id: null`. Now: -32600 with the id; ids as written;
+/// the parse error carries the id wherever a shallow scan reads it.
+#[test]
+fn ids_come_back_as_written_and_invalid_requests_are_answered() {
+    if !can_run() {
+        return;
+    }
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    let mut s = office(&w, &sink);
+    let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+    let lines = [
+        r#"{"jsonrpc":"2.0","id":5,"method":5}"#.to_string(),
+        r#"{"method":5}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"ping"}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":"s-\u00e9","method":"ping"}"#.to_string(),
+        format!(
+            r#"{{"jsonrpc":"2.0","id":"deep-1","method":"tools/call","params":{{"name":"ocr_text","arguments":{{"text":"x","d":{}}}}}}}"#,
+            deep(200)
+        ),
+        format!(
+            r#"{{"jsonrpc":"2.0","method":"tools/call","params":{{"name":"ocr_text","arguments":{{"text":"x","d":{}}}}},"id":98765432109876543210987}}"#,
+            deep(5000)
+        ),
+    ];
+    for l in &lines {
+        s.write_raw(format!("{l}\n").as_bytes());
+    }
+    let answers = s.answers_until_ping("mark-ids");
+    let texts: Vec<&str> = answers.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(
+        answers.len(),
+        lines.len() + 1,
+        "one answer per line: {texts:?}"
+    );
+    let (a, t) = (&answers[0].0, &answers[0].1);
+    assert_eq!(
+        (a["id"].clone(), a["error"]["code"].clone()),
+        (json!(5), json!(-32600)),
+        "{t}"
+    );
+    assert!(
+        error_message(a).contains("the method must be a string"),
+        "{t}"
+    );
+    let a = &answers[1].0;
+    assert_eq!(
+        (a["id"].clone(), a["error"]["code"].clone()),
+        (Value::Null, json!(-32600)),
+        "{a}"
+    );
+    let t = &answers[2].1;
+    assert!(
+        t.contains(r#""id":123456789012345678901234567890,"#)
+            || t.contains(r#""id":123456789012345678901234567890}"#),
+        "{t}"
+    );
+    assert_eq!(answers[2].0["result"], json!({}), "{t}");
+    assert_eq!(answers[3].0["id"], json!("s-é"));
+    for (k, id) in [
+        (4, r#""id":"deep-1""#),
+        (5, r#""id":98765432109876543210987"#),
+    ] {
+        let (a, t) = (&answers[k].0, &answers[k].1);
+        assert_eq!(a["error"]["code"], json!(-32700), "{t}");
+        assert!(t.contains(id), "{t}");
+        assert!(error_message(a).contains("nested deeper than 128"), "{t}");
+    }
+    assert!(sink.bodies().is_empty(), "nothing ran");
+    drop(s.stdin.take());
+    assert!(s.child.wait().expect("wait").success());
+}
+
+/// Issue 25: the official MCP SDK as agent sends a call nested deeper than the parser's
+/// limit; on 88bfd6b its error came with `id: null` and the SDK waited for its own timeout
+/// (60 s). Now the SDK gets the error at once.
+#[test]
+fn an_sdk_client_gets_the_error_of_a_too_deep_call_at_once() {
+    if !can_run() {
+        return;
+    }
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    let policy = w.policy(
+        sink.port,
+        "\n[[argument]]\ntool = \"ocr_text\"\nname = \"*\"\nlabel = []\n",
+    );
+    let mut d = json!("leaf");
+    for _ in 0..150 {
+        d = json!([d]);
+    }
+    let script = json!([
+        {"tool": "ocr_text", "arguments": {"text": "deep", "d": d}},
+        {"tool": "ocr_text", "arguments": {"text": "shallow"}},
+    ]);
+    let out = run_agent(
+        w.path(),
+        &script,
+        &run_cmd(
+            &policy,
+            "germline",
+            "germline-office",
+            w.path(),
+            &["--no-evidence"],
+        ),
+    );
+    assert_eq!(out.len(), 2, "{out:?}");
+    let deep = &out[0];
+    assert_eq!(deep["ok"], false, "{deep}");
+    let e = deep["error"].as_str().unwrap_or_default();
+    assert!(e.contains("nested deeper than 128"), "{deep}");
+    let ms = deep["ms"].as_f64().unwrap_or(f64::MAX);
+    assert!(
+        ms < 20_000.0,
+        "the SDK waited {ms:.0} ms for the error: {deep}"
+    );
+    assert_eq!(out[1]["ok"], true, "{}", out[1]);
+    assert_eq!(sink.bodies(), ["shallow"]);
 }

@@ -697,3 +697,233 @@ fn serve_stops_cleanly_on_sigterm_leaving_nothing_behind() {
         .iter()
         .any(|l| l.contains("stopped after 1 calls")));
 }
+
+/// The token header of a started serve.
+fn bearer(s: &Serve) -> String {
+    format!("Bearer {}", s.token())
+}
+
+/// Issue 25: `application/jsonx` was taken for JSON, and an absolute-form target naming another
+/// host was served. Now both are refused (415, 400); parameters after the type are fine.
+#[test]
+fn serve_refuses_other_content_types_and_absolute_targets() {
+    if !can_run() {
+        return;
+    }
+    let s = Serve::start(&[], &[bundle("mcp-server-time")]);
+    let b = bearer(&s);
+    let auth = ("authorization", b.as_str());
+    for ct in [
+        "application/jsonx",
+        "text/json",
+        "application/json-seq",
+        "",
+        "json",
+    ] {
+        let (st, _, body) = http(&s.addr, "POST", "/mcp", &[auth, ("content-type", ct)], INIT);
+        assert_eq!(st, 415, "{ct:?}: {body}");
+    }
+    for ct in [
+        "application/json",
+        "Application/JSON; charset=utf-8",
+        "application/json ;charset=UTF-8",
+    ] {
+        let (st, _, body) = http(&s.addr, "POST", "/mcp", &[auth, ("content-type", ct)], INIT);
+        assert_eq!(st, 200, "{ct:?}: {body}");
+    }
+    for target in [
+        "http://evil.example/mcp".to_string(),
+        format!("http://{}/mcp", s.addr),
+        format!("http://{}/health", s.addr),
+    ] {
+        let method = if target.ends_with("health") {
+            "GET"
+        } else {
+            "POST"
+        };
+        let (st, _, body) = http(
+            &s.addr,
+            method,
+            &target,
+            &[auth, ("content-type", "application/json")],
+            if method == "GET" { "" } else { INIT },
+        );
+        assert_eq!(st, 400, "{target}: {body}");
+        assert!(body.contains("must be a path"), "{body}");
+    }
+}
+
+/// Issue 25 over HTTP: a 30-digit id comes back as written, a non-string method gets -32600
+/// with its id, and a request nested too deeply gets its parse error with its id.
+#[test]
+fn serve_echoes_ids_as_written_and_answers_bad_requests_with_their_id() {
+    if !can_run() {
+        return;
+    }
+    let s = Serve::start(&[], &[bundle("mcp-server-time")]);
+    let b = bearer(&s);
+    let json = ("content-type", "application/json");
+    let auth = ("authorization", b.as_str());
+    let (st, h, body) = http(&s.addr, "POST", "/mcp", &[json, auth], INIT);
+    assert_eq!(st, 200, "{body}");
+    let sid = get(&h, "mcp-session-id").expect("session").to_string();
+    let hs = [json, auth, ("mcp-session-id", sid.as_str())];
+    let (st, _, body) = http(
+        &s.addr,
+        "POST",
+        "/mcp",
+        &hs,
+        r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"ping"}"#,
+    );
+    assert_eq!(st, 200, "{body}");
+    assert!(
+        body.contains(r#""id":123456789012345678901234567890"#),
+        "{body}"
+    );
+    let (st, _, body) = http(
+        &s.addr,
+        "POST",
+        "/mcp",
+        &hs,
+        r#"{"jsonrpc":"2.0","id":5,"method":5}"#,
+    );
+    let v: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(
+        (st, v["id"].clone(), v["error"]["code"].clone()),
+        (400, 5.into(), (-32600).into()),
+        "{body}"
+    );
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":"deep-7","method":"tools/call","params":{{"name":"get_current_time","arguments":{{"timezone":{}"UTC"{}}}}}}}"#,
+        "[".repeat(300),
+        "]".repeat(300)
+    );
+    let (st, _, body) = http(&s.addr, "POST", "/mcp", &hs, &deep);
+    let v: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(
+        (st, v["id"].clone(), v["error"]["code"].clone()),
+        (400, "deep-7".into(), (-32700).into()),
+        "{body}"
+    );
+    assert!(body.contains("nested deeper than 128"), "{body}");
+}
+
+/// Opens `n` connections to `addr` that send `prefix` (perhaps nothing) and then wait.
+fn hold(addr: &str, n: usize, prefix: &str) -> Vec<TcpStream> {
+    (0..n)
+        .map(|_| {
+            let mut c = TcpStream::connect(addr).expect("connect");
+            if !prefix.is_empty() {
+                c.write_all(prefix.as_bytes()).expect("write");
+            }
+            c
+        })
+        .collect()
+}
+
+/// Whether the server closed `c` (EOF or reset) within `wait`.
+fn closed_within(c: &mut TcpStream, wait: Duration) -> bool {
+    c.set_read_timeout(Some(wait)).expect("timeout");
+    let mut b = [0u8; 1];
+    !matches!(c.read(&mut b), Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut))
+}
+
+/// Issue 25: 256 idle connections made `germline serve` reset every other client. Now a new
+/// connection past the caps closes the least recently used idle one: /health and MCP go on.
+#[test]
+fn serve_stays_up_while_idle_connections_are_held() {
+    if !can_run() {
+        return;
+    }
+    let s = Serve::start(&[], &[bundle("mcp-server-time")]);
+    let b = bearer(&s);
+    let json = ("content-type", "application/json");
+    let auth = ("authorization", b.as_str());
+    // Silent connections, and connections stuck in the middle of their headers.
+    let mut held = hold(&s.addr, 200, "");
+    held.extend(hold(
+        &s.addr,
+        100,
+        "POST /mcp HTTP/1.1\r\nhost: localhost\r\n",
+    ));
+    std::thread::sleep(Duration::from_millis(300));
+    for _ in 0..5 {
+        let (st, _, body) = http(&s.addr, "GET", "/health", &[], "");
+        assert_eq!(st, 200, "{body}");
+        let (st, _, body) = http(&s.addr, "POST", "/mcp", &[json, auth], INIT);
+        assert_eq!(st, 200, "{body}");
+    }
+    // The oldest idle ones gave way.
+    assert!(closed_within(&mut held[0], Duration::from_secs(5)));
+    drop(held);
+}
+
+/// `--max-connections-per-client`, `--header-timeout` and `--keepalive-timeout`: with every
+/// connection busy, a new one gets 503 naming the cap while /health still answers 200; idle
+/// connections are closed after their timeout.
+#[test]
+fn serve_caps_busy_connections_and_closes_idle_ones_after_their_timeout() {
+    if !can_run() {
+        return;
+    }
+    let s = Serve::start(
+        &[
+            "--max-connections-per-client",
+            "3",
+            "--header-timeout",
+            "2",
+            "--keepalive-timeout",
+            "3",
+            "--body-timeout",
+            "60",
+        ],
+        &[bundle("mcp-server-time")],
+    );
+    let b = bearer(&s);
+    let json = ("content-type", "application/json");
+    let auth = ("authorization", b.as_str());
+    // Three requests whose bodies never come: busy until the body timeout.
+    let stalled = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
+         authorization: {b}\r\ncontent-length: 1000\r\n\r\n{{",
+        s.addr
+    );
+    let busy = hold(&s.addr, 3, &stalled);
+    std::thread::sleep(Duration::from_millis(500));
+    let (st, h, body) = http(&s.addr, "POST", "/mcp", &[json, auth], INIT);
+    assert_eq!(st, 503, "{body}");
+    assert!(body.contains("--max-connections-per-client"), "{body}");
+    assert_eq!(get(&h, "retry-after"), Some("1"));
+    let (st, _, body) = http(&s.addr, "GET", "/health", &[], "");
+    assert_eq!(st, 200, "/health answers past the cap: {body}");
+    drop(busy);
+    std::thread::sleep(Duration::from_millis(500));
+    let (st, _, body) = http(&s.addr, "POST", "/mcp", &[json, auth], INIT);
+    assert_eq!(st, 200, "{body}");
+
+    // A silent connection is closed after the header timeout (2 s), not before 1 s.
+    let mut silent = TcpStream::connect(&s.addr).expect("connect");
+    assert!(
+        !closed_within(&mut silent, Duration::from_secs(1)),
+        "closed too early"
+    );
+    assert!(
+        closed_within(&mut silent, Duration::from_secs(5)),
+        "not closed"
+    );
+    // A keep-alive connection idle after its response is closed after the keep-alive
+    // timeout (3 s).
+    let mut kept = TcpStream::connect(&s.addr).expect("connect");
+    write!(kept, "GET /health HTTP/1.1\r\nhost: {}\r\n\r\n", s.addr).expect("write");
+    let mut got = [0u8; 4096];
+    let n = kept.read(&mut got).expect("response");
+    assert!(String::from_utf8_lossy(&got[..n]).starts_with("HTTP/1.1 200"));
+    assert!(
+        !closed_within(&mut kept, Duration::from_millis(2200)),
+        "closed by the header timeout"
+    );
+    assert!(
+        closed_within(&mut kept, Duration::from_secs(5)),
+        "not closed"
+    );
+}
