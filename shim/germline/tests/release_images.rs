@@ -78,6 +78,8 @@ impl Outcome {
 }
 
 /// Runs `germline ARGS` under the address-space bound, killing it after [`WALL_LIMIT`].
+// The child is reaped by wait4(2) (for its rusage), not by `Child::wait`.
+#[allow(clippy::zombie_processes)]
 fn measure(args: &[&std::ffi::OsStr]) -> Outcome {
     let dir = tempfile::tempdir().unwrap();
     let err_path = dir.path().join("stderr");
