@@ -862,4 +862,53 @@ mod tests {
         // Without a gate the same stream is read to its end.
         assert!(check(&t, &l).is_ok());
     }
+
+    /// Attacker bytes: a valid layer with random bytes overwritten (headers included, so sizes,
+    /// types, names and checksums go wrong in every way), read under small limits. Every
+    /// outcome is Ok or an error whose text is printable; nothing reads past the limits.
+    #[test]
+    fn random_corruptions_end_in_printable_errors_within_the_limits() {
+        let l = Limits {
+            entries: 64,
+            path: 256,
+            path_total: 4096,
+            bytes: 64 << 10,
+            unsigned_bytes: 64 << 10,
+            json: 4096,
+        };
+        let p = pax(&[("path", "usr/p\u{1b}x"), ("linkpath", "a")]);
+        let base = tar_of(&[
+            (b'5', b"usr", b""),
+            (b'L', b"././@LongLink", b"usr/long-name\0"),
+            (b'0', b"x", b"data"),
+            (b'x', b"pax", &p),
+            (b'2', b"usr/l", b""),
+            (b'0', b"usr/f", &[1u8; 3000]),
+        ]);
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (mut ok, mut refused) = (0, 0);
+        for _ in 0..3000 {
+            let mut t = base.clone();
+            for _ in 0..1 + next() % 8 {
+                let at = usize::try_from(next() % t.len() as u64).unwrap_or(0);
+                t[at] = (next() & 0xff) as u8;
+            }
+            match scan_with(&t[..], "L", Mode::Check, &l, None) {
+                Ok(_) => ok += 1,
+                Err(e) => {
+                    let text = e.to_string();
+                    assert!(!text.chars().any(|c| c.is_control()), "{text:?}");
+                    refused += 1;
+                }
+            }
+        }
+        // Both outcomes occur: the corruption reaches the parser and the checks.
+        assert!(ok > 0 && refused > 0, "ok {ok}, refused {refused}");
+    }
 }
