@@ -608,3 +608,71 @@ fn germline_run_refuses_a_hostile_image_quickly() {
         &["index.json: larger than the limit of 10 bytes (--max-image-json)"],
     );
 }
+
+/// Each maximum is the one its flag gives, on `verify` and `inspect`, and a normal image
+/// verifies under the defaults.
+#[test]
+fn each_limit_is_its_flag() {
+    let f = Fixture::new();
+    let img = f.image("flags");
+    let verify = |flag: &str, value: &str| {
+        measure(&[
+            "release".as_ref(),
+            "verify".as_ref(),
+            flag.as_ref(),
+            value.as_ref(),
+            "--key".as_ref(),
+            f.pubkey.as_os_str(),
+            img.as_os_str(),
+        ])
+    };
+    assert_eq!(f.verify(&img).code, Some(0), "verifies under the defaults");
+    for (flag, value, needle) in [
+        (
+            "--max-image-bytes",
+            "2K",
+            "larger than the limit of 2048 bytes (--max-image-bytes)",
+        ),
+        (
+            "--max-image-entries",
+            "2",
+            "more than 2 tar headers (--max-image-entries)",
+        ),
+        (
+            "--max-image-path",
+            "8",
+            "longer than the limit of 8 bytes (--max-image-path)",
+        ),
+        (
+            "--max-image-path-total",
+            "20",
+            "exceed the limit of 20 bytes (--max-image-path-total)",
+        ),
+        (
+            "--max-image-unsigned-bytes",
+            "1024",
+            "in the first 1024 uncompressed bytes of the layer (--max-image-unsigned-bytes)",
+        ),
+        (
+            "--max-image-json",
+            "100",
+            "larger than the limit of 100 bytes (--max-image-json)",
+        ),
+    ] {
+        verify(flag, value).assert_refused(flag, &[needle]);
+    }
+    let o = verify("--max-image-bytes", "8X");
+    assert_eq!(o.code, Some(2), "a bad size is a usage error: {o:?}");
+    assert!(o.stderr.contains("expected a byte count"), "{}", o.stderr);
+    let o = measure(&[
+        "release".as_ref(),
+        "inspect".as_ref(),
+        "--max-image-entries".as_ref(),
+        "2".as_ref(),
+        img.as_os_str(),
+    ]);
+    o.assert_refused(
+        "inspect",
+        &["more than 2 tar headers (--max-image-entries)"],
+    );
+}
