@@ -250,7 +250,8 @@ pub fn scan_with<R: Read>(
         hash: Sha256::new(),
     };
     let mut out = Scan::default();
-    // Every path seen (germline files included), for parent and duplicate checks.
+    // Every path seen (germline files included), for parent and duplicate checks; it becomes
+    // the tree at the end.
     let mut seen: BTreeMap<Vec<u8>, Entry> = BTreeMap::new();
     let mut dirs: Vec<(PathBuf, u32)> = Vec::new();
     let mut headers = 0u64;
@@ -635,8 +636,6 @@ pub fn scan_with<R: Read>(
                         "only regular files may live in .germline/".into(),
                     ));
                 }
-            } else {
-                out.tree.entries.insert(rel.clone(), entry.clone());
             }
             seen.insert(rel, entry);
         }
@@ -657,6 +656,9 @@ pub fn scan_with<R: Read>(
             .map_err(|e| Error::io(d, e))?;
     }
     out.diff_id = format!("sha256:{}", hex::encode(hr.hash.finalize()));
+    // The tree is what was seen outside `.germline/`: one map, so each path is held once.
+    seen.retain(|k, _| !is_excluded(k));
+    out.tree.entries = seen;
     Ok(out)
 }
 
