@@ -40,6 +40,9 @@ pub struct RunArgs {
     pub copy_cpus: Vec<usize>,
     #[command(flatten)]
     pub evidence: EvidenceArgs,
+    /// The maxima an image layout release is read under (docs/release.md).
+    #[command(flatten)]
+    pub image_limits: germline_release::untrusted::LimitArgs,
     /// Serve Prometheus metrics at http://ADDR/metrics (off by default; docs/operations.md).
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<std::net::SocketAddr>,
@@ -110,7 +113,7 @@ pub fn evidence_for(
 pub fn start_session(a: &RunArgs) -> Result<Session, String> {
     let policy = Arc::new(Policy::load(&a.policy).map_err(|e| e.to_string())?);
     crate::limits::check_pool(policy.limits(), a.pool)?;
-    let release = Release::load(&a.release, &a.key)?;
+    let release = Release::load_with(&a.release, &a.key, &a.image_limits.limits())?;
     let lifetime = policy.lifetime(&release.manifest.name);
     if lifetime == germline_policy::limits::Lifetime::LongLived {
         return Err(format!(

@@ -711,6 +711,8 @@ pub struct VerifyInput<'a> {
     pub items: &'a Path,
     /// Re-runs per side; the record's own count unless given.
     pub tries: Option<usize>,
+    /// The maxima an image layout release is read under (`--max-image-*`).
+    pub limits: germline_release::untrusted::Limits,
 }
 
 /// `germline witness verify`: checks the record's signature, the release and the items
@@ -721,7 +723,7 @@ pub fn verify_offline(v: &VerifyInput<'_>) -> Result<Value, String> {
         .map_err(|e| format!("--witness-key {}: {e}", v.witness_key.display()))?;
     let rec = read_signed(v.record, &public)?;
     let meta = meta_of(&rec, v.items)?;
-    let release = crate::release::Release::load(v.release, v.release_key)?;
+    let release = crate::release::Release::load_with(v.release, v.release_key, &v.limits)?;
     if release.digest != rec.release {
         return Err(format!(
             "--release {}: its digest {} is not the record's release {}",

@@ -5,6 +5,12 @@ use std::path::{Path, PathBuf};
 
 use germline_release::keys::PublicKey;
 use germline_release::manifest::Manifest;
+use germline_release::untrusted::Limits;
+
+/// The refusal, printable whatever the image put into it.
+fn refused(path: &Path, e: &germline_release::Error) -> String {
+    germline_release::error::printable(&format!("release {} refused: {e}", path.display()))
+}
 
 /// A verified release, ready to launch. Cloned for each germline `germline serve` starts
 /// (one per agent session under the `session` lifetime); the clones share the extracted tree.
@@ -22,21 +28,26 @@ impl Release {
     /// Verifies `path` (an unpacked bundle with `rootfs/`, or an OCI image layout, which is
     /// extracted after verification) against the publisher key in `key`.
     pub fn load(path: &Path, key: &Path) -> Result<Release, String> {
+        Release::load_with(path, key, &Limits::default())
+    }
+
+    /// [`Release::load`], reading an image layout under `limits` (`--max-image-*`).
+    pub fn load_with(path: &Path, key: &Path, limits: &Limits) -> Result<Release, String> {
         let pem = std::fs::read(key).map_err(|e| format!("key {}: {e}", key.display()))?;
         let key =
             PublicKey::from_pem(&pem, &key.display().to_string()).map_err(|e| e.to_string())?;
-        let (verified, rootfs, extracted) = if path.join("index.json").exists() {
+        let (verified, rootfs, extracted) = if germline_release::release::is_image_layout(path) {
             let tmp = tempfile::Builder::new()
                 .prefix("germline-release-")
                 .tempdir_in(std::env::temp_dir())
                 .map_err(|e| format!("temporary directory: {e}"))?;
             let dest = tmp.path().join("bundle");
-            let v = germline_release::release::verify_path(path, &key, Some(&dest))
-                .map_err(|e| format!("release {} refused: {e}", path.display()))?;
+            let v = germline_release::release::verify_path_with(path, &key, Some(&dest), limits)
+                .map_err(|e| refused(path, &e))?;
             (v, dest.join("rootfs"), Some(tmp))
         } else {
-            let v = germline_release::release::verify_path(path, &key, None)
-                .map_err(|e| format!("release {} refused: {e}", path.display()))?;
+            let v = germline_release::release::verify_path_with(path, &key, None, limits)
+                .map_err(|e| refused(path, &e))?;
             (v, path.join("rootfs"), None)
         };
         Ok(Release {

@@ -1193,5 +1193,5 @@ fn add_meta(result: &mut Value, germline: Value) {
 
 /// Whether `path` looks like a release (for error messages before verification).
 pub fn looks_like_release(path: &Path) -> bool {
-    path.join("index.json").exists() || path.join("rootfs").is_dir()
+    germline_release::release::is_image_layout(path) || path.join("rootfs").is_dir()
 }

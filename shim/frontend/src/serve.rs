@@ -95,6 +95,9 @@ pub struct ServeArgs {
     pub pool: usize,
     #[command(flatten)]
     pub evidence: crate::cli::EvidenceArgs,
+    /// The maxima an image layout release is read under (docs/release.md).
+    #[command(flatten)]
+    pub image_limits: germline_release::untrusted::LimitArgs,
     /// Serve Prometheus metrics at http://ADDR/metrics (off by default; docs/operations.md).
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
@@ -291,7 +294,7 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
     // Every release is verified before anything of any of them runs.
     let mut releases = Vec::new();
     for path in &a.releases {
-        releases.push(Release::load(path, &a.key)?);
+        releases.push(Release::load_with(path, &a.key, &a.image_limits.limits())?);
     }
     let owners = tool_owners(&releases.iter().map(describe).collect::<Vec<_>>())?;
     let token = if a.no_auth || a.users.is_some() {

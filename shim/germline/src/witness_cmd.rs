@@ -33,6 +33,9 @@ enum WitnessCmd {
         /// Re-runs per side (default: the record's).
         #[arg(long)]
         tries: Option<usize>,
+        /// The maxima an image layout release is read under (docs/release.md).
+        #[command(flatten)]
+        limits: germline_release::untrusted::LimitArgs,
     },
     /// Every witness record and each release's dampening state.
     List {
@@ -51,6 +54,7 @@ pub fn run(a: &WitnessArgs) -> Result<bool, String> {
             witness_key,
             items,
             tries,
+            limits,
         } => {
             let v = germline_frontend::evidence::verify_offline(
                 &germline_frontend::evidence::VerifyInput {
@@ -60,6 +64,7 @@ pub fn run(a: &WitnessArgs) -> Result<bool, String> {
                     release_key: key,
                     items,
                     tries: *tries,
+                    limits: limits.limits(),
                 },
             )?;
             println!("{v}");

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::keys::{self, Algorithm, PublicKey};
 use crate::manifest::{Manifest, MANIFEST_PATH, SIGNATURE_PATH};
 use crate::release::{self, Source};
+use crate::untrusted::LimitArgs;
 use crate::{bundle, digest, tuf};
 
 /// `germline keygen`: a cosign-compatible key pair (password from `COSIGN_PASSWORD`).
@@ -70,6 +71,8 @@ pub struct PackArgs {
     /// Also write an OCI image layout here (must not exist).
     #[arg(long)]
     pub image: Option<PathBuf>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
 }
 
 #[derive(Debug, Args)]
@@ -115,6 +118,8 @@ pub struct PublishArgs {
     /// Expiry of timestamp.json, RFC 3339 (default: 7 days from now).
     #[arg(long)]
     pub timestamp_expires: Option<String>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
 }
 
 #[derive(Debug, Args)]
@@ -136,6 +141,8 @@ pub struct VerifyArgs {
     /// Where rollback state lives (TUF datastore, highest versions seen).
     #[arg(long, default_value = "/var/lib/germline/release-state")]
     pub state: PathBuf,
+    #[command(flatten)]
+    pub limits: LimitArgs,
 }
 
 #[derive(Debug, Args)]
@@ -148,6 +155,8 @@ pub struct InspectArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub limits: LimitArgs,
 }
 
 #[derive(Debug, Args)]
@@ -168,7 +177,11 @@ fn finish(r: Result<()>, what: &str) -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("germline: {what}: {e}");
+            // Printable whatever an image put into the message (error::printable).
+            eprintln!(
+                "germline: {what}: {}",
+                crate::error::printable(&e.to_string())
+            );
             ExitCode::FAILURE
         }
     }
@@ -233,12 +246,13 @@ fn pack(a: &PackArgs) -> Result<()> {
         }
     };
     let key = a.key.as_deref().map(keys::load_signing_key).transpose()?;
-    let p = release::pack(
+    let p = release::pack_with(
         &a.manifest,
         &source,
         key.as_ref(),
         &a.out,
         a.image.as_deref(),
+        &a.limits.limits(),
     )?;
     print_json(&json!({
         "name": p.manifest.name, "version": p.manifest.version, "rootfs_digest": p.rootfs_digest,
@@ -280,7 +294,7 @@ fn tuf_init(a: &TufInitArgs) -> Result<()> {
 
 fn publish(a: &PublishArgs) -> Result<()> {
     let key = keys::load_public_key(&a.key)?;
-    let v = release::verify_path(&a.release, &key, None)?;
+    let v = release::verify_path_with(&a.release, &key, None, &a.limits.limits())?;
     let ts = match &a.timestamp_expires {
         Some(s) => s
             .parse::<jiff::Timestamp>()
@@ -302,7 +316,12 @@ fn publish(a: &PublishArgs) -> Result<()> {
 fn verify(a: &VerifyArgs) -> Result<()> {
     let key = keys::load_public_key(&a.key)?;
     let t0 = Instant::now();
-    let v = release::verify_path(&a.release, &key, a.extract_to.as_deref())?;
+    let v = release::verify_path_with(
+        &a.release,
+        &key,
+        a.extract_to.as_deref(),
+        &a.limits.limits(),
+    )?;
     let tuf = match (&a.tuf_repo, &a.tuf_root) {
         (Some(repo), Some(root)) => {
             let c = tuf::check_release(repo, root, &a.state, &v.manifest_bytes, &v.manifest)?;
@@ -334,10 +353,11 @@ fn tools_json(m: &Manifest) -> serde_json::Value {
 }
 
 fn inspect(a: &InspectArgs) -> Result<()> {
+    let limits = a.limits.limits();
     let (manifest, status, fingerprint, digest_ok) = match &a.key {
         Some(k) => {
             let key: PublicKey = keys::load_public_key(k)?;
-            match release::verify_path(&a.release, &key, None) {
+            match release::verify_path_with(&a.release, &key, None, &limits) {
                 Ok(v) => (
                     v.manifest,
                     "verified".to_string(),
@@ -345,13 +365,13 @@ fn inspect(a: &InspectArgs) -> Result<()> {
                     Some(true),
                 ),
                 Err(e) => {
-                    let (m, _, fp) = release::read_unverified(&a.release)?;
+                    let (m, _, fp) = release::read_unverified_with(&a.release, &limits)?;
                     (m, format!("REFUSED: {e}"), fp, None)
                 }
             }
         }
         None => {
-            let (m, signed, fp) = release::read_unverified(&a.release)?;
+            let (m, signed, fp) = release::read_unverified_with(&a.release, &limits)?;
             let s = if signed {
                 "signed, not checked (no --key given)"
             } else {

@@ -9,7 +9,6 @@
 
 use sha2::{Digest as _, Sha256};
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
@@ -126,10 +125,11 @@ pub fn check_symlink(rel: &[u8], target: &[u8]) -> std::result::Result<(), Strin
     Ok(())
 }
 
-/// Hashes a file's contents: mmap for large files, one buffered read for small ones.
+/// Hashes a file's contents: mmap for large files, one buffered read for small ones. The file
+/// is opened without following a symlink or blocking on a FIFO, and must be a regular file on
+/// the descriptor (crate::untrusted): the walk saw a regular file, but it may have been swapped.
 pub fn hash_file(path: &Path) -> Result<(u64, [u8; 32])> {
-    let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
-    let len = f.metadata().map_err(|e| Error::io(path, e))?.len();
+    let (mut f, len) = crate::untrusted::open_regular(path)?;
     let mut h = Sha256::new();
     if len >= 1 << 20 {
         // SAFETY: the map is read-only and private; the rootfs is not written while it is
@@ -140,7 +140,10 @@ pub fn hash_file(path: &Path) -> Result<(u64, [u8; 32])> {
         return Ok((map.len() as u64, h.finalize().into()));
     }
     let mut buf = Vec::with_capacity(len as usize);
-    f.read_to_end(&mut buf).map_err(|e| Error::io(path, e))?;
+    (&mut f)
+        .take(len)
+        .read_to_end(&mut buf)
+        .map_err(|e| Error::io(path, e))?;
     h.update(&buf);
     Ok((buf.len() as u64, h.finalize().into()))
 }

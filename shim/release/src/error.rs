@@ -64,6 +64,8 @@ pub enum Error {
         entry: String,
         message: String,
     },
+    #[error("layer {layer}: {message}")]
+    Layer { layer: String, message: String },
     #[error("TUF repository {repo}: {message}")]
     Tuf { repo: String, message: String },
     #[error(
@@ -88,5 +90,52 @@ impl Error {
             path: path.into(),
             source,
         }
+    }
+}
+
+/// `s` with every control or otherwise non-printable character escaped (`\u{1b}`, `\r`, ...),
+/// so that text taken from an untrusted image (entry names, a tar parser's message quoting a
+/// header field) can never drive the terminal that shows the error. Quotes and backslashes
+/// are kept as they are: only what would not print is escaped.
+pub fn printable(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        let esc = c.escape_debug();
+        // `escape_debug` escapes quotes and backslashes too; those print fine.
+        if esc.len() > 1 && !matches!(c, '"' | '\'' | '\\') {
+            out.extend(esc);
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Bytes from an untrusted image as printable text: valid UTF-8 through [`printable`],
+/// anything else byte by byte (`\xff`).
+pub fn printable_bytes(b: &[u8]) -> String {
+    match std::str::from_utf8(b) {
+        Ok(s) => printable(s),
+        Err(_) => b.escape_ascii().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printable_escapes_what_would_not_print() {
+        assert_eq!(printable("usr/bin/python3"), "usr/bin/python3");
+        assert_eq!(printable("caf\u{e9} \"q\" \\"), "caf\u{e9} \"q\" \\");
+        assert_eq!(
+            printable("a\u{1b}[2Jb\r\n\u{7}"),
+            "a\\u{1b}[2Jb\\r\\n\\u{7}"
+        );
+        assert_eq!(printable("x\u{202e}y"), "x\\u{202e}y");
+        assert_eq!(printable_bytes(b"a\xff\x1b"), "a\\xff\\x1b");
+        assert!(printable_bytes(b"\x1b]0;t\x07\x00")
+            .chars()
+            .all(|c| !c.is_control()));
     }
 }

@@ -6,6 +6,7 @@
 //! hard links to anything but an earlier regular file, duplicates and whiteouts.
 
 use sha2::{Digest as _, Sha256};
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::io::{Read, Write};
@@ -14,8 +15,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::digest::{check_symlink, is_excluded, Entry, Tree};
-use crate::error::{Error, Result};
-use crate::manifest::GERMLINE_DIR;
+use crate::error::{printable, printable_bytes, Error, Result};
+use crate::manifest::{GERMLINE_DIR, MANIFEST_PATH, SIGNATURE_PATH};
+use crate::untrusted::Limits;
 
 /// What to do with the entries.
 #[derive(Debug, Clone, Copy)]
@@ -40,7 +42,8 @@ pub struct Scan {
     pub diff_id: String,
 }
 
-const MAX_GERMLINE_FILE: u64 = 4 << 20;
+/// The most one file under `.germline/` may hold (the manifest, its signature).
+pub const MAX_GERMLINE_FILE: u64 = 4 << 20;
 
 struct HashingReader<R> {
     inner: R,
@@ -81,7 +84,7 @@ fn entry_path(raw: &[u8], strict: bool) -> std::result::Result<Vec<u8>, String> 
 }
 
 fn lossy(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+    printable_bytes(b)
 }
 
 /// Every proper prefix of `rel` must be a real directory under `root` (never a symlink), so
@@ -106,34 +109,320 @@ fn check_parents_on_disk(root: &Path, rel: &[u8]) -> std::result::Result<(), Str
     Ok(())
 }
 
-/// Walks one layer. `layer` names it in errors.
+/// Which maximum the bounded reader holds the uncompressed stream to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cap {
+    /// `Limits::bytes`.
+    Total,
+    /// `Limits::unsigned_bytes`, until the signed manifest has been verified.
+    Unsigned,
+}
+
+/// Bytes read so far and the current maximum, shared by the bounded reader (inside the tar
+/// parser) and the walk (which lifts the cap once the signature verifies).
+struct Meter {
+    read: Cell<u64>,
+    cap: Cell<u64>,
+    which: Cell<Cap>,
+    tripped: Cell<bool>,
+}
+
+/// Reads at most `meter.cap` bytes; one byte more fails the read and marks the meter.
+struct Bounded<'m, R> {
+    inner: R,
+    meter: &'m Meter,
+}
+impl<R: Read> Read for Bounded<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let read = self.meter.read.get();
+        let room = self.meter.cap.get().saturating_sub(read);
+        // With no room left, read one byte to tell the end of the stream from excess.
+        let want = usize::try_from(room.clamp(1, buf.len() as u64)).unwrap_or(1);
+        let n = self.inner.read(&mut buf[..want])?;
+        if room == 0 && n > 0 {
+            self.meter.tripped.set(true);
+            return Err(std::io::Error::other("image limit reached"));
+        }
+        self.meter.read.set(read + n as u64);
+        Ok(n)
+    }
+}
+
+/// What extension headers (GNU long names, PAX records) said about the next entry.
+#[derive(Debug, Default)]
+struct Ext {
+    long_name: Option<Vec<u8>>,
+    long_link: Option<Vec<u8>>,
+    pax: bool,
+    pax_path: Option<Vec<u8>>,
+    pax_link: Option<Vec<u8>>,
+    pax_size: Option<u64>,
+}
+
+impl Ext {
+    fn pending(&self) -> bool {
+        self.long_name.is_some() || self.long_link.is_some() || self.pax
+    }
+}
+
+/// Called once the layer's `.germline/manifest.json` and its signature have both been read,
+/// with their bytes; an error refuses the layer before anything more of it is decompressed.
+pub type Gate<'g> = &'g mut dyn FnMut(&[u8], &[u8]) -> Result<()>;
+
+/// [`scan_with`] under the default limits and no signature gate.
 pub fn scan<R: Read>(reader: R, layer: &str, mode: Mode<'_>) -> Result<Scan> {
+    scan_with(reader, layer, mode, &Limits::default(), None)
+}
+
+/// Walks one layer. `layer` names it in errors. Every byte of the uncompressed stream passes
+/// through a reader bounded by `limits.bytes` (and, while `gate` has not yet passed, by
+/// `limits.unsigned_bytes`); each tar header counts against `limits.entries`; paths, link
+/// targets, GNU long names and PAX records are bounded by `limits.path` before they are read.
+/// Extension headers are parsed here (the tar crate's raw mode), so that nothing reads an
+/// unbounded long name into memory.
+pub fn scan_with<R: Read>(
+    reader: R,
+    layer: &str,
+    mode: Mode<'_>,
+    limits: &Limits,
+    mut gate: Option<Gate<'_>>,
+) -> Result<Scan> {
     let strict = !matches!(mode, Mode::Apply(_));
-    let lerr = |entry: &[u8], message: String| Error::LayerEntry {
+    // Entry names and parser messages come from the image: printable only.
+    let lerr = |entry: &[u8], message: String| {
+        if entry.is_empty() {
+            return Error::Layer {
+                layer: layer.into(),
+                message: printable(&message),
+            };
+        }
+        Error::LayerEntry {
+            layer: layer.into(),
+            entry: printable_bytes(entry),
+            message: printable(&message),
+        }
+    };
+    let meter = Meter {
+        read: Cell::new(0),
+        cap: Cell::new(limits.bytes),
+        which: Cell::new(Cap::Total),
+        tripped: Cell::new(false),
+    };
+    if gate.is_some() && limits.unsigned_bytes < limits.bytes {
+        meter.cap.set(limits.unsigned_bytes);
+        meter.which.set(Cap::Unsigned);
+    }
+    let limit_err = |message: String| Error::Layer {
         layer: layer.into(),
-        entry: lossy(entry),
         message,
     };
+    let tripped = || {
+        let cap = meter.cap.get();
+        limit_err(match meter.which.get() {
+            Cap::Total => format!(
+                "the uncompressed layer is larger than the limit of {cap} bytes \
+                 (--max-image-bytes): decompression stopped there"
+            ),
+            Cap::Unsigned => format!(
+                "no signed manifest ({MANIFEST_PATH} and {SIGNATURE_PATH}) in the first {cap} \
+                 uncompressed bytes of the layer (--max-image-unsigned-bytes): decompression \
+                 stopped before more of an unverified layer was read (`germline release pack` \
+                 writes them first)"
+            ),
+        })
+    };
+    // An I/O error from the stream: the limit it hit, or what the tar parser said, printable.
+    let fail = |entry: &[u8], e: std::io::Error, what: &str| {
+        if meter.tripped.get() {
+            tripped()
+        } else {
+            lerr(entry, format!("{what}: {}", printable(&e.to_string())))
+        }
+    };
     let mut hr = HashingReader {
-        inner: reader,
+        inner: Bounded {
+            inner: reader,
+            meter: &meter,
+        },
         hash: Sha256::new(),
     };
     let mut out = Scan::default();
-    // Every path seen (germline files included), for parent and duplicate checks.
+    // Every path seen (germline files included), for parent and duplicate checks; it becomes
+    // the tree at the end.
     let mut seen: BTreeMap<Vec<u8>, Entry> = BTreeMap::new();
     let mut dirs: Vec<(PathBuf, u32)> = Vec::new();
+    let mut headers = 0u64;
+    let mut path_total = 0u64;
+    let mut ext = Ext::default();
     {
         let mut archive = tar::Archive::new(&mut hr);
         let entries = archive
             .entries()
-            .map_err(|e| lerr(b"", format!("not a tar stream: {e}")))?;
+            .map_err(|e| fail(b"", e, "not a tar stream"))?
+            .raw(true);
         for ent in entries {
-            let mut ent =
-                ent.map_err(|e| lerr(b"", format!("corrupt or truncated tar stream: {e}")))?;
-            let raw = ent.path_bytes().into_owned();
+            let mut ent = ent.map_err(|e| fail(b"", e, "corrupt or truncated tar stream"))?;
+            headers += 1;
+            if headers > limits.entries {
+                return Err(limit_err(format!(
+                    "more than {} tar headers (--max-image-entries)",
+                    limits.entries
+                )));
+            }
             let ty = ent.header().entry_type();
-            if matches!(ty, tar::EntryType::XGlobalHeader | tar::EntryType::XHeader) {
-                continue;
+            let hname = ent.header().path_bytes().into_owned();
+            let hsize = ent
+                .header()
+                .entry_size()
+                .map_err(|e| fail(&hname, e, "bad size field"))?;
+            match ty {
+                tar::EntryType::GNULongName | tar::EntryType::GNULongLink => {
+                    let long_name = ty == tar::EntryType::GNULongName;
+                    let what = if long_name {
+                        "GNU long name"
+                    } else {
+                        "GNU long link name"
+                    };
+                    // GNU tar stores the name with its terminating NUL.
+                    if hsize > limits.path.saturating_add(1) {
+                        return Err(lerr(
+                            &hname,
+                            format!(
+                                "{what} of {hsize} bytes is longer than the limit of {} bytes \
+                                 (--max-image-path)",
+                                limits.path
+                            ),
+                        ));
+                    }
+                    let slot = if long_name {
+                        &mut ext.long_name
+                    } else {
+                        &mut ext.long_link
+                    };
+                    if slot.is_some() {
+                        return Err(lerr(&hname, format!("two {what} headers for one entry")));
+                    }
+                    let mut v = Vec::with_capacity(usize::try_from(hsize).unwrap_or(0));
+                    ent.read_to_end(&mut v).map_err(|e| fail(&hname, e, what))?;
+                    if v.len() as u64 != hsize {
+                        return Err(lerr(&hname, format!("{what}: truncated")));
+                    }
+                    if v.last() == Some(&0) {
+                        v.pop();
+                    }
+                    *slot = Some(v);
+                    continue;
+                }
+                tar::EntryType::XHeader | tar::EntryType::XGlobalHeader => {
+                    if hsize > limits.pax() {
+                        return Err(lerr(
+                            &hname,
+                            format!(
+                                "PAX extended header of {hsize} bytes is larger than the limit \
+                                 of {} bytes (twice --max-image-path, plus 64 KiB)",
+                                limits.pax()
+                            ),
+                        ));
+                    }
+                    if ty == tar::EntryType::XGlobalHeader {
+                        continue; // skipped, through the bounded reader
+                    }
+                    if ext.pax {
+                        return Err(lerr(&hname, "two PAX headers for one entry".into()));
+                    }
+                    let mut v = Vec::with_capacity(usize::try_from(hsize).unwrap_or(0));
+                    ent.read_to_end(&mut v)
+                        .map_err(|e| fail(&hname, e, "PAX header"))?;
+                    for rec in tar::PaxExtensions::new(&v) {
+                        let rec = rec.map_err(|e| {
+                            lerr(
+                                &hname,
+                                format!("malformed PAX record: {}", printable(&e.to_string())),
+                            )
+                        })?;
+                        match rec.key_bytes() {
+                            b"path" => ext.pax_path = Some(rec.value_bytes().to_vec()),
+                            b"linkpath" => ext.pax_link = Some(rec.value_bytes().to_vec()),
+                            b"size" => {
+                                let n = std::str::from_utf8(rec.value_bytes())
+                                    .ok()
+                                    .and_then(|s| s.parse::<u64>().ok())
+                                    .ok_or_else(|| {
+                                        lerr(&hname, "PAX `size` record is not a number".into())
+                                    })?;
+                                ext.pax_size = Some(n);
+                            }
+                            _ => {}
+                        }
+                    }
+                    ext.pax = true;
+                    continue;
+                }
+                tar::EntryType::GNUSparse => {
+                    return Err(lerr(
+                        &hname,
+                        "GNU sparse entry: not supported in an image layer".into(),
+                    ))
+                }
+                _ => {}
+            }
+            let e = std::mem::take(&mut ext);
+            if e.long_name.is_some() && e.pax_path.is_some() {
+                return Err(lerr(
+                    &hname,
+                    "both a GNU long name and a PAX `path` record: ambiguous, refused".into(),
+                ));
+            }
+            if e.long_link.is_some() && e.pax_link.is_some() {
+                return Err(lerr(
+                    &hname,
+                    "both a GNU long link name and a PAX `linkpath` record: ambiguous, refused"
+                        .into(),
+                ));
+            }
+            if let Some(ps) = e.pax_size {
+                if ps != hsize {
+                    return Err(lerr(
+                        &hname,
+                        format!(
+                            "PAX `size` record {ps} disagrees with the header's size {hsize} \
+                             (parsers would disagree on where the next entry starts)"
+                        ),
+                    ));
+                }
+            }
+            let raw = e.long_name.or(e.pax_path).unwrap_or(hname);
+            let link = match e.long_link.or(e.pax_link) {
+                Some(l) => l,
+                None => ent
+                    .header()
+                    .link_name_bytes()
+                    .map(|c| c.into_owned())
+                    .unwrap_or_default(),
+            };
+            for (what, b) in [("path", &raw), ("link target", &link)] {
+                if b.len() as u64 > limits.path {
+                    return Err(lerr(
+                        &raw[..raw.len().min(256)],
+                        format!(
+                            "{what} of {} bytes is longer than the limit of {} bytes \
+                             (--max-image-path)",
+                            b.len(),
+                            limits.path
+                        ),
+                    ));
+                }
+            }
+            path_total += (raw.len() + link.len()) as u64;
+            if path_total > limits.path_total {
+                return Err(limit_err(format!(
+                    "its paths and link targets together exceed the limit of {} bytes \
+                     (--max-image-path-total)",
+                    limits.path_total
+                )));
             }
             let rel = entry_path(&raw, strict).map_err(|m| lerr(&raw, m))?;
             if rel.is_empty() {
@@ -258,7 +547,7 @@ pub fn scan<R: Read>(reader: R, layer: &str, mode: Mode<'_>) -> Result<Scan> {
                     let mut buf = vec![0u8; 256 << 10];
                     let mut total = 0u64;
                     loop {
-                        let n = ent.read(&mut buf).map_err(|e| lerr(&raw, format!("truncated file data: {e}")))?;
+                        let n = ent.read(&mut buf).map_err(|e| fail(&raw, e, "truncated file data"))?;
                         if n == 0 {
                             break;
                         }
@@ -279,11 +568,23 @@ pub fn scan<R: Read>(reader: R, layer: &str, mode: Mode<'_>) -> Result<Scan> {
                     }
                     if let Some(k) = keep {
                         out.germline.insert(rel.clone(), k);
+                        // The signature is checked as soon as the manifest and it are both
+                        // in hand; only then is the cap on unverified bytes lifted.
+                        if let (Some(g), Some(m), Some(sig)) = (
+                            gate.as_mut(),
+                            out.germline.get(MANIFEST_PATH.as_bytes()),
+                            out.germline.get(SIGNATURE_PATH.as_bytes()),
+                        ) {
+                            g(m, sig)?;
+                            gate = None;
+                            meter.cap.set(limits.bytes);
+                            meter.which.set(Cap::Total);
+                        }
                     }
                     Entry::File { mode: mode_bits, size, sha256: h.finalize().into() }
                 }
                 tar::EntryType::Symlink => {
-                    let target = ent.link_name_bytes().map(|c| c.into_owned()).unwrap_or_default();
+                    let target = link.clone();
                     if strict {
                         check_symlink(&rel, &target).map_err(|m| lerr(&raw, m))?;
                     } else if target.is_empty() {
@@ -295,7 +596,7 @@ pub fn scan<R: Read>(reader: R, layer: &str, mode: Mode<'_>) -> Result<Scan> {
                     Entry::Symlink { target }
                 }
                 tar::EntryType::Link => {
-                    let raw_target = ent.link_name_bytes().map(|c| c.into_owned()).unwrap_or_default();
+                    let raw_target = link.clone();
                     let target = entry_path(&raw_target, strict).map_err(|m| lerr(&raw, format!("hard link target: {m}")))?;
                     let linked = match seen.get(&target) {
                         Some(e @ Entry::File { .. }) => e.clone(),
@@ -335,21 +636,29 @@ pub fn scan<R: Read>(reader: R, layer: &str, mode: Mode<'_>) -> Result<Scan> {
                         "only regular files may live in .germline/".into(),
                     ));
                 }
-            } else {
-                out.tree.entries.insert(rel.clone(), entry.clone());
             }
             seen.insert(rel, entry);
         }
+        if ext.pending() {
+            return Err(lerr(
+                b"",
+                "extension header (GNU long name or PAX) at the end of the layer, with no entry \
+                 after it"
+                    .into(),
+            ));
+        }
         // Drain the padding after the end-of-archive marker so the diff_id covers the stream.
     }
-    std::io::copy(&mut hr, &mut std::io::sink())
-        .map_err(|e| lerr(b"", format!("reading layer: {e}")))?;
+    std::io::copy(&mut hr, &mut std::io::sink()).map_err(|e| fail(b"", e, "reading layer"))?;
     // Directory modes last, deepest first, so a read-only directory does not block its children.
     for (d, m) in dirs.iter().rev() {
         std::fs::set_permissions(d, std::fs::Permissions::from_mode(*m))
             .map_err(|e| Error::io(d, e))?;
     }
     out.diff_id = format!("sha256:{}", hex::encode(hr.hash.finalize()));
+    // The tree is what was seen outside `.germline/`: one map, so each path is held once.
+    seen.retain(|k, _| !is_excluded(k));
+    out.tree.entries = seen;
     Ok(out)
 }
 
@@ -378,5 +687,230 @@ mod tests {
             entry_path(b"/etc/passwd", false).as_deref(),
             Ok(&b"etc/passwd"[..])
         );
+    }
+
+    /// A tar stream of `(type, name, data)` headers, written raw (no builder checks).
+    fn tar_of(entries: &[(u8, &[u8], &[u8])]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (ty, name, data) in entries {
+            let mut h = tar::Header::new_gnu();
+            if let Some(g) = h.as_gnu_mut() {
+                g.name[..name.len()].copy_from_slice(name);
+            }
+            h.set_entry_type(tar::EntryType::new(*ty));
+            h.set_size(data.len() as u64);
+            h.set_mode(if *ty == b'5' { 0o755 } else { 0o644 });
+            h.set_cksum();
+            out.extend_from_slice(h.as_bytes());
+            out.extend_from_slice(data);
+            out.resize(out.len().div_ceil(512) * 512, 0);
+        }
+        out.resize(out.len() + 1024, 0);
+        out
+    }
+
+    fn pax(records: &[(&str, &str)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (k, v) in records {
+            // "<len> <key>=<value>\n", where len counts itself.
+            let body = format!(" {k}={v}\n");
+            let mut len = body.len() + 1;
+            while format!("{len}").len() + body.len() != len {
+                len += 1;
+            }
+            out.extend_from_slice(format!("{len}{body}").as_bytes());
+        }
+        out
+    }
+
+    fn check(t: &[u8], limits: &Limits) -> std::result::Result<Scan, String> {
+        scan_with(t, "L", Mode::Check, limits, None).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn limits_hold_before_memory_is_spent() {
+        let l = Limits {
+            entries: 3,
+            path: 16,
+            path_total: 40,
+            bytes: 8192,
+            unsigned_bytes: 1024,
+            json: 1024,
+        };
+        // Within every limit.
+        let ok = tar_of(&[(b'5', b"usr", b""), (b'0', b"usr/a", b"hi")]);
+        assert!(check(&ok, &l).is_ok());
+        // Entries: the fourth header.
+        let t = tar_of(&[
+            (b'5', b"a", b""),
+            (b'5', b"b", b""),
+            (b'5', b"c", b""),
+            (b'5', b"d", b""),
+        ]);
+        assert!(check(&t, &l)
+            .unwrap_err()
+            .contains("more than 3 tar headers (--max-image-entries)"));
+        // A GNU long name over the limit, and one within it that is used.
+        let long = vec![b'x'; 40];
+        let t = tar_of(&[(b'L', b"././@LongLink", &long), (b'0', b"short", b"")]);
+        assert!(check(&t, &l)
+            .unwrap_err()
+            .contains("GNU long name of 40 bytes"));
+        let t = tar_of(&[
+            (b'L', b"././@LongLink", b"long-name\0"),
+            (b'0', b"short", b""),
+        ]);
+        let s = check(&t, &l).unwrap();
+        assert!(
+            s.tree.entries.contains_key(&b"long-name"[..]),
+            "{:?}",
+            s.tree.entries.keys()
+        );
+        // A PAX path over the limit, a PAX size that disagrees, both kinds of long name.
+        let p = pax(&[("path", "a-path-longer-than-sixteen")]);
+        let t = tar_of(&[(b'x', b"pax", &p), (b'0', b"short", b"")]);
+        assert!(check(&t, &l)
+            .unwrap_err()
+            .contains("path of 26 bytes is longer than the limit of 16"));
+        let p = pax(&[("size", "5")]);
+        let t = tar_of(&[(b'x', b"pax", &p), (b'0', b"short", b"")]);
+        assert!(check(&t, &l)
+            .unwrap_err()
+            .contains("PAX `size` record 5 disagrees"));
+        let p = pax(&[("path", "b")]);
+        let t = tar_of(&[
+            (b'L', b"././@LongLink", b"a\0"),
+            (b'x', b"pax", &p),
+            (b'0', b"c", b""),
+        ]);
+        assert!(check(&t, &l).unwrap_err().contains("ambiguous"));
+        // A PAX header larger than its limit is refused from its header alone.
+        let big = vec![b'9'; usize::try_from(l.pax()).unwrap_or(0) + 1];
+        let t = tar_of(&[(b'x', b"pax", &big), (b'0', b"c", b"")]);
+        assert!(check(
+            &t,
+            &Limits {
+                bytes: 1 << 30,
+                ..l
+            }
+        )
+        .unwrap_err()
+        .contains("PAX extended header of"));
+        // Paths together.
+        let t = tar_of(&[
+            (b'5', b"aaaaaaaaaaaaaaa", b""),
+            (b'5', b"bbbbbbbbbbbbbbb", b""),
+            (b'5', b"ccccccccccccccc", b""),
+        ]);
+        assert!(check(&t, &l)
+            .unwrap_err()
+            .contains("(--max-image-path-total)"));
+        // Uncompressed bytes: a file larger than the limit stops at it.
+        let t = tar_of(&[(b'0', b"big", &[0u8; 9000])]);
+        assert!(check(&t, &l)
+            .unwrap_err()
+            .contains("larger than the limit of 8192 bytes (--max-image-bytes)"));
+        // A dangling extension header, a sparse entry.
+        let t = tar_of(&[(b'L', b"././@LongLink", b"a\0")]);
+        assert!(check(&t, &l)
+            .unwrap_err()
+            .contains("with no entry after it"));
+        let t = tar_of(&[(b'S', b"sparse", b"")]);
+        assert!(check(&t, &l).unwrap_err().contains("GNU sparse"));
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn the_gate_runs_before_the_rest_and_caps_unverified_bytes() {
+        let l = Limits {
+            unsigned_bytes: 4096,
+            ..Limits::default()
+        };
+        let germline = [
+            (b'5', &b".germline"[..], &b""[..]),
+            (b'0', b".germline/manifest.json", b"{}"),
+            (b'0', b".germline/manifest.sigstore.json", b"sig"),
+        ];
+        // Refused by the gate: nothing after the germline files is read.
+        let mut t = tar_of(&germline);
+        t.truncate(t.len() - 1024);
+        t.extend(tar_of(&[(b'0', b"after", &[7u8; 100_000])]));
+        let mut calls = 0;
+        let mut gate = |m: &[u8], s: &[u8]| -> Result<()> {
+            calls += 1;
+            assert_eq!((m, s), (&b"{}"[..], &b"sig"[..]));
+            Err(Error::Usage("bad signature".into()))
+        };
+        let e = scan_with(&t[..], "L", Mode::Check, &l, Some(&mut gate)).unwrap_err();
+        assert_eq!((e.to_string().as_str(), calls), ("bad signature", 1));
+        // Passed: the cap on unverified bytes is lifted.
+        let mut ok = |_: &[u8], _: &[u8]| -> Result<()> { Ok(()) };
+        assert!(scan_with(&t[..], "L", Mode::Check, &l, Some(&mut ok)).is_ok());
+        // Never passed: the stream stops at the cap.
+        let t = tar_of(&[
+            (b'0', b"first", &[7u8; 100_000]),
+            germline[0],
+            germline[1],
+            germline[2],
+        ]);
+        let mut never = |_: &[u8], _: &[u8]| -> Result<()> { Ok(()) };
+        let e = scan_with(&t[..], "L", Mode::Check, &l, Some(&mut never)).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("in the first 4096 uncompressed bytes"),
+            "{e}"
+        );
+        // Without a gate the same stream is read to its end.
+        assert!(check(&t, &l).is_ok());
+    }
+
+    /// Attacker bytes: a valid layer with random bytes overwritten (headers included, so sizes,
+    /// types, names and checksums go wrong in every way), read under small limits. Every
+    /// outcome is Ok or an error whose text is printable; nothing reads past the limits.
+    #[test]
+    fn random_corruptions_end_in_printable_errors_within_the_limits() {
+        let l = Limits {
+            entries: 64,
+            path: 256,
+            path_total: 4096,
+            bytes: 64 << 10,
+            unsigned_bytes: 64 << 10,
+            json: 4096,
+        };
+        let p = pax(&[("path", "usr/p\u{1b}x"), ("linkpath", "a")]);
+        let base = tar_of(&[
+            (b'5', b"usr", b""),
+            (b'L', b"././@LongLink", b"usr/long-name\0"),
+            (b'0', b"x", b"data"),
+            (b'x', b"pax", &p),
+            (b'2', b"usr/l", b""),
+            (b'0', b"usr/f", &[1u8; 3000]),
+        ]);
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (mut ok, mut refused) = (0, 0);
+        for _ in 0..3000 {
+            let mut t = base.clone();
+            for _ in 0..1 + next() % 8 {
+                let at = usize::try_from(next() % t.len() as u64).unwrap_or(0);
+                t[at] = (next() & 0xff) as u8;
+            }
+            match scan_with(&t[..], "L", Mode::Check, &l, None) {
+                Ok(_) => ok += 1,
+                Err(e) => {
+                    let text = e.to_string();
+                    assert!(!text.chars().any(|c| c.is_control()), "{text:?}");
+                    refused += 1;
+                }
+            }
+        }
+        // Both outcomes occur: the corruption reaches the parser and the checks.
+        assert!(ok > 0 && refused > 0, "ok {ok}, refused {refused}");
     }
 }

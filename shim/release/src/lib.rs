@@ -12,5 +12,6 @@ pub mod manifest;
 pub mod oci;
 pub mod release;
 pub mod tuf;
+pub mod untrusted;
 
 pub use error::{Error, Result};

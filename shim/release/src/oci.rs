@@ -7,13 +7,14 @@ use serde_json::json;
 use sha2::{Digest as _, Sha256};
 use std::ffi::OsStr;
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::manifest::Manifest;
+use crate::untrusted::{open_in, read_at_most, too_large, Limits};
 
 pub const MT_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 pub const MT_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -58,7 +59,8 @@ pub fn runtime_config(m: &Manifest) -> serde_json::Value {
     })
 }
 
-/// Every path under `root` (including `.germline/`), sorted by bytes: parents come first.
+/// Every path under `root` (including `.germline/`), `.germline/` first, each group sorted by
+/// bytes: parents come first.
 fn sorted_paths(root: &Path) -> Result<Vec<(Vec<u8>, PathBuf)>> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
@@ -79,7 +81,11 @@ fn sorted_paths(root: &Path) -> Result<Vec<(Vec<u8>, PathBuf)>> {
             out.push((rel, p));
         }
     }
-    out.sort();
+    // `.germline/` (the manifest and its signature) first, so that a verifier checks the
+    // signature before it decompresses the rest of the layer (docs/release.md); then by bytes.
+    out.sort_by(|a, b| {
+        (!crate::digest::is_excluded(&a.0), &a.0).cmp(&(!crate::digest::is_excluded(&b.0), &b.0))
+    });
     Ok(out)
 }
 
@@ -230,7 +236,8 @@ fn to_vec(v: &serde_json::Value) -> Result<Vec<u8>> {
     serde_json::to_vec(v).map_err(|e| Error::Usage(e.to_string()))
 }
 
-/// An image layout opened for reading: every blob is checked against its digest and size.
+/// An image layout opened for reading: every blob is checked against its digest and size,
+/// and every read is bounded (crate::untrusted).
 #[derive(Debug)]
 pub struct Image {
     pub layout: PathBuf,
@@ -238,9 +245,8 @@ pub struct Image {
     pub config: serde_json::Value,
     /// (media type, descriptor) of each layer, in order.
     pub layers: Vec<(String, Descriptor)>,
+    pub limits: Limits,
 }
-
-const MAX_JSON_BLOB: u64 = 4 << 20;
 
 impl Image {
     fn err(&self, message: String) -> Error {
@@ -250,14 +256,25 @@ impl Image {
         }
     }
 
-    /// Reads index.json, the (first) manifest and the config, checking digests and sizes.
+    /// [`Image::open_with`] under the default limits.
     pub fn open(layout: &Path) -> Result<Image> {
+        Image::open_with(layout, &Limits::default())
+    }
+
+    /// Reads index.json, the (first) manifest and the config, checking digests and sizes.
+    /// Each is opened only as a regular file and read only up to `limits.json` (index.json)
+    /// or its descriptor's size.
+    pub fn open_with(layout: &Path, limits: &Limits) -> Result<Image> {
         let ierr = |message: String| Error::Image {
             layout: layout.to_path_buf(),
             message,
         };
         let idx_path = layout.join("index.json");
-        let idx_bytes = std::fs::read(&idx_path).map_err(|e| Error::io(&idx_path, e))?;
+        let (f, size) = open_in(layout, &["index.json"])?;
+        if size > limits.json {
+            return Err(too_large(&idx_path, limits.json, "--max-image-json"));
+        }
+        let idx_bytes = read_at_most(f, &idx_path, limits.json, "--max-image-json")?;
         let mut node: serde_json::Value = serde_json::from_slice(&idx_bytes)
             .map_err(|e| ierr(format!("index.json: not valid JSON: {e}")))?;
         // Follow nested indexes (podman and skopeo may write one per platform).
@@ -271,7 +288,7 @@ impl Image {
                 .clone();
             let (mt, desc) =
                 descriptor(&first).map_err(|m| ierr(format!("index: manifests[0]: {m}")))?;
-            let bytes = read_json_blob(layout, &desc)?;
+            let bytes = read_json_blob(layout, &desc, limits)?;
             let v: serde_json::Value = serde_json::from_slice(&bytes)
                 .map_err(|e| ierr(format!("blob {}: not valid JSON: {e}", desc.digest)))?;
             if mt == MT_INDEX || v.get("manifests").is_some() {
@@ -284,7 +301,7 @@ impl Image {
             let (_, cdesc) =
                 descriptor(config_desc).map_err(|m| ierr(format!("manifest: config: {m}")))?;
             let config: serde_json::Value =
-                serde_json::from_slice(&read_json_blob(layout, &cdesc)?)
+                serde_json::from_slice(&read_json_blob(layout, &cdesc, limits)?)
                     .map_err(|e| ierr(format!("config blob: not valid JSON: {e}")))?;
             let mut layers = Vec::new();
             for (i, l) in v
@@ -302,6 +319,7 @@ impl Image {
                 manifest: v,
                 config,
                 layers,
+                limits: *limits,
             });
         }
         Err(ierr("index nesting deeper than 4".into()))
@@ -311,36 +329,66 @@ impl Image {
         blob_path(&self.layout, d)
     }
 
+    /// Opens a blob (a regular file, never through a symlink) whose size on disk must be its
+    /// descriptor's.
+    fn open_blob(&self, d: &Descriptor) -> Result<File> {
+        open_blob(&self.layout, d)
+    }
+
     /// Checks a layer blob's size and sha256 (streamed), before anything reads its contents.
     pub fn check_blob(&self, d: &Descriptor) -> Result<()> {
+        let mut f = self.open_blob(d)?;
+        self.hash_blob(&mut f, d)
+    }
+
+    /// Hashes exactly the descriptor's size of `f` from where it stands and compares.
+    fn hash_blob(&self, f: &mut File, d: &Descriptor) -> Result<()> {
         let p = self.blob_path(d)?;
-        let f = File::open(&p).map_err(|e| Error::io(&p, e))?;
-        let size = f.metadata().map_err(|e| Error::io(&p, e))?.len();
-        if size != d.size {
-            return Err(Error::BlobMismatch {
-                layout: self.layout.clone(),
-                digest: d.digest.clone(),
-                expected: format!("{} bytes", d.size),
-                actual: format!("{size} bytes"),
-            });
+        let mut h = Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut total = 0u64;
+        let mut r = f.take(d.size.saturating_add(1));
+        loop {
+            let n = r.read(&mut buf).map_err(|e| Error::io(&p, e))?;
+            if n == 0 {
+                break;
+            }
+            total += n as u64;
+            h.update(&buf[..n]);
         }
-        let (_, h) = crate::digest::hash_file(&p)?;
-        let actual = format!("sha256:{}", hex::encode(h));
-        if actual != d.digest {
+        let actual = format!("sha256:{}", hex::encode(h.finalize()));
+        if total != d.size || actual != d.digest {
             return Err(Error::BlobMismatch {
                 layout: self.layout.clone(),
                 digest: d.digest.clone(),
-                expected: d.digest.clone(),
-                actual,
+                expected: format!("{} ({} bytes)", d.digest, d.size),
+                actual: format!("{actual} ({total} bytes)"),
             });
         }
         Ok(())
     }
 
-    /// A reader of a layer's uncompressed tar stream.
-    pub fn layer_reader(&self, mt: &str, d: &Descriptor) -> Result<Box<dyn Read>> {
+    /// Opens a layer blob once, checks its size and sha256 against the descriptor, and returns
+    /// a reader of its uncompressed tar stream from the same descriptor (so the file checked
+    /// is the file read). The compressed stream is read only up to the descriptor's size; the
+    /// uncompressed one is bounded by the scan (crate::layer).
+    pub fn open_layer(&self, mt: &str, d: &Descriptor) -> Result<Box<dyn Read>> {
+        let mut f = self.open_blob(d)?;
+        self.hash_blob(&mut f, d)?;
         let p = self.blob_path(d)?;
-        let f = BufReader::with_capacity(1 << 20, File::open(&p).map_err(|e| Error::io(&p, e))?);
+        f.seek(SeekFrom::Start(0)).map_err(|e| Error::io(&p, e))?;
+        self.decoder(mt, d, f)
+    }
+
+    /// A reader of a layer's uncompressed tar stream (the blob is not checked here: use
+    /// [`Image::open_layer`] to check and read it in one).
+    pub fn layer_reader(&self, mt: &str, d: &Descriptor) -> Result<Box<dyn Read>> {
+        let f = self.open_blob(d)?;
+        self.decoder(mt, d, f)
+    }
+
+    fn decoder(&self, mt: &str, d: &Descriptor, f: File) -> Result<Box<dyn Read>> {
+        let f = BufReader::with_capacity(1 << 20, f.take(d.size));
         match mt {
             MT_LAYER_GZIP | "application/vnd.docker.image.rootfs.diff.tar.gzip" => Ok(Box::new(flate2::read::GzDecoder::new(f))),
             MT_LAYER_TAR | "application/vnd.docker.image.rootfs.diff.tar" => Ok(Box::new(f)),
@@ -396,15 +444,36 @@ fn blob_path(layout: &Path, d: &Descriptor) -> Result<PathBuf> {
     Ok(layout.join("blobs/sha256").join(hexd))
 }
 
-fn read_json_blob(layout: &Path, d: &Descriptor) -> Result<Vec<u8>> {
-    if d.size > MAX_JSON_BLOB {
+/// Opens `blobs/sha256/<hex>` under the layout (never through a symlink, only a regular file)
+/// and checks that its size is the descriptor's before anything reads it.
+fn open_blob(layout: &Path, d: &Descriptor) -> Result<File> {
+    let p = blob_path(layout, d)?;
+    let hexd = d.digest.strip_prefix("sha256:").unwrap_or_default();
+    let (f, size) = open_in(layout, &["blobs", "sha256", hexd])?;
+    if size != d.size {
+        return Err(Error::BlobMismatch {
+            layout: layout.to_path_buf(),
+            digest: format!("{} ({})", d.digest, p.display()),
+            expected: format!("{} bytes (its descriptor's size)", d.size),
+            actual: format!("{size} bytes on disk: refused before reading it"),
+        });
+    }
+    Ok(f)
+}
+
+fn read_json_blob(layout: &Path, d: &Descriptor, limits: &Limits) -> Result<Vec<u8>> {
+    if d.size > limits.json {
         return Err(Error::Image {
             layout: layout.to_path_buf(),
-            message: format!("blob {}: {} bytes is too large for JSON", d.digest, d.size),
+            message: format!(
+                "blob {}: its descriptor's size {} is larger than the limit of {} bytes for JSON (--max-image-json)",
+                d.digest, d.size, limits.json
+            ),
         });
     }
     let p = blob_path(layout, d)?;
-    let bytes = std::fs::read(&p).map_err(|e| Error::io(&p, e))?;
+    let f = open_blob(layout, d)?;
+    let bytes = read_at_most(f, &p, d.size, "its descriptor's size")?;
     let actual = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
     if bytes.len() as u64 != d.size || actual != d.digest {
         return Err(Error::BlobMismatch {

@@ -17,6 +17,7 @@ use crate::keys::{PublicKey, SigningKey};
 use crate::layer::{self, Mode};
 use crate::manifest::{Manifest, RootfsPin, GERMLINE_DIR, MANIFEST_PATH, SIGNATURE_PATH};
 use crate::oci::{self, Image};
+use crate::untrusted::{self, Limits};
 
 /// Where the release's files come from.
 #[derive(Debug, Clone)]
@@ -92,6 +93,25 @@ pub fn pack(
     bundle_out: &Path,
     image_out: Option<&Path>,
 ) -> Result<Packed> {
+    pack_with(
+        manifest_path,
+        source,
+        key,
+        bundle_out,
+        image_out,
+        &Limits::default(),
+    )
+}
+
+/// [`pack`], reading a source image layout under `limits`.
+pub fn pack_with(
+    manifest_path: &Path,
+    source: &Source,
+    key: Option<&SigningKey>,
+    bundle_out: &Path,
+    image_out: Option<&Path>,
+    limits: &Limits,
+) -> Result<Packed> {
     let mbytes = std::fs::read(manifest_path).map_err(|e| Error::io(manifest_path, e))?;
     let mut manifest = Manifest::parse(&mbytes, &manifest_path.display().to_string())?;
     refuse_existing(bundle_out)?;
@@ -104,10 +124,15 @@ pub fn pack(
     match source {
         Source::RootfsDir(src) => copy_tree(src, &rootfs)?,
         Source::ImageLayout(layout) => {
-            let img = Image::open(layout)?;
+            let img = Image::open_with(layout, limits)?;
             for (mt, d) in &img.layers {
-                img.check_blob(d)?;
-                layer::scan(img.layer_reader(mt, d)?, &d.digest, Mode::Apply(&rootfs))?;
+                layer::scan_with(
+                    img.open_layer(mt, d)?,
+                    &d.digest,
+                    Mode::Apply(&rootfs),
+                    limits,
+                    None,
+                )?;
             }
             let g = rootfs.join(GERMLINE_DIR);
             if std::fs::symlink_metadata(&g).is_ok() {
@@ -172,16 +197,34 @@ pub fn sign_bundle_dir(dir: &Path, key: &SigningKey) -> Result<()> {
 
 /// Reads `.germline/manifest.json` and (if `need_sig`) the signature, refusing symlinks.
 fn read_germline_files(rootfs: &Path, need_sig: bool) -> Result<(Vec<u8>, Option<Vec<u8>>)> {
-    let regular = |p: &Path, what: &str| -> Result<Option<Vec<u8>>> {
+    // Opened without following a symlink and without blocking on a FIFO, checked on the
+    // descriptor, and read only up to the limit every germline file has in a layer.
+    let regular = |p: &Path, name: &str, what: &str| -> Result<Option<Vec<u8>>> {
         match std::fs::symlink_metadata(p) {
-            Ok(md) if md.is_file() => std::fs::read(p).map(Some).map_err(|e| Error::io(p, e)),
-            Ok(_) => Err(Error::Rootfs {
-                path: p.to_path_buf(),
-                message: format!("{what} must be a regular file (not a symlink or directory)"),
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io(p, e)),
+            Ok(md) if md.is_file() => {}
+            Ok(_) => {
+                return Err(Error::Rootfs {
+                    path: p.to_path_buf(),
+                    message: format!("{what} must be a regular file (not a symlink or directory)"),
+                })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io(p, e)),
         }
+        let (f, _) = untrusted::open_in(rootfs, &[GERMLINE_DIR, name]).map_err(|e| match e {
+            Error::Rootfs { path, message } => Error::Rootfs {
+                path,
+                message: format!("{what} must be a regular file: {message}"),
+            },
+            e => e,
+        })?;
+        untrusted::read_at_most(
+            f,
+            p,
+            layer::MAX_GERMLINE_FILE,
+            "the most a .germline file may hold",
+        )
+        .map(Some)
     };
     let g = rootfs.join(GERMLINE_DIR);
     match std::fs::symlink_metadata(&g) {
@@ -200,12 +243,12 @@ fn read_germline_files(rootfs: &Path, need_sig: bool) -> Result<(Vec<u8>, Option
         }
     }
     let mp = rootfs.join(MANIFEST_PATH);
-    let m = regular(&mp, "the manifest")?.ok_or_else(|| Error::Rootfs {
+    let m = regular(&mp, "manifest.json", "the manifest")?.ok_or_else(|| Error::Rootfs {
         path: mp.clone(),
         message: "missing manifest".into(),
     })?;
     let sp = rootfs.join(SIGNATURE_PATH);
-    let s = regular(&sp, "the signature")?;
+    let s = regular(&sp, "manifest.sigstore.json", "the signature")?;
     if need_sig && s.is_none() {
         return Err(Error::Rootfs {
             path: sp,
@@ -271,12 +314,27 @@ pub fn verify_bundle_dir(dir: &Path, key: &PublicKey) -> Result<Verified> {
 }
 
 /// Verifies an OCI image layout before extraction and, if `extract_to` is given, extracts it
-/// there as an OCI bundle (`config.json` + `rootfs/`), atomically.
+/// there as an OCI bundle (`config.json` + `rootfs/`), atomically. Default limits.
 pub fn verify_image(layout: &Path, key: &PublicKey, extract_to: Option<&Path>) -> Result<Verified> {
+    verify_image_with(layout, key, extract_to, &Limits::default())
+}
+
+/// [`verify_image`] under `limits`. The order of checks (docs/release.md): index.json, the
+/// image manifest and config (regular files, bounded, digests); the layer blob's size and
+/// sha256 (before decompressing it); then the layer's tar stream, in which the signature over
+/// `.germline/manifest.json` is verified as soon as it and its signature have been read, with
+/// at most `limits.unsigned_bytes` decompressed before that; then the rest of the layer under
+/// `limits`, the diff_id, and the tree digest against the signed pin.
+pub fn verify_image_with(
+    layout: &Path,
+    key: &PublicKey,
+    extract_to: Option<&Path>,
+    limits: &Limits,
+) -> Result<Verified> {
     if let Some(d) = extract_to {
         refuse_existing(d)?;
     }
-    let img = Image::open(layout)?;
+    let img = Image::open_with(layout, limits)?;
     let [(mt, ldesc)] = img.layers.as_slice() else {
         return Err(Error::Image {
             layout: layout.to_path_buf(),
@@ -286,8 +344,19 @@ pub fn verify_image(layout: &Path, key: &PublicKey, extract_to: Option<&Path>) -
             ),
         });
     };
-    img.check_blob(ldesc)?;
-    let scan = layer::scan(img.layer_reader(mt, ldesc)?, &ldesc.digest, Mode::Check)?;
+    let where_ = format!("{} layer {}", layout.display(), ldesc.digest);
+    let mut signed: Option<(Manifest, bundle::Verified)> = None;
+    let mut gate = |m: &[u8], sig: &[u8]| -> Result<()> {
+        signed = Some(verify_signed_manifest(m, Some(sig), key, &where_)?);
+        Ok(())
+    };
+    let scan = layer::scan_with(
+        img.open_layer(mt, ldesc)?,
+        &ldesc.digest,
+        Mode::Check,
+        limits,
+        Some(&mut gate),
+    )?;
     if img.diff_ids() != [scan.diff_id.clone()] {
         return Err(Error::Image {
             layout: layout.to_path_buf(),
@@ -298,7 +367,6 @@ pub fn verify_image(layout: &Path, key: &PublicKey, extract_to: Option<&Path>) -
             ),
         });
     }
-    let where_ = format!("{} layer {}", layout.display(), ldesc.digest);
     let mbytes = scan
         .germline
         .get(MANIFEST_PATH.as_bytes())
@@ -307,8 +375,11 @@ pub fn verify_image(layout: &Path, key: &PublicKey, extract_to: Option<&Path>) -
             message: format!("missing {MANIFEST_PATH}: not a germline release"),
         })?;
     let sig = scan.germline.get(SIGNATURE_PATH.as_bytes());
-    let (manifest, signature) =
-        verify_signed_manifest(mbytes, sig.map(|s| s.as_slice()), key, &where_)?;
+    let (manifest, signature) = match signed {
+        Some(v) => v,
+        // Never gated (no signature in the layer): this names what is missing.
+        None => verify_signed_manifest(mbytes, sig.map(|s| s.as_slice()), key, &where_)?,
+    };
     let actual = scan.tree.digest();
     if actual != pinned(&manifest) {
         return Err(Error::RootfsDigest {
@@ -322,11 +393,24 @@ pub fn verify_image(layout: &Path, key: &PublicKey, extract_to: Option<&Path>) -
         let rootfs = tmp.path().join("rootfs");
         std::fs::create_dir(&rootfs).map_err(|e| Error::io(&rootfs, e))?;
         // The blob may have changed since it was checked: extraction checks everything again
-        // and the result must match the signed pin before it is renamed into place.
-        let again = layer::scan(
-            img.layer_reader(mt, ldesc)?,
+        // (the blob's digest, the same manifest before the limit on unverified bytes, every
+        // entry) and the result must match the signed pin before it is renamed into place.
+        let mut same = |m: &[u8], _sig: &[u8]| -> Result<()> {
+            if m == mbytes.as_slice() {
+                Ok(())
+            } else {
+                Err(Error::Rootfs {
+                    path: PathBuf::from(&where_),
+                    message: format!("{MANIFEST_PATH} changed during extraction"),
+                })
+            }
+        };
+        let again = layer::scan_with(
+            img.open_layer(mt, ldesc)?,
             &ldesc.digest,
             Mode::Extract(&rootfs),
+            limits,
+            Some(&mut same),
         )?;
         let digest2 = again.tree.digest();
         if digest2 != actual || again.germline.get(MANIFEST_PATH.as_bytes()) != Some(mbytes) {
@@ -355,8 +439,24 @@ pub fn verify_image(layout: &Path, key: &PublicKey, extract_to: Option<&Path>) -
 
 /// Verifies whichever `path` is: an image layout (has `index.json`) or a bundle (has `rootfs/`).
 pub fn verify_path(path: &Path, key: &PublicKey, extract_to: Option<&Path>) -> Result<Verified> {
-    if path.join("index.json").exists() {
-        verify_image(path, key, extract_to)
+    verify_path_with(path, key, extract_to, &Limits::default())
+}
+
+/// True if `path` is an image layout: it has an `index.json` entry of any type (a symlink or
+/// FIFO there is refused when it is opened, not taken for a bundle).
+pub fn is_image_layout(path: &Path) -> bool {
+    std::fs::symlink_metadata(path.join("index.json")).is_ok()
+}
+
+/// [`verify_path`], reading an image layout under `limits`.
+pub fn verify_path_with(
+    path: &Path,
+    key: &PublicKey,
+    extract_to: Option<&Path>,
+    limits: &Limits,
+) -> Result<Verified> {
+    if is_image_layout(path) {
+        verify_image_with(path, key, extract_to, limits)
     } else if path.join("rootfs").is_dir() {
         if extract_to.is_some() {
             return Err(Error::Usage(
@@ -375,16 +475,23 @@ pub fn verify_path(path: &Path, key: &PublicKey, extract_to: Option<&Path>) -> R
 /// Reads a release's manifest without a key (for `inspect`): (manifest, signed?, publisher key
 /// fingerprint named by the bundle's hint). Image layers are still read with every check.
 pub fn read_unverified(path: &Path) -> Result<(Manifest, bool, Option<String>)> {
-    let (mbytes, sig, where_) = if path.join("index.json").exists() {
-        let img = Image::open(path)?;
+    read_unverified_with(path, &Limits::default())
+}
+
+/// [`read_unverified`], reading an image layout under `limits`.
+pub fn read_unverified_with(
+    path: &Path,
+    limits: &Limits,
+) -> Result<(Manifest, bool, Option<String>)> {
+    let (mbytes, sig, where_) = if is_image_layout(path) {
+        let img = Image::open_with(path, limits)?;
         let [(mt, d)] = img.layers.as_slice() else {
             return Err(Error::Image {
                 layout: path.to_path_buf(),
                 message: format!("expected exactly one layer, found {}", img.layers.len()),
             });
         };
-        img.check_blob(d)?;
-        let scan = layer::scan(img.layer_reader(mt, d)?, &d.digest, Mode::Check)?;
+        let scan = layer::scan_with(img.open_layer(mt, d)?, &d.digest, Mode::Check, limits, None)?;
         let m = scan
             .germline
             .get(MANIFEST_PATH.as_bytes())
