@@ -35,9 +35,43 @@ impl Rng {
 /// Parts keys are made of: what a dotted or slashed spelling, a pointer's escapes, a glob, an
 /// index or a policy rule's own names could be confused with.
 const KEY_PARTS: &[&str] = &[
-    "", ".", "..", "/", "//", "~", "~0", "~1", "*", "**", "?", "[", "]", "{a,b}", "\\", "\"",
-    "x.y", "a/b", "pub", "fin", "hr", "form", "0", "1", "01", "-1", " ", "\n", "\t", "\u{0}",
-    "é", "données", "🙂", "\u{202e}", "#2", "argument:", "$ref",
+    "",
+    ".",
+    "..",
+    "/",
+    "//",
+    "~",
+    "~0",
+    "~1",
+    "*",
+    "**",
+    "?",
+    "[",
+    "]",
+    "{a,b}",
+    "\\",
+    "\"",
+    "x.y",
+    "a/b",
+    "pub",
+    "fin",
+    "hr",
+    "form",
+    "0",
+    "1",
+    "01",
+    "-1",
+    " ",
+    "\n",
+    "\t",
+    "\u{0}",
+    "é",
+    "données",
+    "🙂",
+    "\u{202e}",
+    "#2",
+    "argument:",
+    "$ref",
 ];
 
 /// Which part of the form a value sits in, and so who may see it.
@@ -148,7 +182,9 @@ impl Gen {
 fn expected(form: &Value) -> Value {
     fn empty(v: &Value) -> Value {
         match v {
-            Value::Object(m) => Value::Object(m.iter().map(|(k, x)| (k.clone(), empty(x))).collect()),
+            Value::Object(m) => {
+                Value::Object(m.iter().map(|(k, x)| (k.clone(), empty(x))).collect())
+            }
             Value::Array(a) => Value::Array(a.iter().map(empty).collect()),
             Value::String(_) => json!(""),
             Value::Number(_) => json!(0),
@@ -227,7 +263,13 @@ fn no_canary_at_any_leaf_reaches_a_host_not_cleared_for_it() {
         let out = run_agent(
             w.path(),
             &json!(script),
-            &run_cmd(&policy, mode, "germline-forms", w.path(), &["--no-evidence"]),
+            &run_cmd(
+                &policy,
+                mode,
+                "germline-forms",
+                w.path(),
+                &["--no-evidence"],
+            ),
         );
         assert_eq!(out.len(), n, "{mode}");
         for (i, r) in out.iter().enumerate() {
