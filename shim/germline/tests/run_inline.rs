@@ -209,7 +209,7 @@ fn cases() -> usize {
     std::env::var("GERMLINE_PROP_CASES")
         .ok()
         .and_then(|c| c.parse().ok())
-        .unwrap_or(120)
+        .unwrap_or(48)
 }
 
 #[test]
@@ -236,7 +236,13 @@ fn no_canary_at_any_leaf_reaches_a_host_not_cleared_for_it() {
         n: 0,
     };
     let forms: Vec<Value> = (0..n).map(|_| g.form()).collect();
-    let canaries = g.canaries;
+    // A key drawn twice in one object keeps its last value: only canaries still in a form count.
+    let all = serde_json::to_string(&forms).expect("forms");
+    let canaries: Vec<String> = g
+        .canaries
+        .into_iter()
+        .filter(|c| all.contains(c.as_str()))
+        .collect();
     eprintln!(
         "seed {seed:#x}: {n} calls, {} canaries at random leaves",
         canaries.len()
@@ -281,6 +287,19 @@ fn no_canary_at_any_leaf_reaches_a_host_not_cleared_for_it() {
             .iter()
             .filter(|c| bodies.iter().any(|b| b.contains(c.as_str())))
             .collect();
+        eprintln!(
+            "{mode}: {} of {} canaries reached the sink",
+            leaks.len(),
+            canaries.len()
+        );
+        if mode == "germline" {
+            assert!(
+                leaks.is_empty(),
+                "seed {seed:#x}: {} canaries reached ocr.example: {leaks:?}",
+                leaks.len()
+            );
+        }
+        leaked.push((mode, leaks.len()));
         for (i, (body, form)) in bodies.iter().zip(&forms).enumerate() {
             let got: Value = serde_json::from_str(body).expect("the form as JSON");
             // Mechanism off: the form arrives whole. On: exactly the finance view of it, every
@@ -291,10 +310,6 @@ fn no_canary_at_any_leaf_reaches_a_host_not_cleared_for_it() {
                 form.clone()
             };
             assert_eq!(got, want, "{mode}: call {i} (seed {seed:#x})");
-        }
-        leaked.push((mode, leaks.len()));
-        if mode == "germline" {
-            assert!(leaks.is_empty(), "seed {seed:#x}: leaked {leaks:?}");
         }
     }
     // The test can fail: with the mechanism off every canary reaches the sink.
