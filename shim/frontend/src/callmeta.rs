@@ -1086,7 +1086,7 @@ mod proptests {
                 *leaf = match leaf {
                     Value::String(_) => json!(c),
                     Value::Number(_) => json!(900_000_000 + n),
-                    _ => json!(n % 2 == 0),
+                    _ => json!(n.is_multiple_of(2)),
                 };
                 let text = match leaf {
                     Value::Number(x) => x.to_string(),
