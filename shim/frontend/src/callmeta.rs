@@ -15,12 +15,18 @@
 //!
 //! Labels from the call's `_meta` (`"germline/labels": {"<argument>": ["hr"]}`) are joined
 //! in: they may raise a value's label, never lower it.
+//!
+//! Every leaf is identified by its structural path ([`ArgPath`]: object keys and array
+//! indices, whatever the keys hold), never by a spelling of it: rules match it step by step,
+//! and each copy's arguments are re-serialised from a redacted copy of the parsed value, in
+//! which every item's path must resolve or the call fails (docs/policy.md, "Inline values").
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use germline_policy::argpath::{tokens, Seg};
 use germline_policy::policy::{Source, UnlabelledPath};
-use germline_policy::{ItemMeta, Label, Member, Policy};
+use germline_policy::{ArgPath, ItemMeta, Label, Member, Policy};
 use germline_release::manifest::Tool;
 
 use crate::fileitem::{self, FileItemError};
@@ -72,6 +78,9 @@ pub enum CallMetaError {
     MetaLabels(String),
     #[error("the arguments have more than {MAX_LEAVES} values")]
     TooMany,
+    /// An item's path names no value of the arguments: nothing is sent (fails closed).
+    #[error("item {item:?}: the arguments hold no value at {path}; the call is refused rather than sent unredacted")]
+    Unresolved { item: String, path: String },
 }
 
 /// Where an item's contents come from.
@@ -88,8 +97,8 @@ pub enum ItemKind {
 pub struct ArgItem {
     /// The public name Plan sees: the path, the URI, or `argument:<name>`.
     pub name: String,
-    /// The argument it came from, as a dotted name (`url`, `files.0`).
-    pub arg: String,
+    /// Where its value sits in the arguments (shown `files.0`, or `/data/x.y`).
+    pub arg: ArgPath,
     pub label: Label,
     pub kind: ItemKind,
     /// The file name under a copy's `/run/items` (file items only).
@@ -133,13 +142,23 @@ impl CallMeta {
 
     /// The arguments one copy receives: items in `view` keep their value, other inline items
     /// become the empty value of their type; file arguments name the item's file inside the
-    /// copy (`items_dir/<file_name>`), empty there when outside the view.
-    pub fn arguments_for(&self, in_view: &dyn Fn(&ArgItem) -> bool, items_dir: &str) -> Value {
+    /// copy (`items_dir/<file_name>`), empty there when outside the view. Built from the
+    /// parsed arguments (the copy gets it re-serialised, never the agent's bytes); an item
+    /// whose path names no value fails the call rather than pass anything through.
+    pub fn arguments_for(
+        &self,
+        in_view: &dyn Fn(&ArgItem) -> bool,
+        items_dir: &str,
+    ) -> Result<Value, CallMetaError> {
         let mut args = self.arguments.clone();
         for item in &self.items {
-            let Some(slot) = pointer_mut(&mut args, &item.arg) else {
-                continue;
-            };
+            let slot = item
+                .arg
+                .get_mut(&mut args)
+                .ok_or_else(|| CallMetaError::Unresolved {
+                    item: item.name.clone(),
+                    path: item.arg.to_string(),
+                })?;
             match (&item.kind, &item.file_name) {
                 (ItemKind::File { .. }, Some(f)) => {
                     *slot = Value::String(format!("{items_dir}/{f}"))
@@ -148,7 +167,7 @@ impl CallMeta {
                 _ => *slot = empty_like(slot),
             }
         }
-        args
+        Ok(args)
     }
 }
 
@@ -161,42 +180,32 @@ fn empty_like(v: &Value) -> Value {
     }
 }
 
-fn pointer_mut<'a>(v: &'a mut Value, dotted: &str) -> Option<&'a mut Value> {
-    let mut cur = v;
-    for part in dotted.split('.') {
-        cur = match cur {
-            Value::Object(m) => m.get_mut(part)?,
-            Value::Array(a) => a.get_mut(part.parse::<usize>().ok()?)?,
-            _ => return None,
-        };
-    }
-    Some(cur)
-}
-
-fn leaves(prefix: &str, v: &Value, out: &mut Vec<(String, Value)>) -> Result<(), CallMetaError> {
+/// Every non-null scalar of `v`, with its structural path (`path` is where `v` sits).
+fn leaves<'a>(
+    path: &mut ArgPath,
+    v: &'a Value,
+    out: &mut Vec<(ArgPath, &'a Value)>,
+) -> Result<(), CallMetaError> {
     if out.len() > MAX_LEAVES {
         return Err(CallMetaError::TooMany);
     }
-    let name = |k: &str| {
-        if prefix.is_empty() {
-            k.to_string()
-        } else {
-            format!("{prefix}.{k}")
-        }
-    };
     match v {
         Value::Object(m) => {
             for (k, x) in m {
-                leaves(&name(k), x, out)?;
+                path.push(Seg::Key(k.clone()));
+                leaves(path, x, out)?;
+                path.pop();
             }
         }
         Value::Array(a) => {
             for (i, x) in a.iter().enumerate() {
-                leaves(&name(&i.to_string()), x, out)?;
+                path.push(Seg::Index(i));
+                leaves(path, x, out)?;
+                path.pop();
             }
         }
         Value::Null => {}
-        other => out.push((prefix.to_string(), other.clone())),
+        other => out.push((path.clone(), other)),
     }
     Ok(())
 }
@@ -275,10 +284,14 @@ pub fn meta_labels(
     Ok(out)
 }
 
-fn raised(raise: &BTreeMap<String, Label>, arg: &str, label: &mut Label) {
-    // A label given for `files` raises `files.0`, `files.1`, ... as well.
+/// Joins into `label` every `_meta` raise naming the value at `path` or one it lies inside (a
+/// label given for `files` raises `files.0`, `files.1`, ... as well). A name is read every way
+/// it can be (the whole text as one top-level key, a dotted path, a pointer) and raises
+/// wherever any reading fits: a raise can only add tags, so reading more is safe.
+fn raised(raise: &BTreeMap<String, Label>, path: &ArgPath, label: &mut Label) {
     for (k, l) in raise {
-        if arg == k || arg.starts_with(&format!("{k}.")) {
+        let whole = path.starts_with_tokens(std::slice::from_ref(k));
+        if whole || tokens(k).is_ok_and(|t| path.starts_with_tokens(&t)) {
             label.join(l);
         }
     }
@@ -366,11 +379,10 @@ pub fn recipients(
         };
         let raise = meta_labels(policy, meta)?;
         for (i, n) in names.iter().enumerate() {
-            let leaf = if v.is_array() {
-                format!("{arg}.{i}")
-            } else {
-                arg.clone()
-            };
+            let mut leaf = ArgPath::key(arg);
+            if v.is_array() {
+                leaf.push(Seg::Index(i));
+            }
             let mut label = policy
                 .argument_label(tool_name, &leaf)
                 .or_else(|| policy.rule_label(Source::Uri, n))
@@ -417,9 +429,10 @@ pub fn build(
     let arguments = Value::Object(args.clone());
     let raise = meta_labels(policy, meta)?;
     let mut flat = Vec::new();
-    leaves("", &arguments, &mut flat)?;
+    leaves(&mut ArgPath::default(), &arguments, &mut flat)?;
     let mut items: Vec<ArgItem> = Vec::new();
-    for (arg, value) in flat {
+    for (path, value) in flat {
+        let arg = path.to_string();
         let s = value.as_str();
         // A path or local file URI is resolved once, by the kernel, and labelled by the file
         // it reaches (fileitem.rs); its contents are read from that same descriptor.
@@ -461,14 +474,14 @@ pub fn build(
                     });
                 }
             };
-            raised(&raise, &arg, &mut label);
+            raised(&raise, &path, &mut label);
             let host_path = f.identity.host_path(f.spelling.path());
             let contents = f.contents;
             // Named as spelled: the name the agent gave is public, the resolved one need not be.
             let file_name = safe_file_name(items.len(), f.spelling.path());
             items.push(ArgItem {
                 name: unique(&items, &name),
-                arg,
+                arg: path,
                 label,
                 kind: ItemKind::File { host_path },
                 file_name: Some(file_name),
@@ -477,18 +490,18 @@ pub fn build(
             continue;
         }
         let mut label = policy
-            .argument_label(tool_name, &arg)
+            .argument_label(tool_name, &path)
             .or_else(|| s.and_then(|s| policy.rule_label(Source::Uri, s)))
             .or_else(|| s.and_then(|s| policy.rule_label(Source::Path, s)))
             .unwrap_or_else(|| policy.default_item_label().clone());
-        raised(&raise, &arg, &mut label);
+        raised(&raise, &path, &mut label);
         if label.is_public() {
             continue; // public metadata: every copy sees it
         }
         let name = unique(&items, &format!("argument:{arg}"));
         items.push(ArgItem {
             name,
-            arg,
+            arg: path,
             label,
             kind: ItemKind::Inline,
             file_name: None,
@@ -646,7 +659,7 @@ agent = ["hr", "finance"]
         let got: Vec<(String, Label, Vec<u8>)> = m
             .items
             .iter()
-            .map(|i| (i.arg.clone(), i.label.clone(), i.contents.clone()))
+            .map(|i| (i.arg.to_string(), i.label.clone(), i.contents.clone()))
             .collect();
         assert_eq!(
             got,
@@ -659,7 +672,9 @@ agent = ["hr", "finance"]
         assert_eq!(m.hosts[0].name, "ocr.example");
         assert_eq!(m.hosts[0].clearance, Label::of(["finance"]));
         // A copy outside a file's view gets the same path inside the copy; the file is empty.
-        let view = m.arguments_for(&|i| i.label == Label::of(["finance"]), "/run/items");
+        let view = m
+            .arguments_for(&|i| i.label == Label::of(["finance"]), "/run/items")
+            .expect("redacted");
         assert_eq!(view["a"], json!("/run/items/i0-salary.csv"));
         assert_eq!(view["b"]["c"][0], json!("/run/items/i1-invoice.txt"));
     }
@@ -712,7 +727,7 @@ agent = ["hr", "finance"]
         assert_eq!(m.hosts.len(), 1);
         assert_eq!(m.hosts[0].name, "docs.example");
         // Outside every view: empty values of the same type.
-        let v = m.arguments_for(&|_| false, "/run/items");
+        let v = m.arguments_for(&|_| false, "/run/items").expect("redacted");
         assert_eq!(
             v,
             json!({"url": "https://Docs.Example/x?q=1", "note": "", "n": 0, "flag": false})
@@ -728,9 +743,17 @@ agent = ["hr", "finance"]
             &[],
         )
         .expect("meta");
-        let url = m.items.iter().find(|i| i.arg == "url").expect("url item");
+        let url = m
+            .items
+            .iter()
+            .find(|i| i.arg == ArgPath::key("url"))
+            .expect("url item");
         assert_eq!(url.label, Label::of(["hr"]));
-        let note = m.items.iter().find(|i| i.arg == "note").expect("note item");
+        let note = m
+            .items
+            .iter()
+            .find(|i| i.arg == ArgPath::key("note"))
+            .expect("note item");
         assert_eq!(note.label, Label::of(["hr", "finance"]));
         // An undefined label in _meta is an error naming it.
         let bad = json!({"germline/labels": {"note": ["hrr"]}});
@@ -755,5 +778,474 @@ agent = ["hr", "finance"]
         }
         let e = build(&p, "fetch", &t, &json!([1]), None, &[]).expect_err("not an object");
         assert_eq!(e, CallMetaError::NotAnObject("an array"));
+    }
+
+    /// A policy with `[[argument]]` rules for tool `t`: `(name, label)`.
+    fn arg_policy(rules: &[(&str, &[&str])]) -> Policy {
+        let mut text = String::from("[labels]\nhr = \"hr\"\nfinance = \"finance\"\n");
+        for (name, label) in rules {
+            text.push_str(&format!(
+                "\n[[argument]]\ntool = \"t\"\nname = {}\nlabel = {}\n",
+                serde_json::to_string(name).expect("name"),
+                serde_json::to_string(label).expect("label"),
+            ));
+        }
+        Policy::parse(Path::new("p.toml"), &text).expect("policy")
+    }
+
+    fn finance_view(i: &ArgItem) -> bool {
+        i.label.flows_to(&Label::of(["finance"]))
+    }
+
+    #[test]
+    fn a_key_holding_a_dot_is_redacted_like_any_other() {
+        // The reproduction of issue 25 item 1: `data` labelled hr, a finance-only copy.
+        let p = arg_policy(&[("data", &["hr"])]);
+        let args = json!({"data": {"x.y": "SECRET", "plain": "SECRET2"}});
+        let m = build(&p, "t", &tool(&[], None), &args, None, &[]).expect("meta");
+        let names: Vec<&str> = m.items.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(names, ["argument:data.plain", "argument:/data/x.y"]);
+        assert!(m.items.iter().all(|i| i.label == Label::of(["hr"])));
+        let v = m
+            .arguments_for(&finance_view, "/run/items")
+            .expect("redacted");
+        assert_eq!(v, json!({"data": {"x.y": "", "plain": ""}}));
+        let all = m.arguments_for(&|_| true, "/run/items").expect("whole");
+        assert_eq!(all, args);
+        // No rule at all: the default label, and the same redaction.
+        let m = build(&arg_policy(&[]), "t", &tool(&[], None), &args, None, &[]).expect("meta");
+        let v = m
+            .arguments_for(&finance_view, "/run/items")
+            .expect("redacted");
+        assert_eq!(v, json!({"data": {"x.y": "", "plain": ""}}));
+    }
+
+    #[test]
+    fn any_key_text_and_any_nesting_is_labelled_and_redacted_by_structure() {
+        let p = arg_policy(&[
+            ("/a~1b", &["hr"]),
+            ("/", &["finance"]),
+            ("/données/🙂", &[]),
+            ("list.*.k", &["finance"]),
+        ]);
+        let mut deep = json!("DEEP-SECRET");
+        for i in 0..60 {
+            deep = if i % 2 == 0 {
+                json!({format!("k.{i}/~"): deep})
+            } else {
+                json!([0, deep])
+            };
+        }
+        let args = json!({
+            "a/b": {"~": {"": [{"é🙂": "S1", "x.y": 7, "t": true}]}},
+            "a": {"b": "S2"},
+            "": {"": "F1"},
+            "données": {"🙂": "P1", "🙃": "S3"},
+            "list": [{"k": "F2", "k.": "S4"}, {"k": {"z": ["F3"]}}],
+            "deep": deep,
+        });
+        let m = build(&p, "t", &tool(&[], None), &args, None, &[]).expect("meta");
+        let label_of = |name: &str| {
+            m.items
+                .iter()
+                .find(|i| i.name == name)
+                .map(|i| i.label.clone())
+        };
+        assert_eq!(
+            label_of("argument:/a~1b/~0//0/é🙂"),
+            Some(Label::of(["hr"]))
+        );
+        assert_eq!(
+            label_of("argument:/a~1b/~0//0/x.y"),
+            Some(Label::of(["hr"]))
+        );
+        assert_eq!(label_of("argument:a.b"), Some(Label::of(["hr", "finance"])));
+        assert_eq!(label_of("argument://"), Some(Label::of(["finance"])));
+        assert_eq!(label_of("argument:/données/🙂"), None, "public by rule");
+        assert_eq!(label_of("argument:list.0.k"), Some(Label::of(["finance"])));
+        assert_eq!(
+            label_of("argument:/list/0/k."),
+            Some(Label::of(["hr", "finance"]))
+        );
+        assert_eq!(
+            label_of("argument:list.1.k.z.0"),
+            Some(Label::of(["finance"]))
+        );
+        let v = m
+            .arguments_for(&finance_view, "/run/items")
+            .expect("redacted");
+        let mut want = json!({
+            "a/b": {"~": {"": [{"é🙂": "", "x.y": 0, "t": false}]}},
+            "a": {"b": ""},
+            "": {"": "F1"},
+            "données": {"🙂": "P1", "🙃": ""},
+            "list": [{"k": "F2", "k.": ""}, {"k": {"z": ["F3"]}}],
+            "deep": null,
+        });
+        let mut empty_deep = json!("");
+        for i in 0..60 {
+            empty_deep = if i % 2 == 0 {
+                json!({format!("k.{i}/~"): empty_deep})
+            } else {
+                json!([0, empty_deep])
+            };
+        }
+        want["deep"] = empty_deep;
+        assert_eq!(v, want);
+        let text = v.to_string();
+        for secret in ["S1", "S2", "S3", "S4", "DEEP-SECRET"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        // The copy cleared for everything gets the arguments as parsed.
+        assert_eq!(m.arguments_for(&|_| true, "/run/items").expect("all"), args);
+    }
+
+    #[test]
+    fn a_public_rule_never_covers_a_key_that_only_starts_like_it() {
+        let p = arg_policy(&[("url", &[])]);
+        let args = json!({"url.x": "SECRET", "url": {"x": "nested"}, "url~": "S2", "url/x": "S3"});
+        let m = build(&p, "t", &tool(&[], None), &args, None, &[]).expect("meta");
+        let names: Vec<&str> = m.items.iter().map(|i| i.name.as_str()).collect();
+        // `url.x` and friends are not `url`: the default label. `url` covers what is inside it.
+        assert_eq!(
+            names,
+            ["argument:/url.x", "argument:/url~1x", "argument:/url~0"]
+        );
+        let v = m.arguments_for(&|_| false, "/run/items").expect("redacted");
+        assert_eq!(
+            v,
+            json!({"url.x": "", "url": {"x": "nested"}, "url~": "", "url/x": ""})
+        );
+    }
+
+    #[test]
+    fn meta_raises_by_any_reading_of_its_name() {
+        let p = arg_policy(&[("*", &[])]);
+        let args = json!({"x.y": "A", "x": {"y": "B", "z": "C"}, "a/b": ["D"], "q": "E"});
+        for (name, want) in [
+            ("x.y", vec!["argument:x.y", "argument:/x.y"]),
+            ("/x.y", vec!["argument:/x.y"]),
+            ("/a~1b", vec!["argument:/a~1b/0"]),
+            ("a/b", vec!["argument:/a~1b/0"]),
+            ("x", vec!["argument:x.y", "argument:x.z"]),
+        ] {
+            let meta = json!({"germline/labels": {name: ["hr"]}});
+            let m = build(&p, "t", &tool(&[], None), &args, Some(&meta), &[]).expect("meta");
+            let mut got: Vec<&str> = m.items.iter().map(|i| i.name.as_str()).collect();
+            got.sort_unstable();
+            let mut want = want.clone();
+            want.sort_unstable();
+            assert_eq!(got, want, "{name}");
+            assert!(m.items.iter().all(|i| i.label == Label::of(["hr"])));
+        }
+    }
+
+    #[test]
+    fn a_path_that_names_no_value_fails_closed() {
+        let p = arg_policy(&[("data", &["hr"])]);
+        let args = json!({"data": {"x.y": "SECRET"}, "list": ["S"]});
+        let m = build(&p, "t", &tool(&[], None), &args, None, &[]).expect("meta");
+        assert_eq!(m.items.len(), 2);
+        // The arguments no longer hold the item's value where its path says: an error, never
+        // the value passed over.
+        for broken in [
+            json!({"data": {"x": {"y": "SECRET"}}, "list": ["S"]}),
+            json!({"data": ["SECRET"], "list": ["S"]}),
+            json!({"data": {"x.y": "SECRET"}, "list": {"0": "S"}}),
+        ] {
+            let mut m = m.clone();
+            m.arguments = broken.clone();
+            let e = m
+                .arguments_for(&|_| false, "/run/items")
+                .expect_err("unresolved");
+            assert!(
+                matches!(e, CallMetaError::Unresolved { .. }),
+                "{broken}: {e}"
+            );
+            assert!(e.to_string().contains("refused"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_copy_gets_the_parsed_value_never_the_agents_bytes() {
+        // Duplicate keys: the parser keeps one; nothing of the other reaches any copy.
+        let raw = r#"{"data": {"x": "FIRST-SECRET", "x": "second"}, "n": 1.0e0}"#;
+        let args: Value = serde_json::from_str(raw).expect("json");
+        let p = arg_policy(&[("data", &[]), ("n", &[])]);
+        let m = build(&p, "t", &tool(&[], None), &args, None, &[]).expect("meta");
+        let v = m.arguments_for(&|_| true, "/run/items").expect("args");
+        let text = serde_json::to_string(&v).expect("text");
+        assert!(!text.contains("FIRST-SECRET"), "{text}");
+        assert_eq!(v["data"]["x"], json!("second"));
+    }
+}
+
+/// Property test (A5, issue 25): random argument trees with adversarial key texts, canaries at
+/// every leaf, random `[[argument]]` rules on random nodes (spelled as pointers, dotted where
+/// the keys allow, and decoy dotted spellings of keys that hold dots): for every view, no
+/// canary of a leaf whose label the view excludes appears anywhere in the copy's serialised
+/// arguments, and every leaf the view holds arrives untouched.
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use germline_release::manifest::Destinations;
+    use proptest::prelude::*;
+    use proptest::sample::Index;
+    use serde_json::json;
+
+    const PARTS: &[&str] = &[
+        "",
+        ".",
+        "..",
+        "/",
+        "~",
+        "~0",
+        "~1",
+        "*",
+        "?",
+        "[",
+        "{",
+        "\\",
+        "x.y",
+        "a/b",
+        "0",
+        "1",
+        "01",
+        "é",
+        "🙂",
+        "\u{0}",
+        " ",
+        "hr",
+        "data",
+        "argument:",
+    ];
+
+    fn key() -> impl Strategy<Value = String> {
+        prop::collection::vec(prop::sample::select(PARTS), 0..4).prop_map(|v| v.concat())
+    }
+
+    /// A tree whose leaves are placeholders (strings, numbers, booleans, nulls): canaries are
+    /// put in afterwards, one per leaf.
+    fn tree() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(json!("s")),
+            Just(json!(1)),
+            Just(json!(true)),
+            Just(Value::Null),
+        ];
+        leaf.prop_recursive(6, 64, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(key(), inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// Gives every leaf a unique canary; returns every node's path (internal nodes too) and
+    /// every leaf's path with its canary text.
+    fn canaries(
+        v: &mut Value,
+        path: &mut ArgPath,
+        nodes: &mut Vec<ArgPath>,
+        leaves: &mut Vec<(ArgPath, String)>,
+    ) {
+        nodes.push(path.clone());
+        match v {
+            Value::Object(m) => {
+                for (k, x) in m.iter_mut() {
+                    path.push(Seg::Key(k.clone()));
+                    canaries(x, path, nodes, leaves);
+                    path.pop();
+                }
+            }
+            Value::Array(a) => {
+                for (i, x) in a.iter_mut().enumerate() {
+                    path.push(Seg::Index(i));
+                    canaries(x, path, nodes, leaves);
+                    path.pop();
+                }
+            }
+            Value::Null => {}
+            leaf => {
+                let n = leaves.len();
+                let c = format!("CANARY{n}#");
+                *leaf = match leaf {
+                    Value::String(_) => json!(c),
+                    Value::Number(_) => json!(900_000_000 + n),
+                    _ => json!(n.is_multiple_of(2)),
+                };
+                let text = match leaf {
+                    Value::Number(x) => x.to_string(),
+                    Value::Bool(_) => String::new(), // a boolean is checked by value only
+                    _ => c,
+                };
+                leaves.push((path.clone(), text));
+            }
+        }
+    }
+
+    fn escape_glob(t: &str) -> String {
+        let mut out = String::new();
+        for c in t.chars() {
+            if "*?[]{}\\".contains(c) {
+                out.push('\\');
+            }
+            out.push(c);
+        }
+        out
+    }
+
+    fn seg_text(s: &Seg) -> String {
+        match s {
+            Seg::Key(k) => k.clone(),
+            Seg::Index(i) => i.to_string(),
+        }
+    }
+
+    /// The rule's steps as the oracle reads them: literal texts (this test escapes every glob
+    /// character, so no step is a glob).
+    struct Rule {
+        name: String,
+        steps: Vec<String>,
+        label: Label,
+    }
+
+    fn labels() -> [Label; 3] {
+        [Label::of(["hr"]), Label::of(["finance"]), Label::public()]
+    }
+
+    fn pointer_rule(p: &ArgPath, label: Label) -> Rule {
+        let mut name = String::new();
+        for s in p.segments() {
+            name.push('/');
+            name.push_str(
+                &escape_glob(&seg_text(s))
+                    .replace('~', "~0")
+                    .replace('/', "~1"),
+            );
+        }
+        Rule {
+            name,
+            steps: p.segments().iter().map(seg_text).collect(),
+            label,
+        }
+    }
+
+    /// The path's keys joined with '.', as a naive reading would spell it; what it names is the
+    /// dotted split of that text (which may be a different value, or none).
+    fn dotted_rule(p: &ArgPath, label: Label) -> Option<Rule> {
+        let text: Vec<String> = p.segments().iter().map(seg_text).collect();
+        let joined = text.join(".");
+        let steps: Vec<String> = joined.split('.').map(str::to_string).collect();
+        let ok = !joined.starts_with('/')
+            && steps.iter().all(|s| !s.is_empty())
+            && !joined.contains(['*', '?', '[', ']', '{', '}', '\\']);
+        ok.then_some(Rule {
+            name: joined,
+            steps,
+            label,
+        })
+    }
+
+    /// The label the specification gives a leaf: the join of the rules whose steps are a
+    /// prefix of its path (compared as text), or the default label (every tag).
+    fn oracle(rules: &[Rule], path: &ArgPath) -> Label {
+        let texts: Vec<String> = path.segments().iter().map(seg_text).collect();
+        let mut out: Option<Label> = None;
+        for r in rules {
+            if r.steps.len() <= texts.len() && r.steps.iter().zip(&texts).all(|(a, b)| a == b) {
+                out.get_or_insert_with(Label::public).join(&r.label);
+            }
+        }
+        out.unwrap_or_else(|| Label::of(["hr", "finance"]))
+    }
+
+    fn empty_of(v: &Value) -> Value {
+        match v {
+            Value::String(_) => json!(""),
+            Value::Number(_) => json!(0),
+            Value::Bool(_) => json!(false),
+            _ => Value::Null,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn no_canary_reaches_a_copy_whose_view_excludes_it(
+            children in prop::collection::btree_map(key(), tree(), 1..5),
+            picks in prop::collection::vec((any::<Index>(), 0..3usize, 0..3usize), 0..8),
+        ) {
+            let mut args = Value::Object(children.into_iter().collect());
+            let (mut nodes, mut leaves) = (Vec::new(), Vec::new());
+            canaries(&mut args, &mut ArgPath::default(), &mut nodes, &mut leaves);
+            nodes.remove(0); // the arguments object itself
+            prop_assume!(!nodes.is_empty());
+            let mut rules: Vec<Rule> = Vec::new();
+            for (at, label, spelling) in &picks {
+                let p = at.get(&nodes);
+                if p.segments().iter().any(|s| seg_text(s).contains('\u{0}')) {
+                    continue;
+                }
+                let label = labels()[*label].clone();
+                let r = match spelling {
+                    0 => Some(pointer_rule(p, label)),
+                    // Dotted: when the keys are plain this is the node itself; when they hold
+                    // dots it is a decoy naming another place.
+                    _ => dotted_rule(p, label),
+                };
+                if let Some(r) = r {
+                    if !rules.iter().any(|x| x.name == r.name) {
+                        rules.push(r);
+                    }
+                }
+            }
+            let spec: Vec<(&str, Vec<&str>)> = rules
+                .iter()
+                .map(|r| (r.name.as_str(), r.label.tags().collect()))
+                .collect();
+            let mut text = String::from("[labels]\nhr = \"hr\"\nfinance = \"finance\"\n");
+            for (name, label) in &spec {
+                text.push_str(&format!(
+                    "\n[[argument]]\ntool = \"t\"\nname = {}\nlabel = {}\n",
+                    serde_json::to_string(name).expect("name"),
+                    serde_json::to_string(label).expect("label"),
+                ));
+            }
+            let policy = Policy::parse(Path::new("p.toml"), &text)
+                .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+            let t = Tool {
+                destinations: Destinations { hosts: Some(vec![]), host_of_argument: None },
+                consumers: None,
+            };
+            let m = build(&policy, "t", &t, &args, None, &[])
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            for view in labels() {
+                let in_view = |i: &ArgItem| i.label.flows_to(&view);
+                let out = m
+                    .arguments_for(&in_view, "/run/items")
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let serialised = serde_json::to_string(&out).expect("json");
+                for (path, canary) in &leaves {
+                    let label = oracle(&rules, path);
+                    let before = path.get(&args).expect("leaf");
+                    let after = path.get(&out);
+                    if label.flows_to(&view) {
+                        prop_assert_eq!(after, Some(before), "in view {:?}: {} ({})", view, path, text);
+                    } else {
+                        prop_assert_eq!(after, Some(&empty_of(before)), "outside {:?}: {}", view, path);
+                        if !canary.is_empty() {
+                            prop_assert!(
+                                !serialised.contains(canary.as_str()),
+                                "{} of {} reached a copy of view {:?}: {}\n{}",
+                                canary, path, view, serialised, text
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -19,7 +19,7 @@ use germline_policy::call::CopyOutcome;
 use germline_policy::witness::{
     classify, Exchange, ItemRef, Ledger, ReplaySpec, Verdict, WitnessRecord,
 };
-use germline_policy::{Label, Member, Plan};
+use germline_policy::{ArgPath, Label, Member, Plan};
 use germline_release::keys::{self, Algorithm, PublicKey, SigningKey};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -425,7 +425,7 @@ fn record_of(
             .iter()
             .map(|i| RecordItem {
                 name: i.name.clone(),
-                arg: i.arg.clone(),
+                arg: i.arg.to_string(),
                 label: i.label.clone(),
                 file_name: i.file_name.clone(),
                 sha256: sha256_hex(&i.contents),
@@ -538,9 +538,17 @@ pub fn meta_of(rec: &WitnessRecord, items: &Path) -> Result<CallMeta, String> {
                 i.sha256
             ));
         }
+        // The record's path, typed by the record's own arguments: one that names no value
+        // there is refused, never passed over.
+        let arg = ArgPath::resolve(&i.arg, &m.arguments).ok_or_else(|| {
+            format!(
+                "item {:?}: the record's arguments hold no value at {}",
+                i.name, i.arg
+            )
+        })?;
         out.push(ArgItem {
             name: i.name.clone(),
-            arg: i.arg.clone(),
+            arg,
             label: i.label.clone(),
             kind: match &i.file_name {
                 Some(_) => ItemKind::File { host_path: p },
@@ -813,9 +821,9 @@ mod tests {
     }
 
     fn job() -> Job {
-        let item = |name: &str, label: &str, body: &[u8]| ArgItem {
+        let item = |name: &str, arg: &str, label: &str, body: &[u8]| ArgItem {
             name: name.into(),
-            arg: name.rsplit('/').next().unwrap_or(name).into(),
+            arg: ArgPath::key(arg),
             label: Label::of([label]),
             kind: ItemKind::File {
                 host_path: PathBuf::from(name),
@@ -827,8 +835,8 @@ mod tests {
             tool: "added".into(),
             arguments: json!({"invoice": "/h/finance/i.txt", "salary_sheet": "/h/hr/s.csv"}),
             items: vec![
-                item("/h/finance/i.txt", "finance", b"INVOICE"),
-                item("/h/hr/s.csv", "hr", b"alice,1"),
+                item("/h/finance/i.txt", "invoice", "finance", b"INVOICE"),
+                item("/h/hr/s.csv", "salary_sheet", "hr", b"alice,1"),
             ],
             hosts: vec![Member {
                 name: "ocr.example".into(),

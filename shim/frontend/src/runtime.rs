@@ -756,6 +756,10 @@ impl Runtime {
         let Backend::Germline(g) = &mut self.backend else {
             return Err(RunError::Sandbox("no germline".into()));
         };
+        // Redacted before any copy runs (a copy taken ahead is dropped, so killed, on error).
+        let args = meta
+            .arguments_for(in_view, ITEMS_DIR)
+            .map_err(|e| RunError::Invalid(e.to_string()))?;
         let view_bytes = meta
             .items
             .iter()
@@ -832,7 +836,6 @@ impl Runtime {
                 _ => None,
             })
             .collect();
-        let args = meta.arguments_for(in_view, ITEMS_DIR);
         // Only the agent's own copy gets the agent's progress token, and only its notifications
         // reach the agent (as they arrive); every other copy's are dropped unread.
         let token = meta.progress_token.clone().filter(|_| is_agent);
@@ -963,6 +966,13 @@ impl Runtime {
             let _ = self.broker.client.end_call(call);
             return Err(RunError::Tool("the tool process has exited".into()));
         }
+        let args = match meta.arguments_for(&|_| true, ITEMS_DIR) {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = self.broker.client.end_call(call);
+                return Err(RunError::Invalid(e.to_string()));
+            }
+        };
         let start = match &self.host_proxy {
             Some(l) => self
                 .broker
@@ -999,13 +1009,9 @@ impl Runtime {
                 .map_err(|e| e.to_string())
         });
         let r = p.put_items(&files).and_then(|()| {
-            p.mcp_call(
-                &meta.tool,
-                meta.arguments_for(&|_| true, ITEMS_DIR),
-                call_meta,
-                deadline,
-                &mut |m| relay.handle(m),
-            )
+            p.mcp_call(&meta.tool, args, call_meta, deadline, &mut |m| {
+                relay.handle(m)
+            })
         });
         let answered = relay.answered;
         let outcome = self.broker.client.end_copy(call, 0);

@@ -1,5 +1,6 @@
 //! germline's policy core: the pure logic every other part calls.
 //!
+//! - [`argpath`]: where a value sits in a call's JSON arguments, and `[[argument]] name`s.
 //! - [`label`]: labels and clearances (Definition 1).
 //! - [`policy`]: the deployer's policy file and call descriptions (Definitions 1-2).
 //! - [`plan`]: Plan and its ablations (Algorithm 1 lines 1-4, Theorem 3).
@@ -11,6 +12,7 @@
 //!
 //! Nothing here forks, confines or talks to the network; only [`slots`] touches the disk.
 
+pub mod argpath;
 pub mod call;
 pub mod dampening;
 pub mod label;
@@ -20,6 +22,7 @@ pub mod policy;
 pub mod slots;
 pub mod witness;
 
+pub use argpath::{ArgPath, ArgPattern};
 pub use label::Label;
 pub use plan::{plan, Group, ItemMeta, Member, Plan, PlanInput, PlanMode};
 pub use policy::{CallSpec, Policy, PolicyError};

@@ -14,6 +14,7 @@ use globset::{Glob, GlobBuilder, GlobMatcher};
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::argpath::{ArgPath, ArgPattern};
 use crate::dampening::DampeningParams;
 use crate::label::Label;
 use crate::limits::{Lifetime, OperatingLimits};
@@ -150,7 +151,8 @@ struct DefaultsFile {
 struct ArgumentRuleFile {
     /// Tool name glob; absent: every tool.
     tool: Option<Spanned<String>>,
-    /// Argument name glob: a top-level name (`url`) or a dotted path (`options.*`).
+    /// Argument path: dotted (`url`, `options.*`) or an RFC 6901 pointer (`/data/x.y`), each
+    /// part a glob over one step (crate::argpath).
     name: Spanned<String>,
     label: Vec<Spanned<String>>,
 }
@@ -185,7 +187,7 @@ pub enum Source {
 #[derive(Debug)]
 struct ArgumentRule {
     tool: GlobMatcher,
-    name: GlobMatcher,
+    name: ArgPattern,
     label: Label,
 }
 
@@ -433,14 +435,12 @@ impl Policy {
                         message: e.to_string(),
                     })?,
             };
-            if r.name.get_ref().is_empty() {
-                return Err(PolicyError::Invalid {
+            let name =
+                ArgPattern::parse(r.name.get_ref()).map_err(|message| PolicyError::Invalid {
                     at: cx.at(r.name.span()),
                     field: format!("argument[{i}].name"),
-                    message: "expected an argument name or dotted path, found \"\"".into(),
-                });
-            }
-            let name = glob(&r.name, format!("argument[{i}].name"))?;
+                    message,
+                })?;
             let label = cx.label(&tags, &format!("argument[{i}].label"), &r.label)?;
             arguments.push(ArgumentRule { tool, name, label });
         }
@@ -644,14 +644,15 @@ impl Policy {
         out
     }
 
-    /// Join of the labels of every `[[argument]]` rule matching `tool` and the argument's
-    /// dotted name, or `None` if none does.
-    pub fn argument_label(&self, tool: &str, name: &str) -> Option<Label> {
+    /// Join of the labels of every `[[argument]]` rule matching `tool` whose name covers the
+    /// value at `path` (names that value or one it lies inside: crate::argpath), or `None` if
+    /// none does.
+    pub fn argument_label(&self, tool: &str, path: &ArgPath) -> Option<Label> {
         let mut out: Option<Label> = None;
         for r in self
             .arguments
             .iter()
-            .filter(|r| r.tool.is_match(tool) && r.name.is_match(name))
+            .filter(|r| r.tool.is_match(tool) && r.name.covers(path))
         {
             out.get_or_insert_with(Label::public).join(&r.label);
         }
@@ -894,6 +895,7 @@ impl CallSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::argpath::Seg;
 
     const GOOD: &str = r#"
 [labels]
@@ -920,17 +922,81 @@ agent = ["hr", "finance"]
     }
 
     #[test]
+    fn argument_rules_match_keys_by_structure_not_by_spelling() {
+        let text = format!(
+            "{GOOD}\n[[argument]]\ntool = \"fetch\"\nname = \"url\"\nlabel = []\n\
+             \n[[argument]]\nname = \"data\"\nlabel = [\"hr\"]\n\
+             \n[[argument]]\nname = \"/cfg/x.y/~0~1\"\nlabel = [\"finance\"]\n\
+             \n[[argument]]\nname = \"/\"\nlabel = [\"finance\"]\n"
+        );
+        let p = parse(&text).expect("policy");
+        let path =
+            |keys: &[&str]| ArgPath::new(keys.iter().map(|k| Seg::Key(k.to_string())).collect());
+        // A key holding a dot is one step: the public rule for `url` does not reach it.
+        assert_eq!(p.argument_label("fetch", &path(&["url.x"])), None);
+        assert_eq!(
+            p.argument_label("fetch", &path(&["url", "x"])),
+            Some(Label::public())
+        );
+        // `data` covers every value inside it, whatever its keys are spelled like.
+        for keys in [
+            &["data", "x.y"][..],
+            &["data", "a/b", "~", ""],
+            &["data", "données", "🙂"],
+        ] {
+            assert_eq!(
+                p.argument_label("t", &path(keys)),
+                Some(Label::of(["hr"])),
+                "{keys:?}"
+            );
+        }
+        let mut deep = path(&["data"]);
+        for i in 0..100 {
+            deep.push(if i % 2 == 0 {
+                Seg::Index(i)
+            } else {
+                Seg::Key(format!("k.{i}"))
+            });
+        }
+        assert_eq!(p.argument_label("t", &deep), Some(Label::of(["hr"])));
+        assert_eq!(p.argument_label("t", &path(&["datax"])), None);
+        // A pointer names keys holding `.`, `/` and `~`, and the empty key.
+        assert_eq!(
+            p.argument_label("t", &path(&["cfg", "x.y", "~/", "z"])),
+            Some(Label::of(["finance"]))
+        );
+        assert_eq!(p.argument_label("t", &path(&["cfg", "x", "y"])), None);
+        assert_eq!(
+            p.argument_label("t", &path(&["", "q"])),
+            Some(Label::of(["finance"]))
+        );
+        // Names that cannot be read are refused with file:line:column and the field.
+        for (name, want) in [
+            ("a..b", "empty part"),
+            ("/a~2", "must be followed"),
+            ("", "found \"\""),
+        ] {
+            let bad = format!("{GOOD}\n[[argument]]\nname = {name:?}\nlabel = []\n");
+            let e = parse(&bad).expect_err(name).to_string();
+            assert!(
+                e.contains("argument[0].name") && e.contains(want),
+                "{name}: {e}"
+            );
+            assert!(e.contains("policy.toml:"), "{e}");
+        }
+    }
+
+    #[test]
     fn argument_rules_label_inline_values() {
         let text = format!(
             "{GOOD}\n[[argument]]\ntool = \"fetch\"\nname = \"url\"\nlabel = []\n\n[[argument]]\nname = \"options.*\"\nlabel = [\"hr\"]\n"
         );
         let p = parse(&text).expect("policy");
-        assert_eq!(p.argument_label("fetch", "url"), Some(Label::public()));
-        assert_eq!(p.argument_label("other", "url"), None);
-        assert_eq!(
-            p.argument_label("any", "options.depth"),
-            Some(Label::of(["hr"]))
-        );
+        let url = ArgPath::key("url");
+        assert_eq!(p.argument_label("fetch", &url), Some(Label::public()));
+        assert_eq!(p.argument_label("other", &url), None);
+        let depth = ArgPath::new(vec![Seg::Key("options".into()), Seg::Key("depth".into())]);
+        assert_eq!(p.argument_label("any", &depth), Some(Label::of(["hr"])));
         assert_eq!(p.unlabelled_path(), UnlabelledPath::Refuse);
         let typo = format!("{GOOD}\n[[argument]]\nnmae = \"url\"\nlabel = []\n");
         let e = parse(&typo).expect_err("typo").to_string();
