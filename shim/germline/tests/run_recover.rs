@@ -266,8 +266,8 @@ fn a_germline_that_keeps_dying_is_refused_with_why_and_what_to_do() {
     assert!(agent.finish());
 }
 
-/// What a `germline run` may leave on this host: /run/germline's entries, the germline
-/// cgroups of every hierarchy, and processes naming a session or CA directory.
+/// What a `germline run` may leave on this host: /run/germline's entries and the germline
+/// cgroups of every hierarchy.
 fn host_state() -> (Vec<String>, Vec<String>) {
     let list = |dir: &str| -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(dir)
@@ -433,8 +433,20 @@ fn every_failed_start_leaves_nothing_behind() {
             std::thread::sleep(Duration::from_millis(20));
         }
         let after = host_state();
-        let left: Vec<&String> = after.0.iter().filter(|e| !before.0.contains(e)).collect();
-        let cg: Vec<&String> = after.1.iter().filter(|e| !before.1.contains(e)).collect();
+        // Other sessions may run on this host meanwhile: only what names this start's pid.
+        let own = |e: &&String| {
+            let name = e.rsplit('/').next().unwrap_or_default();
+            [
+                format!("session-{pid}"),
+                format!("serve-{pid}"),
+                format!("ca-{pid}-"),
+                format!("run-{pid}-"),
+            ]
+            .iter()
+            .any(|p| name == p.as_str() || (p.ends_with('-') && name.starts_with(p.as_str())))
+        };
+        let left: Vec<&String> = after.0.iter().filter(|e| !before.0.contains(e)).filter(own).collect();
+        let cg: Vec<&String> = after.1.iter().filter(|e| !before.1.contains(e)).filter(own).collect();
         let procs = processes_naming(pid);
         if !(left.is_empty() && cg.is_empty() && procs.is_empty()) {
             failures.push(format!(
