@@ -128,7 +128,7 @@ pub struct Outcome {
 /// A germline that dies is started again, at most this many times within
 /// [`RESTART_WINDOW`] (docs/sandbox.md, "When a germline dies").
 pub const MAX_RESTARTS: usize = 3;
-/// The window [`MAX_RESTARTS`] counts in.
+/// The window [`MAX_RESTARTS`] counts in, by default.
 pub const RESTART_WINDOW: Duration = Duration::from_secs(60);
 /// The wait before the n-th restart within the window (n = 1, 2, 3): a germline that keeps
 /// dying is not restarted in a tight loop.
@@ -206,8 +206,10 @@ pub struct Runtime {
     fresh_due: bool,
     /// The germline died (how, [`Germline::death`]): a fresh one is due before the next use.
     germline_down: Option<String>,
-    /// When germlines that died were restarted (or tried to be), within [`RESTART_WINDOW`].
+    /// When germlines that died were restarted (or tried to be), within `restart_window`.
     restarts: Vec<Instant>,
+    /// The window [`MAX_RESTARTS`] counts in (`--germline-restart-window`).
+    pub restart_window: Duration,
     /// A copy of this call got data ([`Runtime::run_copy`]): a call whose germline died
     /// before that may be run again on a fresh one.
     data_sent: bool,
@@ -428,6 +430,7 @@ impl Runtime {
             fresh_due: false,
             germline_down: None,
             restarts: Vec::new(),
+            restart_window: RESTART_WINDOW,
             data_sent: false,
             status: None,
             outbox: None,
@@ -676,7 +679,7 @@ impl Runtime {
     /// Before a germline serves anything: if it died (found now, or by an earlier call),
     /// stops what is left of it and starts a fresh one from the same launch spec, checked as
     /// at start (initialisation, G1-G3 before its first fork, every copy's checks). Bounded:
-    /// at most [`MAX_RESTARTS`] within [`RESTART_WINDOW`], with a growing wait; beyond that
+    /// at most [`MAX_RESTARTS`] within `restart_window`, with a growing wait; beyond that
     /// the use is refused with why and what to do, until the window has passed.
     fn ensure_germline(&mut self) -> Result<(), String> {
         let Backend::Germline(g) = &mut self.backend else {
@@ -690,13 +693,13 @@ impl Runtime {
             return Ok(());
         };
         let now = Instant::now();
-        self.restarts
-            .retain(|t| now.duration_since(*t) < RESTART_WINDOW);
+        let window = self.restart_window;
+        self.restarts.retain(|t| now.duration_since(*t) < window);
         if self.restarts.len() >= MAX_RESTARTS {
             let again = self
                 .restarts
                 .first()
-                .map_or(RESTART_WINDOW, |t| RESTART_WINDOW.saturating_sub(now.duration_since(*t)));
+                .map_or(window, |t| window.saturating_sub(now.duration_since(*t)));
             return Err(format!(
                 "{}: the germline died again after {} restarts within {} s (last: {death}); it is \
                  not restarted again for {} s. Find what kills it (the OOM killer in `dmesg`, \
@@ -704,7 +707,7 @@ impl Runtime {
                  restart germline; a call after {} s tries once more",
                 self.release.label(),
                 self.restarts.len(),
-                RESTART_WINDOW.as_secs(),
+                window.as_secs(),
                 again.as_secs() + 1,
                 again.as_secs() + 1,
             ));
@@ -716,7 +719,7 @@ impl Runtime {
             self.release.label(),
             self.restarts.len(),
             MAX_RESTARTS,
-            RESTART_WINDOW.as_secs()
+            window.as_secs()
         );
         self.start_fresh_germline("a fresh germline, after one died,")?;
         self.germline_down = None;
