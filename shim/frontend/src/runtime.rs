@@ -712,7 +712,8 @@ impl Runtime {
                 again.as_secs() + 1,
             ));
         }
-        std::thread::sleep(RESTART_BACKOFF[self.restarts.len()]);
+        let wait = RESTART_BACKOFF.get(self.restarts.len()).copied();
+        std::thread::sleep(wait.unwrap_or(Duration::from_secs(1)));
         self.restarts.push(Instant::now());
         eprintln!(
             "germline: {}: {death}; starting a fresh germline (restart {} of at most {} within {} s)",
