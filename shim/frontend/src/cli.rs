@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Args;
 use germline_policy::Policy;
@@ -38,6 +39,11 @@ pub struct RunArgs {
     /// mode's server process; the shim and broker keep theirs (default: inherited).
     #[arg(long, value_delimiter = ',', value_name = "CPU,...")]
     pub copy_cpus: Vec<usize>,
+    /// A germline that dies is restarted at most 3 times within this many seconds; a fourth
+    /// death within them is refused until they have passed (docs/sandbox.md).
+    #[arg(long, default_value_t = 60, value_name = "SECS",
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub germline_restart_window: u64,
     #[command(flatten)]
     pub evidence: EvidenceArgs,
     /// The maxima an image layout release is read under (docs/release.md).
@@ -135,6 +141,7 @@ pub fn start_session(a: &RunArgs) -> Result<Session, String> {
         runtime.set_copy_cpus(&a.copy_cpus)?;
     }
     runtime.outbox = outbox;
+    runtime.restart_window = Duration::from_secs(a.germline_restart_window);
     runtime.evidence = evidence_for(&a.evidence, &a.state_dir, &policy)?;
     runtime.limiter = crate::limits::Limiter::new(policy.limits(), &runtime.release.digest);
     runtime.lifetime = lifetime;

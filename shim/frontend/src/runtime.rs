@@ -125,6 +125,19 @@ pub struct Outcome {
     pub notifications: Vec<Value>,
 }
 
+/// A germline that dies is started again, at most this many times within
+/// [`RESTART_WINDOW`] (docs/sandbox.md, "When a germline dies").
+pub const MAX_RESTARTS: usize = 3;
+/// The window [`MAX_RESTARTS`] counts in, by default.
+pub const RESTART_WINDOW: Duration = Duration::from_secs(60);
+/// The wait before the n-th restart within the window (n = 1, 2, 3): a germline that keeps
+/// dying is not restarted in a tight loop.
+const RESTART_BACKOFF: [Duration; MAX_RESTARTS] = [
+    Duration::ZERO,
+    Duration::from_millis(500),
+    Duration::from_millis(1000),
+];
+
 /// A copy taken ahead of its turn: the copy, the microseconds that took, its fork's laps.
 type TakenCopy = (germline_sandbox::Copy, u64, Vec<(&'static str, u64)>);
 
@@ -191,6 +204,15 @@ pub struct Runtime {
     generation: u32,
     /// A `single-shot` germline served a call: a fresh one is due before the next.
     fresh_due: bool,
+    /// The germline died (how, [`Germline::death`]): a fresh one is due before the next use.
+    germline_down: Option<String>,
+    /// When germlines that died were restarted (or tried to be), within `restart_window`.
+    restarts: Vec<Instant>,
+    /// The window [`MAX_RESTARTS`] counts in (`--germline-restart-window`).
+    pub restart_window: Duration,
+    /// A copy of this call got data ([`Runtime::run_copy`]): a call whose germline died
+    /// before that may be run again on a fresh one.
+    data_sent: bool,
     /// The state file `germline status` reads (crate::status).
     pub status: Option<crate::status::StatusWriter>,
     /// Where results for the recipients a manifest names go ([`crate::outbox`]).
@@ -312,6 +334,9 @@ impl Runtime {
             std::process::id(),
             mode.name()
         ));
+        // Removed on every error below (the germline not starting among them); kept once the
+        // runtime exists, whose `stop` removes it.
+        let ca_made = crate::sidecar::DirGuard::new(ca_dir.clone());
         let pem = broker
             .client
             .ca_cert()
@@ -384,7 +409,7 @@ impl Runtime {
             }
         };
         Ok(Runtime {
-            ca_dir,
+            ca_dir: ca_made.keep(),
             mode,
             release,
             broker,
@@ -403,6 +428,10 @@ impl Runtime {
             launch,
             generation: 0,
             fresh_due: false,
+            germline_down: None,
+            restarts: Vec::new(),
+            restart_window: RESTART_WINDOW,
+            data_sent: false,
             status: None,
             outbox: None,
             launcher: None,
@@ -461,6 +490,7 @@ impl Runtime {
     /// A request that carries no data (`tools/list`, `resources/*`, `prompts/*`), answered by
     /// a data-free copy (or the baseline's process).
     pub fn passthrough(&mut self, method: &str, params: Value) -> Result<Value, RunError> {
+        self.ensure_germline().map_err(RunError::Sandbox)?;
         let deadline = Instant::now() + self.limits.deadline();
         match &mut self.backend {
             Backend::Germline(g) => {
@@ -472,13 +502,26 @@ impl Runtime {
                 } else {
                     g.copy()
                 };
-                let mut copy = copy.map_err(|e| RunError::Sandbox(e.to_string()))?;
-                let r = (|| {
-                    g.prepare_copy(&mut copy, &[])?;
-                    copy.deliver(&[])?;
-                    copy.mcp_call_method(method, params)
-                })();
-                g.retire(copy, r).map_err(|e| RunError::Tool(e.to_string()))
+                let r = copy.and_then(|mut copy| {
+                    let r = (|| {
+                        g.prepare_copy(&mut copy, &[])?;
+                        copy.deliver(&[])?;
+                        copy.mcp_call_method(method, params)
+                    })();
+                    g.retire(copy, r)
+                });
+                r.map_err(|e| match g.death(Duration::from_millis(250)) {
+                    Some(d) => {
+                        let text = format!(
+                            "{}: {d}; this request failed with it, and a fresh germline serves \
+                             the next one",
+                            self.release.label()
+                        );
+                        self.germline_down = Some(d);
+                        RunError::Sandbox(text)
+                    }
+                    None => RunError::Tool(e.to_string()),
+                })
             }
             Backend::Process(p) => {
                 p.ensure_initialized(deadline).map_err(RunError::Tool)?;
@@ -561,10 +604,11 @@ impl Runtime {
             .limiter
             .admit_call()
             .map_err(limit)
+            .and_then(|()| self.ensure_germline().map_err(RunError::Sandbox))
             .and_then(|()| self.relaunch_if_due().map_err(RunError::Sandbox))
             .and_then(|()| match self.mode {
-                Mode::Germline => self.call_germline(meta, PlanMode::Split, agent),
-                Mode::Nosplit => self.call_germline(meta, PlanMode::NoSplit, agent),
+                Mode::Germline => self.call_germline_recovering(meta, PlanMode::Split, agent),
+                Mode::Nosplit => self.call_germline_recovering(meta, PlanMode::NoSplit, agent),
                 _ => self.call_process(meta, agent),
             });
         if self.lifetime == germline_policy::limits::Lifetime::SingleShot && self.launch.is_some() {
@@ -580,6 +624,109 @@ impl Runtime {
         r
     }
 
+    /// [`Runtime::call_germline`], recovering from a germline that died: if it died before
+    /// any copy of the call got data (found dead at the call's first fork: under cgroup v1 a
+    /// frozen germline killed between calls dies only when thawed), the call runs once more on
+    /// a fresh germline; if it died later, the call fails with an error naming the germline,
+    /// its pid and how it ended, and a fresh germline serves the next call.
+    fn call_germline_recovering(
+        &mut self,
+        meta: &CallMeta,
+        plan_mode: PlanMode,
+        agent_link: &mut Agent<'_>,
+    ) -> Result<Outcome, RunError> {
+        let r = self.call_germline(meta, plan_mode, agent_link);
+        let Some(death) = self.died_in(&r) else {
+            return r;
+        };
+        if !self.data_sent {
+            self.germline_down = Some(death);
+            self.ensure_germline().map_err(RunError::Sandbox)?;
+            let r = self.call_germline(meta, plan_mode, agent_link);
+            let Some(death) = self.died_in(&r) else {
+                return r;
+            };
+            return Err(self.died_during_call(death));
+        }
+        Err(self.died_during_call(death))
+    }
+
+    /// How the germline died, if `r` failed and the germline is gone (only failures are
+    /// looked at: a call that succeeded pays nothing for this).
+    fn died_in(&mut self, r: &Result<Outcome, RunError>) -> Option<String> {
+        if !matches!(r, Err(RunError::Tool(_) | RunError::Sandbox(_))) {
+            return None;
+        }
+        match &mut self.backend {
+            // A germline that is PID 1 of its namespace exits after its copies: the copy's
+            // failure may be seen first, so wait a little for the germline's own exit.
+            Backend::Germline(g) => g.death(Duration::from_millis(250)),
+            _ => None,
+        }
+    }
+
+    /// The error of a call whose germline died during it; a fresh one is due.
+    fn died_during_call(&mut self, death: String) -> RunError {
+        let text = format!(
+            "{}: {death} during this call, which failed with it; a fresh germline serves the \
+             next call",
+            self.release.label()
+        );
+        self.germline_down = Some(death);
+        RunError::Sandbox(text)
+    }
+
+    /// Before a germline serves anything: if it died (found now, or by an earlier call),
+    /// stops what is left of it and starts a fresh one from the same launch spec, checked as
+    /// at start (initialisation, G1-G3 before its first fork, every copy's checks). Bounded:
+    /// at most [`MAX_RESTARTS`] within `restart_window`, with a growing wait; beyond that
+    /// the use is refused with why and what to do, until the window has passed.
+    fn ensure_germline(&mut self) -> Result<(), String> {
+        let Backend::Germline(g) = &mut self.backend else {
+            return Ok(());
+        };
+        if self.germline_down.is_none() {
+            // Cheap while alive: a waitpid(WNOHANG) and a poll of a pidfd.
+            self.germline_down = g.death(Duration::ZERO);
+        }
+        let Some(death) = self.germline_down.clone() else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        let window = self.restart_window;
+        self.restarts.retain(|t| now.duration_since(*t) < window);
+        if self.restarts.len() >= MAX_RESTARTS {
+            let again = self
+                .restarts
+                .first()
+                .map_or(window, |t| window.saturating_sub(now.duration_since(*t)));
+            return Err(format!(
+                "{}: the germline died again after {} restarts within {} s (last: {death}); it is \
+                 not restarted again for {} s. Find what kills it (the OOM killer in `dmesg`, \
+                 another process signalling it, a crash of the release at its fork), then \
+                 restart germline; a call after {} s tries once more",
+                self.release.label(),
+                self.restarts.len(),
+                window.as_secs(),
+                again.as_secs() + 1,
+                again.as_secs() + 1,
+            ));
+        }
+        let wait = RESTART_BACKOFF.get(self.restarts.len()).copied();
+        std::thread::sleep(wait.unwrap_or(Duration::from_secs(1)));
+        self.restarts.push(Instant::now());
+        eprintln!(
+            "germline: {}: {death}; starting a fresh germline (restart {} of at most {} within {} s)",
+            self.release.label(),
+            self.restarts.len(),
+            MAX_RESTARTS,
+            window.as_secs()
+        );
+        self.start_fresh_germline("a fresh germline, after one died,")?;
+        self.germline_down = None;
+        Ok(())
+    }
+
     fn call_germline(
         &mut self,
         meta: &CallMeta,
@@ -587,6 +734,7 @@ impl Runtime {
         agent_link: &mut Agent<'_>,
     ) -> Result<Outcome, RunError> {
         let t0 = Instant::now();
+        self.data_sent = false;
         let mut phases = Vec::new();
         if let Backend::Germline(g) = &mut self.backend {
             g.call_begins();
@@ -852,6 +1000,7 @@ impl Runtime {
         // Sub-phases of `copy` for `germline bench` (a few clock reads per call).
         let mut marks = [0u64; 5];
         let us = |s: Instant| s.elapsed().as_micros() as u64;
+        self.data_sent = true;
         let r = (|| {
             let s = Instant::now();
             g.prepare_copy(&mut copy, &files)?;
@@ -1087,6 +1236,13 @@ impl Runtime {
     /// [`Runtime::idle_step`]; `wait_exits`: also wait (a millisecond per step, for at most
     /// 100 ms after its kill) for the last copy's exit, to remove its cgroup between calls.
     fn idle_work(&mut self, wait_exits: bool) -> bool {
+        if self.germline_down.is_some() {
+            // Off the call's path: the failed call's answer went out; an error (a germline
+            // that keeps dying) shows at the next call.
+            let _ = self.ensure_germline();
+            crate::status::after_idle(self);
+            return false;
+        }
         if self.fresh_due {
             // Off the call's path: the answer went out; an error shows at the next call.
             let _ = self.relaunch_if_due();
@@ -1120,8 +1276,15 @@ impl Runtime {
         if !self.fresh_due {
             return Ok(());
         }
+        self.start_fresh_germline("a fresh single-shot germline")?;
+        self.fresh_due = false;
+        Ok(())
+    }
+
+    /// Stops the germline (whatever is left of it) and starts a fresh one from the same
+    /// launch spec and options; `what` names it in an error.
+    fn start_fresh_germline(&mut self, what: &str) -> Result<(), String> {
         let (Backend::Germline(g), Some((spec, opts))) = (&mut self.backend, &self.launch) else {
-            self.fresh_due = false;
             return Ok(());
         };
         let _ = g.stop();
@@ -1133,14 +1296,9 @@ impl Runtime {
             Some(l) => l.run(move || Germline::start(spec, opts))?,
             None => Germline::start(spec, opts),
         };
-        let fresh = started.map_err(|e| {
-            format!(
-                "{}: a fresh single-shot germline did not start: {e}",
-                self.release.label()
-            )
-        })?;
+        let fresh =
+            started.map_err(|e| format!("{}: {what} did not start: {e}", self.release.label()))?;
         **g = fresh;
-        self.fresh_due = false;
         Ok(())
     }
 

@@ -55,6 +55,8 @@ impl Sidecar {
     }
 
     fn spawn(cfg: &SidecarConfig, run_dir: &Path) -> Result<(BrokerClient, Child), String> {
+        // Removed again on every way out but success: a failed start leaves nothing behind.
+        let made = DirGuard::new(run_dir.to_path_buf());
         std::fs::create_dir_all(run_dir).map_err(|e| format!("{}: {e}", run_dir.display()))?;
         std::fs::set_permissions(run_dir, std::fs::Permissions::from_mode(0o700))
             .map_err(|e| format!("{}: {e}", run_dir.display()))?;
@@ -103,6 +105,7 @@ impl Sidecar {
                         let _ = std::io::copy(&mut err, &mut std::io::stderr());
                     });
                 }
+                made.keep();
                 return Ok((client, child));
             }
             if let Ok(Some(status)) = child.try_wait() {
@@ -168,5 +171,30 @@ impl Sidecar {
 impl Drop for Sidecar {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// A directory a start made, removed with everything in it when the guard is dropped unless
+/// [`DirGuard::keep`] was called: every early return of a failed start (`?` included) then
+/// leaves nothing behind, where a sweep would find it only at the next start.
+#[derive(Debug)]
+pub(crate) struct DirGuard(Option<PathBuf>);
+
+impl DirGuard {
+    pub(crate) fn new(dir: PathBuf) -> DirGuard {
+        DirGuard(Some(dir))
+    }
+
+    /// The start succeeded: the directory stays (its owner removes it when it stops).
+    pub(crate) fn keep(mut self) -> PathBuf {
+        self.0.take().unwrap_or_default()
+    }
+}
+
+impl Drop for DirGuard {
+    fn drop(&mut self) {
+        if let Some(d) = self.0.take() {
+            let _ = std::fs::remove_dir_all(d);
+        }
     }
 }

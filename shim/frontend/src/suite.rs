@@ -824,6 +824,7 @@ fn live_copies(a: &SuiteArgs, policy: &Path, n: usize) -> Result<Vec<Value>, Str
         otlp_endpoint: None,
         outbox: None,
         copy_cpus: copy_cpus(),
+        germline_restart_window: crate::runtime::RESTART_WINDOW.as_secs(),
         release: a.time_release.clone(),
     };
     let mut s = crate::cli::start_session(&ra)?;
@@ -915,6 +916,7 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
             otlp_endpoint: None,
             outbox: None,
             copy_cpus: copy_cpus(),
+            germline_restart_window: crate::runtime::RESTART_WINDOW.as_secs(),
             release: release.clone(),
         };
         let mut s = crate::cli::start_session(&ra)?;

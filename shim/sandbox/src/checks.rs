@@ -88,6 +88,14 @@ pub fn germline(
     let mut bad = Vec::new();
     let pid = facts.pid;
     // G1: one task in the cgroup, one thread.
+    if cgroup_procs.is_empty() {
+        // Nothing else can be read of a germline that is gone: say that, not `[]`.
+        bad.push(format!(
+            "G1: the germline's cgroup holds no process: the germline {pid} is gone (it exited \
+             or was killed)"
+        ));
+        return bad;
+    }
     if cgroup_procs != [pid] {
         bad.push(format!("G1: the germline's cgroup holds processes {cgroup_procs:?}, not only the germline {pid}"));
     }
@@ -364,4 +372,41 @@ pub fn read_seccomp_filters(pid: i32) -> std::io::Result<Vec<Program>> {
     })();
     let _ = sys::ptrace(libc::PTRACE_DETACH, pid, 0, 0);
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(pid: i32) -> GermlineFacts {
+        GermlineFacts {
+            pid,
+            ctl_inode: 1,
+            rootfs_mnt_id: 1,
+            rootfs_dev: (0, 0),
+            devnull_mnt_ids: vec![],
+            extra_mounts: vec![],
+        }
+    }
+
+    #[test]
+    fn an_empty_cgroup_says_the_germline_is_gone() {
+        let bad = germline(&facts(4_000_000), &[], &[]);
+        assert_eq!(bad.len(), 1, "{bad:?}");
+        assert!(
+            bad[0].contains("holds no process") && bad[0].contains("germline 4000000 is gone"),
+            "{bad:?}"
+        );
+        assert!(!bad[0].contains("[]"), "{bad:?}");
+    }
+
+    #[test]
+    fn another_process_in_the_cgroup_is_named() {
+        let bad = germline(&facts(4_000_000), &[4_000_000, 4_000_001], &[1, 2]);
+        assert!(
+            bad.iter()
+                .any(|b| b.contains("holds processes [4000000, 4000001]")),
+            "{bad:?}"
+        );
+    }
 }

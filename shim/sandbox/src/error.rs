@@ -19,6 +19,10 @@ pub enum Error {
     Init(String),
     #[error("release refused: {0}")]
     Refused(String),
+    /// The germline process is gone (killed, crashed, or its keeper died): not a refusal of
+    /// the release, a fresh germline may be started (docs/sandbox.md, "When a germline dies").
+    #[error("{0}")]
+    GermlineDied(String),
     #[error("copy refused before it got data: {0}")]
     CopyRefused(String),
     #[error("the copy passed its deadline and was killed with its descendants")]

@@ -106,6 +106,12 @@ pub struct Germline {
     opts: Options,
     keeper: i32,
     pid: i32,
+    /// A pidfd of the germline: readable once it exited ([`Germline::death`]).
+    pidfd: Option<OwnedFd>,
+    /// The keeper's wait status, once reaped (it exits when the germline does).
+    keeper_status: Option<i32>,
+    /// How the germline died, once [`Germline::death`] found it gone.
+    died: Option<String>,
     ctl: OwnedFd,
     facts: GermlineFacts,
     ns: Namespaces,
@@ -254,6 +260,12 @@ impl Germline {
         let mut g = Germline {
             keeper: started.keeper,
             pid: started.pid,
+            // Opened while the germline is known alive (it has not answered yet, so it has not
+            // exited: a dead one would fail `recv_ctl` below). Without pidfds (Linux < 5.3)
+            // death is read from the keeper and /proc instead.
+            pidfd: sys::pidfd_open(started.pid).ok(),
+            keeper_status: None,
+            died: None,
             facts: GermlineFacts {
                 pid: started.pid,
                 ctl_inode: started.ctl_inode,
@@ -385,6 +397,69 @@ impl Germline {
         }
         serde_json::from_slice(&buf[..n])
             .map_err(|e| Error::Protocol(format!("malformed control message: {e}")))
+    }
+
+    /// Whether the germline process is gone, and if so how it ended, e.g. `the germline (pid
+    /// 4250) died: killed by signal 9 (SIGKILL)`. Waits up to `wait` for an exit that is
+    /// under way (a germline that is PID 1 of its namespace exits only after every copy in
+    /// it is gone). Cheap when it is alive: one `waitpid(WNOHANG)` on the keeper and one
+    /// `poll` of the germline's pidfd.
+    ///
+    /// Under cgroup v1's freezer a frozen germline that was sent SIGKILL dies only when it is
+    /// thawed, i.e. at its next fork; until then it is not gone (and it forks nothing).
+    pub fn death(&mut self, wait: Duration) -> Option<String> {
+        if let Some(d) = &self.died {
+            return Some(d.clone());
+        }
+        if self.stopped {
+            return None;
+        }
+        let ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
+        let gone = self.reap_keeper()
+            || match &self.pidfd {
+                Some(fd) => sys::poll_readable(fd.as_raw_fd(), ms).unwrap_or(false),
+                None => {
+                    let t = Instant::now();
+                    loop {
+                        if !procfs::alive(self.pid) {
+                            break true;
+                        }
+                        if t.elapsed() >= wait {
+                            break false;
+                        }
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                }
+            };
+        // An exiting germline that is PID 1 of its namespace waits for every process in it
+        // before it becomes a zombie, and under cgroup v1 a frozen pool copy never dies: it is
+        // gone all the same once it is exiting (it forks nothing more).
+        let gone = gone || (!wait.is_zero() && exiting(self.pid));
+        if !gone {
+            return None;
+        }
+        // The keeper waits for the germline and exits with its status: give it a moment.
+        let t = Instant::now();
+        while !self.reap_keeper() && t.elapsed() < Duration::from_millis(300) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let d = describe_death(self.pid, self.keeper, self.keeper_status);
+        self.died = Some(d.clone());
+        Some(d)
+    }
+
+    /// Reaps the keeper if it exited (never blocks); true once it has.
+    fn reap_keeper(&mut self) -> bool {
+        if self.keeper_status.is_some() {
+            return true;
+        }
+        match sys::waitpid(self.keeper, libc::WNOHANG) {
+            Ok((pid, st)) if pid == self.keeper => {
+                self.keeper_status = Some(st);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// G1-G3, read from outside. Empty: the germline may fork.
@@ -646,19 +721,29 @@ impl Germline {
             }
             // A pool copy's deadline starts when it is handed out for a call.
             c.restart_deadline(self.spec.limits.deadline());
-            for p in std::iter::once(c.pid()).chain(c.tool_pid()) {
-                sys::set_sched_idle(p, false)
-                    .map_err(|e| Error::sys("sched_setscheduler(SCHED_OTHER)", e))?;
+            let handed = (|| {
+                for p in std::iter::once(c.pid()).chain(c.tool_pid()) {
+                    sys::set_sched_idle(p, false)
+                        .map_err(|e| Error::sys("sched_setscheduler(SCHED_OTHER)", e))?;
+                }
+                c.set_client_capabilities(caps.clone());
+                c.begin_initialize()
+            })();
+            if handed.is_err() {
+                // A pool copy that died while it waited (it crashed, or its germline died and
+                // took it along) holds no data: discard it, and fork a fresh, checked one.
+                let _ = self.retire(c, Ok(Value::Null));
+                continue;
             }
-            c.set_client_capabilities(caps.clone());
-            c.begin_initialize()?;
             self.pause_pool(true);
             return Ok(c);
         }
-        let mut c = self.fork_copy()?;
-        c.set_client_capabilities(caps.clone());
-        c.begin_initialize()?;
-        Ok(c)
+        let r = self.fork_copy().and_then(|mut c| {
+            c.set_client_capabilities(caps.clone());
+            c.begin_initialize()?;
+            Ok(c)
+        });
+        self.unless_dead(r)
     }
 
     /// Forks one copy, confines it and checks it from outside (issue 4, items 3 and 4). A
@@ -695,10 +780,22 @@ impl Germline {
             }
             Ok(c)
         });
-        if let Err(Error::Refused(reason)) = &r {
+        self.unless_dead(r)
+    }
+
+    /// `r`, unless it failed because the germline is gone: then [`Error::GermlineDied`],
+    /// which does not refuse the release (a fresh germline may be started and checked again).
+    /// A germline that is alive and failed a check is refused from then on.
+    fn unless_dead<T>(&mut self, r: Result<T>) -> Result<T> {
+        let Err(e) = r else { return r };
+        // Only on a failure: wait briefly for an exit under way (the copies die first).
+        if let Some(d) = self.death(Duration::from_millis(100)) {
+            return Err(Error::GermlineDied(d));
+        }
+        if let Error::Refused(reason) = &e {
             self.refused = Some(reason.clone());
         }
-        r
+        Err(e)
     }
 
     /// Where the last [`Germline::copy`] spent its time, in microseconds: the germline's
@@ -1065,10 +1162,71 @@ impl Germline {
                 let _ = cg.destroy();
             }
         }
-        let _ = sys::kill(self.keeper, libc::SIGKILL);
-        let _ = sys::waitpid(self.keeper, 0);
+        if self.keeper_status.is_none() {
+            let _ = sys::kill(self.keeper, libc::SIGKILL);
+            let _ = sys::waitpid(self.keeper, 0);
+        }
         Cgroup::remove_parent(&self.base_rel);
         r
+    }
+}
+
+/// How a germline ended, from its keeper's wait status: the keeper exits with the germline's
+/// exit code, or 128 + the signal that killed it (launch.rs), and a keeper that is killed
+/// takes the germline with it (`PR_SET_PDEATHSIG`).
+fn describe_death(pid: i32, keeper: i32, keeper_status: Option<i32>) -> String {
+    let how = match keeper_status {
+        Some(st) if libc::WIFSIGNALED(st) => {
+            let sig = libc::WTERMSIG(st);
+            format!(
+                "its keeper process (pid {keeper}) was killed by signal {sig} ({}), and the \
+                 germline with it",
+                signal_name(sig)
+            )
+        }
+        Some(st) if libc::WIFEXITED(st) => match libc::WEXITSTATUS(st) {
+            code @ 129..=191 => {
+                let sig = code - 128;
+                format!("killed by signal {sig} ({})", signal_name(sig))
+            }
+            255 => "it ended in a way its keeper could not tell".into(),
+            code => format!("it exited with status {code}"),
+        },
+        _ => "it exited (how is not known: its keeper has not reported yet)".into(),
+    };
+    format!("the germline (pid {pid}) died: {how}")
+}
+
+/// Whether `pid` is exiting: `PF_EXITING` (0x4) in the flags of `/proc/PID/stat` (field 9).
+fn exiting(pid: i32) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    // `pid (comm) state ppid pgrp session tty_nr tpgid flags ...`: comm may hold anything.
+    stat.rsplit_once(") ")
+        .and_then(|(_, rest)| rest.split(' ').nth(6))
+        .and_then(|f| f.parse::<u64>().ok())
+        .is_some_and(|f| f & PF_EXITING != 0)
+}
+
+/// The name of a signal number, for messages.
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGSYS => "SIGSYS",
+        libc::SIGXCPU => "SIGXCPU",
+        _ => "another signal",
     }
 }
 
