@@ -602,10 +602,10 @@ fn call_refusal(json: &str) -> (usize, usize, String) {
     }
 }
 
-/// Where serde_json reports a bad value: just after its closing quote.
+/// Where serde_json reports a bad value: the column just past its closing quote.
 fn after(json: &str, needle: &str) -> (usize, usize) {
     let (line, column) = pos(json, needle);
-    (line, column + needle.chars().count() - 1)
+    (line, column + needle.chars().count())
 }
 
 fn json_str(s: &str) -> String {
