@@ -883,9 +883,18 @@ mod tests {
             );
             Policy::parse(Path::new("p.toml"), &text).expect("policy")
         };
-        for bad in ["sec\0ret\n", "sec\rret", "secret\nX-Evil: 1\n", "\n", " secret"] {
+        for bad in [
+            "sec\0ret\n",
+            "sec\rret",
+            "secret\nX-Evil: 1\n",
+            "\n",
+            " secret",
+        ] {
             let e = load_credentials(&policy(bad)).expect_err(bad).to_string();
-            assert!(e.contains("\"ocr.example\"") && e.contains("expected"), "{e}");
+            assert!(
+                e.contains("\"ocr.example\"") && e.contains("expected"),
+                "{e}"
+            );
             assert!(!e.contains("sec"), "the value is printed: {e}");
         }
         let ok = load_credentials(&policy("secret\r\n")).expect("good");

@@ -104,7 +104,10 @@ pub fn is_ip_literal(host: &str) -> bool {
     if h.starts_with('[') || h.parse::<IpAddr>().is_ok() || h.contains("::") {
         return true;
     }
-    if h.contains(':') && h.bytes().all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.') {
+    if h.contains(':')
+        && h.bytes()
+            .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+    {
         return true;
     }
     let last = h.rsplit('.').next().unwrap_or(h);
@@ -348,16 +351,31 @@ mod tests {
         assert!(e.contains("found \"a\\nb\""), "{e}");
         assert!(!e.contains('\n'));
         assert!(check_host("ocr.example").is_ok());
-        assert!(check_host(STATE_HOST).expect_err("state").contains("germline"));
+        assert!(check_host(STATE_HOST)
+            .expect_err("state")
+            .contains("germline"));
     }
 
     #[test]
     fn pins() {
-        for a in ["0.0.0.0", "0.9.9.9", "255.255.255.255", "224.0.0.1", "::", "ff02::1"] {
+        for a in [
+            "0.0.0.0",
+            "0.9.9.9",
+            "255.255.255.255",
+            "224.0.0.1",
+            "::",
+            "ff02::1",
+        ] {
             let ip: IpAddr = a.parse().expect("ip");
             assert!(pin_address_problem(ip).is_some(), "{a}");
         }
-        for a in ["127.0.0.1", "10.0.0.1", "::1", "::ffff:127.0.0.1", "192.0.2.1"] {
+        for a in [
+            "127.0.0.1",
+            "10.0.0.1",
+            "::1",
+            "::ffff:127.0.0.1",
+            "192.0.2.1",
+        ] {
             let ip: IpAddr = a.parse().expect("ip");
             assert!(pin_address_problem(ip).is_none(), "{a}");
         }

@@ -15,9 +15,9 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::dampening::DampeningParams;
-use crate::names;
 use crate::label::Label;
 use crate::limits::{Lifetime, OperatingLimits};
+use crate::names;
 use crate::plan::{ItemMeta, Member};
 
 /// Where in a policy (or call) file something is.
@@ -595,7 +595,10 @@ impl Policy {
                     field: field.clone(),
                     message,
                 })?;
-                out.insert(name.get_ref().clone(), cx.label(&tags, &field, c.get_ref())?);
+                out.insert(
+                    name.get_ref().clone(),
+                    cx.label(&tags, &field, c.get_ref())?,
+                );
             }
             Ok(out)
         };
@@ -686,13 +689,14 @@ impl Policy {
                 message: message.to_string(),
             };
             // A check of one key of the credential, located at its value.
-            let checked = |v: &Spanned<String>, key: &str, check: fn(&str) -> Result<(), String>| {
-                check(v.get_ref()).map_err(|message| PolicyError::Invalid {
-                    at: cx.at(v.span()),
-                    field: format!("{field}.{key}"),
-                    message,
-                })
-            };
+            let checked =
+                |v: &Spanned<String>, key: &str, check: fn(&str) -> Result<(), String>| {
+                    check(v.get_ref()).map_err(|message| PolicyError::Invalid {
+                        at: cx.at(v.span()),
+                        field: format!("{field}.{key}"),
+                        message,
+                    })
+                };
             let c = c.get_ref();
             let place = match (&c.header, &c.query) {
                 (Some(h), None) => {
@@ -1000,7 +1004,9 @@ impl CallSpec {
             let e = e.into_inner();
             // serde_json appends " at line L column C"; the location leads the message.
             let full = e.to_string();
-            let message = full.rsplit_once(" at line ").map_or(full.as_str(), |(m, _)| m);
+            let message = full
+                .rsplit_once(" at line ")
+                .map_or(full.as_str(), |(m, _)| m);
             CallError::Syntax {
                 file: file.to_path_buf(),
                 line: e.line(),

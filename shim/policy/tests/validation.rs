@@ -83,13 +83,7 @@ fn refuse(text: &str) -> Refusal {
 
 /// Checks the refusal's location is where `needle` starts, its field, that it shows what
 /// was found (escaped, so printable) unless `found` is `None`, and what was expected.
-fn check(
-    text: &str,
-    needle: &str,
-    field: &str,
-    found: Option<&str>,
-    expected: &str,
-) -> Refusal {
+fn check(text: &str, needle: &str, field: &str, found: Option<&str>, expected: &str) -> Refusal {
     let r = refuse(text);
     let (line, column) = pos(text, needle);
     assert_eq!(
@@ -221,7 +215,11 @@ fn destinations_must_be_lowercase_dns_host_names() {
 #[test]
 fn destination_refusals_say_why() {
     let why = |host: &str| refuse(&policy(&format!("{} = []\n", quote(host)), "")).message;
-    assert!(why("127.0.0.1").contains("IP address"), "{}", why("127.0.0.1"));
+    assert!(
+        why("127.0.0.1").contains("IP address"),
+        "{}",
+        why("127.0.0.1")
+    );
     assert!(why("0x7f.1").contains("IP address"), "{}", why("0x7f.1"));
     assert!(why("[::1]").contains("IP address"), "{}", why("[::1]"));
     assert!(why("state.germline").contains("germline"));
@@ -234,7 +232,13 @@ fn destination_refusals_say_why() {
 
 #[test]
 fn pin_and_credential_keys_are_host_names_too() {
-    for host in ["ocr.example:80", "127.0.0.1", "*", "OCR.example", "state.germline"] {
+    for host in [
+        "ocr.example:80",
+        "127.0.0.1",
+        "*",
+        "OCR.example",
+        "state.germline",
+    ] {
         let key = quote(host);
         let text = policy("", &format!("\n[pins]\n{key} = \"127.0.0.1:8080\"\n"));
         check(
@@ -291,7 +295,10 @@ fn pins_refuse_unusable_addresses_and_port_zero() {
         "127.0.0.1:8080\n",
         "",
     ] {
-        let text = policy("", &format!("\n[pins]\n\"ocr.example\" = {}\n", quote(addr)));
+        let text = policy(
+            "",
+            &format!("\n[pins]\n\"ocr.example\" = {}\n", quote(addr)),
+        );
         check(
             &text,
             &quote(addr),
@@ -310,7 +317,10 @@ fn pins_refuse_unusable_addresses_and_port_zero() {
         "192.168.1.1",
         "203.0.113.7:8443",
     ] {
-        let text = policy("", &format!("\n[pins]\n\"ocr.example\" = {}\n", quote(addr)));
+        let text = policy(
+            "",
+            &format!("\n[pins]\n\"ocr.example\" = {}\n", quote(addr)),
+        );
         let p = parse(&text).unwrap_or_else(|e| panic!("{addr:?} refused: {e}"));
         assert!(p.pin("ocr.example").is_some());
     }
@@ -346,7 +356,13 @@ fn credential_header_names_are_tokens() {
             "expected",
         );
     }
-    for name in ["X-Api-Key", "authorization", "x_key", "X-Key.v2", "k!#$%&'*+^`|~"] {
+    for name in [
+        "X-Api-Key",
+        "authorization",
+        "x_key",
+        "X-Key.v2",
+        "k!#$%&'*+^`|~",
+    ] {
         let text = credential(&format!("header = {}\nvalue = \"k\"", quote(name)));
         parse(&text).unwrap_or_else(|e| panic!("{name:?} refused: {e}"));
     }
@@ -401,7 +417,10 @@ fn credential_query_names_and_env_names_are_sane() {
         );
     }
     for name in ["", "OCR KEY", "OCR=KEY", "OCR\0KEY", "1KEY", "KEY\n"] {
-        let text = credential(&format!("header = \"X-Api-Key\"\nvalue_env = {}", quote(name)));
+        let text = credential(&format!(
+            "header = \"X-Api-Key\"\nvalue_env = {}",
+            quote(name)
+        ));
         check(
             &text,
             &quote(name),
@@ -441,7 +460,10 @@ fn credential_value_file_must_be_a_readable_regular_file() {
         String::new(),
         format!("{d}/key\0"),
     ] {
-        let text = credential(&format!("header = \"X-Api-Key\"\nvalue_file = {}", quote(&path)));
+        let text = credential(&format!(
+            "header = \"X-Api-Key\"\nvalue_file = {}",
+            quote(&path)
+        ));
         let r = check(
             &text,
             &quote(&path),
@@ -467,12 +489,36 @@ fn credential_value_file_must_be_a_readable_regular_file() {
 #[test]
 fn globs_with_nul_are_refused() {
     let cases = [
-        ("[[item]]\npath = {}\nlabel = [\"hr\"]", "item[0].path", "/home/*/hr\0/**"),
-        ("[[item]]\npath = {}\nlabel = [\"hr\"]", "item[0].path", "\0"),
-        ("[[item]]\nuri = {}\nlabel = [\"hr\"]", "item[0].uri", "sqlite:///x\0*"),
-        ("[[item]]\nuri = {}\nlabel = [\"hr\"]", "item[0].uri", "file:///a\nb"),
-        ("[[argument]]\nname = {}\nlabel = [\"hr\"]", "argument[0].name", "a\0b"),
-        ("[[argument]]\nname = {}\nlabel = [\"hr\"]", "argument[0].name", "\0"),
+        (
+            "[[item]]\npath = {}\nlabel = [\"hr\"]",
+            "item[0].path",
+            "/home/*/hr\0/**",
+        ),
+        (
+            "[[item]]\npath = {}\nlabel = [\"hr\"]",
+            "item[0].path",
+            "\0",
+        ),
+        (
+            "[[item]]\nuri = {}\nlabel = [\"hr\"]",
+            "item[0].uri",
+            "sqlite:///x\0*",
+        ),
+        (
+            "[[item]]\nuri = {}\nlabel = [\"hr\"]",
+            "item[0].uri",
+            "file:///a\nb",
+        ),
+        (
+            "[[argument]]\nname = {}\nlabel = [\"hr\"]",
+            "argument[0].name",
+            "a\0b",
+        ),
+        (
+            "[[argument]]\nname = {}\nlabel = [\"hr\"]",
+            "argument[0].name",
+            "\0",
+        ),
         (
             "[[argument]]\ntool = {}\nname = \"url\"\nlabel = []",
             "argument[0].tool",
@@ -504,7 +550,13 @@ fn path_rules_are_canonical() {
             "",
             &format!("\n[[item]]\npath = {}\nlabel = [\"hr\"]\n", quote(pattern)),
         );
-        check(&text, &quote(pattern), "item[0].path", Some(pattern), "expected");
+        check(
+            &text,
+            &quote(pattern),
+            "item[0].path",
+            Some(pattern),
+            "expected",
+        );
     }
     for pattern in ["/", "/**", "/home/*/hr/**", "/home/.cache/**", "/a..b/*"] {
         let text = policy(
@@ -531,7 +583,16 @@ fn consumer_and_release_names_are_sane() {
             "expected",
         );
     }
-    for name in ["", "a b", "x\0", "../x", ".x", "a/b", "x\n", "ocr-tool@1.0.0"] {
+    for name in [
+        "",
+        "a b",
+        "x\0",
+        "../x",
+        ".x",
+        "a/b",
+        "x\n",
+        "ocr-tool@1.0.0",
+    ] {
         let key = quote(name);
         let text = policy("", &format!("\n[lifetimes]\n{key} = \"session\"\n"));
         check(
@@ -547,9 +608,10 @@ fn consumer_and_release_names_are_sane() {
         "\n[lifetimes]\n\"mcp-server-time\" = \"single-shot\"\n\"a.b_c-1\" = \"session\"\n",
     );
     parse(&text).expect("good release names");
-    let text = BASE
-        .replace("{dest}", "")
-        .replace("{rest}", "\"alice@corp.example\" = []\n\"blog.example\" = []\n");
+    let text = BASE.replace("{dest}", "").replace(
+        "{rest}",
+        "\"alice@corp.example\" = []\n\"blog.example\" = []\n",
+    );
     parse(&text).expect("good consumer names");
 }
 
@@ -558,7 +620,10 @@ fn label_names_are_located_at_their_key() {
     for name in ["HR", "h r", "hr\n", ""] {
         let key = quote(name);
         let text = BASE
-            .replace("finance = \"invoices\"", &format!("finance = \"invoices\"\n{key} = \"x\""))
+            .replace(
+                "finance = \"invoices\"",
+                &format!("finance = \"invoices\"\n{key} = \"x\""),
+            )
             .replace("{dest}", "")
             .replace("{rest}", "");
         check(
@@ -615,15 +680,30 @@ fn json_str(s: &str) -> String {
 #[test]
 fn call_item_names_are_single_file_names() {
     for name in [
-        "", "\0", "a\0b", "..", ".", "../x", "x/..", "a/../b", "a/b", "/etc/passwd", "x\n",
-        ".hidden", "a..b",
+        "",
+        "\0",
+        "a\0b",
+        "..",
+        ".",
+        "../x",
+        "x/..",
+        "a/../b",
+        "a/b",
+        "/etc/passwd",
+        "x\n",
+        ".hidden",
+        "a..b",
     ] {
         let js = json_str(name);
         let json = format!(
             "{{\"function\": \"f\", \"destinations\": [\"ocr.example\"],\n \"items\": [\n  {{\"name\": \"ok.pdf\"}},\n  {{\"name\": {js}}}\n ]}}"
         );
         let (line, column, message) = call_refusal(&json);
-        assert_eq!((line, column), after(&json, &format!("\"name\": {js}")), "{message}");
+        assert_eq!(
+            (line, column),
+            after(&json, &format!("\"name\": {js}")),
+            "{message}"
+        );
         assert!(message.contains("items[1].name"), "{message}");
         assert!(message.contains(&format!("found {name:?}")), "{message}");
         assert!(message.contains("expected"), "{message}");
@@ -632,20 +712,30 @@ fn call_item_names_are_single_file_names() {
 
 #[test]
 fn call_destinations_and_consumers_are_checked() {
-    for host in ["127.0.0.1", "*", "state.germline", "ocr.example:80", "http://x.example", ""] {
+    for host in [
+        "127.0.0.1",
+        "*",
+        "state.germline",
+        "ocr.example:80",
+        "http://x.example",
+        "",
+    ] {
         let js = json_str(host);
         let json = format!("{{\"function\": \"f\",\n \"destinations\": [\"ocr.example\", {js}]}}");
         let (line, column, message) = call_refusal(&json);
-        assert_eq!((line, column), after(&json, &format!(", {js}")), "{message}");
+        assert_eq!(
+            (line, column),
+            after(&json, &format!(", {js}")),
+            "{message}"
+        );
         assert!(message.contains("destinations[1]"), "{message}");
         assert!(message.contains(HOST_EXPECTED), "{message}");
         assert!(message.contains(&format!("found {host:?}")), "{message}");
     }
     for name in ["", "a\nb", "x\0"] {
         let js = json_str(name);
-        let json = format!(
-            "{{\"function\": \"f\", \"destinations\": [],\n \"consumers\": [{js}]}}"
-        );
+        let json =
+            format!("{{\"function\": \"f\", \"destinations\": [],\n \"consumers\": [{js}]}}");
         let (line, column, message) = call_refusal(&json);
         assert_eq!((line, column), after(&json, &format!("[{js}")), "{message}");
         assert!(message.contains("consumers[0]"), "{message}");
