@@ -44,8 +44,9 @@ use crate::audit::Audit;
 use crate::ca::DeploymentCa;
 
 /// The reserved pseudo-destination through which copies reach their state slot and twin
-/// inputs (DESIGN "Egress": any language can use it with plain HTTP).
-pub const STATE_HOST: &str = "state.germline";
+/// inputs (DESIGN "Egress": any language can use it with plain HTTP). The policy refuses it
+/// (and every other name under `germline`) as a destination.
+pub const STATE_HOST: &str = germline_policy::names::STATE_HOST;
 
 /// The range a broker draws its copies' proxy port from when the deployer fixes none
 /// ([`BrokerConfig::copy_port`]): above the registered ports, below Linux's ephemeral range,
@@ -435,9 +436,9 @@ fn load_credentials(policy: &Policy) -> Result<HashMap<String, Credential>, Brok
                 .trim_end_matches(['\n', '\r'])
                 .to_string(),
         };
-        if value.is_empty() || value.contains(['\r', '\n']) {
-            return Err(err("the value is empty or spans lines".into()));
-        }
+        // The policy checked an inline value when it was loaded; one from the environment
+        // or a file meets the same rule here, once, rather than failing every delivery.
+        germline_policy::names::check_credential_value(&value).map_err(err)?;
         out.insert(
             host.clone(),
             Credential {
@@ -865,6 +866,39 @@ mod tests {
             "{rows:?}"
         );
         assert!(rows.contains(&("sha256:r".into(), "undeclared".into(), "denied".into(), 1)));
+    }
+
+    /// A credential read from a file meets the rule the policy applies to an inline value:
+    /// refused at start, host named, value never printed (issue 25 item 9).
+    #[test]
+    fn credential_files_with_control_characters_are_refused_at_start() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("key");
+        let policy = |contents: &str| {
+            std::fs::write(&file, contents).expect("key");
+            let text = format!(
+                "[labels]\nhr = \"x\"\n[destinations]\n\"ocr.example\" = []\n\
+                 [credentials.\"ocr.example\"]\nheader = \"X-Api-Key\"\nvalue_file = \"{}\"\n",
+                file.display()
+            );
+            Policy::parse(Path::new("p.toml"), &text).expect("policy")
+        };
+        for bad in [
+            "sec\0ret\n",
+            "sec\rret",
+            "secret\nX-Evil: 1\n",
+            "\n",
+            " secret",
+        ] {
+            let e = load_credentials(&policy(bad)).expect_err(bad).to_string();
+            assert!(
+                e.contains("\"ocr.example\"") && e.contains("expected"),
+                "{e}"
+            );
+            assert!(!e.contains("sec"), "the value is printed: {e}");
+        }
+        let ok = load_credentials(&policy("secret\r\n")).expect("good");
+        assert_eq!(ok["ocr.example"].value, "secret");
     }
 
     #[test]

@@ -226,5 +226,57 @@ fn plan_labels_a_path_by_the_file_it_reaches() {
         String::from_utf8_lossy(&o.stderr).contains("resolves to"),
         "{}",
         text(&o)
+
+/// Issue 25 item 9: a destination that is an IP literal (accepted on 88bfd6b) makes
+/// `germline policy check` exit 2 with file:line:column, the field, what was found and what
+/// was expected, and `germline plan` refuses a call item named `..` the same way.
+#[test]
+fn policy_check_refuses_a_bad_value_with_location() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("policy.toml");
+    let good = std::fs::read_to_string(repo().join("config/policy.example.toml")).expect("example");
+    let policy = good.replace(
+        "\"api.example\" = []",
+        "\"api.example\" = []\n\"127.0.0.1\" = []",
+    );
+    assert_ne!(policy, good);
+    std::fs::write(&bad, &policy).expect("write");
+    let line = policy
+        .lines()
+        .position(|l| l.starts_with("\"127.0.0.1\""))
+        .expect("line")
+        + 1;
+    let bad_s = bad.to_string_lossy().into_owned();
+    let o = germline(&["policy", "check", &bad_s]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "{bad_s}:{line}:1: field `destinations.\"127.0.0.1\"`: expected a lowercase DNS host name"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("found \"127.0.0.1\""), "{err}");
+    assert!(o.stdout.is_empty());
+
+    let call = dir.path().join("call.json");
+    std::fs::write(
+        &call,
+        "{\"function\": \"f\", \"destinations\": [\"ocr.example\"],\n\"items\": [{\"name\": \"..\"}]}",
+    )
+    .expect("call");
+    let call_s = call.to_string_lossy().into_owned();
+    let o = germline(&[
+        "plan",
+        "--policy",
+        "config/policy.example.toml",
+        "--call",
+        &call_s,
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!("{call_s}:2:")) && err.contains("field `items[0].name`"),
+        "{err}"
     );
 }

@@ -9,6 +9,7 @@
 //! - [`slots`]: per-horizon state slots with entry labels, durable in SQLite (Definition 3,
 //!   Lemma 1).
 //! - [`dampening`]: the per-release penalty (Appendix B-E).
+//! - [`names`]: what a host, item, consumer, release, header or credential name may be.
 //!
 //! Nothing here forks, confines or talks to the network; only [`slots`] touches the disk.
 
@@ -17,6 +18,7 @@ pub mod call;
 pub mod dampening;
 pub mod label;
 pub mod limits;
+pub mod names;
 pub mod plan;
 pub mod policy;
 pub mod slots;

@@ -151,11 +151,17 @@ impl Lifetime {
 
 /// The `[lifetimes]` table: release name (the signed manifest's `name`) -> lifetime.
 pub(crate) fn parse_lifetimes(
-    raw: &std::collections::BTreeMap<String, Spanned<String>>,
+    raw: &std::collections::BTreeMap<Spanned<String>, Spanned<String>>,
     at: &dyn Fn(Range<usize>) -> Location,
 ) -> Result<std::collections::BTreeMap<String, Lifetime>, PolicyError> {
     let mut out = std::collections::BTreeMap::new();
-    for (name, v) in raw {
+    for (key, v) in raw {
+        let name = key.get_ref();
+        crate::names::check_release_name(name).map_err(|message| PolicyError::Invalid {
+            at: at(key.span()),
+            field: format!("lifetimes.{name:?}"),
+            message,
+        })?;
         let l = match v.get_ref().as_str() {
             "single-shot" => Lifetime::SingleShot,
             "session" => Lifetime::Session,

@@ -18,6 +18,7 @@ use crate::argpath::{ArgPath, ArgPattern};
 use crate::dampening::DampeningParams;
 use crate::label::Label;
 use crate::limits::{Lifetime, OperatingLimits};
+use crate::names;
 use crate::plan::{ItemMeta, Member};
 
 /// Where in a policy (or call) file something is.
@@ -80,7 +81,7 @@ pub enum PolicyError {
 #[serde(deny_unknown_fields)]
 struct PolicyFile {
     /// Tag name -> description.
-    labels: BTreeMap<String, String>,
+    labels: BTreeMap<Spanned<String>, String>,
     #[serde(default)]
     defaults: DefaultsFile,
     #[serde(default, rename = "item")]
@@ -89,9 +90,9 @@ struct PolicyFile {
     #[serde(default, rename = "argument")]
     arguments: Vec<Spanned<ArgumentRuleFile>>,
     #[serde(default)]
-    destinations: BTreeMap<String, Spanned<Vec<Spanned<String>>>>,
+    destinations: BTreeMap<Spanned<String>, Spanned<Vec<Spanned<String>>>>,
     #[serde(default)]
-    consumers: BTreeMap<String, Spanned<Vec<Spanned<String>>>>,
+    consumers: BTreeMap<Spanned<String>, Spanned<Vec<Spanned<String>>>>,
     #[serde(default)]
     dampening: Option<Spanned<DampeningFile>>,
     /// Operating limits (crate::limits, docs/operations.md).
@@ -99,13 +100,13 @@ struct PolicyFile {
     limits: Option<crate::limits::LimitsFile>,
     /// Release name -> germline lifetime (crate::limits::Lifetime).
     #[serde(default)]
-    lifetimes: BTreeMap<String, Spanned<String>>,
+    lifetimes: BTreeMap<Spanned<String>, Spanned<String>>,
     /// Declared host -> fixed address (`ip` or `ip:port`), resolved by the broker only.
     #[serde(default)]
-    pins: BTreeMap<String, Spanned<String>>,
+    pins: BTreeMap<Spanned<String>, Spanned<String>>,
     /// Declared host -> the credential the broker adds to requests it delivers there.
     #[serde(default)]
-    credentials: BTreeMap<String, Spanned<CredentialFile>>,
+    credentials: BTreeMap<Spanned<String>, Spanned<CredentialFile>>,
     /// How copies are made (docs/sandbox.md).
     #[serde(default)]
     copies: CopiesFile,
@@ -125,11 +126,11 @@ pub const COPY_REAPER_DEFAULT: bool = false;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CredentialFile {
-    header: Option<String>,
-    query: Option<String>,
-    value: Option<String>,
-    value_env: Option<String>,
-    value_file: Option<PathBuf>,
+    header: Option<Spanned<String>>,
+    query: Option<Spanned<String>>,
+    value: Option<Spanned<String>>,
+    value_env: Option<Spanned<String>>,
+    value_file: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -306,6 +307,98 @@ impl Ctx<'_> {
     }
 }
 
+/// Why a glob can never match what it is compared with: a NUL (no path, URI, tool or
+/// argument name holds one).
+fn nul_problem(pattern: &str, what: &str) -> Option<String> {
+    pattern
+        .contains('\0')
+        .then(|| format!("expected {what} without NUL, found {pattern:?}"))
+}
+
+/// Like [`nul_problem`], for globs of texts that never hold a control character (URIs, tool
+/// names).
+fn control_problem(pattern: &str, what: &str) -> Option<String> {
+    pattern.chars().any(char::is_control).then(|| {
+        format!("expected {what} without NUL or other control characters, found {pattern:?}")
+    })
+}
+
+/// A path rule is matched against canonical paths, which hold no NUL and no empty, `.` or
+/// `..` component: a rule spelled with one would never match, and its label never apply.
+fn path_glob_problem(pattern: &str) -> Option<String> {
+    if let Some(m) = nul_problem(pattern, "an absolute path glob") {
+        return Some(m);
+    }
+    if pattern == "/" {
+        return None;
+    }
+    let bad = pattern
+        .strip_prefix('/')
+        .unwrap_or(pattern)
+        .split('/')
+        .find(|c| c.is_empty() || *c == "." || *c == "..")?;
+    let what = if bad.is_empty() {
+        "an empty component (`//` or a trailing '/')".to_string()
+    } else {
+        format!("a `{bad}` component")
+    };
+    Some(format!(
+        "expected an absolute path glob in canonical form (no empty, `.` or `..` components: \
+         files are labelled by their canonical path), found {pattern:?} with {what}"
+    ))
+}
+
+/// A `[pins]` value: `ip` or `ip:port` (IPv6 as `[ip]:port`) naming one host.
+fn parse_pin(text: &str) -> Result<Pin, String> {
+    let bad = |why: &str| {
+        format!(
+            "expected an IP address or IP:port (IPv6 as [address]:port) of one host, port \
+             1-65535, found {text:?}: {why}"
+        )
+    };
+    let (ip, port) = if let Ok(sa) = text.parse::<std::net::SocketAddr>() {
+        (sa.ip(), Some(sa.port()))
+    } else if let Ok(ip) = text.parse::<std::net::IpAddr>() {
+        (ip, None)
+    } else {
+        return Err(bad("not an address"));
+    };
+    if port == Some(0) {
+        return Err(bad("port 0 is no port"));
+    }
+    if let Some(why) = names::pin_address_problem(ip) {
+        return Err(bad(why));
+    }
+    Ok(Pin { ip, port })
+}
+
+/// A credential's `value_file`: an absolute path to a regular file (symlinks followed) that
+/// can be opened now. The broker reads it at start; a policy naming a file that is not there
+/// is refused when it is loaded, not at the first delivery.
+fn check_value_file(path: &str) -> Result<(), String> {
+    let bad = |why: String| {
+        format!("expected an absolute path to a readable regular file, found {path:?}: {why}")
+    };
+    if path.contains('\0') {
+        return Err(bad("it holds NUL".into()));
+    }
+    if !path.starts_with('/') {
+        return Err(bad("not an absolute path".into()));
+    }
+    let meta = std::fs::metadata(path).map_err(|e| bad(format!("cannot stat it: {e}")))?;
+    if !meta.is_file() {
+        let kind = if meta.is_dir() {
+            "a directory"
+        } else {
+            "not a regular file (a FIFO, socket or device)"
+        };
+        return Err(bad(kind.into()));
+    }
+    // A regular file: opening it does not block.
+    std::fs::File::open(path).map_err(|e| bad(format!("cannot open it: {e}")))?;
+    Ok(())
+}
+
 impl Policy {
     /// Loads and validates a policy file.
     pub fn load(file: &Path) -> Result<Self, PolicyError> {
@@ -328,21 +421,27 @@ impl Policy {
                 message: format!("{} (in: `{line}`)", e.message().trim()),
             }
         })?;
-        let tags = raw.labels;
-        for name in tags.keys() {
-            let ok = !name.is_empty()
-                && name
-                    .chars()
+        for name in raw.labels.keys() {
+            let n = name.get_ref();
+            let ok = !n.is_empty()
+                && n.chars()
                     .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
             if !ok {
                 return Err(PolicyError::Invalid {
-                    at: cx.at(0..0),
-                    field: format!("labels.{name}"),
-                    message: "a label name must be lowercase ASCII letters, digits, '_' or '-'"
-                        .into(),
+                    at: cx.at(name.span()),
+                    field: format!("labels.{n:?}"),
+                    message: format!(
+                        "expected a label name of lowercase ASCII letters, digits, '_' or '-', \
+                         found {n:?}"
+                    ),
                 });
             }
         }
+        let tags: BTreeMap<String, String> = raw
+            .labels
+            .into_iter()
+            .map(|(k, v)| (k.into_inner(), v))
+            .collect();
         let all = Label::of(tags.keys());
         let default_item_label = match &raw.defaults.item_label {
             Some(l) => cx.label(&tags, "defaults.item_label", l)?,
@@ -378,7 +477,20 @@ impl Policy {
                 return Err(PolicyError::Invalid {
                     at: cx.at(pat.span()),
                     field,
-                    message: format!("path rule {pattern:?} must be absolute (start with '/')"),
+                    message: format!(
+                        "expected an absolute path glob (starting with '/'), found {pattern:?}"
+                    ),
+                });
+            }
+            let problem = match source {
+                Source::Path => path_glob_problem(&pattern),
+                Source::Uri => control_problem(&pattern, "a resource URI glob"),
+            };
+            if let Some(message) = problem {
+                return Err(PolicyError::Invalid {
+                    at: cx.at(pat.span()),
+                    field,
+                    message,
                 });
             }
             let glob: Glob = GlobBuilder::new(&pattern)
@@ -413,6 +525,18 @@ impl Policy {
         for (i, rule) in raw.arguments.iter().enumerate() {
             let r = rule.get_ref();
             let glob = |pat: &Spanned<String>, field: String| {
+                let problem = if field.ends_with(".tool") {
+                    control_problem(pat.get_ref(), "a tool name glob")
+                } else {
+                    nul_problem(pat.get_ref(), "an argument name glob")
+                };
+                if let Some(message) = problem {
+                    return Err(PolicyError::Invalid {
+                        at: cx.at(pat.span()),
+                        field,
+                        message,
+                    });
+                }
                 GlobBuilder::new(pat.get_ref())
                     .literal_separator(false)
                     .build()
@@ -461,34 +585,41 @@ impl Policy {
             },
         };
 
-        let clearances = |table: &BTreeMap<String, Spanned<Vec<Spanned<String>>>>, what: &str| {
+        type Table = BTreeMap<Spanned<String>, Spanned<Vec<Spanned<String>>>>;
+        let clearances = |table: &Table, what: &str, check: fn(&str) -> Result<(), String>| {
             let mut out = BTreeMap::new();
             for (name, c) in table {
-                if name.is_empty() {
-                    return Err(PolicyError::Invalid {
-                        at: cx.at(c.span()),
-                        field: what.to_string(),
-                        message: "an empty name".into(),
-                    });
-                }
+                let field = format!("{what}.{:?}", name.get_ref());
+                check(name.get_ref()).map_err(|message| PolicyError::Invalid {
+                    at: cx.at(name.span()),
+                    field: field.clone(),
+                    message,
+                })?;
                 out.insert(
-                    name.clone(),
-                    cx.label(&tags, &format!("{what}.{name:?}"), c.get_ref())?,
+                    name.get_ref().clone(),
+                    cx.label(&tags, &field, c.get_ref())?,
                 );
             }
             Ok(out)
         };
-        let hosts = clearances(&raw.destinations, "destinations")?;
-        let consumers = clearances(&raw.consumers, "consumers")?;
-        for host in hosts.keys() {
-            if host.contains(['/', ':', ' ']) || host != &host.to_ascii_lowercase() {
-                return Err(PolicyError::Invalid {
-                    at: cx.at(raw.destinations[host].span()),
-                    field: format!("destinations.{host:?}"),
-                    message: "expected a lowercase host name (no scheme, port or path)".into(),
-                });
+        let hosts = clearances(&raw.destinations, "destinations", names::check_host)?;
+        let consumers = clearances(&raw.consumers, "consumers", names::check_consumer)?;
+        // A [pins] or [credentials] key: a host name, and a declared one.
+        let declared = |host: &Spanned<String>, what: &str| {
+            let h = host.get_ref();
+            let invalid = |message: String| PolicyError::Invalid {
+                at: cx.at(host.span()),
+                field: format!("{what}.{h:?}"),
+                message,
+            };
+            names::check_host(h).map_err(invalid)?;
+            if !hosts.contains_key(h) {
+                return Err(invalid(format!(
+                    "expected a host listed in [destinations], found {h:?}"
+                )));
             }
-        }
+            Ok(())
+        };
 
         let mut dampening = DampeningParams::default();
         if let Some(d) = &raw.dampening {
@@ -540,62 +671,64 @@ impl Policy {
 
         let mut pins = BTreeMap::new();
         for (host, addr) in &raw.pins {
-            let at = cx.at(addr.span());
-            if !hosts.contains_key(host) {
-                return Err(PolicyError::Invalid {
-                    at,
-                    field: format!("pins.{host:?}"),
-                    message: "a pin must name a host listed in [destinations]".into(),
-                });
-            }
-            let text = addr.get_ref();
-            let pin = if let Ok(sa) = text.parse::<std::net::SocketAddr>() {
-                Pin {
-                    ip: sa.ip(),
-                    port: Some(sa.port()),
-                }
-            } else if let Ok(ip) = text.parse::<std::net::IpAddr>() {
-                Pin { ip, port: None }
-            } else {
-                return Err(PolicyError::Invalid {
-                    at,
-                    field: format!("pins.{host:?}"),
-                    message: format!("expected an IP address or IP:port, found {text:?}"),
-                });
-            };
-            pins.insert(host.clone(), pin);
+            declared(host, "pins")?;
+            let pin = parse_pin(addr.get_ref()).map_err(|message| PolicyError::Invalid {
+                at: cx.at(addr.span()),
+                field: format!("pins.{:?}", host.get_ref()),
+                message,
+            })?;
+            pins.insert(host.get_ref().clone(), pin);
         }
         let mut credentials = BTreeMap::new();
         for (host, c) in &raw.credentials {
-            let at = cx.at(c.span());
-            let field = format!("credentials.{host:?}");
+            declared(host, "credentials")?;
+            let field = format!("credentials.{:?}", host.get_ref());
             let invalid = |message: &str| PolicyError::Invalid {
-                at: at.clone(),
+                at: cx.at(c.span()),
                 field: field.clone(),
                 message: message.to_string(),
             };
-            if !hosts.contains_key(host) {
-                return Err(invalid(
-                    "a credential must name a host listed in [destinations]",
-                ));
-            }
+            // A check of one key of the credential, located at its value.
+            let checked =
+                |v: &Spanned<String>, key: &str, check: fn(&str) -> Result<(), String>| {
+                    check(v.get_ref()).map_err(|message| PolicyError::Invalid {
+                        at: cx.at(v.span()),
+                        field: format!("{field}.{key}"),
+                        message,
+                    })
+                };
             let c = c.get_ref();
             let place = match (&c.header, &c.query) {
-                (Some(h), None) if !h.is_empty() => CredentialPlace::Header(h.to_ascii_lowercase()),
-                (None, Some(q)) if !q.is_empty() => CredentialPlace::Query(q.clone()),
+                (Some(h), None) => {
+                    checked(h, "header", names::check_header_name)?;
+                    CredentialPlace::Header(h.get_ref().to_ascii_lowercase())
+                }
+                (None, Some(q)) => {
+                    checked(q, "query", names::check_query_name)?;
+                    CredentialPlace::Query(q.get_ref().clone())
+                }
                 _ => return Err(invalid("expected exactly one of `header` or `query`")),
             };
             let source = match (&c.value, &c.value_env, &c.value_file) {
-                (Some(v), None, None) => CredentialSource::Inline(v.clone()),
-                (None, Some(e), None) => CredentialSource::Env(e.clone()),
-                (None, None, Some(f)) => CredentialSource::File(f.clone()),
+                (Some(v), None, None) => {
+                    checked(v, "value", names::check_credential_value)?;
+                    CredentialSource::Inline(v.get_ref().clone())
+                }
+                (None, Some(e), None) => {
+                    checked(e, "value_env", names::check_env_name)?;
+                    CredentialSource::Env(e.get_ref().clone())
+                }
+                (None, None, Some(f)) => {
+                    checked(f, "value_file", check_value_file)?;
+                    CredentialSource::File(PathBuf::from(f.get_ref()))
+                }
                 _ => {
                     return Err(invalid(
                         "expected exactly one of `value`, `value_env` or `value_file`",
                     ))
                 }
             };
-            credentials.insert(host.clone(), Credential { place, source });
+            credentials.insert(host.get_ref().clone(), Credential { place, source });
         }
 
         Ok(Policy {
@@ -747,12 +880,60 @@ impl Policy {
 pub struct CallSpec {
     #[serde(default)]
     pub release: Option<String>,
+    #[serde(deserialize_with = "checked::<Function, _>")]
     pub function: String,
     #[serde(default)]
     pub items: Vec<CallItem>,
+    #[serde(deserialize_with = "checked_list::<Host, _>")]
     pub destinations: Vec<String>,
-    #[serde(default = "default_consumers")]
+    #[serde(
+        default = "default_consumers",
+        deserialize_with = "checked_list::<Consumer, _>"
+    )]
     pub consumers: Vec<String>,
+}
+
+/// A string field of a call file with a [`names`] check, refused where it is read, so the
+/// error carries its line and column and (through `serde_path_to_error`) its field.
+trait NameRule {
+    const CHECK: fn(&str) -> Result<(), String>;
+}
+struct Function;
+impl NameRule for Function {
+    const CHECK: fn(&str) -> Result<(), String> = names::check_function;
+}
+struct Host;
+impl NameRule for Host {
+    const CHECK: fn(&str) -> Result<(), String> = names::check_host;
+}
+struct Consumer;
+impl NameRule for Consumer {
+    const CHECK: fn(&str) -> Result<(), String> = names::check_consumer;
+}
+struct ItemName;
+impl NameRule for ItemName {
+    const CHECK: fn(&str) -> Result<(), String> = names::check_item_name;
+}
+
+/// One checked string: deserialised on its own, so a list's errors name its index.
+struct Checked<R>(String, std::marker::PhantomData<R>);
+
+impl<'de, R: NameRule> Deserialize<'de> for Checked<R> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        R::CHECK(&s).map_err(serde::de::Error::custom)?;
+        Ok(Checked(s, std::marker::PhantomData))
+    }
+}
+
+fn checked<'de, R: NameRule, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Checked::<R>::deserialize(d).map(|c| c.0)
+}
+
+fn checked_list<'de, R: NameRule, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Vec<String>, D::Error> {
+    Vec::<Checked<R>>::deserialize(d).map(|v| v.into_iter().map(|c| c.0).collect())
 }
 
 fn default_consumers() -> Vec<String> {
@@ -762,6 +943,7 @@ fn default_consumers() -> Vec<String> {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CallItem {
+    #[serde(deserialize_with = "checked::<ItemName, _>")]
     pub name: String,
     #[serde(default)]
     pub path: Option<String>,
@@ -817,11 +999,25 @@ impl CallSpec {
             file: file.to_path_buf(),
             source,
         })?;
-        serde_json::from_str(&text).map_err(|e| CallError::Syntax {
-            file: file.to_path_buf(),
-            line: e.line(),
-            column: e.column(),
-            message: e.to_string(),
+        let de = &mut serde_json::Deserializer::from_str(&text);
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let field = e.path().to_string();
+            let e = e.into_inner();
+            // serde_json appends " at line L column C"; the location leads the message.
+            let full = e.to_string();
+            let message = full
+                .rsplit_once(" at line ")
+                .map_or(full.as_str(), |(m, _)| m);
+            CallError::Syntax {
+                file: file.to_path_buf(),
+                line: e.line(),
+                column: e.column(),
+                message: if field == "." {
+                    message.to_string()
+                } else {
+                    format!("field `{field}`: {message}")
+                },
+            }
         })
     }
 

@@ -229,12 +229,8 @@ impl Manifest {
                 }
                 (Some(hosts), None) => {
                     for (i, h) in hosts.iter().enumerate() {
-                        if !valid_host(h) {
-                            return Err(err(
-                                &format!("{field}.hosts[{i}]"),
-                                format!("expected a lower-case DNS host name, found {h:?}"),
-                            ));
-                        }
+                        germline_policy::names::check_host(h)
+                            .map_err(|m| err(&format!("{field}.hosts[{i}]"), m))?;
                     }
                 }
                 (None, Some(arg)) if arg.is_empty() => {
@@ -307,19 +303,6 @@ impl Manifest {
         v.push(b'\n');
         Ok(v)
     }
-}
-
-fn valid_host(h: &str) -> bool {
-    !h.is_empty()
-        && h.len() <= 253
-        && h.split('.').all(|l| {
-            !l.is_empty()
-                && l.len() <= 63
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-                && l.chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        })
 }
 
 pub(crate) fn is_sha256_digest(s: &str) -> bool {
@@ -469,5 +452,35 @@ mod tests {
             .expect_err("h")
             .to_string()
             .contains("tools.fetch.destinations.hosts[0]"));
+    }
+
+    /// A declared destination follows the policy's host-name rule (issue 25 item 9): an IP
+    /// literal in any spelling, localhost or the broker's own names are never declared hosts.
+    #[test]
+    fn declared_hosts_follow_the_policy_host_rule() {
+        for h in [
+            "127.0.0.1",
+            "2130706433",
+            "0x7f.1",
+            "127.1",
+            "state.germline",
+            "localhost",
+            "api.localhost",
+        ] {
+            let mut v = base();
+            v["tools"]["fetch"]["destinations"] = serde_json::json!({ "hosts": [h] });
+            let e = parse(&v).expect_err(h).to_string();
+            assert!(
+                e.contains("tools.fetch.destinations.hosts[0]")
+                    && e.contains("expected a lowercase DNS host name")
+                    && e.contains(&format!("found {h:?}")),
+                "{e}"
+            );
+        }
+        for h in ["api.example.org", "xn--bcher-kva.example", "intranet"] {
+            let mut v = base();
+            v["tools"]["fetch"]["destinations"] = serde_json::json!({ "hosts": [h] });
+            parse(&v).unwrap_or_else(|e| panic!("{h}: {e}"));
+        }
     }
 }
