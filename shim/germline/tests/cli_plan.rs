@@ -226,6 +226,8 @@ fn plan_labels_a_path_by_the_file_it_reaches() {
         String::from_utf8_lossy(&o.stderr).contains("resolves to"),
         "{}",
         text(&o)
+    );
+}
 
 /// Issue 25 item 9: a destination that is an IP literal (accepted on 88bfd6b) makes
 /// `germline policy check` exit 2 with file:line:column, the field, what was found and what
