@@ -594,6 +594,7 @@ agent = ["hr", "finance"]
                 host_of_argument: arg.map(str::to_string),
             },
             consumers: None,
+            flows: Vec::new(),
         }
     }
 
