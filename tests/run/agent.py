@@ -15,7 +15,7 @@ A script is a list of steps:
 A step may carry "sample_reply": TEXT: the agent then offers sampling, and answers every
 sampling/createMessage of that call with TEXT.
 Each output line: {"step": i, "ok": bool, "text": [...], "structured": ..., "meta": ...,
-"error": str|null, "logs": [...], "progress": [...], "ms": float}, and with "sample_reply":
+"error": str|null, "code": the JSON-RPC error code (after an error), "logs": [...], "progress": [...], "ms": float}, and with "sample_reply":
 "sampled": [the prompts asked], "logs_at_sampling": [the log messages received before each
 sampling request arrived]. "elicit_reply": {...} likewise offers elicitation and accepts every
 elicitation/create of that call with that content; the output then has "elicited": [messages].
@@ -130,7 +130,8 @@ async def main():
                         out["meta"] = meta if isinstance(meta, dict) else (meta.model_dump() if meta else None)
                         out["error"] = None
                     except Exception as e:  # an MCP error: the call failed, the session goes on
-                        out.update(ok=False, text=[], structured=None, meta=None, error=str(e))
+                        out.update(ok=False, text=[], structured=None, meta=None, error=str(e),
+                                   code=getattr(getattr(e, "error", None), "code", None))
                     await anyio.sleep(0.05) if step.get("progress") or step.get("wait_logs") else None
                     out["ms"] = (time.perf_counter() - t0) * 1000
                     out["logs"] = [str(x) for x in logs]

@@ -2,8 +2,10 @@
 headers, body) as one JSON line, answers 200 with a short fixed text, and stops by itself.
 
     python3 sink.py --port PORT --log FILE [--seconds 600] [--reply TEXT] [--dir DIR] [--bind IP]
+                    [--redirect PATH=URL ...]
 
 With --dir, GET requests are served from the files in DIR (404 if absent), as a web server.
+With --redirect PATH=URL (repeatable), a request for PATH is answered 302 with Location URL.
 
 Prints `ready PORT` on stdout once listening (PORT 0 picks a free one)."""
 import argparse
@@ -22,7 +24,9 @@ def main():
     ap.add_argument("--reply", default="ocr ok")
     ap.add_argument("--dir")
     ap.add_argument("--bind", default="127.0.0.1")
+    ap.add_argument("--redirect", action="append", default=[])
     a = ap.parse_args()
+    redirects = dict(r.split("=", 1) for r in a.redirect)
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
@@ -35,6 +39,13 @@ def main():
                 f.write(json.dumps(rec) + "\n")
             status, ctype = 200, "text/plain"
             out = f"{a.reply} ({len(body)} bytes)".encode()
+            location = redirects.get(self.path.split("?")[0])
+            if location:
+                self.send_response(302)
+                self.send_header("location", location)
+                self.send_header("content-length", "0")
+                self.end_headers()
+                return
             if a.dir and self.command == "GET":
                 name = os.path.basename(self.path.split("?")[0]) or "index.html"
                 path = os.path.join(a.dir, name)

@@ -825,7 +825,11 @@ impl Broker {
         let mut copies = m.done.clone();
         // Slot values serve only the probe of a trigger (the evidence layer): a call without
         // one does not carry every slot's contents back over the control socket.
-        if copies.values().all(|c| c.triggers.is_empty()) {
+        // (A broker denial is weighed as it stands: it needs no probe.)
+        if copies
+            .values()
+            .all(|c| c.triggers.iter().all(|t| t.kind.is_denial()))
+        {
             for c in copies.values_mut() {
                 c.slot_values.clear();
             }

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use germline_policy::call::{Digest, Verdict};
+use germline_policy::call::{DenialReason, Digest, Verdict};
 use germline_policy::policy::CredentialPlace;
 use http::header::{HeaderName, HeaderValue, HOST};
 use http::{Method, Request, Response, StatusCode};
@@ -160,14 +160,68 @@ fn record_malformed(inner: &Inner, env: &CopyEnv, what: &str, raw: &[u8]) -> Res
     malformed()
 }
 
-fn record_denied(inner: &Inner, env: &CopyEnv, host: &str, reason: &str) -> Resp {
+/// A denied request: counted, logged (the name as a digest only) and recorded as a trigger of
+/// the copy with its reason (issue 25 item 7), except in a probe or control re-run, which is
+/// evidence about a trigger already recorded. `target` is the declared host the request was
+/// made to, if any; `name` what the copy asked for.
+fn record_denied(
+    inner: &Inner,
+    env: &CopyEnv,
+    target: Option<&str>,
+    name: &str,
+    reason: DenialReason,
+) -> Resp {
     inner.stats.denied.fetch_add(1, Ordering::Relaxed);
-    note(inner, env, host, "denied", std::time::Instant::now());
+    note(inner, env, name, "denied", std::time::Instant::now());
+    let name_digest = digest_hex(name.as_bytes());
+    let mut reason = reason;
+    if env.call.replay.is_none() {
+        if let Ok(mut m) = env.call.lock() {
+            if let Some(copy) = m.copies.get_mut(&env.group) {
+                reason =
+                    copy.tracker
+                        .denied(&env.call.cx, target, name, name_digest.clone(), reason);
+            }
+        }
+    }
     inner.audit.event("request", || {
         json!({"call": env.call.id, "group": env.group, "release": env.call.release,
-               "verdict": "denied", "reason": reason, "host_digest": digest_hex(host.as_bytes())})
+               "verdict": "denied", "reason": reason, "why": reason.name(),
+               "host_digest": name_digest})
     });
     denied()
+}
+
+/// Why a name was refused before any lookup: an IP literal (or `localhost`), or undeclared.
+fn name_denial(host: &str) -> DenialReason {
+    match resolve::check_name(host) {
+        Err(resolve::ResolveError::IpLiteral | resolve::ResolveError::Localhost) => {
+            DenialReason::IpLiteral
+        }
+        _ => DenialReason::UndeclaredHost,
+    }
+}
+
+/// Notes the host a redirect the copy is answered with names, so that the copy's request to
+/// it, if undeclared, is denied as a redirect (the destination chose it, not the release).
+fn note_redirect(env: &CopyEnv, reply: &Reply) {
+    if !matches!(reply.status, 301 | 302 | 303 | 307 | 308) || env.call.replay.is_some() {
+        return;
+    }
+    let Some(loc) = reply
+        .headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("location"))
+        .and_then(|(_, v)| v.parse::<http::Uri>().ok())
+    else {
+        return;
+    };
+    let Some(h) = loc.host() else { return };
+    if let Ok(mut m) = env.call.lock() {
+        if let Some(copy) = m.copies.get_mut(&env.group) {
+            copy.tracker.redirected_to(&env.call.cx, h);
+        }
+    }
 }
 
 /// The host part of a `Host` header value, lowercased, without a port.
@@ -205,12 +259,14 @@ async fn handle(
     let host = auth.host().to_ascii_lowercase();
     let port = auth.port_u16().unwrap_or(80);
     if let Some(h) = req.headers().get(HOST) {
-        if host_header(h).as_deref() != Some(host.as_str()) {
+        let named = host_header(h);
+        if named.as_deref() != Some(host.as_str()) {
             return Ok(record_denied(
                 &inner,
                 &env,
-                &host,
-                "host header differs from the request target",
+                Some(&host),
+                named.as_deref().unwrap_or_default(),
+                DenialReason::HostMismatch,
             ));
         }
     }
@@ -234,12 +290,8 @@ fn connect(inner: Arc<Inner>, env: Arc<CopyEnv>, req: Request<Incoming>) -> Resp
     let host = auth.host().to_ascii_lowercase();
     let port = auth.port_u16().unwrap_or(443);
     if resolve::check_name(&host).is_err() || !(env.call.open || env.call.cx.is_declared(&host)) {
-        return record_denied(
-            &inner,
-            &env,
-            &host,
-            "CONNECT to a host not declared for this call",
-        );
+        let reason = name_denial(&host);
+        return record_denied(&inner, &env, None, &host, reason);
     }
     let env2 = env.clone();
     tokio::spawn(async move {
@@ -271,7 +323,7 @@ async fn tunnel(
     };
     if let Some(sni) = start.client_hello().server_name() {
         if !sni.eq_ignore_ascii_case(&host) {
-            record_denied(&inner, &env, sni, "TLS SNI differs from the CONNECT target");
+            record_denied(&inner, &env, Some(&host), sni, DenialReason::SniMismatch);
             return;
         }
     }
@@ -296,8 +348,9 @@ async fn tunnel(
                     return Ok::<_, Infallible>(record_denied(
                         &inner,
                         &env,
+                        Some(&host),
                         named.as_deref().unwrap_or(""),
-                        "inner Host differs from the CONNECT target",
+                        DenialReason::InnerHostMismatch,
                     ));
                 }
                 Ok(exchange(&inner, &env, Scheme::Https, host, port, req).await)
@@ -380,7 +433,7 @@ async fn exchange(
         }
     };
     if resolve::check_name(&host).is_err() || !(env.call.open || env.call.cx.is_declared(&host)) {
-        return record_denied(inner, env, &host, "host not declared for this call");
+        return record_denied(inner, env, None, &host, name_denial(&host));
     }
     let path = parts
         .uri
@@ -442,7 +495,7 @@ async fn exchange(
             log("probe-placeholder", None);
             placeholder()
         }
-        Decision::Deny => record_denied(inner, env, &host, "host not declared for this call"),
+        Decision::Deny => record_denied(inner, env, None, &host, DenialReason::UndeclaredHost),
         Decision::Placeholder => {
             inner.stats.placeholders.fetch_add(1, Ordering::Relaxed);
             note(inner, env, &host, "placeholder", t0);
@@ -452,6 +505,7 @@ async fn exchange(
         Decision::Replay(r) => {
             inner.stats.replayed.fetch_add(1, Ordering::Relaxed);
             note(inner, env, &host, "replayed", t0);
+            note_redirect(env, &r);
             log("replayed", Some(r.status));
             respond(&r)
         }
@@ -511,6 +565,7 @@ async fn exchange(
                     );
                 }
             }
+            note_redirect(env, &reply);
             if verdict == "delivered" {
                 inner.stats.delivered.fetch_add(1, Ordering::Relaxed);
                 note(inner, env, &host, "delivered", t0);

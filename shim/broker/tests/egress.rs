@@ -513,3 +513,107 @@ fn a_slow_call_does_not_stall_another() {
     let (slow_status, _) = slow_call.join().expect("slow call");
     assert_eq!(slow_status.ok(), Some(200));
 }
+
+/// Issue 25 item 7: every request the broker denies (an undeclared host, an IP literal, a Host
+/// header or a TLS SNI or an inner Host naming another host than the target, an undeclared
+/// host a redirect named) is a trigger of the copy with its reason, in the copy's outcome and
+/// in the call record, and leaves a `request` line and a `trigger` line in the audit log with
+/// the reason; names the copy chose appear only as digests. On 88bfd6b a denial left no
+/// trigger at all.
+#[test]
+fn every_denial_is_a_trigger_with_its_reason_in_the_call_record_and_the_audit_log() {
+    use germline_policy::call::{DenialReason, TriggerKind, UNDECLARED};
+    if !require_root() {
+        return;
+    }
+    let ocr = Sink::with(Arc::new(|r: &Received| {
+        if r.head.starts_with("GET /redirect") {
+            let to = "http://elsewhere-canary.example/landing".to_string();
+            (302, vec![("location".into(), to)], vec![])
+        } else {
+            (200, vec![], b"ok".to_vec())
+        }
+    }));
+    let (w, call) = one_host("ocr.example", &ocr, "");
+    let ca = w.broker.ca_cert_pem().to_string();
+    let (resps, outcome) = copy(&w, call, 0, DL, move |p| {
+        let t = "ocr.example:443";
+        vec![
+            http(p, "GET", "http://exfil-canary.example/x", &[], b"").map(|r| r.status),
+            http(p, "GET", "http://203.0.113.7/x", &[], b"").map(|r| r.status),
+            raw(
+                p,
+                b"GET http://ocr.example/x HTTP/1.1\r\nhost: other-canary.example\r\nconnection: close\r\n\r\n",
+            )
+            .map(|r| r.status),
+            https(p, t, "sni-canary.example", t, &ca, "/x", b"x").map(|r| r.status),
+            https(p, t, "ocr.example", "inner-canary.example", &ca, "/x", b"x").map(|r| r.status),
+            http(p, "GET", "http://ocr.example/redirect", &[], b"").map(|r| r.status),
+            http(p, "GET", "http://elsewhere-canary.example/landing", &[], b"").map(|r| r.status),
+        ]
+    });
+    let statuses: Vec<String> = resps
+        .iter()
+        .map(|r| {
+            r.as_ref()
+                .map_or_else(|_| "refused".into(), |s| s.to_string())
+        })
+        .collect();
+    assert_eq!(
+        statuses,
+        ["403", "403", "403", "refused", "403", "302", "403"],
+        "{resps:?}"
+    );
+    let reasons = |triggers: &[germline_policy::call::Trigger]| -> Vec<(String, DenialReason)> {
+        triggers
+            .iter()
+            .filter_map(|t| match &t.kind {
+                TriggerKind::Denied { reason, .. } => Some((t.host.clone(), *reason)),
+                _ => None,
+            })
+            .collect()
+    };
+    let expected = vec![
+        (UNDECLARED.to_string(), DenialReason::UndeclaredHost),
+        (UNDECLARED.to_string(), DenialReason::IpLiteral),
+        ("ocr.example".to_string(), DenialReason::HostMismatch),
+        ("ocr.example".to_string(), DenialReason::SniMismatch),
+        ("ocr.example".to_string(), DenialReason::InnerHostMismatch),
+        (UNDECLARED.to_string(), DenialReason::Redirect),
+    ];
+    assert_eq!(reasons(&outcome.triggers), expected);
+    let record = w.broker.end_call(call).expect("end call");
+    assert_eq!(reasons(&record.copies[&0].triggers), expected);
+    let audit = w.audit();
+    let lines: Vec<serde_json::Value> = audit
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let denied: Vec<&str> = lines
+        .iter()
+        .filter(|e| e["event"] == "request" && e["verdict"] == "denied")
+        .filter_map(|e| e["reason"].as_str())
+        .collect();
+    assert_eq!(
+        denied,
+        [
+            "undeclared_host",
+            "ip_literal",
+            "host_mismatch",
+            "sni_mismatch",
+            "inner_host_mismatch",
+            "redirect"
+        ],
+        "{audit}"
+    );
+    let triggers: Vec<&str> = lines
+        .iter()
+        .filter(|e| e["event"] == "trigger")
+        .filter_map(|e| e["kind"]["denied"]["reason"].as_str())
+        .collect();
+    assert_eq!(triggers.len(), 6, "{audit}");
+    assert!(
+        !audit.contains("canary") && !audit.contains("203.0.113.7"),
+        "{audit}"
+    );
+}

@@ -594,6 +594,7 @@ agent = ["hr", "finance"]
                 host_of_argument: arg.map(str::to_string),
             },
             consumers: None,
+            flows: Vec::new(),
         }
     }
 
@@ -1219,6 +1220,7 @@ mod proptests {
             let t = Tool {
                 destinations: Destinations { hosts: Some(vec![]), host_of_argument: None },
                 consumers: None,
+                flows: Vec::new(),
             };
             let m = build(&policy, "t", &t, &args, None, &[])
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use germline_policy::call::CopyOutcome;
+use germline_policy::call::{CopyOutcome, TriggerKind};
 use germline_policy::witness::{
     classify, Exchange, ItemRef, Ledger, ReplaySpec, Verdict, WitnessRecord,
 };
@@ -292,7 +292,8 @@ impl Evidence {
             return;
         }
         for (gi, out) in outcomes {
-            for t in &out.triggers {
+            // Broker denials have no transcript to re-run against: [`Evidence::weigh_denials`].
+            for t in out.triggers.iter().filter(|t| !t.kind.is_denial()) {
                 let Some(gd) = plan.group_of_host(&t.host) else {
                     continue;
                 };
@@ -338,6 +339,30 @@ impl Evidence {
                 });
             }
         }
+    }
+
+    /// Weighs a finished call's broker denials (issue 25 item 7): one unverified event for
+    /// the call if any copy's request was denied for a reason the release alone chose (an
+    /// undeclared host, an IP literal, a Host or SNI mismatch), however many there were, so a
+    /// release pays at most what one unverified divergence costs per call (Table XIV). A
+    /// redirect's target was chosen by the destination's reply, so it is recorded in the call
+    /// record and the audit log but never weighed. Returns whether an event was recorded.
+    pub fn weigh_denials(
+        &mut self,
+        release: &str,
+        declared: bool,
+        outcomes: &[(usize, CopyOutcome)],
+    ) -> bool {
+        let blamed = outcomes.iter().flat_map(|(_, o)| &o.triggers).any(
+            |t| matches!(&t.kind, TriggerKind::Denied { reason, .. } if reason.blames_release()),
+        );
+        if !self.enabled() || !blamed {
+            return false;
+        }
+        self.update(release, |l| {
+            l.record(release, Verdict::BrokerDenial, declared)
+        });
+        true
     }
 
     pub fn next_job(&mut self) -> Option<Job> {

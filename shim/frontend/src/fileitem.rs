@@ -739,6 +739,7 @@ label = ["finance"]
                 host_of_argument: None,
             },
             consumers: None,
+            flows: Vec::new(),
         };
         let args = serde_json::json!({ "doc": s });
         let e = crate::callmeta::build(&p, "t", &t, &args, None, &[]).expect_err("refused");

@@ -4,6 +4,8 @@
 //!   destinations and consumers (pure).
 //! * [`runtime`]: the per-call pipeline of germline execution (Plan via the broker, one copy
 //!   per group) and the paper's baselines, behind one [`runtime::Runtime`].
+//! * [`flows`]: declared flows of the manifest; a call whose declared flow would carry an item
+//!   to a host not cleared for it is refused before any copy runs (pure).
 //! * [`session`]: MCP JSON-RPC from the agent, transport-free.
 //! * [`evidence`]: probe and control re-runs of triggers, signed witness records, dampening
 //!   (docs/evidence.md).
@@ -19,6 +21,7 @@ pub mod cli;
 pub mod conns;
 pub mod evidence;
 pub mod fileitem;
+pub mod flows;
 pub mod http;
 pub mod jsonrpc;
 pub mod launcher;

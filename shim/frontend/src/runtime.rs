@@ -93,6 +93,10 @@ pub enum RunError {
     /// A `[limits]` value of the policy refused this call (crate::limits).
     #[error("{0}")]
     Limit(crate::limits::LimitHit),
+    /// A flow the manifest declares would carry an item to a host not cleared for it
+    /// (crate::flows): refused before any copy runs, nothing held against the release.
+    #[error("{0}")]
+    Flow(Box<crate::flows::FlowRefusal>),
 }
 
 impl RunError {
@@ -106,6 +110,7 @@ impl RunError {
             RunError::Sandbox(_) => "sandbox_failed",
             RunError::Suppressed(_) => "suppressed",
             RunError::Limit(_) => "limit",
+            RunError::Flow(_) => "flow_refused",
         }
     }
 }
@@ -735,6 +740,11 @@ impl Runtime {
     ) -> Result<Outcome, RunError> {
         let t0 = Instant::now();
         self.data_sent = false;
+        // The agent asked a declared flow to carry what its host may not see: the call is
+        // refused before dampening counts it and before any copy runs (crate::flows).
+        if let Some(tool) = self.release.manifest.tools.get(&meta.tool) {
+            crate::flows::check(&meta.tool, tool, meta).map_err(RunError::Flow)?;
+        }
         let mut phases = Vec::new();
         if let Backend::Germline(g) = &mut self.backend {
             g.call_begins();
@@ -850,6 +860,9 @@ impl Runtime {
         let s = Instant::now();
         self.evidence
             .queue(meta, &plan, &outcomes, &record, twin_in, self.twin_on);
+        let declared = self.release.manifest.deterministic;
+        self.evidence
+            .weigh_denials(&self.release.digest, declared, &outcomes);
         phases.push(("evidence.queue", s.elapsed().as_micros() as u64));
         let Some((result, label)) = agent else {
             return Err(RunError::Sandbox(

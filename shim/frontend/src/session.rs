@@ -22,6 +22,9 @@ pub const TOOL_FAILED: i64 = -32000;
 pub const RUNTIME_FAILED: i64 = -32001;
 /// A `[limits]` value of the policy refused the call (docs/operations.md).
 pub const LIMIT_REACHED: i64 = -32002;
+/// A flow the release's manifest declares would carry an item to a host not cleared for it
+/// (crate::flows, docs/release.md): the call was not run.
+pub const FLOW_REFUSED: i64 = -32003;
 
 /// Methods answered by a data-free copy.
 const PASSTHROUGH: &[&str] = &[
@@ -274,5 +277,6 @@ fn code_of(e: &RunError) -> i64 {
         RunError::Tool(_) => TOOL_FAILED,
         RunError::Broker(_) | RunError::Sandbox(_) | RunError::Suppressed(_) => RUNTIME_FAILED,
         RunError::Limit(_) => LIMIT_REACHED,
+        RunError::Flow(_) => FLOW_REFUSED,
     }
 }

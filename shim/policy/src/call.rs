@@ -148,6 +148,68 @@ pub enum TriggerKind {
     Mismatch { position: usize, digest: Digest },
     /// The copy ended having sent `sent` requests where `recorded` were delivered.
     Absent { sent: usize, recorded: usize },
+    /// The broker denied a request of the copy (issue 25 item 7). `name_sha256` is the hex
+    /// SHA-256 of the name the copy asked for: the name itself is copy-controlled text that
+    /// could carry a secret, so only its digest is kept (the trigger's `host` is a declared
+    /// host, or [`UNDECLARED`]).
+    Denied {
+        reason: DenialReason,
+        name_sha256: String,
+    },
+}
+
+impl TriggerKind {
+    /// A broker denial, not a tripwire mismatch: there is nothing to re-run against a group's
+    /// transcript, so the evidence layer weighs it directly (docs/evidence.md).
+    pub fn is_denial(&self) -> bool {
+        matches!(self, TriggerKind::Denied { .. })
+    }
+}
+
+/// The `host` of a denial trigger whose name no declared host matches.
+pub const UNDECLARED: &str = "(undeclared)";
+
+/// Most denial triggers one copy keeps (distinct reason and name): a copy flooding the broker
+/// with denied requests costs bounded memory; every denial is still counted and logged.
+pub const MAX_DENIAL_TRIGGERS: usize = 16;
+
+/// Why the broker denied a copy's request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DenialReason {
+    /// A host the manifest does not declare for this call.
+    UndeclaredHost,
+    /// An IP literal (or `localhost`): never a destination.
+    IpLiteral,
+    /// An undeclared host named by the `Location` of a redirect a declared host answered this
+    /// copy with: the destination chose it, not the release.
+    Redirect,
+    /// The `Host` header differs from the request target (plain HTTP).
+    HostMismatch,
+    /// The TLS SNI differs from the CONNECT target.
+    SniMismatch,
+    /// Inside a CONNECT tunnel, the request names another host than the CONNECT target.
+    InnerHostMismatch,
+}
+
+impl DenialReason {
+    pub fn name(self) -> &'static str {
+        match self {
+            DenialReason::UndeclaredHost => "undeclared host",
+            DenialReason::IpLiteral => "IP literal",
+            DenialReason::Redirect => "redirect to an undeclared host",
+            DenialReason::HostMismatch => "Host header differs from the request target",
+            DenialReason::SniMismatch => "TLS SNI differs from the CONNECT target",
+            DenialReason::InnerHostMismatch => "inner Host differs from the CONNECT target",
+        }
+    }
+
+    /// Whether the release alone chose what was denied. A redirect's target was chosen by the
+    /// destination's reply (for `host_of_argument` tools, a destination the agent named), so
+    /// it is recorded but never weighed against the release (docs/evidence.md).
+    pub fn blames_release(self) -> bool {
+        !matches!(self, DenialReason::Redirect)
+    }
 }
 
 /// An online mismatch between a copy and a host's record (Section IV-F).
@@ -173,6 +235,12 @@ pub struct CopyTracker {
     /// Every request this copy sent to a declared host outside its group, in order (the
     /// evidence layer's request sequences).
     requests: BTreeMap<String, Vec<Digest>>,
+    /// Undeclared hosts named by redirects this copy was answered with (see
+    /// [`DenialReason::Redirect`]).
+    redirects: BTreeSet<String>,
+    /// Denial triggers kept so far, by reason and name digest (at most
+    /// [`MAX_DENIAL_TRIGGERS`]).
+    denials: BTreeSet<(DenialReason, String)>,
 }
 
 /// What a finished copy leaves: its output label `ℓ(g)` and its triggers.
@@ -202,7 +270,56 @@ impl CopyTracker {
             triggered: BTreeSet::new(),
             triggers: Vec::new(),
             requests: BTreeMap::new(),
+            redirects: BTreeSet::new(),
+            denials: BTreeSet::new(),
         }
+    }
+
+    /// Notes the host a redirect answered to this copy names (its `Location`), unless the call
+    /// declares it: a later request of the copy to it is denied as a redirect.
+    pub fn redirected_to(&mut self, cx: &CallContext, host: &str) {
+        let host = host.to_ascii_lowercase();
+        if !cx.is_declared(&host) && self.redirects.len() < MAX_DENIAL_TRIGGERS {
+            self.redirects.insert(host);
+        }
+    }
+
+    /// Records a request the broker denied as a trigger: `name` is what the copy asked for,
+    /// kept only as its digest `name_sha256` (hex SHA-256, computed by the broker); `reason`
+    /// why it was denied (an undeclared name that a redirect answered to this copy named
+    /// becomes [`DenialReason::Redirect`]). `target` is the declared host the request was made
+    /// to, if any. One trigger per reason and name, at most [`MAX_DENIAL_TRIGGERS`] per copy.
+    /// Returns the reason recorded.
+    pub fn denied(
+        &mut self,
+        cx: &CallContext,
+        target: Option<&str>,
+        name: &str,
+        name_sha256: String,
+        mut reason: DenialReason,
+    ) -> DenialReason {
+        let lower = name.to_ascii_lowercase();
+        if reason == DenialReason::UndeclaredHost && self.redirects.contains(&lower) {
+            reason = DenialReason::Redirect;
+        }
+        if self.denials.len() < MAX_DENIAL_TRIGGERS
+            && self.denials.insert((reason, name_sha256.clone()))
+        {
+            let host = target
+                .or(Some(lower.as_str()))
+                .filter(|h| cx.is_declared(h))
+                .unwrap_or(UNDECLARED)
+                .to_string();
+            self.triggers.push(Trigger {
+                group: self.group,
+                host,
+                kind: TriggerKind::Denied {
+                    reason,
+                    name_sha256,
+                },
+            });
+        }
+        reason
     }
 
     /// The copy's current label: what a slot write made now is stored with.
@@ -334,6 +451,98 @@ mod tests {
             name: name.into(),
             clearance: Label::of(c),
         }
+    }
+
+    /// Denials become triggers with their reason and the name's digest only; one per reason
+    /// and name; at most MAX_DENIAL_TRIGGERS per copy; an undeclared host a redirect named is
+    /// a redirect (never weighed against the release), a declared redirect target is not.
+    #[test]
+    fn denials_are_triggers_with_reasons_digests_and_a_bound() {
+        let hosts = [m("ocr.example", &["finance"])];
+        let consumers = [m("agent", &["finance"])];
+        let p = plan(
+            PlanInput {
+                items: &[],
+                hosts: &hosts,
+                consumers: &consumers,
+            },
+            PlanMode::Split,
+        )
+        .expect("plan");
+        let cx = CallContext::new(p, &hosts, LabelRules::default()).expect("cx");
+        let rec: CallRecords<&str> = CallRecords::default();
+        let mut c = CopyTracker::start(&cx, 0, &Label::public());
+        let secret = "canary-hr-0123.leak.example";
+        let d = |s: &str| format!("{:0>64}", s.len());
+        assert_eq!(
+            c.denied(&cx, None, secret, d(secret), DenialReason::UndeclaredHost),
+            DenialReason::UndeclaredHost
+        );
+        // The same again is one trigger; another reason for it is another.
+        c.denied(&cx, None, secret, d(secret), DenialReason::UndeclaredHost);
+        c.denied(
+            &cx,
+            None,
+            "10.0.0.1",
+            d("10.0.0.1"),
+            DenialReason::IpLiteral,
+        );
+        c.denied(
+            &cx,
+            Some("ocr.example"),
+            "other.example",
+            d("other.example"),
+            DenialReason::SniMismatch,
+        );
+        c.redirected_to(&cx, "Elsewhere.Example");
+        c.redirected_to(&cx, "ocr.example");
+        assert_eq!(
+            c.denied(
+                &cx,
+                None,
+                "elsewhere.example",
+                d("x"),
+                DenialReason::UndeclaredHost
+            ),
+            DenialReason::Redirect
+        );
+        for i in 0..100 {
+            let n = format!("h{i}.example");
+            c.denied(
+                &cx,
+                None,
+                &n,
+                format!("{i:064}"),
+                DenialReason::UndeclaredHost,
+            );
+        }
+        let out = c.finish(&cx, &rec);
+        assert_eq!(out.triggers.len(), MAX_DENIAL_TRIGGERS);
+        let kinds: Vec<(&str, DenialReason)> = out.triggers[..4]
+            .iter()
+            .map(|t| match &t.kind {
+                TriggerKind::Denied { reason, .. } => (t.host.as_str(), *reason),
+                k => panic!("not a denial: {k:?}"),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (UNDECLARED, DenialReason::UndeclaredHost),
+                (UNDECLARED, DenialReason::IpLiteral),
+                ("ocr.example", DenialReason::SniMismatch),
+                (UNDECLARED, DenialReason::Redirect),
+            ]
+        );
+        // Never the copy's text: the trigger serialises without the secret name.
+        let text = serde_json::to_string(&out.triggers).expect("json");
+        assert!(
+            !text.contains("canary") && !text.contains("elsewhere"),
+            "{text}"
+        );
+        assert!(out.triggers.iter().all(|t| t.kind.is_denial()));
+        assert!(!DenialReason::Redirect.blames_release());
+        assert!(DenialReason::IpLiteral.blames_release());
     }
 
     /// Fig. 2c with a Trojan that adds the salary sheet to the OCR request in the full-view

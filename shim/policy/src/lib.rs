@@ -24,7 +24,7 @@ pub mod policy;
 pub mod slots;
 pub mod witness;
 
-pub use argpath::{ArgPath, ArgPattern};
+pub use argpath::{ArgPath, ArgPattern, Seg};
 pub use label::Label;
 pub use plan::{plan, Group, ItemMeta, Member, Plan, PlanInput, PlanMode};
 pub use policy::{CallSpec, Policy, PolicyError};

@@ -29,6 +29,9 @@ pub enum Verdict {
     /// The control differed (release not declared deterministic), or the probe differed on
     /// some tries only: nondeterminism beyond twin control, never a witness.
     UnverifiedNondeterminism,
+    /// The broker denied a request the release chose (an undeclared host, an IP literal, a
+    /// Host or SNI mismatch): no re-run, weighed as an unverified event (docs/evidence.md).
+    BrokerDenial,
 }
 
 impl Verdict {
@@ -39,9 +42,9 @@ impl Verdict {
             Verdict::ItemWitness if declared_deterministic => Event::Verified,
             Verdict::ItemWitness => Event::VerifiedUndeclared,
             Verdict::BrokenDeterminismDeclaration => Event::DeclaredBroken,
-            Verdict::StateOrResponseDivergence | Verdict::UnverifiedNondeterminism => {
-                Event::Unverified
-            }
+            Verdict::StateOrResponseDivergence
+            | Verdict::UnverifiedNondeterminism
+            | Verdict::BrokerDenial => Event::Unverified,
         }
     }
 
@@ -51,6 +54,7 @@ impl Verdict {
             Verdict::StateOrResponseDivergence => "state or response divergence",
             Verdict::BrokenDeterminismDeclaration => "broken determinism declaration",
             Verdict::UnverifiedNondeterminism => "unverified nondeterminism",
+            Verdict::BrokerDenial => "broker denial",
         }
     }
 }
@@ -281,6 +285,9 @@ mod tests {
         assert_eq!(w(Verdict::StateOrResponseDivergence, true), 250.0);
         assert_eq!(w(Verdict::BrokenDeterminismDeclaration, true), 2000.0);
         assert_eq!(w(Verdict::UnverifiedNondeterminism, false), 250.0);
+        // A broker denial is never a verified witness, declared determinism or not.
+        assert_eq!(w(Verdict::BrokerDenial, true), 250.0);
+        assert_eq!(w(Verdict::BrokerDenial, false), 250.0);
     }
 
     #[test]

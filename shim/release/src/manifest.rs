@@ -94,6 +94,27 @@ pub struct Tool {
     /// part of `C` in Plan. Absent: the agent only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumers: Option<Consumers>,
+    /// Declared flows (an extension of A5): which argument the function sends to which of its
+    /// destinations. A call whose declared flow would carry an item to a host not cleared for
+    /// it is refused before any copy runs, and no evidence is recorded against the release
+    /// (docs/release.md, docs/evidence.md). Absent: none declared.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flows: Vec<Flow>,
+}
+
+/// "The value of argument `argument` is sent to `to`" (or to the host of argument
+/// `to_host_of_argument`). Public metadata, signed with the code.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Flow {
+    /// The top-level argument whose value (every file and value under it) is sent.
+    pub argument: String,
+    /// A host of the tool's `destinations.hosts`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// The tool's `destinations.host_of_argument`: the value goes to the host of that URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_host_of_argument: Option<String>,
 }
 
 /// Recipients of a tool's return value, as fixed names or "the value of argument `to`".
@@ -259,6 +280,9 @@ impl Manifest {
                 }
             }
         }
+        for (tool, decl) in &self.tools {
+            validate_flows(tool, decl).map_err(|(field, message)| err(&field, message))?;
+        }
         for (i, p) in self.readable_paths.iter().enumerate() {
             if !p.starts_with('/') || p.split('/').any(|c| c == "..") {
                 return Err(err(
@@ -303,6 +327,64 @@ impl Manifest {
         v.push(b'\n');
         Ok(v)
     }
+}
+
+/// The checks of one tool's `flows`: each names a non-empty argument once, and exactly one
+/// destination the tool declares. `Err((field, message))`.
+fn validate_flows(tool: &str, decl: &Tool) -> std::result::Result<(), (String, String)> {
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, f) in decl.flows.iter().enumerate() {
+        let field = format!("tools.{tool}.flows[{i}]");
+        if f.argument.is_empty() || f.argument.chars().any(char::is_control) {
+            return Err((
+                format!("{field}.argument"),
+                format!(
+                    "expected an argument name (not empty, no control characters), found {:?}",
+                    f.argument
+                ),
+            ));
+        }
+        let to =
+            match (&f.to, &f.to_host_of_argument) {
+                (Some(h), None) => {
+                    let hosts = decl.destinations.hosts.as_deref().unwrap_or_default();
+                    if !hosts.contains(h) {
+                        return Err((
+                            format!("{field}.to"),
+                            format!(
+                            "expected one of the tool's destinations.hosts {hosts:?}, found {h:?}"
+                        ),
+                        ));
+                    }
+                    h.clone()
+                }
+                (None, Some(a)) => {
+                    let declared = decl.destinations.host_of_argument.as_deref();
+                    if declared != Some(a.as_str()) {
+                        return Err((
+                            format!("{field}.to_host_of_argument"),
+                            format!(
+                            "expected the tool's destinations.host_of_argument ({}), found {a:?}",
+                            declared.map_or("none declared".to_string(), |d| format!("{d:?}"))
+                        ),
+                        ));
+                    }
+                    format!("host of argument {a}")
+                }
+                _ => return Err((
+                    field,
+                    "expected exactly one of `to` (a destination host) or `to_host_of_argument`"
+                        .into(),
+                )),
+            };
+        if !seen.insert((f.argument.clone(), to)) {
+            return Err((
+                field,
+                format!("flow of argument {:?} declared twice", f.argument),
+            ));
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn is_sha256_digest(s: &str) -> bool {
@@ -406,6 +488,87 @@ mod tests {
             assert!(
                 e.contains(&format!("field `{field}`")) && e.contains(says),
                 "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn flows_name_an_argument_and_one_declared_destination() {
+        let mut v = base();
+        v["tools"]["ocr_pdf"] = serde_json::json!({
+            "destinations": {"hosts": ["ocr.example"]},
+            "flows": [{"argument": "file", "to": "ocr.example"}]});
+        v["tools"]["fetch"]["flows"] =
+            serde_json::json!([{"argument": "body", "to_host_of_argument": "url"}]);
+        let m = parse(&v).expect("valid");
+        assert_eq!(m.tools["ocr_pdf"].flows[0].argument, "file");
+        assert_eq!(
+            m.tools["ocr_pdf"].flows[0].to.as_deref(),
+            Some("ocr.example")
+        );
+        // Absent stays absent in the canonical bytes (older manifests keep their digest).
+        let plain = parse(&base()).expect("valid");
+        assert!(!String::from_utf8_lossy(&plain.to_bytes().expect("bytes")).contains("flows"));
+        for (tool, flows, field, says) in [
+            (
+                "ocr_pdf",
+                serde_json::json!([{"argument": "file", "to": "blog.example"}]),
+                "tools.ocr_pdf.flows[0].to",
+                "\"blog.example\"",
+            ),
+            (
+                "ocr_pdf",
+                serde_json::json!([{"argument": "", "to": "ocr.example"}]),
+                "tools.ocr_pdf.flows[0].argument",
+                "argument name",
+            ),
+            (
+                "ocr_pdf",
+                serde_json::json!([{"argument": "file"}]),
+                "tools.ocr_pdf.flows[0]",
+                "exactly one of",
+            ),
+            (
+                "ocr_pdf",
+                serde_json::json!([{"argument": "file", "to": "ocr.example",
+                                    "to_host_of_argument": "url"}]),
+                "tools.ocr_pdf.flows[0]",
+                "exactly one of",
+            ),
+            (
+                "ocr_pdf",
+                serde_json::json!([{"argument": "file", "to_host_of_argument": "url"}]),
+                "tools.ocr_pdf.flows[0].to_host_of_argument",
+                "none declared",
+            ),
+            (
+                "fetch",
+                serde_json::json!([{"argument": "body", "to_host_of_argument": "uri"}]),
+                "tools.fetch.flows[0].to_host_of_argument",
+                "\"uri\"",
+            ),
+            (
+                "ocr_pdf",
+                serde_json::json!([{"argument": "file", "to": "ocr.example"},
+                                   {"argument": "file", "to": "ocr.example"}]),
+                "tools.ocr_pdf.flows[1]",
+                "declared twice",
+            ),
+            (
+                "ocr_pdf",
+                serde_json::json!([{"argument": "file", "host": "ocr.example"}]),
+                "tools.ocr_pdf.flows[0]",
+                "unknown field `host`",
+            ),
+        ] {
+            let mut v = base();
+            v["tools"]["ocr_pdf"] = serde_json::json!({
+                "destinations": {"hosts": ["ocr.example"]}});
+            v["tools"][tool]["flows"] = flows;
+            let e = parse(&v).expect_err(field).to_string();
+            assert!(
+                e.contains(&format!("field `{field}")) && e.contains(says),
+                "{field}: {e}"
             );
         }
     }

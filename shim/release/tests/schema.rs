@@ -54,6 +54,24 @@ fn schema_and_parser_agree() {
     add("dotdot readable path", false, &|v| {
         v["readable_paths"] = serde_json::json!(["/usr/../etc"])
     });
+    add("a declared flow", true, &|v| {
+        let host = v["tools"]["post"]["destinations"]["hosts"][0].clone();
+        v["tools"]["post"]["flows"] = serde_json::json!([{"argument": "body", "to": host}])
+    });
+    add("a flow without a destination", false, &|v| {
+        v["tools"]["post"]["flows"] = serde_json::json!([{"argument": "body"}])
+    });
+    add("a flow with two destinations", false, &|v| {
+        v["tools"]["post"]["flows"] = serde_json::json!([{"argument": "body",
+            "to": "a.example", "to_host_of_argument": "url"}])
+    });
+    add("a flow with an unknown field", false, &|v| {
+        v["tools"]["post"]["flows"] = serde_json::json!([{"argument": "body", "host": "a"}])
+    });
+    add("a flow with an empty argument", false, &|v| {
+        let host = v["tools"]["post"]["destinations"]["hosts"][0].clone();
+        v["tools"]["post"]["flows"] = serde_json::json!([{"argument": "", "to": host}])
+    });
     add("no tools", false, &|v| v["tools"] = serde_json::json!({}));
     add("missing deterministic", false, &|v| {
         v.as_object_mut().unwrap().remove("deterministic");

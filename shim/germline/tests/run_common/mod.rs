@@ -63,14 +63,22 @@ impl Sink {
 
     /// A sink that also serves the files of `www` to GET requests (a fetch target).
     pub fn start_with(dir: &Path, name: &str, www: Option<&Path>) -> Sink {
+        let mut args = Vec::new();
+        if let Some(w) = www {
+            args.push("--dir".to_string());
+            args.push(w.display().to_string());
+        }
+        Self::start_args(dir, name, &args)
+    }
+
+    /// A sink with more options of tests/run/sink.py (e.g. `--redirect PATH=URL`).
+    pub fn start_args(dir: &Path, name: &str, args: &[String]) -> Sink {
         let log = dir.join(format!("sink-{name}.jsonl"));
         let mut cmd = Command::new("python3");
         cmd.arg(root().join("tests/run/sink.py"))
             .args(["--port", "0", "--seconds", "900", "--log"])
-            .arg(&log);
-        if let Some(w) = www {
-            cmd.arg("--dir").arg(w);
-        }
+            .arg(&log)
+            .args(args);
         let mut child = cmd.stdout(Stdio::piped()).spawn().expect("sink");
         let mut line = String::new();
         BufReader::new(child.stdout.take().expect("stdout"))

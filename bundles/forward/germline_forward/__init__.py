@@ -1,0 +1,1 @@
+"""Fixture tools for germline's declared flows and broker denials (issue 25)."""
