@@ -208,31 +208,58 @@ mod tests {
         assert!(check("ocr_pdf", &plain, &meta(vec![item("file", &["hr"])], OCR)).is_ok());
     }
 
+    fn at(path: ArgPath, label: &[&str]) -> ArgItem {
+        ArgItem {
+            arg: path,
+            ..item("x", label)
+        }
+    }
+
+    fn key(k: &str) -> Seg {
+        Seg::Key(k.into())
+    }
+
     #[test]
-    fn nested_values_and_pointer_names_of_the_argument_count() {
+    fn nested_values_and_keys_spelled_like_paths_are_told_apart() {
         let t = tool(
             Some(&["ocr.example"]),
             None,
             vec![to("files", "ocr.example")],
         );
-        for arg in ["files.0", "files.a.b", "/files/0", "/files"] {
+        // Values anywhere under the argument `files` belong to it.
+        for path in [
+            vec![key("files"), Seg::Index(0)],
+            vec![key("files"), key("a"), key("b")],
+            vec![key("files")],
+        ] {
+            let p = ArgPath::new(path);
             assert!(
-                check("x", &t, &meta(vec![item(arg, &["hr"])], OCR)).is_err(),
-                "{arg}"
+                check("x", &t, &meta(vec![at(p.clone(), &["hr"])], OCR)).is_err(),
+                "{p}"
             );
         }
-        for arg in ["filesx", "filesx.0", "/filesx/0", "other.files"] {
+        // Keys that only look like a path into `files` are other arguments: a dotted or
+        // pointer-like key is one step, never split.
+        for path in [
+            vec![key("filesx")],
+            vec![key("files.0")],
+            vec![key("/files/0")],
+            vec![key("other"), key("files")],
+        ] {
+            let p = ArgPath::new(path);
             assert!(
-                check("x", &t, &meta(vec![item(arg, &["hr"])], OCR)).is_ok(),
-                "{arg}"
+                check("x", &t, &meta(vec![at(p.clone(), &["hr"])], OCR)).is_ok(),
+                "{p}"
             );
         }
+        // An argument whose name holds pointer metacharacters is matched as written.
         let t = tool(
             Some(&["ocr.example"]),
             None,
             vec![to("a/b~c", "ocr.example")],
         );
-        assert!(check("x", &t, &meta(vec![item("/a~1b~0c/0", &["hr"])], OCR)).is_err());
+        let p = ArgPath::new(vec![key("a/b~c"), Seg::Index(0)]);
+        assert!(check("x", &t, &meta(vec![at(p, &["hr"])], OCR)).is_err());
     }
 
     #[test]

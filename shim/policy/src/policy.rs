@@ -525,12 +525,7 @@ impl Policy {
         for (i, rule) in raw.arguments.iter().enumerate() {
             let r = rule.get_ref();
             let glob = |pat: &Spanned<String>, field: String| {
-                let problem = if field.ends_with(".tool") {
-                    control_problem(pat.get_ref(), "a tool name glob")
-                } else {
-                    nul_problem(pat.get_ref(), "an argument name glob")
-                };
-                if let Some(message) = problem {
+                if let Some(message) = control_problem(pat.get_ref(), "a tool name glob") {
                     return Err(PolicyError::Invalid {
                         at: cx.at(pat.span()),
                         field,
@@ -559,12 +554,17 @@ impl Policy {
                         message: e.to_string(),
                     })?,
             };
-            let name =
-                ArgPattern::parse(r.name.get_ref()).map_err(|message| PolicyError::Invalid {
-                    at: cx.at(r.name.span()),
-                    field: format!("argument[{i}].name"),
-                    message,
-                })?;
+            // A NUL is refused before parsing: no JSON key a policy author means holds one,
+            // and the refusal says where it is (the file's other names are checked alike).
+            let name = match nul_problem(r.name.get_ref(), "an argument name glob") {
+                Some(message) => Err(message),
+                None => ArgPattern::parse(r.name.get_ref()),
+            }
+            .map_err(|message| PolicyError::Invalid {
+                at: cx.at(r.name.span()),
+                field: format!("argument[{i}].name"),
+                message,
+            })?;
             let label = cx.label(&tags, &format!("argument[{i}].label"), &r.label)?;
             arguments.push(ArgumentRule { tool, name, label });
         }

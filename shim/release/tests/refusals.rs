@@ -246,7 +246,7 @@ fn a_manifest_with_an_unknown_field_or_no_destination_list_is_refused() {
     )
     .expect_err("unknown field")
     .to_string();
-    assert!(e.contains("m.json: field `tools.post.exfiltrate`: unknown field `exfiltrate`, expected `destinations`"), "{e}");
+    assert!(e.contains("m.json: field `tools.post.exfiltrate`: unknown field `exfiltrate`, expected one of `destinations`, `consumers`, `flows`"), "{e}");
     assert!(!f.path("b").exists() && leftovers(f.dir.path(), "partial").is_empty());
     let mut m = manifest_json("1.0.0");
     m["tools"]["post"] = serde_json::json!({});
