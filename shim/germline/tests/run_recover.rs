@@ -110,6 +110,8 @@ fn a_germline_or_keeper_killed_between_calls_is_restarted_and_answers_as_before(
         summarize, annotate,
         {"wait_file": go(2).display().to_string()},
         summarize, annotate,
+        // Held open until the status is read: the run's status file goes with the run.
+        {"wait_file": go(3).display().to_string()},
     ]);
     let agent = AgentRun::start(
         w.path(),
@@ -156,6 +158,7 @@ fn a_germline_or_keeper_killed_between_calls_is_restarted_and_answers_as_before(
         status0["germlines_started"].as_u64().map(|n| n + 2),
         "two restarts: {status}"
     );
+    std::fs::write(go(3), "").expect("go");
     assert!(agent.finish(), "the agent's session ended well");
 }
 
@@ -180,6 +183,8 @@ fn a_germline_killed_during_a_call_fails_that_call_by_name_and_the_next_call_wor
         {"wait_file": go.display().to_string()},
         summarize,
         summarize,
+        // Held open until the status is read: the run's status file goes with the run.
+        {"wait_file": w.path().join("done").display().to_string()},
     ]);
     let agent = AgentRun::start(
         w.path(),
@@ -228,6 +233,7 @@ fn a_germline_killed_during_a_call_fails_that_call_by_name_and_the_next_call_wor
         assert_eq!(text(&l), text(&first), "{l}");
     }
     assert_ne!(germline_pid(&agent), g);
+    std::fs::write(w.path().join("done"), "").expect("done");
     assert!(agent.finish());
 }
 
@@ -247,6 +253,8 @@ fn a_germline_that_keeps_dying_is_refused_with_why_and_what_to_do() {
         steps.push(summarize.clone());
     }
     steps.push(summarize.clone());
+    // Held open until the status is read: the run's status file goes with the run.
+    steps.push(json!({"wait_file": go(5).display().to_string()}));
     let agent = AgentRun::start(
         w.path(),
         &Value::Array(steps),
@@ -291,6 +299,7 @@ fn a_germline_that_keeps_dying_is_refused_with_why_and_what_to_do() {
         started,
         "no germline was started once refused"
     );
+    std::fs::write(go(5), "").expect("go");
     assert!(agent.finish());
 }
 
