@@ -720,6 +720,6 @@ impl Corpse {
         self.kill();
         let r = self.cgroup.destroy();
         self.leases.clear();
-        r
+        Ok(r?)
     }
 }

@@ -49,5 +49,15 @@ impl Error {
     }
 }
 
+impl From<germline_sys::Error> for Error {
+    /// The host layer's errors keep their variant and text.
+    fn from(e: germline_sys::Error) -> Error {
+        match e {
+            germline_sys::Error::Sys { step, source } => Error::Sys { step, source },
+            germline_sys::Error::Cgroup(m) => Error::Cgroup(m),
+        }
+    }
+}
+
 /// The crate's result type.
 pub type Result<T> = std::result::Result<T, Error>;

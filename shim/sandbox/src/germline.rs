@@ -254,8 +254,8 @@ impl Germline {
                 spec.limits.pids,
                 100,
             )
-            .map_err(|e| fail(e, &cgroup))?;
-        let started = launch::start(&prepared, HOST_ID, HOST_ID, &|pid| cgroup.add(pid))
+            .map_err(|e| fail(e.into(), &cgroup))?;
+        let started = launch::start(&prepared, HOST_ID, HOST_ID, &|pid| Ok(cgroup.add(pid)?))
             .map_err(|e| fail(e, &cgroup))?;
         let mut g = Germline {
             keeper: started.keeper,
@@ -636,7 +636,7 @@ impl Germline {
             self.spec.limits.cpu_percent,
         ) {
             let _ = cg.destroy();
-            return Err(e);
+            return Err(e.into());
         }
         Ok(cg)
     }
@@ -998,7 +998,7 @@ impl Germline {
         }
         if let Err(e) = self.cgroup.set_frozen(true) {
             copy.kill();
-            return Err(e);
+            return Err(e.into());
         }
         lap("fork.freeze", &mut phases);
         // [shim send, germline received, before fork, after fork, shim got reply, shim added it
@@ -1167,7 +1167,7 @@ impl Germline {
             let _ = sys::waitpid(self.keeper, 0);
         }
         Cgroup::remove_parent(&self.base_rel);
-        r
+        Ok(r?)
     }
 }
 

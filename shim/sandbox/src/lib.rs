@@ -9,7 +9,6 @@
 //!
 //! See docs/sandbox.md.
 
-pub mod cgroup;
 pub mod checks;
 pub mod cli;
 pub mod copy;
@@ -18,10 +17,12 @@ pub mod germline;
 pub mod landlock;
 pub mod launch;
 pub mod mounts;
-pub mod procfs;
 pub mod seccomp;
 pub mod spec;
-pub mod sys;
+
+// Moved to germline-sys (issue 26); re-exported so `germline_sandbox::cgroup` and
+// `crate::sys::...` keep working.
+pub use germline_sys::{cgroup, procfs, sys};
 
 pub use copy::{Copy, Item};
 pub use error::{Error, Result};

@@ -337,8 +337,8 @@ impl Cgroup {
     }
 
     /// Moves this handle out, leaving one that names no directory (for a killed copy whose
-    /// cgroup is removed later, by its [`crate::copy::Corpse`]).
-    pub(crate) fn take(&mut self) -> Cgroup {
+    /// cgroup is removed later, by germline-sandbox's `Corpse`).
+    pub fn take(&mut self) -> Cgroup {
         std::mem::replace(
             self,
             Cgroup {

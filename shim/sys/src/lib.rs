@@ -1,0 +1,15 @@
+//! germline-sys: the host system layer every other crate stands on (docs/architecture.md,
+//! "Layout after issue 26").
+//!
+//! * [`sys`]: thin wrappers around single Linux system calls, fork-safe where marked;
+//! * [`cgroup`]: cgroups v1 and v2 (create, limit, freeze, kill, destroy);
+//! * [`procfs`]: reading a process from outside through the host's /proc.
+//!
+//! It depends on no workspace crate.
+
+pub mod cgroup;
+mod error;
+pub mod procfs;
+pub mod sys;
+
+pub use error::{Error, Result};
