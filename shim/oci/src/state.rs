@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::sys;
+use crate::host as sys;
 
 /// Default `--root`.
 pub const DEFAULT_ROOT: &str = "/run/germline-runtime";

@@ -1,0 +1,25 @@
+//! germline-oci: the OCI runtime library behind `germline-runtime`, an OCI runtime with runc's
+//! command-line contract, as podman (through conmon) and CRI-O call it, so that `podman run -i
+//! --runtime germline-runtime IMAGE` serves a signed release's tools on the container's stdio
+//! exactly as `germline run` does.
+//!
+//! * `create` reads the engine's `config.json` as untrusted input (it takes only the rootfs
+//!   location and the engine's cgroup), verifies the release found in that rootfs against the
+//!   node's pinned keys (`/etc/germline/runtime.toml`, `/etc/germline/keys/*.pub`), says which
+//!   engine settings it ignores, and forks the container's process, which waits for `start`.
+//! * `start` releases it: it execs `germline run` on the verified release (which verifies it
+//!   again, so nothing changed between `create` and `start` runs), with the container's stdio
+//!   as the agent's MCP endpoint.
+//! * `state`, `kill`, `delete`, `pause`, `resume` behave as runc's; `delete` also removes what a
+//!   killed `germline run` could not (its germlines' cgroups and run directories).
+//!
+//! The binary (`shim/germline/src/bin/germline-runtime/main.rs`) parses runc's command line into a
+//! [`Cmd`] and calls [`run`]. See docs/engines.md.
+
+pub mod config;
+mod host;
+mod runtime;
+pub mod spec;
+pub mod state;
+
+pub use runtime::{run, Cmd, Globals, Log};

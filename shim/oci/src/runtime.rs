@@ -1,0 +1,884 @@
+//! The runtime's commands (runc's contract): `create` verifies and forks the container's
+//! process, `init` waits for `start` and execs `germline run`, and `state`, `kill`, `delete`,
+//! `pause`, `resume` behave as runc's. See the crate documentation and docs/engines.md.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::config::{Config, NonGermline, Overrides};
+use crate::host as sys;
+use crate::spec::{EngineSpec, Network};
+use crate::state::{self, State};
+
+/// The global flags every command sees (runc's `--root`, and our `--config`).
+#[derive(Debug, Clone)]
+pub struct Globals {
+    /// Where container state lives (runc: /run/runc).
+    pub root: PathBuf,
+    /// The node configuration (default $GERMLINE_RUNTIME_CONFIG, else
+    /// /etc/germline/runtime.toml).
+    pub config: Option<PathBuf>,
+}
+
+/// One runtime command, as parsed from runc's command line.
+#[derive(Debug, Clone)]
+pub enum Cmd {
+    /// Verify the bundle's release and prepare its container; it waits for `start`.
+    Create {
+        bundle: PathBuf,
+        pid_file: Option<PathBuf>,
+        /// Whether the engine asked for a terminal (`--console-socket`): refused.
+        console_socket: bool,
+        id: String,
+    },
+    /// Start the created container.
+    Start { id: String },
+    /// Print the container's state as runc does (JSON).
+    State { id: String },
+    /// Send a signal (default TERM) to the container's process.
+    Kill { id: String, signal: Option<String> },
+    /// Remove a stopped container (with `force`, kill it first).
+    Delete { force: bool, id: String },
+    /// Freeze the container's front end and broker.
+    Pause { id: String },
+    /// Thaw them.
+    Resume { id: String },
+    /// Refused: a germline container runs only its signed release.
+    Exec,
+    /// The container's process (internal): waits for `start`, then execs `germline run`.
+    Init { id: String },
+    /// An OCI hook; only `precreate`.
+    Hook {
+        stage: String,
+        require_release: bool,
+        exit_status: bool,
+    },
+}
+
+/// runc-style logging: messages to `--log` (text or JSON lines) and errors to stderr.
+#[derive(Debug)]
+pub struct Log {
+    /// `--log`: append messages to this file (podman and conmon read errors from it).
+    pub file: Option<PathBuf>,
+    /// `--log-format json`.
+    pub json: bool,
+}
+
+impl Log {
+    /// Appends one line at `level` to the log file, if there is one.
+    pub fn write(&self, level: &str, msg: &str) {
+        let Some(p) = &self.file else { return };
+        let time = jiff::Timestamp::now().to_string();
+        let line = if self.json {
+            serde_json::json!({"level": level, "msg": msg, "time": time}).to_string()
+        } else {
+            format!("time=\"{time}\" level={level} msg={msg:?}")
+        };
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+        {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+
+    /// A warning: to stderr and to the log file.
+    pub fn warn(&self, msg: &str) {
+        eprintln!("germline-runtime: {msg}");
+        self.write("warning", msg);
+    }
+}
+
+/// Runs one command.
+pub fn run(cli: &Globals, cmd: &Cmd, log: &Log) -> Result<(), String> {
+    let root = &cli.root;
+    // Commands about a container handed to runc go to runc.
+    let id = match cmd {
+        Cmd::Start { id }
+        | Cmd::State { id }
+        | Cmd::Kill { id, .. }
+        | Cmd::Delete { id, .. }
+        | Cmd::Pause { id }
+        | Cmd::Resume { id } => Some(id.as_str()),
+        _ => None,
+    };
+    if let Some(id) = id {
+        state::check_id(id)?;
+        if state::handoff_marker(root, id).exists() {
+            return to_runc(cli, id, matches!(cmd, Cmd::Delete { .. }));
+        }
+    }
+    match cmd {
+        Cmd::Create {
+            bundle,
+            pid_file,
+            console_socket,
+            id,
+        } => create(cli, log, bundle, pid_file.as_deref(), *console_socket, id),
+        Cmd::Start { id } => start(root, id),
+        Cmd::State { id } => {
+            let s = State::load(root, id)?;
+            let text =
+                serde_json::to_string_pretty(&s.to_runc_json(root)).map_err(|e| e.to_string())?;
+            // A closed stdout (a pager, `| head`) is not an error of the container.
+            let _ = writeln!(std::io::stdout(), "{text}");
+            Ok(())
+        }
+        Cmd::Kill { id, signal, .. } => {
+            let sig = parse_signal(signal.as_deref().unwrap_or("TERM"))?;
+            let s = State::load(root, id)?;
+            if !s.alive() {
+                return Err(format!("container \"{id}\" is not running"));
+            }
+            sys::kill(s.pid, sig)
+        }
+        Cmd::Delete { id, force } => delete(root, id, *force),
+        Cmd::Pause { id } => pause(root, id, true),
+        Cmd::Resume { id } => pause(root, id, false),
+        Cmd::Exec => Err(
+            "exec is not supported: a germline container runs only its signed release, whose \
+             code runs in copies forked per call"
+                .into(),
+        ),
+        Cmd::Init { id } => init(cli, id),
+        Cmd::Hook {
+            stage,
+            require_release,
+            exit_status,
+        } => {
+            if stage != "precreate" {
+                return Err(format!(
+                    "hook {stage:?}: only the precreate stage is supported"
+                ));
+            }
+            hook_precreate(cli, log, *require_release, *exit_status)
+        }
+    }
+}
+
+/// The runc command line for a handed-off container: this one's arguments with our own
+/// global flags replaced by runc's state root.
+fn runc_args(root: &Path) -> Vec<String> {
+    let mut out = vec![
+        "--root".to_string(),
+        state::runc_root(root).display().to_string(),
+    ];
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        if a == "--root" || a == "--config" {
+            it.next();
+        } else if a.starts_with("--root=") || a.starts_with("--config=") {
+        } else {
+            out.push(a);
+        }
+    }
+    out
+}
+
+fn to_runc(cli: &Globals, id: &str, deleting: bool) -> Result<(), String> {
+    let cfg = Config::load(cli.config.as_deref())?;
+    let status = Command::new(&cfg.runc)
+        .args(runc_args(&cli.root))
+        .status()
+        .map_err(|e| format!("{}: {e}", cfg.runc.display()))?;
+    if deleting && status.success() {
+        let _ = std::fs::remove_dir_all(state::dir(&cli.root, id));
+    }
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("runc {status}"))
+    }
+}
+
+fn parse_signal(s: &str) -> Result<i32, String> {
+    if let Ok(n) = s.parse::<i32>() {
+        if (1..=64).contains(&n) {
+            return Ok(n);
+        }
+    }
+    let upper = s.to_ascii_uppercase();
+    let name = upper.trim_start_matches("SIG");
+    let n = match name {
+        "HUP" => libc::SIGHUP,
+        "INT" => libc::SIGINT,
+        "QUIT" => libc::SIGQUIT,
+        "KILL" => libc::SIGKILL,
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        "TERM" => libc::SIGTERM,
+        "CONT" => libc::SIGCONT,
+        "STOP" => libc::SIGSTOP,
+        "WINCH" => libc::SIGWINCH,
+        _ => return Err(format!("unknown signal {s:?}")),
+    };
+    Ok(n)
+}
+
+/// Whether `rootfs` carries a germline release (its signed manifest).
+fn is_germline_release(rootfs: &Path) -> bool {
+    std::fs::symlink_metadata(rootfs.join(".germline/manifest.json"))
+        .map(|m| m.is_file())
+        .unwrap_or(false)
+}
+
+/// Verifies the release at `dir` (`dir/rootfs`) under one of the pinned keys.
+fn verify(
+    dir: &Path,
+    keys: &[PathBuf],
+    cfg: &Config,
+) -> Result<(PathBuf, germline_release::release::Verified), String> {
+    if keys.is_empty() {
+        return Err(format!(
+            "release refused: no pinned publisher key (put one in /etc/germline/keys/*.pub or \
+             set `keys` in {})",
+            cfg.source.display()
+        ));
+    }
+    let mut first = None;
+    for k in keys {
+        let key = germline_release::keys::load_public_key(k)
+            .map_err(|e| format!("pinned key {}: {e}", k.display()))?;
+        match germline_release::release::verify_bundle_dir(dir, &key) {
+            Ok(v) => return Ok((k.clone(), v)),
+            Err(e) => {
+                first.get_or_insert(e.to_string());
+            }
+        }
+    }
+    Err(format!(
+        "release refused: {}",
+        first.unwrap_or_else(|| "no key verified it".into())
+    ))
+}
+
+/// What the node's trust metadata established about a verified release.
+enum Trust {
+    /// Checked against the node's TUF repository and the rollback state.
+    Tuf(germline_release::tuf::TufChecked),
+    /// No metadata on the node and `[tuf] required = false`: the signed version was checked
+    /// against the rollback state only (the highest version seen before, if any).
+    StateOnly(Option<String>),
+}
+
+/// Checks a release the pinned keys verified against the node's trust metadata (`[tuf]` in
+/// the node configuration): the TUF chain from the pinned root (signatures, thresholds,
+/// expiry, metadata-version rollback), the release's target (length, sha256, contents), and
+/// the rollback state (a version older than one accepted on this node is refused), which it
+/// updates. The release crate's checks, as `germline release verify --tuf-repo` does them.
+fn check_trust(cfg: &Config, v: &germline_release::release::Verified) -> Result<Trust, String> {
+    let t = &cfg.tuf;
+    let m = &v.manifest;
+    let what = format!("release refused: {} {}", m.name, m.version);
+    let metadata = t.repo.join("metadata");
+    let (have_repo, have_root) = (metadata.is_dir(), t.root.is_file());
+    if have_repo != have_root {
+        let (missing, present) = if have_repo {
+            (t.root.display().to_string(), metadata.display().to_string())
+        } else {
+            (metadata.display().to_string(), t.root.display().to_string())
+        };
+        return Err(format!(
+            "{what}: incomplete trust metadata on this node: {present} exists but \
+             {missing} does not (`[tuf]` in {})",
+            cfg.source.display()
+        ));
+    }
+    std::fs::create_dir_all(&t.state)
+        .map_err(|e| format!("{what}: rollback state {}: {e}", t.state.display()))?;
+    // One check at a time per node: the state is read, compared and rewritten.
+    let lock_path = t.state.join("lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&lock_path)
+        .map_err(|e| format!("{what}: {}: {e}", lock_path.display()))?;
+    // SAFETY: flock on a file descriptor this function owns; released when `lock` drops.
+    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) } != 0 {
+        return Err(format!(
+            "{what}: locking {}: {}",
+            lock_path.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    if !have_repo {
+        if t.required {
+            return Err(format!(
+                "{what}: no trust metadata on this node: neither {} nor {} exists \
+                 (install the publishers' TUF repository and pinned root there, or set `[tuf] \
+                 repo`/`root` in {}; `[tuf] required = false` runs releases checked against \
+                 the pinned keys and the rollback state only)",
+                metadata.display(),
+                t.root.display(),
+                cfg.source.display()
+            ));
+        }
+        let before =
+            germline_release::tuf::check_rollback(&t.state, m).map_err(|e| refusal(&what, e))?;
+        return Ok(Trust::StateOnly(before));
+    }
+    germline_release::tuf::check_release(&t.repo, &t.root, &t.state, &v.manifest_bytes, m)
+        .map(Trust::Tuf)
+        .map_err(|e| match e {
+            e @ germline_release::error::Error::Rollback { .. } => refusal(&what, e),
+            e => format!("{what}: {e} (pinned root {})", t.root.display()),
+        })
+}
+
+/// A rollback refusal names the release, the version the image carries, the version this node
+/// already accepted and the state file that records it.
+fn refusal(what: &str, e: germline_release::error::Error) -> String {
+    match e {
+        germline_release::error::Error::Rollback {
+            name,
+            offered,
+            seen,
+            state,
+        } => format!(
+            "{what}: rollback: the image carries {name} {offered}, older than {name} {seen}, \
+             which this node already accepted (rollback state {})",
+            state.display()
+        ),
+        e => format!("{what}: {e}"),
+    }
+}
+
+/// One log line for what `check_trust` established.
+fn trust_note(cfg: &Config, t: &Trust) -> String {
+    match t {
+        Trust::Tuf(c) => format!(
+            "trust metadata {}: target {} (targets v{}, timestamp v{}), highest version seen \
+             before: {}",
+            cfg.tuf.repo.display(),
+            c.target,
+            c.targets_version,
+            c.timestamp_version,
+            c.highest_seen_before.as_deref().unwrap_or("none")
+        ),
+        Trust::StateOnly(b) => format!(
+            "no trust metadata on this node ([tuf] required = false in {}): expiry and targets \
+             not checked; rollback state {} (highest version seen before: {})",
+            cfg.source.display(),
+            cfg.tuf.state.display(),
+            b.as_deref().unwrap_or("none")
+        ),
+    }
+}
+
+/// The directory to verify for the engine's rootfs: an overlay's one lower directory (the image
+/// layer as the engine unpacked it: engines write into the upper layer before the runtime
+/// runs, podman adds /etc/mtab), else the rootfs itself.
+fn image_layer(rootfs: &Path) -> Result<PathBuf, String> {
+    match sys::overlay_lowerdirs(rootfs) {
+        Some(l) if l.len() == 1 => Ok(l[0].clone()),
+        Some(l) => Err(format!(
+            "release refused: {} has {} image layers; a germline release image has exactly one",
+            rootfs.display(),
+            l.len()
+        )),
+        None => Ok(rootfs.to_path_buf()),
+    }
+}
+
+/// Where a refusing precreate hook points `root.path`: a path below `/proc`, where nothing can
+/// be created, so no runtime finds a rootfs there; the runtime's error (runc: `invalid rootfs:
+/// stat PATH: no such file or directory`) then carries the reason into podman's output, which
+/// is the only channel podman 4.3 leaves a precreate hook (it discards the hook's stderr, and
+/// its stdout when it exits non-zero).
+const REFUSED_ROOT: &str = "/proc/germline-precreate-refused: ";
+
+/// podman's `precreate` hook: verifies before podman creates anything with the runtime, so a
+/// tampered or unsigned release is refused whatever the runtime (runc included). A refusal
+/// writes the configuration back with `root.path` = `REFUSED_ROOT` + the reason and exits 0
+/// (so the reason reaches podman's output through the runtime's error), or, with
+/// `--exit-status`, exits 1 with the reason in `--log` only.
+fn hook_precreate(
+    cli: &Globals,
+    log: &Log,
+    require_release: bool,
+    exit_status: bool,
+) -> Result<(), String> {
+    const MAX: u64 = 4 << 20;
+    let mut text = String::new();
+    std::io::stdin()
+        .take(MAX + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("precreate hook: reading config.json from stdin: {e}"))?;
+    if text.len() as u64 > MAX {
+        return Err("precreate hook: config.json on stdin is larger than 4 MiB".into());
+    }
+    let mut v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("precreate hook: config.json on stdin: not JSON: {e}"))?;
+    let out = match precreate_decide(cli, log, require_release, &v) {
+        // The configuration goes back unchanged: this hook only decides.
+        Ok(()) => text,
+        Err(e) if exit_status => return Err(e),
+        Err(e) => {
+            log.write("error", &e);
+            let reason: String = e
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect();
+            let root = v
+                .get_mut("root")
+                .and_then(|r| r.as_object_mut())
+                .ok_or_else(|| format!("{e} (and config.json has no `root` to mark refused)"))?;
+            root.insert("path".into(), format!("{REFUSED_ROOT}{reason}").into());
+            serde_json::to_string(&v).map_err(|j| format!("{e} (and writing config.json: {j})"))?
+        }
+    };
+    std::io::stdout()
+        .write_all(out.as_bytes())
+        .map_err(|e| format!("precreate hook: writing config.json: {e}"))
+}
+
+/// The precreate hook's decision on the proposed `config.json` `v`.
+fn precreate_decide(
+    cli: &Globals,
+    log: &Log,
+    require_release: bool,
+    v: &serde_json::Value,
+) -> Result<(), String> {
+    let cfg = Config::load(cli.config.as_deref()).map_err(|e| format!("precreate hook: {e}"))?;
+    let spec = EngineSpec::parse(v, Path::new("/"), "config.json (precreate hook stdin)")
+        .map_err(|e| format!("precreate hook: {e}"))?;
+    if is_germline_release(&spec.rootfs) {
+        let source = image_layer(&spec.rootfs).map_err(|e| format!("precreate hook: {e}"))?;
+        let dir = PathBuf::from(format!(
+            "/run/germline-runtime/precreate-{}",
+            std::process::id()
+        ));
+        let rfs = dir.join("rootfs");
+        std::fs::create_dir_all(&rfs).map_err(|e| format!("{}: {e}", rfs.display()))?;
+        let r = sys::bind_readonly(&source, &rfs).and_then(|()| verify(&dir, &cfg.keys, &cfg));
+        while sys::is_mount_point(&rfs) {
+            if sys::unmount(&rfs).is_err() {
+                // Never remove files through a rootfs that is still mounted here.
+                return Err(format!("precreate hook: cannot unmount {}", rfs.display()));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        let (key, verified) = r.map_err(|e| format!("precreate hook: {e}"))?;
+        let trust = check_trust(&cfg, &verified).map_err(|e| format!("precreate hook: {e}"))?;
+        log.write(
+            "info",
+            &format!(
+                "precreate hook: release {}@{} ({}) verified under {}; {}",
+                verified.manifest.name,
+                verified.manifest.version,
+                verified.rootfs_digest,
+                key.display(),
+                trust_note(&cfg, &trust)
+            ),
+        );
+    } else if require_release {
+        return Err(format!(
+            "precreate hook: {} is not a germline release (no .germline/manifest.json), and \
+             this hook requires one (--require-release)",
+            spec.rootfs.display()
+        ));
+    }
+    Ok(())
+}
+
+fn create(
+    cli: &Globals,
+    log: &Log,
+    bundle: &Path,
+    pid_file: Option<&Path>,
+    console: bool,
+    id: &str,
+) -> Result<(), String> {
+    let root = &cli.root;
+    state::check_id(id)?;
+    let cfg = Config::load(cli.config.as_deref())?;
+    let bundle =
+        std::fs::canonicalize(bundle).map_err(|e| format!("bundle {}: {e}", bundle.display()))?;
+    let mut spec = EngineSpec::load(&bundle)?;
+    if let Some(reason) = spec
+        .rootfs
+        .to_str()
+        .and_then(|p| p.strip_prefix(REFUSED_ROOT))
+    {
+        let reason = reason.strip_prefix("precreate hook: ").unwrap_or(reason);
+        return Err(format!("refused by the precreate hook: {reason}"));
+    }
+    let sdir = state::dir(root, id);
+    if sdir.exists() {
+        return Err(format!("container with id \"{id}\" already exists"));
+    }
+    if !is_germline_release(&spec.rootfs) {
+        if cfg.non_germline == NonGermline::Runc {
+            std::fs::create_dir_all(&sdir).map_err(|e| format!("{}: {e}", sdir.display()))?;
+            std::fs::write(state::handoff_marker(root, id), b"")
+                .map_err(|e| format!("{}: {e}", sdir.display()))?;
+            log.write(
+                "info",
+                &format!("{id}: not a germline release, handed to runc"),
+            );
+            let r = to_runc(cli, id, false);
+            if r.is_err() {
+                let _ = std::fs::remove_dir_all(&sdir);
+            }
+            return r;
+        }
+        return Err(format!(
+            "bundle {} is not a germline release: its rootfs {} has no .germline/manifest.json \
+             (set non_germline = \"runc\" in {} to hand such bundles to runc)",
+            bundle.display(),
+            spec.rootfs.display(),
+            cfg.source.display()
+        ));
+    }
+    if console || spec.terminal {
+        return Err(
+            "a terminal (-t) is not supported: germline serves MCP on the container's plain \
+             stdio; run with -i and without -t"
+                .into(),
+        );
+    }
+    std::fs::create_dir_all(root).map_err(|e| format!("{}: {e}", root.display()))?;
+    std::fs::create_dir(&sdir).map_err(|e| format!("{}: {e}", sdir.display()))?;
+    // Traversable: the germline's unprivileged user (its own user namespace) binds the
+    // rootfs below it. The state file holds nothing secret.
+    let _ = std::fs::set_permissions(&sdir, std::fs::Permissions::from_mode(0o711));
+    match prepare(cli, log, &cfg, &bundle, &mut spec, pid_file, id) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            remove_state(root, id, None);
+            Err(e)
+        }
+    }
+}
+
+fn prepare(
+    cli: &Globals,
+    log: &Log,
+    cfg: &Config,
+    bundle: &Path,
+    spec: &mut EngineSpec,
+    pid_file: Option<&Path>,
+    id: &str,
+) -> Result<(), String> {
+    let root = &cli.root;
+    if let Network::Path(p) = &spec.network {
+        sys::check_netns(p)?;
+    }
+    let rel = state::release_dir(root, id);
+    let rfs = rel.join("rootfs");
+    for d in [
+        Path::new("/run/germline-runtime"),
+        Path::new(state::RELEASES),
+        &rel,
+    ] {
+        std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        let _ = std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711));
+    }
+    std::fs::create_dir_all(&rfs).map_err(|e| format!("{}: {e}", rfs.display()))?;
+    // An engine writes into its overlay's upper layer before the runtime runs (podman adds
+    // /etc/mtab): verify and run the image's own layer, its one lower directory.
+    let source = image_layer(&spec.rootfs)?;
+    sys::bind_readonly(&source, &rfs)?;
+    let (key, verified) = verify(&rel, &cfg.keys, cfg)?;
+    let trust = check_trust(cfg, &verified)?;
+    let m = &verified.manifest;
+    // `-e` variables the deployer's policy names as a host's credential source become the
+    // broker's environment (only the broker reads them; copies get the manifest's).
+    let policy = germline_policy::Policy::load(&cfg.policy)
+        .map_err(|e| format!("node policy (`policy` in {}): {e}", cfg.source.display()))?;
+    let mut by_name: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
+    for (host, c) in policy.credentials() {
+        if let germline_policy::policy::CredentialSource::Env(n) = &c.source {
+            by_name.entry(n.clone()).or_default().push(host);
+        }
+    }
+    let names = by_name.keys().cloned().collect();
+    let credentials = spec.take_credentials(&names);
+    for (k, _) in &credentials {
+        let hosts = by_name.get(k).map(|h| h.join(", ")).unwrap_or_default();
+        log.write(
+            "info",
+            &format!(
+                "{id}: -e {k} is the broker's credential for {hosts} (the node policy's value_env)"
+            ),
+        );
+    }
+    let mut ignored = spec.ignored.clone();
+    if !spec.args.is_empty() && spec.args != m.entry {
+        ignored.push(format!(
+            "the command {:?}: the germline runs the signed entry point {:?}",
+            spec.args, m.entry
+        ));
+    }
+    if !ignored.is_empty() {
+        if cfg.overrides == Overrides::Refuse {
+            return Err(format!(
+                "refused (overrides = \"refuse\" in {}): {}",
+                cfg.source.display(),
+                ignored.join("; ")
+            ));
+        }
+        for i in &ignored {
+            log.warn(&format!("ignored {i}"));
+        }
+    }
+    log.write(
+        "info",
+        &format!(
+            "{id}: release {}@{} ({}) verified under {}; {}",
+            m.name,
+            m.version,
+            verified.rootfs_digest,
+            key.display(),
+            trust_note(cfg, &trust)
+        ),
+    );
+    sys::mkfifo(&state::fifo(root, id))?;
+    let mut st = State {
+        id: id.to_string(),
+        bundle: bundle.to_path_buf(),
+        rootfs: spec.rootfs.clone(),
+        created: jiff::Timestamp::now().to_string(),
+        pid: 0,
+        start_time: 0,
+        key,
+        cgroups: Vec::new(),
+        paused: false,
+        ignored: ignored.clone(),
+        annotations: spec.annotations.clone(),
+        network: spec.network.clone(),
+        listen: spec.listen,
+    };
+    st.save(root)?;
+    let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("--root").arg(root);
+    if let Some(c) = &cli.config {
+        cmd.arg("--config").arg(c);
+    }
+    cmd.arg("init").arg(id);
+    cmd.envs(credentials);
+    // The container's stdio is this command's: the engine's pipes (conmon's, for podman).
+    let child = cmd
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("cannot start the container's process: {e}"))?;
+    let pid = child.id() as i32;
+    st.pid = pid;
+    st.start_time = sys::start_time(pid).ok_or("the container's process exited at once")?;
+    if let Some(cp) = &spec.cgroups_path {
+        if sys::plain_cgroup_path(cp) {
+            st.cgroups = sys::join_cgroup(cp, pid);
+        } else {
+            log.write(
+                "info",
+                &format!("{id}: cgroup {cp:?} is not a cgroupfs path; not joined"),
+            );
+        }
+    }
+    st.save(root)?;
+    if let Some(p) = pid_file {
+        let tmp = p.with_extension("germline-tmp");
+        std::fs::write(&tmp, pid.to_string()).map_err(|e| format!("{}: {e}", tmp.display()))?;
+        std::fs::rename(&tmp, p).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    // The child outlives us: the engine (conmon, a subreaper) reaps it.
+    drop(child);
+    Ok(())
+}
+
+/// The container's process: waits on the exec fifo for `start`, then becomes `germline run`.
+fn init(cli: &Globals, id: &str) -> Result<(), String> {
+    let root = &cli.root;
+    let st = State::load(root, id)?;
+    let cfg = Config::load(cli.config.as_deref())?;
+    // The engine's network namespace, entered before `start` as runc does: the front end
+    // and the broker it starts live there (copies have their own, with only the broker's
+    // endpoint), so the workload's network policy applies to what the broker delivers.
+    match &st.network {
+        Network::Host => {}
+        Network::New => sys::new_netns()?,
+        Network::Path(p) => sys::enter_netns(p)?,
+    }
+    {
+        // Blocks until `start` opens the fifo for reading.
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(state::fifo(root, id))
+            .map_err(|e| format!("exec fifo: {e}"))?;
+        f.write_all(b"0").map_err(|e| format!("exec fifo: {e}"))?;
+    }
+    for i in &st.ignored {
+        eprintln!("germline-runtime: ignored {i}");
+    }
+    let mut cmd = Command::new(&cfg.germline);
+    match st.listen {
+        // `dev.germline.mcp/listen`: Streamable HTTP in the container's network namespace.
+        Some(mut addr) => {
+            // 0.0.0.0:PORT: the pod's own address (serve's DNS-rebinding guard accepts
+            // `Host` naming a specific listen address, never an unspecified one).
+            if addr.ip().is_unspecified() {
+                addr.set_ip(sys::first_address()?.into());
+            }
+            cmd.arg("serve").arg("--listen").arg(addr.to_string());
+            if let Some(t) = &cfg.http_token_file {
+                cmd.arg("--token-file").arg(t);
+            }
+        }
+        None => {
+            cmd.arg("run");
+        }
+    }
+    cmd.arg("--policy")
+        .arg(&cfg.policy)
+        .arg("--key")
+        .arg(&st.key)
+        .arg("--mode")
+        .arg(&cfg.mode)
+        .arg("--pool")
+        .arg(cfg.pool.to_string())
+        .arg("--state-dir")
+        .arg(&cfg.state_dir);
+    if let Some(a) = &cfg.audit {
+        cmd.arg("--audit").arg(a);
+    }
+    if let Some(b) = &cfg.broker {
+        cmd.arg("--broker").arg(b);
+    }
+    cmd.arg(state::release_dir(root, id));
+    let e = cmd.exec();
+    Err(format!("cannot exec {}: {e}", cfg.germline.display()))
+}
+
+fn start(root: &Path, id: &str) -> Result<(), String> {
+    let st = State::load(root, id)?;
+    let fifo = state::fifo(root, id);
+    if !fifo.exists() {
+        return Err(format!("container \"{id}\" has already been started"));
+    }
+    if !st.alive() {
+        return Err(format!(
+            "container \"{id}\" is not running: its process exited"
+        ));
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)
+        .map_err(|e| format!("exec fifo: {e}"))?;
+    let t = Instant::now();
+    let mut b = [0u8; 1];
+    loop {
+        match f.read(&mut b) {
+            Ok(1) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(format!("exec fifo: {e}")),
+        }
+        if !st.alive() {
+            return Err(format!("container \"{id}\" exited before it started"));
+        }
+        if t.elapsed() > Duration::from_secs(10) {
+            return Err(format!(
+                "container \"{id}\" did not take the start within 10 s"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    std::fs::remove_file(&fifo).map_err(|e| format!("{}: {e}", fifo.display()))
+}
+
+fn pause(root: &Path, id: &str, frozen: bool) -> Result<(), String> {
+    let mut st = State::load(root, id)?;
+    if !st.alive() {
+        return Err(format!("container \"{id}\" is not running"));
+    }
+    if !sys::freeze(&st.cgroups, frozen) {
+        sys::kill(st.pid, if frozen { libc::SIGSTOP } else { libc::SIGCONT })?;
+    }
+    st.paused = frozen;
+    st.save(root)
+}
+
+fn delete(root: &Path, id: &str, force: bool) -> Result<(), String> {
+    let st = match State::load(root, id) {
+        Ok(s) => s,
+        Err(_) if force && !state::dir(root, id).join("state.json").exists() => {
+            // Nothing recorded (or a create that failed half way): remove what is there.
+            remove_state(root, id, None);
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let status = st.status(root);
+    if st.alive() {
+        if !force && status != "created" {
+            return Err(format!(
+                "cannot delete container \"{id}\" that is not stopped: {status}"
+            ));
+        }
+        sys::freeze(&st.cgroups, false);
+        let _ = sys::kill(st.pid, libc::SIGKILL);
+        let _ = sys::kill(st.pid, libc::SIGCONT);
+        if !sys::wait_gone(st.pid, st.start_time, Duration::from_secs(5)) {
+            return Err(format!("container \"{id}\": pid {} did not die", st.pid));
+        }
+    }
+    remove_state(root, id, Some(&st));
+    Ok(())
+}
+
+/// Removes everything of a container: what a `germline run` killed with SIGKILL leaves (its
+/// germlines' cgroups and processes, its run directories), the engine cgroups we joined, the
+/// read-only bind of the rootfs and the state directory.
+fn remove_state(root: &Path, id: &str, st: Option<&State>) {
+    if let Some(st) = st {
+        if st.pid > 0 {
+            sys::destroy_cgroups(&sys::germline_cgroups_of(st.pid));
+            let _ = std::fs::remove_dir_all(format!("/run/germline/session-{}", st.pid));
+            let _ = std::fs::remove_dir_all(format!("/run/germline/serve-{}", st.pid));
+            if let Ok(rd) = std::fs::read_dir("/run/germline") {
+                let prefix = format!("ca-{}-", st.pid);
+                for e in rd.flatten() {
+                    if e.file_name().to_string_lossy().starts_with(&prefix) {
+                        let _ = std::fs::remove_dir_all(e.path());
+                    }
+                }
+            }
+        }
+        sys::destroy_cgroups(&st.cgroups);
+    }
+    let rfs = state::release_dir(root, id).join("rootfs");
+    while sys::is_mount_point(&rfs) {
+        if sys::unmount(&rfs).is_err() {
+            // Never remove files through a rootfs that is still mounted here.
+            return;
+        }
+    }
+    let _ = std::fs::remove_dir_all(state::release_dir(root, id));
+    let _ = std::fs::remove_dir_all(state::dir(root, id));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_by_number_and_name() {
+        assert_eq!(parse_signal("15"), Ok(libc::SIGTERM));
+        assert_eq!(parse_signal("TERM"), Ok(libc::SIGTERM));
+        assert_eq!(parse_signal("SIGKILL"), Ok(libc::SIGKILL));
+        assert_eq!(parse_signal("sigint"), Ok(libc::SIGINT));
+        assert!(parse_signal("0").is_err());
+        assert!(parse_signal("BOGUS").is_err());
+    }
+}
