@@ -204,8 +204,9 @@ pub fn copy_trust(rootfs: &Path, ca_pem: &str, out: &Path) -> Result<CopyTrust, 
     {
         format!("/{DEBIAN_BUNDLE}")
     } else {
-        mounts.push((ca_only.clone(), PathBuf::from("run/germline/ca.pem")));
-        "/run/germline/ca.pem".to_string()
+        let at = germline_sys::paths::COPY_CA_PEM;
+        mounts.push((ca_only.clone(), PathBuf::from(at.trim_start_matches('/'))));
+        at.to_string()
     };
     let env = ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"]
         .into_iter()

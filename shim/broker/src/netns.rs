@@ -85,33 +85,4 @@ pub fn socket_ns(sock: RawFd) -> Result<OwnedFd, NetnsError> {
 }
 
 /// Sets IFF_UP on `lo` in the calling thread's network namespace.
-pub fn loopback_up() -> std::io::Result<()> {
-    // SAFETY: socket(2) with constant arguments; the result is checked below.
-    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if raw < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `raw` is a fresh descriptor we own.
-    let sock = unsafe { OwnedFd::from_raw_fd(raw) };
-    // SAFETY: ifreq is plain old data; all-zero is a valid value.
-    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (dst, src) in ifr.ifr_name.iter_mut().zip(b"lo\0") {
-        *dst = *src as libc::c_char;
-    }
-    // SAFETY: SIOCGIFFLAGS reads the interface named in `ifr` and writes its flags into it;
-    // `ifr` is a valid, writable ifreq for the duration of the call.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS as _, &mut ifr) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: the union field ifru_flags is the one SIOCGIFFLAGS just wrote.
-    let flags = unsafe { ifr.ifr_ifru.ifru_flags };
-    if flags & libc::IFF_UP as libc::c_short != 0 {
-        return Ok(());
-    }
-    ifr.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
-    // SAFETY: SIOCSIFFLAGS reads `ifr`, valid for the call.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS as _, &ifr) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
+pub use germline_sys::sys::loopback_up;

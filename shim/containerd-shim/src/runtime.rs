@@ -48,7 +48,7 @@ impl Runtime {
             .unwrap_or_else(|| PathBuf::from("germline-runtime"));
         Runtime {
             binary,
-            root: Path::new("/run/containerd/germline").join(namespace),
+            root: Path::new(germline_sys::paths::CONTAINERD_ROOT).join(namespace),
             config: None,
         }
     }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use clap::{Args, Subcommand};
 use germline_broker::{bench, control, Broker, BrokerConfig};
 use germline_policy::Policy;
+use germline_sys::paths;
 
 type Error = Box<dyn std::error::Error>;
 
@@ -23,10 +24,10 @@ enum BrokerCmd {
         #[arg(long)]
         policy: PathBuf,
         /// Control socket for the shim (its directory is made root-only).
-        #[arg(long, default_value = "/run/germline/broker.sock")]
+        #[arg(long, default_value = paths::BROKER_SOCKET)]
         socket: PathBuf,
         /// State directory: the deployment CA lives here, outside every container.
-        #[arg(long, default_value = "/var/lib/germline/broker")]
+        #[arg(long, default_value = paths::BROKER_STATE)]
         state: PathBuf,
         /// JSON-lines audit log.
         #[arg(long)]

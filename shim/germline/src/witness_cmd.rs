@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
+use germline_sys::paths;
 
 #[derive(Debug, Args)]
 pub struct WitnessArgs {
@@ -40,7 +41,7 @@ enum WitnessCmd {
     /// Every witness record and each release's dampening state.
     List {
         /// The evidence directory of `germline run`.
-        #[arg(long, default_value = "/var/lib/germline/broker/evidence")]
+        #[arg(long, default_value = paths::BROKER_EVIDENCE)]
         evidence: PathBuf,
     },
 }

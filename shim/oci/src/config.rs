@@ -6,8 +6,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use germline_sys::paths;
+
 /// Default location of the node configuration.
-pub const DEFAULT_CONFIG: &str = "/etc/germline/runtime.toml";
+pub const DEFAULT_CONFIG: &str = paths::RUNTIME_CONFIG;
 /// Environment variable naming another configuration file (for tests and odd layouts).
 pub const CONFIG_ENV: &str = "GERMLINE_RUNTIME_CONFIG";
 
@@ -167,7 +169,7 @@ impl Config {
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("/"));
-        let etc = Path::new("/etc/germline");
+        let etc = Path::new(paths::ETC_DIR);
         let keys = match file.keys {
             Some(k) => k.into_iter().map(|p| resolve(&base, p)).collect(),
             None => keys_in(&etc.join("keys")),
@@ -195,7 +197,7 @@ impl Config {
             state: resolve(
                 &base,
                 t.state
-                    .unwrap_or_else(|| PathBuf::from("/var/lib/germline/release-state")),
+                    .unwrap_or_else(|| PathBuf::from(paths::RELEASE_STATE)),
             ),
             required: t.required.unwrap_or(true),
         };
@@ -215,7 +217,7 @@ impl Config {
             state_dir: resolve(
                 &base,
                 file.state_dir
-                    .unwrap_or_else(|| PathBuf::from("/var/lib/germline/broker")),
+                    .unwrap_or_else(|| PathBuf::from(paths::BROKER_STATE)),
             ),
             audit: file.audit.map(|p| resolve(&base, p)),
             broker: file.broker.map(|p| resolve(&base, p)),

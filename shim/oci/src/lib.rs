@@ -21,5 +21,6 @@ mod host;
 mod runtime;
 pub mod spec;
 pub mod state;
+pub mod trust;
 
 pub use runtime::{run, Cmd, Globals, Log};

@@ -10,9 +10,12 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::config::{Config, NonGermline, Overrides};
-use crate::host as sys;
+use germline_sys::{cgroup, mountinfo, paths, procfs};
+
+use crate::host;
 use crate::spec::{EngineSpec, Network};
 use crate::state::{self, State};
+use crate::trust::{check_trust, trust_note, verify};
 
 /// The global flags every command sees (runc's `--root`, and our `--config`).
 #[derive(Debug, Clone)]
@@ -135,7 +138,7 @@ pub fn run(cli: &Globals, cmd: &Cmd, log: &Log) -> Result<(), String> {
             if !s.alive() {
                 return Err(format!("container \"{id}\" is not running"));
             }
-            sys::kill(s.pid, sig)
+            host::kill(s.pid, sig)
         }
         Cmd::Delete { id, force } => delete(root, id, *force),
         Cmd::Pause { id } => pause(root, id, true),
@@ -227,156 +230,11 @@ fn is_germline_release(rootfs: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// Verifies the release at `dir` (`dir/rootfs`) under one of the pinned keys.
-fn verify(
-    dir: &Path,
-    keys: &[PathBuf],
-    cfg: &Config,
-) -> Result<(PathBuf, germline_release::release::Verified), String> {
-    if keys.is_empty() {
-        return Err(format!(
-            "release refused: no pinned publisher key (put one in /etc/germline/keys/*.pub or \
-             set `keys` in {})",
-            cfg.source.display()
-        ));
-    }
-    let mut first = None;
-    for k in keys {
-        let key = germline_release::keys::load_public_key(k)
-            .map_err(|e| format!("pinned key {}: {e}", k.display()))?;
-        match germline_release::release::verify_bundle_dir(dir, &key) {
-            Ok(v) => return Ok((k.clone(), v)),
-            Err(e) => {
-                first.get_or_insert(e.to_string());
-            }
-        }
-    }
-    Err(format!(
-        "release refused: {}",
-        first.unwrap_or_else(|| "no key verified it".into())
-    ))
-}
-
-/// What the node's trust metadata established about a verified release.
-enum Trust {
-    /// Checked against the node's TUF repository and the rollback state.
-    Tuf(germline_release::tuf::TufChecked),
-    /// No metadata on the node and `[tuf] required = false`: the signed version was checked
-    /// against the rollback state only (the highest version seen before, if any).
-    StateOnly(Option<String>),
-}
-
-/// Checks a release the pinned keys verified against the node's trust metadata (`[tuf]` in
-/// the node configuration): the TUF chain from the pinned root (signatures, thresholds,
-/// expiry, metadata-version rollback), the release's target (length, sha256, contents), and
-/// the rollback state (a version older than one accepted on this node is refused), which it
-/// updates. The release crate's checks, as `germline release verify --tuf-repo` does them.
-fn check_trust(cfg: &Config, v: &germline_release::release::Verified) -> Result<Trust, String> {
-    let t = &cfg.tuf;
-    let m = &v.manifest;
-    let what = format!("release refused: {} {}", m.name, m.version);
-    let metadata = t.repo.join("metadata");
-    let (have_repo, have_root) = (metadata.is_dir(), t.root.is_file());
-    if have_repo != have_root {
-        let (missing, present) = if have_repo {
-            (t.root.display().to_string(), metadata.display().to_string())
-        } else {
-            (metadata.display().to_string(), t.root.display().to_string())
-        };
-        return Err(format!(
-            "{what}: incomplete trust metadata on this node: {present} exists but \
-             {missing} does not (`[tuf]` in {})",
-            cfg.source.display()
-        ));
-    }
-    std::fs::create_dir_all(&t.state)
-        .map_err(|e| format!("{what}: rollback state {}: {e}", t.state.display()))?;
-    // One check at a time per node: the state is read, compared and rewritten.
-    let lock_path = t.state.join("lock");
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .open(&lock_path)
-        .map_err(|e| format!("{what}: {}: {e}", lock_path.display()))?;
-    // SAFETY: flock on a file descriptor this function owns; released when `lock` drops.
-    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) } != 0 {
-        return Err(format!(
-            "{what}: locking {}: {}",
-            lock_path.display(),
-            std::io::Error::last_os_error()
-        ));
-    }
-    if !have_repo {
-        if t.required {
-            return Err(format!(
-                "{what}: no trust metadata on this node: neither {} nor {} exists \
-                 (install the publishers' TUF repository and pinned root there, or set `[tuf] \
-                 repo`/`root` in {}; `[tuf] required = false` runs releases checked against \
-                 the pinned keys and the rollback state only)",
-                metadata.display(),
-                t.root.display(),
-                cfg.source.display()
-            ));
-        }
-        let before =
-            germline_release::tuf::check_rollback(&t.state, m).map_err(|e| refusal(&what, e))?;
-        return Ok(Trust::StateOnly(before));
-    }
-    germline_release::tuf::check_release(&t.repo, &t.root, &t.state, &v.manifest_bytes, m)
-        .map(Trust::Tuf)
-        .map_err(|e| match e {
-            e @ germline_release::error::Error::Rollback { .. } => refusal(&what, e),
-            e => format!("{what}: {e} (pinned root {})", t.root.display()),
-        })
-}
-
-/// A rollback refusal names the release, the version the image carries, the version this node
-/// already accepted and the state file that records it.
-fn refusal(what: &str, e: germline_release::error::Error) -> String {
-    match e {
-        germline_release::error::Error::Rollback {
-            name,
-            offered,
-            seen,
-            state,
-        } => format!(
-            "{what}: rollback: the image carries {name} {offered}, older than {name} {seen}, \
-             which this node already accepted (rollback state {})",
-            state.display()
-        ),
-        e => format!("{what}: {e}"),
-    }
-}
-
-/// One log line for what `check_trust` established.
-fn trust_note(cfg: &Config, t: &Trust) -> String {
-    match t {
-        Trust::Tuf(c) => format!(
-            "trust metadata {}: target {} (targets v{}, timestamp v{}), highest version seen \
-             before: {}",
-            cfg.tuf.repo.display(),
-            c.target,
-            c.targets_version,
-            c.timestamp_version,
-            c.highest_seen_before.as_deref().unwrap_or("none")
-        ),
-        Trust::StateOnly(b) => format!(
-            "no trust metadata on this node ([tuf] required = false in {}): expiry and targets \
-             not checked; rollback state {} (highest version seen before: {})",
-            cfg.source.display(),
-            cfg.tuf.state.display(),
-            b.as_deref().unwrap_or("none")
-        ),
-    }
-}
-
 /// The directory to verify for the engine's rootfs: an overlay's one lower directory (the image
 /// layer as the engine unpacked it: engines write into the upper layer before the runtime
 /// runs, podman adds /etc/mtab), else the rootfs itself.
 fn image_layer(rootfs: &Path) -> Result<PathBuf, String> {
-    match sys::overlay_lowerdirs(rootfs) {
+    match mountinfo::overlay_lowerdirs(rootfs) {
         Some(l) if l.len() == 1 => Ok(l[0].clone()),
         Some(l) => Err(format!(
             "release refused: {} has {} image layers; a germline release image has exactly one",
@@ -451,15 +309,12 @@ fn precreate_decide(
         .map_err(|e| format!("precreate hook: {e}"))?;
     if is_germline_release(&spec.rootfs) {
         let source = image_layer(&spec.rootfs).map_err(|e| format!("precreate hook: {e}"))?;
-        let dir = PathBuf::from(format!(
-            "/run/germline-runtime/precreate-{}",
-            std::process::id()
-        ));
+        let dir = paths::precreate_dir(std::process::id());
         let rfs = dir.join("rootfs");
         std::fs::create_dir_all(&rfs).map_err(|e| format!("{}: {e}", rfs.display()))?;
-        let r = sys::bind_readonly(&source, &rfs).and_then(|()| verify(&dir, &cfg.keys, &cfg));
-        while sys::is_mount_point(&rfs) {
-            if sys::unmount(&rfs).is_err() {
+        let r = host::bind_readonly(&source, &rfs).and_then(|()| verify(&dir, &cfg.keys, &cfg));
+        while mountinfo::is_mount_point(&rfs) {
+            if host::unmount(&rfs).is_err() {
                 // Never remove files through a rootfs that is still mounted here.
                 return Err(format!("precreate hook: cannot unmount {}", rfs.display()));
             }
@@ -569,13 +424,13 @@ fn prepare(
 ) -> Result<(), String> {
     let root = &cli.root;
     if let Network::Path(p) = &spec.network {
-        sys::check_netns(p)?;
+        host::check_netns(p)?;
     }
     let rel = state::release_dir(root, id);
     let rfs = rel.join("rootfs");
     for d in [
-        Path::new("/run/germline-runtime"),
-        Path::new(state::RELEASES),
+        Path::new(paths::RUNTIME_ROOT),
+        Path::new(paths::RUNTIME_RELEASES),
         &rel,
     ] {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
@@ -585,7 +440,7 @@ fn prepare(
     // An engine writes into its overlay's upper layer before the runtime runs (podman adds
     // /etc/mtab): verify and run the image's own layer, its one lower directory.
     let source = image_layer(&spec.rootfs)?;
-    sys::bind_readonly(&source, &rfs)?;
+    host::bind_readonly(&source, &rfs)?;
     let (key, verified) = verify(&rel, &cfg.keys, cfg)?;
     let trust = check_trust(cfg, &verified)?;
     let m = &verified.manifest;
@@ -640,7 +495,7 @@ fn prepare(
             trust_note(cfg, &trust)
         ),
     );
-    sys::mkfifo(&state::fifo(root, id))?;
+    host::mkfifo(&state::fifo(root, id))?;
     let mut st = State {
         id: id.to_string(),
         bundle: bundle.to_path_buf(),
@@ -674,10 +529,10 @@ fn prepare(
         .map_err(|e| format!("cannot start the container's process: {e}"))?;
     let pid = child.id() as i32;
     st.pid = pid;
-    st.start_time = sys::start_time(pid).ok_or("the container's process exited at once")?;
+    st.start_time = procfs::start_time(pid).ok_or("the container's process exited at once")?;
     if let Some(cp) = &spec.cgroups_path {
-        if sys::plain_cgroup_path(cp) {
-            st.cgroups = sys::join_cgroup(cp, pid);
+        if cgroup::is_plain_path(cp) {
+            st.cgroups = cgroup::join(cp, pid);
         } else {
             log.write(
                 "info",
@@ -706,8 +561,8 @@ fn init(cli: &Globals, id: &str) -> Result<(), String> {
     // endpoint), so the workload's network policy applies to what the broker delivers.
     match &st.network {
         Network::Host => {}
-        Network::New => sys::new_netns()?,
-        Network::Path(p) => sys::enter_netns(p)?,
+        Network::New => host::new_netns()?,
+        Network::Path(p) => host::enter_netns(p)?,
     }
     {
         // Blocks until `start` opens the fifo for reading.
@@ -727,7 +582,7 @@ fn init(cli: &Globals, id: &str) -> Result<(), String> {
             // 0.0.0.0:PORT: the pod's own address (serve's DNS-rebinding guard accepts
             // `Host` naming a specific listen address, never an unspecified one).
             if addr.ip().is_unspecified() {
-                addr.set_ip(sys::first_address()?.into());
+                addr.set_ip(host::first_address()?.into());
             }
             cmd.arg("serve").arg("--listen").arg(addr.to_string());
             if let Some(t) = &cfg.http_token_file {
@@ -802,8 +657,8 @@ fn pause(root: &Path, id: &str, frozen: bool) -> Result<(), String> {
     if !st.alive() {
         return Err(format!("container \"{id}\" is not running"));
     }
-    if !sys::freeze(&st.cgroups, frozen) {
-        sys::kill(st.pid, if frozen { libc::SIGSTOP } else { libc::SIGCONT })?;
+    if !cgroup::freeze_dirs(&st.cgroups, frozen) {
+        host::kill(st.pid, if frozen { libc::SIGSTOP } else { libc::SIGCONT })?;
     }
     st.paused = frozen;
     st.save(root)
@@ -826,10 +681,10 @@ fn delete(root: &Path, id: &str, force: bool) -> Result<(), String> {
                 "cannot delete container \"{id}\" that is not stopped: {status}"
             ));
         }
-        sys::freeze(&st.cgroups, false);
-        let _ = sys::kill(st.pid, libc::SIGKILL);
-        let _ = sys::kill(st.pid, libc::SIGCONT);
-        if !sys::wait_gone(st.pid, st.start_time, Duration::from_secs(5)) {
+        cgroup::freeze_dirs(&st.cgroups, false);
+        let _ = host::kill(st.pid, libc::SIGKILL);
+        let _ = host::kill(st.pid, libc::SIGCONT);
+        if !host::wait_gone(st.pid, st.start_time, Duration::from_secs(5)) {
             return Err(format!("container \"{id}\": pid {} did not die", st.pid));
         }
     }
@@ -842,12 +697,12 @@ fn delete(root: &Path, id: &str, force: bool) -> Result<(), String> {
 /// read-only bind of the rootfs and the state directory.
 fn remove_state(root: &Path, id: &str, st: Option<&State>) {
     if let Some(st) = st {
-        if st.pid > 0 {
-            sys::destroy_cgroups(&sys::germline_cgroups_of(st.pid));
-            let _ = std::fs::remove_dir_all(format!("/run/germline/session-{}", st.pid));
-            let _ = std::fs::remove_dir_all(format!("/run/germline/serve-{}", st.pid));
-            if let Ok(rd) = std::fs::read_dir("/run/germline") {
-                let prefix = format!("ca-{}-", st.pid);
+        if let Some(pid) = u32::try_from(st.pid).ok().filter(|p| *p > 0) {
+            host::destroy_cgroups(&cgroup::germline_run_cgroups(pid));
+            let _ = std::fs::remove_dir_all(paths::session_dir(pid));
+            let _ = std::fs::remove_dir_all(paths::serve_dir(pid));
+            if let Ok(rd) = std::fs::read_dir(paths::RUN_DIR) {
+                let prefix = paths::ca_dir_prefix(pid);
                 for e in rd.flatten() {
                     if e.file_name().to_string_lossy().starts_with(&prefix) {
                         let _ = std::fs::remove_dir_all(e.path());
@@ -855,11 +710,11 @@ fn remove_state(root: &Path, id: &str, st: Option<&State>) {
                 }
             }
         }
-        sys::destroy_cgroups(&st.cgroups);
+        host::destroy_cgroups(&st.cgroups);
     }
     let rfs = state::release_dir(root, id).join("rootfs");
-    while sys::is_mount_point(&rfs) {
-        if sys::unmount(&rfs).is_err() {
+    while mountinfo::is_mount_point(&rfs) {
+        if host::unmount(&rfs).is_err() {
             // Never remove files through a rootfs that is still mounted here.
             return;
         }

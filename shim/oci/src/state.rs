@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::host as sys;
+use germline_sys::{paths, procfs};
 
 /// Default `--root`.
-pub const DEFAULT_ROOT: &str = "/run/germline-runtime";
+pub const DEFAULT_ROOT: &str = paths::RUNTIME_ROOT;
 
 /// What `create` records; later commands read it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -63,21 +63,18 @@ pub fn dir(root: &Path, id: &str) -> PathBuf {
     root.join(id)
 }
 
-/// Where the verified releases are bound, whatever `--root` is: the germline's unprivileged
-/// user must traverse every directory above its rootfs, and engines keep `--root` private
-/// (containerd's `/run/containerd/runc/NS` is 0700).
-pub const RELEASES: &str = "/run/germline-runtime/releases";
-
-/// The verified release as `germline run` reads it: `RELEASES/<root hash>-ID/rootfs` is a
+/// The verified release as `germline run` reads it: `paths::RUNTIME_RELEASES/<root hash>-ID/rootfs` is a
 /// read-only bind of the engine's image layer (one per `--root` and id: engines reuse ids
-/// across namespaces).
+/// across namespaces). The releases are bound there whatever `--root` is: the germline's
+/// unprivileged user must traverse every directory above its rootfs, and engines keep
+/// `--root` private (containerd's `/run/containerd/runc/NS` is 0700).
 pub fn release_dir(root: &Path, id: &str) -> PathBuf {
     // FNV-1a of the root path: stable, and enough to tell a few state roots apart.
     let mut h: u64 = 0xcbf29ce484222325;
     for b in root.as_os_str().as_encoded_bytes() {
         h = (h ^ u64::from(*b)).wrapping_mul(0x100000001b3);
     }
-    Path::new(RELEASES).join(format!("{:08x}-{id}", h as u32))
+    Path::new(paths::RUNTIME_RELEASES).join(format!("{:08x}-{id}", h as u32))
 }
 
 pub fn fifo(root: &Path, id: &str) -> PathBuf {
@@ -119,7 +116,7 @@ impl State {
 
     /// Whether the container's process is alive (and is the one `create` forked).
     pub fn alive(&self) -> bool {
-        self.pid > 0 && sys::start_time(self.pid) == Some(self.start_time)
+        self.pid > 0 && procfs::start_time(self.pid) == Some(self.start_time)
     }
 
     /// runc's status words: `created` (waiting for `start`), `running`, `paused`, `stopped`.

@@ -139,7 +139,7 @@ pub struct VerifyArgs {
     #[arg(long, requires = "tuf_repo")]
     pub tuf_root: Option<PathBuf>,
     /// Where rollback state lives (TUF datastore, highest versions seen).
-    #[arg(long, default_value = "/var/lib/germline/release-state")]
+    #[arg(long, default_value = germline_sys::paths::RELEASE_STATE)]
     pub state: PathBuf,
     #[command(flatten)]
     pub limits: LimitArgs,

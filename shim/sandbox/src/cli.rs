@@ -14,7 +14,7 @@ use crate::germline::{Germline, Options};
 use crate::spec::{LaunchSpec, DEFAULT_PYTHON_ROOTFS};
 
 /// Where running germlines listen for `status`, `call` and `stop`.
-pub const RUN_DIR: &str = "/run/germline";
+pub const RUN_DIR: &str = germline_sys::paths::RUN_DIR;
 
 /// The sandbox's subcommands (flattened into the `germline` command).
 #[derive(Debug, Subcommand)]

@@ -178,7 +178,7 @@ impl Germline {
                     .into(),
             ));
         }
-        let base_rel = format!("germline/{}", opts.id);
+        let base_rel = germline_sys::paths::germline_cgroup(&opts.id);
         let cgroup = Cgroup::create(&format!("{base_rel}/init"))?;
         let cpus = opts.cpus.clone();
         match Self::start_in(spec, opts, base_rel.clone(), cgroup) {

@@ -29,6 +29,40 @@ pub fn version() -> Version {
     }
 }
 
+/// The freezer file of a cgroup directory and the value that freezes (`true`) or thaws it.
+fn freezer(version: Version, frozen: bool) -> (&'static str, &'static str) {
+    match version {
+        Version::V1 => ("freezer.state", if frozen { "FROZEN" } else { "THAWED" }),
+        Version::V2 => ("cgroup.freeze", if frozen { "1" } else { "0" }),
+    }
+}
+
+/// The layout of the freezer a cgroup directory has, if any (v1: only the freezer
+/// hierarchy's directories have one; v2: every non-root directory).
+fn freezer_in(dir: &Path) -> Option<Version> {
+    [Version::V1, Version::V2]
+        .into_iter()
+        .find(|v| dir.join(freezer(*v, true).0).exists())
+}
+
+/// The ids (pids or tids) listed in `dir/file`; none if it cannot be read.
+fn listed(dir: &Path, file: &str) -> Vec<i32> {
+    fs::read_to_string(dir.join(file))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// Sends SIGKILL to every id listed in `dir/file` (best effort: one already gone is skipped).
+/// A reader in another pid namespace sees 0 for a task it cannot name: never signalled
+/// (`kill(0)` would reach our own process group).
+fn kill_listed(dir: &Path, file: &str) {
+    for p in listed(dir, file).into_iter().filter(|p| *p > 0) {
+        let _ = crate::sys::kill(p, libc::SIGKILL);
+    }
+}
+
 /// One cgroup, present in every hierarchy we use.
 #[derive(Debug)]
 pub struct Cgroup {
@@ -188,16 +222,8 @@ impl Cgroup {
 
     /// Asks the kernel to freeze (true) or thaw (false) without waiting for it.
     pub fn request_frozen(&self, frozen: bool) -> Result<()> {
-        match self.version {
-            Version::V1 => write(
-                &self.dir("freezer").join("freezer.state"),
-                if frozen { "FROZEN" } else { "THAWED" },
-            ),
-            Version::V2 => write(
-                &self.dir("").join("cgroup.freeze"),
-                if frozen { "1" } else { "0" },
-            ),
-        }
+        let (file, value) = freezer(self.version, frozen);
+        write(&self.dir("freezer").join(file), value)
     }
 
     /// Freezes (true) or thaws (false) every task and waits until the kernel says it is done.
@@ -205,8 +231,8 @@ impl Cgroup {
         let deadline = Instant::now() + Duration::from_secs(5);
         match self.version {
             Version::V1 => {
-                let f = self.dir("freezer").join("freezer.state");
-                let want = if frozen { "FROZEN" } else { "THAWED" };
+                let (file, want) = freezer(Version::V1, frozen);
+                let f = self.dir("freezer").join(file);
                 write(&f, want)?;
                 while read(&f)?.trim() != want {
                     if Instant::now() > deadline {
@@ -221,7 +247,8 @@ impl Cgroup {
             }
             Version::V2 => {
                 let d = self.dir("");
-                write(&d.join("cgroup.freeze"), if frozen { "1" } else { "0" })?;
+                let (file, value) = freezer(Version::V2, frozen);
+                write(&d.join(file), value)?;
                 let want = if frozen { "frozen 1" } else { "frozen 0" };
                 while !read(&d.join("cgroup.events"))?.lines().any(|l| l == want) {
                     if Instant::now() > deadline {
@@ -276,11 +303,7 @@ impl Cgroup {
                 return Ok(());
             }
             if self.version == Version::V1 {
-                let _ = self.set_frozen(true);
-                for p in self.threads().unwrap_or_default() {
-                    let _ = crate::sys::kill(p, libc::SIGKILL);
-                }
-                let _ = self.set_frozen(false);
+                self.kill_frozen_v1();
             }
             if Instant::now() > deadline {
                 return Err(Error::Cgroup(format!(
@@ -300,17 +323,19 @@ impl Cgroup {
             return write(&self.dir("").join("cgroup.kill"), "1");
         }
         if self.version == Version::V1 {
-            let _ = self.set_frozen(true);
-            for p in self.threads().unwrap_or_default() {
-                let _ = crate::sys::kill(p, libc::SIGKILL);
-            }
-            let _ = self.set_frozen(false);
+            self.kill_frozen_v1();
         } else {
-            for p in self.procs().unwrap_or_default() {
-                let _ = crate::sys::kill(p, libc::SIGKILL);
-            }
+            kill_listed(self.dir("pids"), "cgroup.procs");
         }
         Ok(())
+    }
+
+    /// v1 has no `cgroup.kill`: freeze, SIGKILL every thread, thaw (a frozen task dies only
+    /// once thawed, and a frozen one cannot fork meanwhile).
+    fn kill_frozen_v1(&self) {
+        let _ = self.set_frozen(true);
+        kill_listed(self.dir("pids"), "tasks");
+        let _ = self.set_frozen(false);
     }
 
     /// Removes the cgroup if its last task is gone: `Ok(false)` while a task is still exiting
@@ -352,21 +377,11 @@ impl Cgroup {
     /// Kills what is left and removes the cgroup from every hierarchy.
     pub fn destroy(&self) -> Result<()> {
         let r = self.kill_all();
-        for d in &self.dirs {
-            let mut tries = 0;
-            while d.exists() {
-                match fs::remove_dir(d) {
-                    Ok(()) => break,
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
-                    Err(e) => {
-                        tries += 1;
-                        if tries > 500 {
-                            return Err(Error::Cgroup(format!("rmdir {}: {e}", d.display())));
-                        }
-                        std::thread::sleep(Duration::from_millis(2));
-                    }
-                }
-            }
+        if let Some((d, e)) = destroy_trees(&self.dirs, Duration::from_secs(1))
+            .into_iter()
+            .next()
+        {
+            return Err(Error::Cgroup(format!("rmdir {}: {e}", d.display())));
         }
         r
     }
@@ -404,5 +419,161 @@ impl Cgroup {
         for d in dirs {
             let _ = fs::remove_dir(d);
         }
+    }
+}
+
+// --- cgroups we did not make: an engine's (`linux.cgroupsPath`) and a killed run's ---
+
+/// The directories of cgroup `rel` in every mounted hierarchy (v1: one per controller mount,
+/// whatever the controllers; v2: one).
+pub fn dirs_of(rel: &str) -> Vec<PathBuf> {
+    let rel = rel.trim_start_matches('/');
+    let root = Path::new(ROOT);
+    if version() == Version::V2 {
+        return vec![root.join(rel)];
+    }
+    let mut v: Vec<PathBuf> = fs::read_dir(root)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
+                // The hybrid layout's cgroup2 mount: engines (and crun) do not use it here.
+                .filter(|e| e.file_name() != "unified")
+                .map(|e| e.path().join(rel))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// A cgroupfs-style `linux.cgroupsPath` we may create: absolute or relative, plain
+/// components only (the systemd `slice:prefix:name` form is not one).
+pub fn is_plain_path(p: &str) -> bool {
+    !p.contains(':')
+        && !p.trim_matches('/').is_empty()
+        && p.split('/')
+            .all(|c| c != ".." && c != "." && !c.contains('\0'))
+}
+
+/// Creates cgroup `rel` in every hierarchy and moves `pid` into it (best effort per
+/// hierarchy: a controller that refuses is skipped). Returns the directories made.
+pub fn join(rel: &str, pid: i32) -> Vec<PathBuf> {
+    let mut made = Vec::new();
+    for d in dirs_of(rel) {
+        if fs::create_dir_all(&d).is_err() {
+            continue;
+        }
+        if fs::write(d.join("cgroup.procs"), pid.to_string()).is_ok() {
+            made.push(d);
+        } else {
+            let _ = fs::remove_dir(&d);
+        }
+    }
+    made
+}
+
+/// Every directory at and below `dir`, deepest first.
+fn subtree(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        if let Ok(rd) = fs::read_dir(&d) {
+            for e in rd.flatten() {
+                if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                    stack.push(e.path());
+                }
+            }
+        }
+        out.push(d);
+    }
+    out.reverse();
+    out
+}
+
+/// Freezes (`true`) or thaws the cgroup directories that have a freezer. Whether any did.
+pub fn freeze_dirs(dirs: &[PathBuf], frozen: bool) -> bool {
+    let mut any = false;
+    for d in dirs {
+        if let Some(v) = freezer_in(d) {
+            let (file, value) = freezer(v, frozen);
+            any |= fs::write(d.join(file), value).is_ok();
+        }
+    }
+    any
+}
+
+/// Kills every process in the cgroup subtrees `dirs` and removes the cgroups, deepest first:
+/// frozen ones are thawed first (a frozen task does not die), then, until `limit` has passed,
+/// each listed process gets SIGKILL and each cgroup is removed once empty. Returns what could
+/// not be removed, with the last error (none for a directory that is already gone).
+pub fn destroy_trees(dirs: &[PathBuf], limit: Duration) -> Vec<(PathBuf, io::Error)> {
+    for d in dirs {
+        freeze_dirs(&subtree(d), false);
+    }
+    let t = Instant::now();
+    let mut left = Vec::new();
+    loop {
+        left.clear();
+        for d in dirs {
+            for s in subtree(d) {
+                kill_listed(&s, "cgroup.procs");
+                match fs::remove_dir(&s) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => left.push((s, e)),
+                }
+            }
+        }
+        if left.is_empty() || t.elapsed() > limit {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The cgroups `germline run` with pid `pid` made for its germlines (`germline/run-PID-*` in
+/// every hierarchy): what is left if it was killed before it could stop them.
+pub fn germline_run_cgroups(pid: u32) -> Vec<PathBuf> {
+    let prefix = crate::paths::run_cgroup_prefix(pid);
+    dirs_of(crate::paths::CGROUP_PARENT)
+        .into_iter()
+        .flat_map(|d| {
+            fs::read_dir(&d)
+                .map(|rd| {
+                    rd.flatten()
+                        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                        .map(|e| e.path())
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cgroup_paths_with_dots_or_systemd_form_are_not_plain() {
+        assert!(is_plain_path("/libpod_parent/libpod-abc"));
+        assert!(is_plain_path("k8s/pod1/c1"));
+        assert!(!is_plain_path("/libpod_parent/../../etc"));
+        assert!(!is_plain_path("machine.slice:libpod:abc"));
+        assert!(!is_plain_path("/"));
+    }
+
+    #[test]
+    fn a_subtree_lists_children_before_their_parent() {
+        let t = std::env::temp_dir().join(format!("germline-sys-subtree-{}", std::process::id()));
+        fs::create_dir_all(t.join("a/b")).expect("mkdir");
+        fs::create_dir_all(t.join("c")).expect("mkdir");
+        let s = subtree(&t);
+        let at = |p: &Path| s.iter().position(|x| x == p).expect("listed");
+        assert_eq!(s.len(), 4);
+        assert!(at(&t.join("a/b")) < at(&t.join("a")));
+        assert!(at(&t.join("a")) < at(&t));
+        assert!(at(&t.join("c")) < at(&t));
+        fs::remove_dir_all(&t).expect("cleanup");
     }
 }

@@ -3,12 +3,16 @@
 //!
 //! * [`sys`]: thin wrappers around single Linux system calls, fork-safe where marked;
 //! * [`cgroup`]: cgroups v1 and v2 (create, limit, freeze, kill, destroy);
-//! * [`procfs`]: reading a process from outside through the host's /proc.
+//! * [`procfs`]: reading a process from outside through the host's /proc, and
+//!   [`mountinfo`], its mount table's one parser;
+//! * [`paths`]: every host path and cgroup name germline uses.
 //!
 //! It depends on no workspace crate.
 
 pub mod cgroup;
 mod error;
+pub mod mountinfo;
+pub mod paths;
 pub mod procfs;
 pub mod sys;
 

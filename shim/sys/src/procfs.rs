@@ -134,25 +134,19 @@ pub struct Mount {
 pub fn mountinfo(pid: i32) -> Result<Vec<Mount>> {
     let s = read(&format!("/proc/{pid}/mountinfo"))?;
     let mut out = Vec::new();
-    for l in s.lines() {
-        let f: Vec<&str> = l.split(' ').collect();
-        if f.len() < 10 {
-            continue;
-        }
-        let Some(sep) = f.iter().position(|x| *x == "-") else {
-            continue;
-        };
-        let dev = f[2]
+    for l in s.lines().filter_map(crate::mountinfo::parse) {
+        let dev = l
+            .dev
             .split_once(':')
             .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)));
-        let (Ok(id), Some(dev)) = (f[0].parse(), dev) else {
+        let (Ok(id), Some(dev)) = (l.id.parse(), dev) else {
             continue;
         };
         out.push(Mount {
             id,
             dev,
-            mount_point: f[4].to_string(),
-            fstype: f.get(sep + 1).map(|s| s.to_string()).unwrap_or_default(),
+            mount_point: l.mount_point.to_string(),
+            fstype: l.fstype.to_string(),
         });
     }
     Ok(out)
@@ -236,7 +230,35 @@ pub fn alive(pid: i32) -> bool {
     }
 }
 
+/// The start time of `pid` (field 22 of /proc/PID/stat, clock ticks since boot): with the pid
+/// it names one process, never a later one that reuses the number. `None` once it is gone
+/// (a zombie counts as gone: it runs nothing).
+pub fn start_time(pid: i32) -> Option<u64> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may contain spaces: fields follow the last ')'.
+    let rest = &text[text.rfind(')')? + 2..];
+    let mut f = rest.split(' ');
+    let state = f.next()?;
+    if state == "Z" || state == "X" {
+        return None;
+    }
+    f.nth(18)?.parse().ok()
+}
+
 /// Splits a device number into (major, minor).
 pub fn major_minor(dev: u64) -> (u32, u32) {
     (libc::major(dev), libc::minor(dev))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_start_time_is_stable_and_a_dead_pid_has_none() {
+        let me = std::process::id() as i32;
+        let a = start_time(me).expect("own stat");
+        assert_eq!(start_time(me), Some(a));
+        assert_eq!(start_time(i32::MAX), None);
+    }
 }

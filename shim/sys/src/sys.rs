@@ -285,6 +285,90 @@ pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
     check(unsafe { libc::kill(pid, sig) }).map(drop)
 }
 
+/// `mkfifo()`.
+pub fn mkfifo(path: &CStr, mode: libc::mode_t) -> io::Result<()> {
+    // SAFETY: path is a NUL-terminated string.
+    check(unsafe { libc::mkfifo(path.as_ptr(), mode) }).map(drop)
+}
+
+/// `flock()`: blocks for `LOCK_EX`; the lock goes when the descriptor is closed.
+pub fn flock(fd: RawFd, op: libc::c_int) -> io::Result<()> {
+    // SAFETY: flock takes a descriptor and flags; a bad descriptor is reported as EBADF.
+    check(unsafe { libc::flock(fd, op) }).map(drop)
+}
+
+/// `NS_GET_NSTYPE` (linux/nsfs.h): the `CLONE_NEW*` type of a namespace file.
+const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
+
+/// The `CLONE_NEW*` type of the namespace file open at `fd` (`ioctl(NS_GET_NSTYPE)`); an
+/// error for a file that is not a namespace.
+pub fn ns_type(fd: RawFd) -> io::Result<libc::c_int> {
+    // SAFETY: NS_GET_NSTYPE takes no argument and returns the type or -1.
+    check(unsafe { libc::ioctl(fd, NS_GET_NSTYPE as _) })
+}
+
+/// One IPv4 address of an interface, with the flags that matter for choosing it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InterfaceAddr {
+    pub addr: std::net::Ipv4Addr,
+    pub up: bool,
+    pub loopback: bool,
+}
+
+/// The IPv4 addresses of the interfaces of the calling thread's network namespace
+/// (`getifaddrs()`), in the kernel's order.
+pub fn ipv4_addresses() -> io::Result<Vec<InterfaceAddr>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head that is freed below with freeifaddrs.
+    check(unsafe { libc::getifaddrs(&mut head) })?;
+    let mut out = Vec::new();
+    let mut p = head;
+    while !p.is_null() {
+        // SAFETY: `p` is a node of the list getifaddrs returned, not yet freed.
+        let ifa = unsafe { &*p };
+        let inet = !ifa.ifa_addr.is_null()
+            // SAFETY: a non-null ifa_addr points to a sockaddr whose family says its type.
+            && unsafe { (*ifa.ifa_addr).sa_family } == libc::AF_INET as libc::sa_family_t;
+        if inet {
+            // SAFETY: the family is AF_INET, so the address is a sockaddr_in.
+            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+            out.push(InterfaceAddr {
+                addr: std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+                up: ifa.ifa_flags & libc::IFF_UP as libc::c_uint != 0,
+                loopback: ifa.ifa_flags & libc::IFF_LOOPBACK as libc::c_uint != 0,
+            });
+        }
+        p = ifa.ifa_next;
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once; no reference to it is kept.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
+
+/// Brings `lo` up in the calling thread's network namespace (a fresh one has it down).
+pub fn loopback_up() -> io::Result<()> {
+    // SAFETY: socket(2) with constant arguments; the result is checked.
+    let raw =
+        check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    let sock = own(raw);
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in ifr.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS reads the interface named in `ifr` and writes its flags into it;
+    // `ifr` is a valid, writable ifreq for the duration of the call.
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS as _, &mut ifr) })?;
+    // SAFETY: the union field ifru_flags is the one SIOCGIFFLAGS just wrote.
+    let flags = unsafe { ifr.ifr_ifru.ifru_flags };
+    if flags & libc::IFF_UP as libc::c_short != 0 {
+        return Ok(());
+    }
+    ifr.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
+    // SAFETY: SIOCSIFFLAGS reads `ifr`, valid for the call.
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS as _, &ifr) }).map(drop)
+}
+
 /// `sched_setaffinity()` of every thread of `pid`'s process to `cpus` (the germline has one
 /// thread; its copies inherit the mask when it forks). Fails on an empty or out-of-range set.
 pub fn set_affinity(pid: libc::pid_t, cpus: &[usize]) -> io::Result<()> {

@@ -1,0 +1,150 @@
+//! The node's trust in a release: the pinned publisher keys, then the node's TUF metadata and
+//! rollback state (`[tuf]` in the node configuration). Both `create` and the precreate hook
+//! decide with these.
+
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::config::Config;
+
+/// Verifies the release at `dir` (`dir/rootfs`) under one of the pinned keys.
+pub fn verify(
+    dir: &Path,
+    keys: &[PathBuf],
+    cfg: &Config,
+) -> Result<(PathBuf, germline_release::release::Verified), String> {
+    if keys.is_empty() {
+        return Err(format!(
+            "release refused: no pinned publisher key (put one in /etc/germline/keys/*.pub or \
+             set `keys` in {})",
+            cfg.source.display()
+        ));
+    }
+    let mut first = None;
+    for k in keys {
+        let key = germline_release::keys::load_public_key(k)
+            .map_err(|e| format!("pinned key {}: {e}", k.display()))?;
+        match germline_release::release::verify_bundle_dir(dir, &key) {
+            Ok(v) => return Ok((k.clone(), v)),
+            Err(e) => {
+                first.get_or_insert(e.to_string());
+            }
+        }
+    }
+    Err(format!(
+        "release refused: {}",
+        first.unwrap_or_else(|| "no key verified it".into())
+    ))
+}
+
+/// What the node's trust metadata established about a verified release.
+#[derive(Debug)]
+pub enum Trust {
+    /// Checked against the node's TUF repository and the rollback state.
+    Tuf(germline_release::tuf::TufChecked),
+    /// No metadata on the node and `[tuf] required = false`: the signed version was checked
+    /// against the rollback state only (the highest version seen before, if any).
+    StateOnly(Option<String>),
+}
+
+/// Checks a release the pinned keys verified against the node's trust metadata (`[tuf]` in
+/// the node configuration): the TUF chain from the pinned root (signatures, thresholds,
+/// expiry, metadata-version rollback), the release's target (length, sha256, contents), and
+/// the rollback state (a version older than one accepted on this node is refused), which it
+/// updates. The release crate's checks, as `germline release verify --tuf-repo` does them.
+pub fn check_trust(cfg: &Config, v: &germline_release::release::Verified) -> Result<Trust, String> {
+    let t = &cfg.tuf;
+    let m = &v.manifest;
+    let what = format!("release refused: {} {}", m.name, m.version);
+    let metadata = t.repo.join("metadata");
+    let (have_repo, have_root) = (metadata.is_dir(), t.root.is_file());
+    if have_repo != have_root {
+        let (missing, present) = if have_repo {
+            (t.root.display().to_string(), metadata.display().to_string())
+        } else {
+            (metadata.display().to_string(), t.root.display().to_string())
+        };
+        return Err(format!(
+            "{what}: incomplete trust metadata on this node: {present} exists but \
+             {missing} does not (`[tuf]` in {})",
+            cfg.source.display()
+        ));
+    }
+    std::fs::create_dir_all(&t.state)
+        .map_err(|e| format!("{what}: rollback state {}: {e}", t.state.display()))?;
+    // One check at a time per node: the state is read, compared and rewritten.
+    let lock_path = t.state.join("lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&lock_path)
+        .map_err(|e| format!("{what}: {}: {e}", lock_path.display()))?;
+    // Released when `lock` is dropped.
+    germline_sys::sys::flock(lock.as_raw_fd(), libc::LOCK_EX)
+        .map_err(|e| format!("{what}: locking {}: {e}", lock_path.display()))?;
+    if !have_repo {
+        if t.required {
+            return Err(format!(
+                "{what}: no trust metadata on this node: neither {} nor {} exists \
+                 (install the publishers' TUF repository and pinned root there, or set `[tuf] \
+                 repo`/`root` in {}; `[tuf] required = false` runs releases checked against \
+                 the pinned keys and the rollback state only)",
+                metadata.display(),
+                t.root.display(),
+                cfg.source.display()
+            ));
+        }
+        let before =
+            germline_release::tuf::check_rollback(&t.state, m).map_err(|e| refusal(&what, e))?;
+        return Ok(Trust::StateOnly(before));
+    }
+    germline_release::tuf::check_release(&t.repo, &t.root, &t.state, &v.manifest_bytes, m)
+        .map(Trust::Tuf)
+        .map_err(|e| match e {
+            e @ germline_release::error::Error::Rollback { .. } => refusal(&what, e),
+            e => format!("{what}: {e} (pinned root {})", t.root.display()),
+        })
+}
+
+/// A rollback refusal names the release, the version the image carries, the version this node
+/// already accepted and the state file that records it.
+fn refusal(what: &str, e: germline_release::error::Error) -> String {
+    match e {
+        germline_release::error::Error::Rollback {
+            name,
+            offered,
+            seen,
+            state,
+        } => format!(
+            "{what}: rollback: the image carries {name} {offered}, older than {name} {seen}, \
+             which this node already accepted (rollback state {})",
+            state.display()
+        ),
+        e => format!("{what}: {e}"),
+    }
+}
+
+/// One log line for what `check_trust` established.
+pub fn trust_note(cfg: &Config, t: &Trust) -> String {
+    match t {
+        Trust::Tuf(c) => format!(
+            "trust metadata {}: target {} (targets v{}, timestamp v{}), highest version seen \
+             before: {}",
+            cfg.tuf.repo.display(),
+            c.target,
+            c.targets_version,
+            c.timestamp_version,
+            c.highest_seen_before.as_deref().unwrap_or("none")
+        ),
+        Trust::StateOnly(b) => format!(
+            "no trust metadata on this node ([tuf] required = false in {}): expiry and targets \
+             not checked; rollback state {} (highest version seen before: {})",
+            cfg.source.display(),
+            cfg.tuf.state.display(),
+            b.as_deref().unwrap_or("none")
+        ),
+    }
+}
