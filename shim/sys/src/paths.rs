@@ -2,6 +2,10 @@
 //! pid (`session-PID`, `run-PID-N-MODE`, `ca-PID-N-...`) is what lets a later run or
 //! `germline-runtime delete` find and remove what a killed process left behind (sweep), so
 //! the writer and the sweeper must build it from the same function here.
+//!
+//! One path is named elsewhere: the node-wide limits directory, `/run/germline/limits`, is
+//! `germline_policy::limits::DEFAULT_NODE_DIR`, because the policy core stays free of
+//! dependencies (docs/architecture.md, "Layout after issue 26").
 
 use std::path::PathBuf;
 
@@ -13,8 +17,6 @@ pub const RUN_DIR: &str = "/run/germline";
 pub const BROKER_SOCKET: &str = "/run/germline/broker.sock";
 /// `germline status`'s directory: one file per running front end.
 pub const STATUS_DIR: &str = "/run/germline/status";
-/// The node-wide limits directory (lifetimes and concurrency across processes).
-pub const LIMITS_DIR: &str = "/run/germline/limits";
 /// Where a copy finds the broker's CA certificate, inside the copy's own view (the file is
 /// bound there from the host; this is not a host path).
 pub const COPY_CA_PEM: &str = "/run/germline/ca.pem";
@@ -34,6 +36,11 @@ pub fn session_dir(pid: u32) -> PathBuf {
 /// `germline serve`'s directory while process `pid` runs.
 pub fn serve_dir(pid: u32) -> PathBuf {
     PathBuf::from(format!("{RUN_DIR}/{SERVE_PREFIX}{pid}"))
+}
+
+/// The `n`-th CA directory process `pid` makes for a germline in `mode`.
+pub fn ca_dir(pid: u32, n: u32, mode: &str) -> PathBuf {
+    PathBuf::from(format!("{RUN_DIR}/{}{n}-{mode}", ca_dir_prefix(pid)))
 }
 
 /// The start of the names of the CA directories process `pid` makes in [`RUN_DIR`].
@@ -79,6 +86,8 @@ pub const RUNTIME_CONFIG: &str = "/etc/germline/runtime.toml";
 
 /// The cgroup (below each hierarchy's root) that holds every germline and its copies.
 pub const CGROUP_PARENT: &str = "germline";
+/// Prefix of the germline cgroups `germline run` makes (`run-PID-N-MODE`).
+pub const RUN_CGROUP_PREFIX: &str = "run-";
 
 /// A germline's cgroup: its `init` and each `copy-N` are children of it.
 pub fn germline_cgroup(id: &str) -> String {
@@ -87,13 +96,13 @@ pub fn germline_cgroup(id: &str) -> String {
 
 /// The id `germline run` (process `pid`) gives its `n`-th germline in `mode`: the cgroup
 /// name [`run_cgroup_prefix`] finds again after a kill.
-pub fn run_germline_id(pid: u32, n: u64, mode: &str) -> String {
+pub fn run_germline_id(pid: u32, n: u32, mode: &str) -> String {
     format!("{}{n}-{mode}", run_cgroup_prefix(pid))
 }
 
 /// The start of the names of the germline cgroups of `germline run` process `pid`.
 pub fn run_cgroup_prefix(pid: u32) -> String {
-    format!("run-{pid}-")
+    format!("{RUN_CGROUP_PREFIX}{pid}-")
 }
 
 #[cfg(test)]
@@ -108,6 +117,9 @@ mod tests {
         assert!(id.starts_with(&run_cgroup_prefix(42)), "{id}");
         assert!(!id.starts_with(&run_cgroup_prefix(4)), "{id}");
         assert!(!run_germline_id(421, 0, "germline").starts_with(&run_cgroup_prefix(42)));
-        assert!(!format!("{}0-x", ca_dir_prefix(421)).starts_with(&ca_dir_prefix(42)));
+        let ca = ca_dir(421, 0, "germline");
+        let name = ca.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        assert!(name.starts_with(&ca_dir_prefix(421)), "{name}");
+        assert!(!name.starts_with(&ca_dir_prefix(42)), "{name}");
     }
 }
