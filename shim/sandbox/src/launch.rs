@@ -191,41 +191,125 @@ pub fn plan_extra_mounts(
     Ok(plan)
 }
 
-/// Steps of the children, reported as numbers through the status pipe.
-const STEPS: [&str; 32] = [
-    "unshare(CLONE_NEWUSER)",
-    "wait for uid/gid maps",
-    "setresgid/setresuid(0)",
-    "unshare(mount, IPC, UTS, net, PID)",
-    "sethostname",
-    "make / private",
-    "bind the rootfs",
-    "mount tmpfs on /dev",
-    "create /dev node file",
-    "bind a /dev node",
-    "remount /dev read-only",
-    "remount the rootfs read-only",
-    "chdir(rootfs)",
-    "pivot_root",
-    "detach the old root",
-    "fork the germline",
-    "wait for the cgroup",
-    "open /dev/null",
-    "arrange descriptors",
-    "chdir(workdir)",
-    "PR_SET_NO_NEW_PRIVS",
-    "Landlock",
-    "seccomp",
-    "execve",
-    "mount tmpfs on /run",
-    "mkdir in /run",
-    "remount /run read-only",
-    "clone an extra mount's source (open_tree)",
-    "make an extra mount read-only",
-    "create an extra mount's target in /run",
-    "open an extra mount's target in the rootfs",
-    "attach an extra mount (move_mount)",
-];
+/// Steps of the keeper and the germline between fork and exec. A failing step is reported
+/// through the status pipe as its one-byte discriminant ([`Step::from_byte`] reads it back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Step {
+    UnshareUser,
+    WaitMaps,
+    SetIds,
+    UnshareRest,
+    Hostname,
+    RootPrivate,
+    BindRootfs,
+    DevTmpfs,
+    DevNodeFile,
+    DevNodeBind,
+    DevReadOnly,
+    RootfsReadOnly,
+    ChdirRootfs,
+    PivotRoot,
+    DetachOldRoot,
+    ForkGermline,
+    WaitCgroup,
+    OpenDevNull,
+    ArrangeFds,
+    ChdirWorkdir,
+    NoNewPrivs,
+    Landlock,
+    Seccomp,
+    Execve,
+    RunTmpfs,
+    RunMkdir,
+    RunReadOnly,
+    ExtraOpenTree,
+    ExtraReadOnly,
+    ExtraRunTarget,
+    ExtraOpenTarget,
+    ExtraMoveMount,
+}
+
+impl Step {
+    /// Every step, in discriminant order.
+    const ALL: [Step; 32] = [
+        Step::UnshareUser,
+        Step::WaitMaps,
+        Step::SetIds,
+        Step::UnshareRest,
+        Step::Hostname,
+        Step::RootPrivate,
+        Step::BindRootfs,
+        Step::DevTmpfs,
+        Step::DevNodeFile,
+        Step::DevNodeBind,
+        Step::DevReadOnly,
+        Step::RootfsReadOnly,
+        Step::ChdirRootfs,
+        Step::PivotRoot,
+        Step::DetachOldRoot,
+        Step::ForkGermline,
+        Step::WaitCgroup,
+        Step::OpenDevNull,
+        Step::ArrangeFds,
+        Step::ChdirWorkdir,
+        Step::NoNewPrivs,
+        Step::Landlock,
+        Step::Seccomp,
+        Step::Execve,
+        Step::RunTmpfs,
+        Step::RunMkdir,
+        Step::RunReadOnly,
+        Step::ExtraOpenTree,
+        Step::ExtraReadOnly,
+        Step::ExtraRunTarget,
+        Step::ExtraOpenTarget,
+        Step::ExtraMoveMount,
+    ];
+
+    /// The step as the start error names it.
+    fn text(self) -> &'static str {
+        match self {
+            Step::UnshareUser => "unshare(CLONE_NEWUSER)",
+            Step::WaitMaps => "wait for uid/gid maps",
+            Step::SetIds => "setresgid/setresuid(0)",
+            Step::UnshareRest => "unshare(mount, IPC, UTS, net, PID)",
+            Step::Hostname => "sethostname",
+            Step::RootPrivate => "make / private",
+            Step::BindRootfs => "bind the rootfs",
+            Step::DevTmpfs => "mount tmpfs on /dev",
+            Step::DevNodeFile => "create /dev node file",
+            Step::DevNodeBind => "bind a /dev node",
+            Step::DevReadOnly => "remount /dev read-only",
+            Step::RootfsReadOnly => "remount the rootfs read-only",
+            Step::ChdirRootfs => "chdir(rootfs)",
+            Step::PivotRoot => "pivot_root",
+            Step::DetachOldRoot => "detach the old root",
+            Step::ForkGermline => "fork the germline",
+            Step::WaitCgroup => "wait for the cgroup",
+            Step::OpenDevNull => "open /dev/null",
+            Step::ArrangeFds => "arrange descriptors",
+            Step::ChdirWorkdir => "chdir(workdir)",
+            Step::NoNewPrivs => "PR_SET_NO_NEW_PRIVS",
+            Step::Landlock => "Landlock",
+            Step::Seccomp => "seccomp",
+            Step::Execve => "execve",
+            Step::RunTmpfs => "mount tmpfs on /run",
+            Step::RunMkdir => "mkdir in /run",
+            Step::RunReadOnly => "remount /run read-only",
+            Step::ExtraOpenTree => "clone an extra mount's source (open_tree)",
+            Step::ExtraReadOnly => "make an extra mount read-only",
+            Step::ExtraRunTarget => "create an extra mount's target in /run",
+            Step::ExtraOpenTarget => "open an extra mount's target in the rootfs",
+            Step::ExtraMoveMount => "attach an extra mount (move_mount)",
+        }
+    }
+
+    /// The step a status record names; `None` for a byte no step has.
+    fn from_byte(b: u8) -> Option<Step> {
+        Step::ALL.get(usize::from(b)).copied()
+    }
+}
 
 /// At most this many extra mounts (the keeper keeps their descriptors on its stack).
 pub const MAX_EXTRA_MOUNTS: usize = 32;
@@ -417,10 +501,10 @@ impl Prepared {
     }
 }
 
-fn report(fd: RawFd, step: usize, err: &std::io::Error) -> ! {
+fn report(fd: RawFd, step: Step, err: &std::io::Error) -> ! {
     let mut rec = [0u8; 6];
     rec[0] = b'E';
-    rec[1] = u8::try_from(step).unwrap_or(u8::MAX);
+    rec[1] = step as u8;
     rec[2..6].copy_from_slice(&err.raw_os_error().unwrap_or(0).to_ne_bytes());
     let _ = sys::write_all_raw(fd, &rec);
     sys::exit_now(1)
@@ -453,42 +537,54 @@ fn keeper(
     for (m, slot) in p.extra.iter().zip(trees.iter_mut()) {
         match sys::open_tree_clone(&m.source) {
             Ok(fd) => *slot = fd,
-            Err(e) => report(to_parent, 27, &e),
+            Err(e) => report(to_parent, Step::ExtraOpenTree, &e),
         }
-        step!(to_parent, 28, sys::mount_setattr_fd(*slot, &p.extra_attr));
+        step!(
+            to_parent,
+            Step::ExtraReadOnly,
+            sys::mount_setattr_fd(*slot, &p.extra_attr)
+        );
     }
-    step!(to_parent, 0, sys::unshare(libc::CLONE_NEWUSER));
-    step!(to_parent, 0, sys::write_all_raw(to_parent, b"U"));
+    step!(
+        to_parent,
+        Step::UnshareUser,
+        sys::unshare(libc::CLONE_NEWUSER)
+    );
+    step!(
+        to_parent,
+        Step::UnshareUser,
+        sys::write_all_raw(to_parent, b"U")
+    );
     let mut b = [0u8; 1];
     match sys::read_raw(from_parent, &mut b) {
         Ok(1) if b[0] == b'M' => {}
         Ok(_) => report(
             to_parent,
-            1,
+            Step::WaitMaps,
             &std::io::Error::from_raw_os_error(libc::EPIPE),
         ),
-        Err(e) => report(to_parent, 1, &e),
+        Err(e) => report(to_parent, Step::WaitMaps, &e),
     }
-    step!(to_parent, 2, sys::setresgid(0));
-    step!(to_parent, 2, sys::setresuid(0));
+    step!(to_parent, Step::SetIds, sys::setresgid(0));
+    step!(to_parent, Step::SetIds, sys::setresuid(0));
     // Changing credentials cleared the parent-death signal (prctl(2)): arm it again, so that a
     // SIGKILLed shim takes the keeper with it; if the shim is already gone, stop here.
     step!(
         to_parent,
-        2,
+        Step::SetIds,
         sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong)
     );
     // SAFETY: getppid(2) cannot fail and touches no memory.
     if unsafe { libc::getppid() } != shim {
         report(
             to_parent,
-            2,
+            Step::SetIds,
             &std::io::Error::from_raw_os_error(libc::ESRCH),
         );
     }
     step!(
         to_parent,
-        3,
+        Step::UnshareRest,
         sys::unshare(
             libc::CLONE_NEWNS
                 | libc::CLONE_NEWIPC
@@ -497,20 +593,20 @@ fn keeper(
                 | libc::CLONE_NEWPID
         )
     );
-    step!(to_parent, 4, sys::sethostname(&p.hostname));
+    step!(to_parent, Step::Hostname, sys::sethostname(&p.hostname));
     step!(
         to_parent,
-        5,
+        Step::RootPrivate,
         sys::mount(None, &p.slash, None, libc::MS_REC | libc::MS_PRIVATE, None)
     );
     step!(
         to_parent,
-        6,
+        Step::BindRootfs,
         sys::mount(Some(&p.rootfs), &p.rootfs, None, libc::MS_BIND, None)
     );
     step!(
         to_parent,
-        7,
+        Step::DevTmpfs,
         sys::mount(
             Some(&p.tmpfs),
             &p.dev_dir,
@@ -526,17 +622,17 @@ fn keeper(
             0o666,
         ) {
             Ok(fd) => sys::close_raw(fd),
-            Err(e) => report(to_parent, 8, &e),
+            Err(e) => report(to_parent, Step::DevNodeFile, &e),
         }
         step!(
             to_parent,
-            9,
+            Step::DevNodeBind,
             sys::mount(Some(host), target, None, libc::MS_BIND, None)
         );
     }
     step!(
         to_parent,
-        10,
+        Step::DevReadOnly,
         sys::mount(
             None,
             &p.dev_dir,
@@ -547,7 +643,7 @@ fn keeper(
     );
     step!(
         to_parent,
-        24,
+        Step::RunTmpfs,
         sys::mount(
             Some(&p.tmpfs),
             &p.run_dir,
@@ -557,11 +653,13 @@ fn keeper(
         )
     );
     for d in &p.run_subdirs {
-        step!(to_parent, 25, sys::mkdir(d, 0o755));
+        step!(to_parent, Step::RunMkdir, sys::mkdir(d, 0o755));
     }
     for d in &p.extra_run_dirs {
         match sys::mkdir(d, 0o755) {
-            Err(e) if e.raw_os_error() != Some(libc::EEXIST) => report(to_parent, 29, &e),
+            Err(e) if e.raw_os_error() != Some(libc::EEXIST) => {
+                report(to_parent, Step::ExtraRunTarget, &e)
+            }
             _ => {}
         }
     }
@@ -572,7 +670,7 @@ fn keeper(
             0o444,
         ) {
             Ok(fd) => sys::close_raw(fd),
-            Err(e) => report(to_parent, 29, &e),
+            Err(e) => report(to_parent, Step::ExtraRunTarget, &e),
         }
     }
     if !p.extra.is_empty() {
@@ -584,14 +682,18 @@ fn keeper(
             0,
         ) {
             Ok(fd) => fd,
-            Err(e) => report(to_parent, 30, &e),
+            Err(e) => report(to_parent, Step::ExtraOpenTarget, &e),
         };
         for (m, tree) in p.extra.iter().zip(trees.iter()) {
             let target = match sys::open_beneath(root, &m.target) {
                 Ok(fd) => fd,
-                Err(e) => report(to_parent, 30, &e),
+                Err(e) => report(to_parent, Step::ExtraOpenTarget, &e),
             };
-            step!(to_parent, 31, sys::move_mount_fds(*tree, target));
+            step!(
+                to_parent,
+                Step::ExtraMoveMount,
+                sys::move_mount_fds(*tree, target)
+            );
             sys::close_raw(target);
             sys::close_raw(*tree);
         }
@@ -599,7 +701,7 @@ fn keeper(
     }
     step!(
         to_parent,
-        26,
+        Step::RunReadOnly,
         sys::mount(
             None,
             &p.run_dir,
@@ -610,7 +712,7 @@ fn keeper(
     );
     step!(
         to_parent,
-        11,
+        Step::RootfsReadOnly,
         sys::mount(
             None,
             &p.rootfs,
@@ -619,13 +721,17 @@ fn keeper(
             None
         )
     );
-    step!(to_parent, 12, sys::chdir(&p.rootfs));
-    step!(to_parent, 13, sys::pivot_root(&p.dot, &p.dot));
-    step!(to_parent, 14, sys::umount2(&p.dot, libc::MNT_DETACH));
-    step!(to_parent, 14, sys::chdir(&p.slash));
+    step!(to_parent, Step::ChdirRootfs, sys::chdir(&p.rootfs));
+    step!(to_parent, Step::PivotRoot, sys::pivot_root(&p.dot, &p.dot));
+    step!(
+        to_parent,
+        Step::DetachOldRoot,
+        sys::umount2(&p.dot, libc::MNT_DETACH)
+    );
+    step!(to_parent, Step::DetachOldRoot, sys::chdir(&p.slash));
     let pid = match sys::fork() {
         Ok(pid) => pid,
-        Err(e) => report(to_parent, 15, &e),
+        Err(e) => report(to_parent, Step::ForkGermline, &e),
     };
     if pid == 0 {
         germline(p, argvp, envpp, to_parent, from_parent, ctl);
@@ -659,52 +765,52 @@ fn germline(
         Ok(1) if b[0] == b'G' => {}
         Ok(_) => report(
             to_parent,
-            16,
+            Step::WaitCgroup,
             &std::io::Error::from_raw_os_error(libc::EPIPE),
         ),
-        Err(e) => report(to_parent, 16, &e),
+        Err(e) => report(to_parent, Step::WaitCgroup, &e),
     }
     let null = match sys::open_raw(&p.devnull, libc::O_RDWR, 0) {
         Ok(fd) => fd,
-        Err(e) => report(to_parent, 17, &e),
+        Err(e) => report(to_parent, Step::OpenDevNull, &e),
     };
     // Move the descriptors we keep above the standard range first, then lay them out.
     let hi_ctl = sys::dup_above(ctl, 64);
     let hi_status = sys::dup_above(to_parent, 64);
     let (hi_ctl, hi_status) = match (hi_ctl, hi_status) {
         (Ok(a), Ok(b)) => (a, b),
-        (Err(e), _) | (_, Err(e)) => report(to_parent, 18, &e),
+        (Err(e), _) | (_, Err(e)) => report(to_parent, Step::ArrangeFds, &e),
     };
     let to_parent = hi_status;
     for std in 0..3 {
-        step!(to_parent, 18, sys::dup2(null, std));
+        step!(to_parent, Step::ArrangeFds, sys::dup2(null, std));
     }
-    step!(to_parent, 18, sys::dup2(hi_ctl, 3));
+    step!(to_parent, Step::ArrangeFds, sys::dup2(hi_ctl, 3));
     // Everything above 3 becomes close-on-exec: the status pipe stays open to report a
     // failing execve and closes when the bootstrap starts.
     step!(
         to_parent,
-        18,
+        Step::ArrangeFds,
         sys::close_range(4, libc::CLOSE_RANGE_CLOEXEC)
     );
-    step!(to_parent, 19, sys::chdir(&p.workdir));
+    step!(to_parent, Step::ChdirWorkdir, sys::chdir(&p.workdir));
     step!(
         to_parent,
-        20,
+        Step::NoNewPrivs,
         sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map(drop)
     );
     if p.landlock {
         if let Err((_, e)) = p.ruleset.apply() {
-            report(to_parent, 21, &e);
+            report(to_parent, Step::Landlock, &e);
         }
     }
     let prog = libc::sock_fprog {
         len: u16::try_from(p.filters.len()).unwrap_or(u16::MAX),
         filter: p.filters.as_ptr().cast_mut(),
     };
-    step!(to_parent, 22, sys::seccomp_set_filter(&prog));
+    step!(to_parent, Step::Seccomp, sys::seccomp_set_filter(&prog));
     let e = sys::execve(&p.exe, argvp, envpp);
-    report(to_parent, 23, &e)
+    report(to_parent, Step::Execve, &e)
 }
 
 /// A started germline process pair.
@@ -742,7 +848,7 @@ fn read_exact_until(fd: RawFd, buf: &mut [u8], deadline: Instant) -> Result<usiz
 }
 
 fn child_error(rec: &[u8]) -> Error {
-    let step = STEPS.get(usize::from(rec[1])).copied().unwrap_or("?");
+    let step = Step::from_byte(rec[1]).map_or("?", Step::text);
     let errno = i32::from_ne_bytes([rec[2], rec[3], rec[4], rec[5]]);
     Error::Start {
         step,
@@ -873,6 +979,51 @@ pub fn start(
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn each_step_travels_as_its_own_byte() {
+        for (i, step) in Step::ALL.iter().enumerate() {
+            let byte = *step as u8;
+            assert_eq!(usize::from(byte), i, "{step:?}");
+            assert_eq!(Step::from_byte(byte), Some(*step));
+        }
+        assert_eq!(Step::from_byte(32), None);
+        assert_eq!(Step::from_byte(u8::MAX), None);
+    }
+
+    #[test]
+    fn a_failed_step_is_named_in_the_start_error() {
+        let errno = libc::EPERM.to_ne_bytes();
+        let rec = [
+            b'E',
+            Step::Seccomp as u8,
+            errno[0],
+            errno[1],
+            errno[2],
+            errno[3],
+        ];
+        assert_eq!(
+            child_error(&rec).to_string(),
+            format!(
+                "the germline failed while starting (seccomp): {}",
+                std::io::Error::from_raw_os_error(libc::EPERM)
+            )
+        );
+        let rec = [
+            b'E',
+            Step::ExtraMoveMount as u8,
+            errno[0],
+            errno[1],
+            errno[2],
+            errno[3],
+        ];
+        assert!(child_error(&rec)
+            .to_string()
+            .contains("(attach an extra mount (move_mount))"));
+        // A byte no step has (a garbled record) still makes an error, naming no step.
+        let rec = [b'E', 200, errno[0], errno[1], errno[2], errno[3]];
+        assert!(child_error(&rec).to_string().contains("starting (?)"));
+    }
 
     fn bm(source: &Path, target: &str) -> BindMount {
         BindMount {
