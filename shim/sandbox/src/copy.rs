@@ -125,6 +125,8 @@ pub struct Copy {
     ns: Option<Namespaces>,
     next_id: u64,
     dead: bool,
+    /// `false` only under the cgroup-sweep ablation.
+    #[cfg(feature = "ablation")]
     sweep: bool,
     /// Checked to be PID 1 of a PID namespace of its own (O3).
     own_pidns: bool,
@@ -163,6 +165,7 @@ impl Copy {
             ns: None,
             next_id: 1,
             dead: false,
+            #[cfg(feature = "ablation")]
             sweep: true,
             own_pidns: false,
             initialized: false,
@@ -203,8 +206,18 @@ impl Copy {
         self.ns = ns;
     }
 
+    #[cfg(feature = "ablation")]
     pub(crate) fn set_sweep(&mut self, sweep: bool) {
         self.sweep = sweep;
+    }
+
+    /// Whether the end of the copy kills its whole cgroup (always, but under the ablation).
+    fn sweeps(&self) -> bool {
+        #[cfg(feature = "ablation")]
+        let sweep = self.sweep;
+        #[cfg(not(feature = "ablation"))]
+        let sweep = true;
+        sweep
     }
 
     /// Records that the checks found the copy to be PID 1 of a PID namespace of its own.
@@ -598,7 +611,7 @@ impl Copy {
     /// returns no corpse.
     pub fn retire(mut self, result: Result<Value>) -> (Result<Value>, Option<Corpse>) {
         let result = self.reason(result);
-        if !self.sweep {
+        if !self.sweeps() {
             self.kill();
             return (result, None);
         }
@@ -648,7 +661,7 @@ impl Copy {
         if self.pid > 1 {
             let _ = sys::kill(self.pid, libc::SIGKILL);
         }
-        if self.sweep {
+        if self.sweeps() {
             let _ = self.cgroup.destroy();
             // Every task is gone, and with them the copy's mount namespace: its item
             // directories can be emptied and reused.

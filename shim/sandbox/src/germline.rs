@@ -36,6 +36,9 @@ const MAX_DYING: usize = 4;
 pub const HOST_ID: u32 = 2_100_000;
 
 /// Switches that turn one mechanism off, for the tests that compare off and on (Table XII).
+/// Only with the cargo feature `ablation`: a build without it has neither this type nor the
+/// code paths it switches (see `ablated!`).
+#[cfg(feature = "ablation")]
 #[derive(Debug, Clone, Default)]
 pub struct Ablation {
     /// Skip the outside checks on copies (never in production).
@@ -56,10 +59,22 @@ pub struct Ablation {
     pub any_socket_family: bool,
 }
 
-impl Ablation {
+/// Whether the ablation switch `$field` of `$opts` is on: the constant `false` without the
+/// feature `ablation`, so what it guards is compiled out of production builds.
+macro_rules! ablated {
+    ($opts:expr, $field:ident) => {{
+        #[cfg(feature = "ablation")]
+        let on = $opts.ablation.$field;
+        #[cfg(not(feature = "ablation"))]
+        let on = false;
+        on
+    }};
+}
+
+impl Options {
     /// The socket families the seccomp layers allow.
     fn socket_families(&self) -> SocketFamilies {
-        if self.any_socket_family {
+        if ablated!(self, any_socket_family) {
             SocketFamilies::Any
         } else {
             SocketFamilies::Allowlist
@@ -74,7 +89,8 @@ pub struct Options {
     pub id: String,
     /// Pre-forked, checked, data-free copies to keep ready.
     pub pool: usize,
-    /// Ablations for tests.
+    /// Ablations for tests (only with the feature `ablation`).
+    #[cfg(feature = "ablation")]
     pub ablation: Ablation,
     /// Bootstrap source (tests substitute a tampered one to show that the checks catch it).
     pub bootstrap: String,
@@ -91,6 +107,7 @@ impl Options {
         Options {
             id: id.to_string(),
             pool: 0,
+            #[cfg(feature = "ablation")]
             ablation: Ablation::default(),
             bootstrap: PYTHON_BOOTSTRAP.to_string(),
             cpus: Vec::new(),
@@ -231,23 +248,28 @@ impl Germline {
         ];
         env.extend(spec.env.iter().cloned());
         let items = ItemStore::new(ITEM_STORE_BYTES).map_err(|e| fail(e, &cgroup))?;
-        let slot_fds = if opts.ablation.no_item_rules {
+        let slot_fds = if ablated!(opts, no_item_rules) {
             vec![]
         } else {
             items.slot_fds()
         };
-        let mut prepared =
+        let prepared =
             Prepared::new(&spec, &argv, &env, &slot_fds).map_err(|e| fail(e, &cgroup))?;
         let rootfs = spec
             .rootfs
             .canonicalize()
             .map_err(|e| fail(Error::sys("canonicalize the rootfs", e), &cgroup))?;
-        if opts.ablation.no_landlock {
-            prepared.without_landlock();
-        }
-        if opts.ablation.any_socket_family {
-            prepared.set_filter(&Program::germline_with(SocketFamilies::Any));
-        }
+        #[cfg(feature = "ablation")]
+        let prepared = {
+            let mut prepared = prepared;
+            if opts.ablation.no_landlock {
+                prepared.without_landlock();
+            }
+            if opts.ablation.any_socket_family {
+                prepared.set_filter(&Program::germline_with(SocketFamilies::Any));
+            }
+            prepared
+        };
         cgroup
             .set_limits(
                 spec.limits.memory_bytes.saturating_mul(4),
@@ -614,7 +636,7 @@ impl Germline {
             return Ok(());
         }
         if self.checked_frozen.is_none()
-            && !self.opts.ablation.skip_germline_checks
+            && !ablated!(self.opts, skip_germline_checks)
             && self.cgroup.is_frozen()
         {
             self.checked_frozen = Some(self.check());
@@ -808,7 +830,7 @@ impl Germline {
 
     /// The seccomp layer each copy is told to install and is checked for.
     fn copy_filter(&self) -> Program {
-        Program::copy_with(self.opts.ablation.socket_families())
+        Program::copy_with(self.opts.socket_families())
     }
 
     fn fork_and_check(&mut self) -> Result<Copy> {
@@ -819,7 +841,7 @@ impl Germline {
             phases.push((name, now.duration_since(mark).as_micros() as u64));
             mark = now;
         };
-        if !self.opts.ablation.skip_germline_checks {
+        if !ablated!(self.opts, skip_germline_checks) {
             // Read between calls if the germline has stayed frozen since; else now.
             let bad = match self.checked_frozen.take() {
                 Some(bad) => bad,
@@ -850,7 +872,7 @@ impl Germline {
             "op": "fork",
             "seccomp": self.copy_filter().to_hex(),
             "landlock": self.copy_landlock,
-            "pidns": !self.opts.ablation.no_pid_namespace,
+            "pidns": !ablated!(self.opts, no_pid_namespace),
             "reaper": self.opts.reaper,
         });
         // What the germline and the copy say of their own steps (CLOCK_MONOTONIC), for the
@@ -937,6 +959,7 @@ impl Germline {
         };
         lap("fork.fork", &mut phases);
         let mut copy = Copy::new(pid, shim_end, cg, fork_at, deadline);
+        #[cfg(feature = "ablation")]
         copy.set_sweep(!self.opts.ablation.no_cgroup_sweep);
         let r = (|| -> Result<()> {
             let ready = copy.recv_json()?;
@@ -948,7 +971,7 @@ impl Germline {
             if self.opts.reaper {
                 copy.set_tool(Some(reaped_tool(pid, copy.cgroup())?));
             }
-            if !self.opts.ablation.skip_copy_checks {
+            if !ablated!(self.opts, skip_copy_checks) {
                 // The namespaces of every other live copy, read now (inode numbers of dead
                 // namespaces are reused, so remembered ones would be wrong).
                 let others: Vec<Namespaces> = self
@@ -958,7 +981,7 @@ impl Germline {
                     .filter_map(|k| Namespaces::of(k).ok())
                     .collect();
                 // PTRACE_SECCOMP_GET_FILTER numbers the programs from the first installed.
-                let sockets = self.opts.ablation.socket_families();
+                let sockets = self.opts.socket_families();
                 let filters = [Program::germline_with(sockets), self.copy_filter()];
                 let expect = |pid, role| CopyExpect {
                     pid,
@@ -984,7 +1007,7 @@ impl Germline {
                 }
                 copy.set_namespaces(ns);
                 // checks::copy found it PID 1 of a PID namespace no other copy shares.
-                copy.set_own_pidns(!self.opts.ablation.no_pid_namespace);
+                copy.set_own_pidns(!ablated!(self.opts, no_pid_namespace));
             }
             lap("fork.copy_checks", &mut phases);
             Ok(())

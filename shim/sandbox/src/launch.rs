@@ -377,12 +377,14 @@ fn locked_flags(path: &Path) -> Result<libc::c_ulong> {
 
 impl Prepared {
     /// Leaves the germline without its Landlock ruleset (tests that show what it prevents).
+    #[cfg(feature = "ablation")]
     pub fn without_landlock(&mut self) {
         self.landlock = false;
     }
 
     /// Replaces the seccomp program installed on the germline (only the socket-family
     /// ablation of the tests uses another than [`Program::germline`]).
+    #[cfg(feature = "ablation")]
     pub fn set_filter(&mut self, program: &Program) {
         self.filters = program.filters();
     }

@@ -25,5 +25,7 @@ pub mod sys;
 
 pub use copy::{Copy, Item};
 pub use error::{Error, Result};
-pub use germline::{Ablation, Germline, Options};
+#[cfg(feature = "ablation")]
+pub use germline::Ablation;
+pub use germline::{Germline, Options};
 pub use spec::{BindMount, Language, LaunchSpec, Limits};
