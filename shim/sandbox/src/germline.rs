@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::cgroup::Cgroup;
+use crate::checks::snapshot::GermlineSnapshot;
 use crate::checks::{self, CopyExpect, GermlineFacts, Role};
 use crate::copy::{Copy, Corpse, Item};
 use crate::error::{Error, Result};
@@ -381,6 +382,11 @@ impl Germline {
         self.pid
     }
 
+    /// What the shim knows of the germline independently of it (G1-G3 judge against it).
+    pub fn facts(&self) -> &GermlineFacts {
+        &self.facts
+    }
+
     /// The germline's namespaces.
     pub fn namespaces(&self) -> &Namespaces {
         &self.ns
@@ -486,9 +492,7 @@ impl Germline {
 
     /// G1-G3, read from outside. Empty: the germline may fork.
     pub fn check(&self) -> Vec<String> {
-        let procs = self.cgroup.procs().unwrap_or_default();
-        let threads = self.cgroup.threads().unwrap_or_default();
-        checks::germline(&self.facts, &procs, &threads)
+        checks::rules::germline(&self.facts, &GermlineSnapshot::read(self.pid, &self.cgroup))
     }
 
     /// The germline's children still in its own cgroup: after a fork, the new copy (every
