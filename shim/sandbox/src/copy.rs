@@ -10,6 +10,7 @@ use crate::cgroup::Cgroup;
 use crate::error::{Error, Result};
 use crate::mounts::{ItemsDir, SlotLease};
 use crate::procfs::Namespaces;
+use crate::protocol::{self, DataItem, ToCopy, Twin};
 use crate::sys;
 
 /// What one message from a copy (or from a baseline's tool process) means while the shim
@@ -293,7 +294,7 @@ impl Copy {
     /// Asks a checked, data-free pool copy to run the germline's warming session once more
     /// while it waits for its call (no answer: the copy reads its `data` after it).
     pub(crate) fn request_prewarm(&self) -> Result<()> {
-        self.send_line(&json!({"op": "prewarm"}), &[])
+        self.send_raw(&protocol::encode_line(&ToCopy::Prewarm), &[])
     }
 
     /// Reads one newline-terminated JSON message, before the deadline.
@@ -356,24 +357,25 @@ impl Copy {
             sys::write_all_raw(fd.as_raw_fd(), item.visible())
                 .map_err(|e| Error::sys("write memfd", e))?;
             fds.push(fd);
-            names.push(match &item.path {
-                Some(p) => json!({"name": item.name, "path": p}),
-                None => json!({"name": item.name}),
+            names.push(DataItem {
+                name: item.name.clone(),
+                path: item.path.clone(),
             });
         }
         let raw: Vec<i32> = fds.iter().map(AsRawFd::as_raw_fd).collect();
-        // A control line starts with `{"op":` (no JSON-RPC line does; see the bootstrap), so
-        // it is written by hand rather than by serde_json, which orders keys alphabetically.
-        let mut line = format!("{{\"op\":\"data\",\"items\":{}", Value::Array(names));
-        if let Some((time_ns, seed)) = self.twin {
-            // u128 does not fit a JSON number every reader accepts: send the clock as u64.
-            let t = u64::try_from(time_ns).unwrap_or(u64::MAX);
-            line.push_str(&format!(",\"twin\":{{\"time_ns\":{t},\"seed\":{seed}}}"));
-        }
-        line.push_str("}\n");
+        // A control line starts with `{"op":` (no JSON-RPC line does; see the bootstrap): the
+        // tag comes first in the encoding of `ToCopy`.
+        let line = protocol::encode_line(&ToCopy::Data {
+            items: names,
+            twin: self.twin.map(|(time_ns, seed)| Twin {
+                // u128 does not fit a JSON number every reader accepts: send the clock as u64.
+                time_ns: u64::try_from(time_ns).unwrap_or(u64::MAX),
+                seed,
+            }),
+        });
         // Not acknowledged: the copy installs the data before it reads the next line, and the
         // call's answer (or a broken channel) says the rest.
-        self.send_raw(line.as_bytes(), &raw)?;
+        self.send_raw(&line, &raw)?;
         drop(fds);
         Ok(())
     }

@@ -19,6 +19,7 @@ pub mod landlock;
 pub mod launch;
 pub mod mounts;
 pub mod procfs;
+pub mod protocol;
 pub mod seccomp;
 pub mod spec;
 pub mod sys;
