@@ -17,6 +17,7 @@ mod error;
 pub mod germline;
 pub mod landlock;
 pub mod launch;
+pub mod mcp_client;
 pub mod mounts;
 pub mod procfs;
 pub mod protocol;
