@@ -503,12 +503,99 @@ impl Prepared {
     }
 }
 
+/// What the keeper and the germline tell the shim through the status pipe. Not serde: it is
+/// written between fork and exec, where nothing may allocate, so each record is encoded into a
+/// fixed array: a tag byte and its fixed-size payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Record {
+    /// `U`: the keeper is in its new user namespace; the shim may write its maps.
+    Unshared,
+    /// `P` + 4 bytes: the germline's host pid (the keeper forked it).
+    Forked(i32),
+    /// `E` + 1 + 4 bytes: a step failed with an errno. The step stays a raw byte: a record is
+    /// untrusted input, and a byte no [`Step`] has is reported as `?`.
+    Failed { step: u8, errno: i32 },
+    /// A tag no record has.
+    Other(u8),
+}
+
+impl Record {
+    /// The longest record.
+    const MAX: usize = 6;
+
+    /// The record's bytes and their count (fork-safe: no allocation).
+    fn encode(self) -> ([u8; Record::MAX], usize) {
+        let mut b = [0u8; Record::MAX];
+        let n = match self {
+            Record::Unshared => {
+                b[0] = b'U';
+                1
+            }
+            Record::Forked(pid) => {
+                b[0] = b'P';
+                b[1..5].copy_from_slice(&pid.to_ne_bytes());
+                5
+            }
+            Record::Failed { step, errno } => {
+                b[0] = b'E';
+                b[1] = step;
+                b[2..6].copy_from_slice(&errno.to_ne_bytes());
+                6
+            }
+            Record::Other(tag) => {
+                b[0] = tag;
+                1
+            }
+        };
+        (b, n)
+    }
+
+    /// Reads a record from its bytes (missing payload bytes read as zero).
+    fn decode(b: &[u8; Record::MAX]) -> Record {
+        match b[0] {
+            b'U' => Record::Unshared,
+            b'P' => Record::Forked(i32::from_ne_bytes([b[1], b[2], b[3], b[4]])),
+            b'E' => Record::Failed {
+                step: b[1],
+                errno: i32::from_ne_bytes([b[2], b[3], b[4], b[5]]),
+            },
+            tag => Record::Other(tag),
+        }
+    }
+
+    /// Writes the record (fork-safe).
+    fn send(self, fd: RawFd) -> std::io::Result<()> {
+        let (b, n) = self.encode();
+        sys::write_all_raw(fd, &b[..n])
+    }
+}
+
+/// The shim's go-aheads to the keeper and the germline through the go pipe, one byte each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Go {
+    /// To the keeper: its user namespace's maps are written.
+    Maps = b'M',
+    /// To the germline: it is in its cgroup.
+    Germline = b'G',
+}
+
+/// Waits for one byte from `fd` and checks that it is the go-ahead `go` (fork-safe).
+fn wait_for(fd: RawFd, go: Go) -> std::io::Result<()> {
+    let mut b = [0u8; 1];
+    match sys::read_raw(fd, &mut b) {
+        Ok(1) if b[0] == go as u8 => Ok(()),
+        Ok(_) => Err(std::io::Error::from_raw_os_error(libc::EPIPE)),
+        Err(e) => Err(e),
+    }
+}
+
 fn report(fd: RawFd, step: Step, err: &std::io::Error) -> ! {
-    let mut rec = [0u8; 6];
-    rec[0] = b'E';
-    rec[1] = step as u8;
-    rec[2..6].copy_from_slice(&err.raw_os_error().unwrap_or(0).to_ne_bytes());
-    let _ = sys::write_all_raw(fd, &rec);
+    let _ = Record::Failed {
+        step: step as u8,
+        errno: err.raw_os_error().unwrap_or(0),
+    }
+    .send(fd);
     sys::exit_now(1)
 }
 
@@ -555,18 +642,9 @@ fn keeper(
     step!(
         to_parent,
         Step::UnshareUser,
-        sys::write_all_raw(to_parent, b"U")
+        Record::Unshared.send(to_parent)
     );
-    let mut b = [0u8; 1];
-    match sys::read_raw(from_parent, &mut b) {
-        Ok(1) if b[0] == b'M' => {}
-        Ok(_) => report(
-            to_parent,
-            Step::WaitMaps,
-            &std::io::Error::from_raw_os_error(libc::EPIPE),
-        ),
-        Err(e) => report(to_parent, Step::WaitMaps, &e),
-    }
+    step!(to_parent, Step::WaitMaps, wait_for(from_parent, Go::Maps));
     step!(to_parent, Step::SetIds, sys::setresgid(0));
     step!(to_parent, Step::SetIds, sys::setresuid(0));
     // Changing credentials cleared the parent-death signal (prctl(2)): arm it again, so that a
@@ -738,10 +816,7 @@ fn keeper(
     if pid == 0 {
         germline(p, argvp, envpp, to_parent, from_parent, ctl);
     }
-    let mut rec = [0u8; 5];
-    rec[0] = b'P';
-    rec[1..5].copy_from_slice(&pid.to_ne_bytes());
-    let _ = sys::write_all_raw(to_parent, &rec);
+    let _ = Record::Forked(pid).send(to_parent);
     // The keeper keeps nothing of the shim's: no descriptor but the standard streams.
     let _ = sys::close_range(3, 0);
     let code = match sys::waitpid(pid, 0) {
@@ -762,16 +837,11 @@ fn germline(
     ctl: RawFd,
 ) -> ! {
     let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-    let mut b = [0u8; 1];
-    match sys::read_raw(from_parent, &mut b) {
-        Ok(1) if b[0] == b'G' => {}
-        Ok(_) => report(
-            to_parent,
-            Step::WaitCgroup,
-            &std::io::Error::from_raw_os_error(libc::EPIPE),
-        ),
-        Err(e) => report(to_parent, Step::WaitCgroup, &e),
-    }
+    step!(
+        to_parent,
+        Step::WaitCgroup,
+        wait_for(from_parent, Go::Germline)
+    );
     let null = match sys::open_raw(&p.devnull, libc::O_RDWR, 0) {
         Ok(fd) => fd,
         Err(e) => report(to_parent, Step::OpenDevNull, &e),
@@ -849,9 +919,27 @@ fn read_exact_until(fd: RawFd, buf: &mut [u8], deadline: Instant) -> Result<usiz
     Ok(got)
 }
 
-fn child_error(rec: &[u8]) -> Error {
-    let step = Step::from_byte(rec[1]).map_or("?", Step::text);
-    let errno = i32::from_ne_bytes([rec[2], rec[3], rec[4], rec[5]]);
+/// Reads one record of the status pipe; `None` at its end (every writer closed it).
+fn read_record(fd: RawFd, deadline: Instant) -> Result<Option<Record>> {
+    let mut b = [0u8; Record::MAX];
+    if read_exact_until(fd, &mut b[..1], deadline)? == 0 {
+        return Ok(None);
+    }
+    match b[0] {
+        // A failure report is read as far as it came (a child may die mid-way).
+        b'E' => {
+            let _ = read_exact_until(fd, &mut b[1..6], deadline);
+        }
+        b'P' => {
+            read_exact_until(fd, &mut b[1..5], deadline)?;
+        }
+        _ => {}
+    }
+    Ok(Some(Record::decode(&b)))
+}
+
+fn child_error(step: u8, errno: i32) -> Error {
+    let step = Step::from_byte(step).map_or("?", Step::text);
     Error::Start {
         step,
         source: std::io::Error::from_raw_os_error(errno),
@@ -904,15 +992,9 @@ pub fn start(
     };
     let deadline = Instant::now() + Duration::from_secs(10);
     let sr = status_r.as_raw_fd();
-    let mut b = [0u8; 1];
-    match read_exact_until(sr, &mut b, deadline) {
-        Ok(1) if b[0] == b'U' => {}
-        Ok(1) if b[0] == b'E' => {
-            let mut rest = [0u8; 5];
-            let _ = read_exact_until(sr, &mut rest, deadline);
-            let rec = [b'E', rest[0], rest[1], rest[2], rest[3], rest[4]];
-            return Err(fail(child_error(&rec)));
-        }
+    match read_record(sr, deadline) {
+        Ok(Some(Record::Unshared)) => {}
+        Ok(Some(Record::Failed { step, errno })) => return Err(fail(child_error(step, errno))),
         Ok(_) => {
             return Err(fail(Error::Start {
                 step: "keeper",
@@ -936,38 +1018,34 @@ pub fn start(
     if let Err(e) = maps {
         return Err(fail(Error::sys("write the user namespace maps", e)));
     }
-    sys::write_all_raw(go_w.as_raw_fd(), b"M")
+    sys::write_all_raw(go_w.as_raw_fd(), &[Go::Maps as u8])
         .map_err(|e| fail(Error::sys("signal the keeper", e)))?;
-    let mut rec = [0u8; 6];
-    let n = read_exact_until(sr, &mut rec[..1], deadline).map_err(&fail)?;
-    if n == 1 && rec[0] == b'E' {
-        let _ = read_exact_until(sr, &mut rec[1..], deadline);
-        return Err(fail(child_error(&rec)));
-    }
-    if n != 1 || rec[0] != b'P' {
-        return Err(fail(Error::Start {
-            step: "keeper",
-            source: std::io::ErrorKind::UnexpectedEof.into(),
-        }));
-    }
-    read_exact_until(sr, &mut rec[1..5], deadline).map_err(&fail)?;
-    let pid = i32::from_ne_bytes([rec[1], rec[2], rec[3], rec[4]]);
+    let pid = match read_record(sr, deadline).map_err(&fail)? {
+        Some(Record::Forked(pid)) => pid,
+        Some(Record::Failed { step, errno }) => return Err(fail(child_error(step, errno))),
+        _ => {
+            return Err(fail(Error::Start {
+                step: "keeper",
+                source: std::io::ErrorKind::UnexpectedEof.into(),
+            }))
+        }
+    };
     if let Err(e) = join_cgroup(pid) {
         return Err(fail(e));
     }
-    sys::write_all_raw(go_w.as_raw_fd(), b"G")
+    sys::write_all_raw(go_w.as_raw_fd(), &[Go::Germline as u8])
         .map_err(|e| fail(Error::sys("signal the germline", e)))?;
     drop(go_w);
     // End of file: the germline executed the bootstrap. An 'E' record: a step failed.
-    let n = read_exact_until(sr, &mut rec, deadline).map_err(&fail)?;
-    if n > 0 {
-        if rec[0] == b'E' {
-            return Err(fail(child_error(&rec)));
+    match read_record(sr, deadline).map_err(&fail)? {
+        None => {}
+        Some(Record::Failed { step, errno }) => return Err(fail(child_error(step, errno))),
+        Some(_) => {
+            return Err(fail(Error::Start {
+                step: "germline",
+                source: std::io::ErrorKind::InvalidData.into(),
+            }))
         }
-        return Err(fail(Error::Start {
-            step: "germline",
-            source: std::io::ErrorKind::InvalidData.into(),
-        }));
     }
     Ok(Started {
         keeper: keeper_pid,
@@ -995,36 +1073,71 @@ mod tests {
 
     #[test]
     fn a_failed_step_is_named_in_the_start_error() {
-        let errno = libc::EPERM.to_ne_bytes();
-        let rec = [
-            b'E',
-            Step::Seccomp as u8,
-            errno[0],
-            errno[1],
-            errno[2],
-            errno[3],
-        ];
         assert_eq!(
-            child_error(&rec).to_string(),
+            child_error(Step::Seccomp as u8, libc::EPERM).to_string(),
             format!(
                 "the germline failed while starting (seccomp): {}",
                 std::io::Error::from_raw_os_error(libc::EPERM)
             )
         );
-        let rec = [
-            b'E',
-            Step::ExtraMoveMount as u8,
-            errno[0],
-            errno[1],
-            errno[2],
-            errno[3],
-        ];
-        assert!(child_error(&rec)
+        assert!(child_error(Step::ExtraMoveMount as u8, libc::EPERM)
             .to_string()
             .contains("(attach an extra mount (move_mount))"));
         // A byte no step has (a garbled record) still makes an error, naming no step.
-        let rec = [b'E', 200, errno[0], errno[1], errno[2], errno[3]];
-        assert!(child_error(&rec).to_string().contains("starting (?)"));
+        assert!(child_error(200, libc::EPERM)
+            .to_string()
+            .contains("starting (?)"));
+    }
+
+    #[test]
+    fn status_records_keep_their_bytes_and_read_back() {
+        let pid = 4_123_456i32.to_ne_bytes();
+        let errno = libc::ENOENT.to_ne_bytes();
+        let cases = [
+            (Record::Unshared, vec![b'U']),
+            (
+                Record::Forked(4_123_456),
+                vec![b'P', pid[0], pid[1], pid[2], pid[3]],
+            ),
+            (
+                Record::Failed {
+                    step: Step::PivotRoot as u8,
+                    errno: libc::ENOENT,
+                },
+                vec![b'E', 13, errno[0], errno[1], errno[2], errno[3]],
+            ),
+            (Record::Other(b'x'), vec![b'x']),
+        ];
+        for (record, bytes) in cases {
+            let (b, n) = record.encode();
+            assert_eq!(&b[..n], &bytes[..], "{record:?}");
+            assert_eq!(Record::decode(&b), record);
+        }
+    }
+
+    #[test]
+    fn status_records_travel_through_a_pipe() {
+        let (r, w) = sys::pipe().expect("pipe");
+        let records = [
+            Record::Unshared,
+            Record::Forked(77),
+            Record::Failed {
+                step: Step::Execve as u8,
+                errno: libc::ENOEXEC,
+            },
+        ];
+        for rec in records {
+            rec.send(w.as_raw_fd()).expect("send");
+        }
+        drop(w);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for rec in records {
+            assert_eq!(
+                read_record(r.as_raw_fd(), deadline).expect("read"),
+                Some(rec)
+            );
+        }
+        assert_eq!(read_record(r.as_raw_fd(), deadline).expect("end"), None);
     }
 
     fn bm(source: &Path, target: &str) -> BindMount {
