@@ -116,6 +116,33 @@ pub enum FromCopy {
     },
 }
 
+/// Requests of `germline status|call|stop ID` to the supervisor that `germline start` leaves
+/// running (`/run/germline/<id>.sock`, one JSON line each way; `cli.rs`). Read leniently as
+/// before: a call's missing or non-string `tool` is the empty name, missing `arguments` are
+/// `{}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum SupervisorRequest {
+    Status,
+    Call {
+        #[serde(default, deserialize_with = "lenient_string")]
+        tool: String,
+        #[serde(default = "empty_object")]
+        arguments: Value,
+    },
+    Stop,
+}
+
+/// The supervisor's answers (the status answer is the germline's `Status` with its extras).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum SupervisorAnswer {
+    Status(Value),
+    Result { result: Value },
+    Error { error: String },
+    Stopped { stopped: bool },
+}
+
 /// A control message that is not JSON at all.
 #[derive(Debug, thiserror::Error)]
 #[error("malformed control message: {0}")]
@@ -150,6 +177,17 @@ pub fn encode_line<T: Serialize>(msg: &T) -> Vec<u8> {
     let mut line = encode(msg);
     line.push(b'\n');
     line
+}
+
+fn empty_object() -> Value {
+    Value::Object(serde_json::Map::new())
+}
+
+fn lenient_string<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(Value::deserialize(d)?
+        .as_str()
+        .unwrap_or_default()
+        .to_string())
 }
 
 fn lenient_bool<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
@@ -356,6 +394,48 @@ mod tests {
         assert_eq!(
             known::<ToCopy>(&json!({"op": "data", "items": [{"name": "a", "mode": 1}]})),
             None
+        );
+    }
+
+    #[test]
+    fn supervisor_requests_round_trip_and_read_leniently() {
+        for m in [
+            SupervisorRequest::Status,
+            SupervisorRequest::Stop,
+            SupervisorRequest::Call {
+                tool: "get_current_time".into(),
+                arguments: json!({"timezone": "UTC"}),
+            },
+        ] {
+            assert_eq!(round_trip(&m), m);
+        }
+        assert_eq!(
+            known(&json!({"op": "call"})),
+            Some(SupervisorRequest::Call {
+                tool: String::new(),
+                arguments: json!({})
+            })
+        );
+        assert_eq!(
+            known(&json!({"op": "call", "tool": 3, "arguments": null})),
+            Some(SupervisorRequest::Call {
+                tool: String::new(),
+                arguments: Value::Null
+            })
+        );
+        assert_eq!(known::<SupervisorRequest>(&json!({"op": "restart"})), None);
+        assert_eq!(known::<SupervisorRequest>(&Value::Null), None);
+        assert_eq!(
+            serde_json::to_value(SupervisorAnswer::Error { error: "no".into() }).expect("value"),
+            json!({"error": "no"})
+        );
+        assert_eq!(
+            serde_json::to_value(SupervisorAnswer::Stopped { stopped: true }).expect("value"),
+            json!({"stopped": true})
+        );
+        assert_eq!(
+            serde_json::to_value(SupervisorAnswer::Result { result: json!(1) }).expect("value"),
+            json!({"result": 1})
         );
     }
 
