@@ -1,8 +1,15 @@
 //! The checks made from outside before every fork (G1-G3) and on every copy before it gets data
 //! (issue 4, item 3; paper A2, O1, O2). Each check returns the list of reasons it failed.
+//!
+//! G1-G3 are split in two: [`snapshot`] reads the germline from outside, [`rules`] judges the
+//! snapshot without I/O.
 
-use crate::procfs::{self, Fd, Namespaces};
+pub mod rules;
+pub mod snapshot;
+
+use crate::procfs::{self, Fd, Mount, Namespaces};
 use crate::seccomp::Program;
+use rules::status_field;
 
 /// Device number of /dev/null (1:3).
 const DEV_NULL: (u32, u32) = (1, 3);
@@ -31,7 +38,16 @@ impl GermlineFacts {
         ctl_inode: u64,
         extra_targets: &[String],
     ) -> crate::Result<GermlineFacts> {
-        let mounts = procfs::mountinfo(pid)?;
+        GermlineFacts::from_mounts(pid, ctl_inode, &procfs::mountinfo(pid)?, extra_targets)
+    }
+
+    /// The facts from the germline's mounts as `/proc/PID/mountinfo` lists them.
+    pub fn from_mounts(
+        pid: i32,
+        ctl_inode: u64,
+        mounts: &[Mount],
+        extra_targets: &[String],
+    ) -> crate::Result<GermlineFacts> {
         let root = mounts
             .iter()
             .rev()
@@ -55,14 +71,14 @@ impl GermlineFacts {
         })
     }
 
-    fn is_devnull(&self, f: &Fd) -> bool {
+    pub(crate) fn is_devnull(&self, f: &Fd) -> bool {
         let is_chr = f.mode & libc::S_IFMT == libc::S_IFCHR;
         is_chr
             && procfs::major_minor(f.rdev) == DEV_NULL
             && f.mnt_id.is_some_and(|m| self.devnull_mnt_ids.contains(&m))
     }
 
-    fn is_rootfs_file(&self, f: &Fd) -> bool {
+    pub(crate) fn is_rootfs_file(&self, f: &Fd) -> bool {
         let kind = f.mode & libc::S_IFMT;
         let dev = procfs::major_minor(f.dev);
         (kind == libc::S_IFREG || kind == libc::S_IFDIR)
@@ -71,93 +87,6 @@ impl GermlineFacts {
                     .extra_mounts
                     .iter()
                     .any(|(id, d)| f.mnt_id == Some(*id) && dev == *d))
-    }
-}
-
-fn status_field(st: &std::collections::BTreeMap<String, String>, key: &str) -> String {
-    st.get(key).cloned().unwrap_or_default()
-}
-
-/// G1-G3 on the germline. `cgroup_procs` and `cgroup_threads` are the host pids and tids the
-/// germline's cgroup holds.
-pub fn germline(
-    facts: &GermlineFacts,
-    cgroup_procs: &[i32],
-    cgroup_threads: &[i32],
-) -> Vec<String> {
-    let mut bad = Vec::new();
-    let pid = facts.pid;
-    // G1: one task in the cgroup, one thread.
-    if cgroup_procs.is_empty() {
-        // Nothing else can be read of a germline that is gone: say that, not `[]`.
-        bad.push(format!(
-            "G1: the germline's cgroup holds no process: the germline {pid} is gone (it exited \
-             or was killed)"
-        ));
-        return bad;
-    }
-    if cgroup_procs != [pid] {
-        bad.push(format!("G1: the germline's cgroup holds processes {cgroup_procs:?}, not only the germline {pid}"));
-    }
-    if cgroup_threads.len() != 1 {
-        bad.push(format!(
-            "G1: the germline's cgroup holds {} threads",
-            cgroup_threads.len()
-        ));
-    }
-    match procfs::status(pid) {
-        Ok(st) => {
-            if status_field(&st, "Threads") != "1" {
-                bad.push(format!(
-                    "G1: the germline has {} threads",
-                    status_field(&st, "Threads")
-                ));
-            }
-        }
-        Err(e) => bad.push(format!("G1: cannot read the germline's status: {e}")),
-    }
-    // G2: descriptors.
-    match procfs::fds(pid) {
-        Ok(fds) => {
-            for f in &fds {
-                let ok = if f.num <= 2 {
-                    facts.is_devnull(f)
-                } else {
-                    (f.num == 3
-                        && f.ino == facts.ctl_inode
-                        && f.mode & libc::S_IFMT == libc::S_IFSOCK)
-                        || facts.is_devnull(f)
-                        || facts.is_rootfs_file(f)
-                };
-                if !ok {
-                    bad.push(format!("G2: descriptor {} is {} (not /dev/null, the control socket or a rootfs file)", f.num, f.target));
-                }
-            }
-            if !fds.iter().any(|f| f.num == 3 && f.ino == facts.ctl_inode) {
-                bad.push("G2: the control socket is not on descriptor 3".into());
-            }
-        }
-        Err(e) => bad.push(format!("G2: cannot list the germline's descriptors: {e}")),
-    }
-    // G3: shared mappings only of rootfs files.
-    bad.extend(shared_mappings(pid, facts.rootfs_dev, "G3"));
-    bad
-}
-
-fn shared_mappings(pid: i32, rootfs_dev: (u32, u32), tag: &str) -> Vec<String> {
-    match procfs::maps(pid) {
-        Ok(maps) => maps
-            .iter()
-            .filter(|m| m.perms.as_bytes().get(3) == Some(&b's'))
-            .filter(|m| !(m.dev == rootfs_dev && m.ino != 0 && !m.perms.contains('w')))
-            .map(|m| {
-                format!(
-                    "{tag}: shared mapping {} {} of {:?}",
-                    m.range, m.perms, m.path
-                )
-            })
-            .collect(),
-        Err(e) => vec![format!("{tag}: cannot read mappings: {e}")],
     }
 }
 
@@ -267,7 +196,11 @@ pub fn copy(x: &CopyExpect<'_>) -> (Option<Namespaces>, Vec<String>) {
         }
         Err(e) => bad.push(format!("cannot list the copy's descriptors: {e}")),
     }
-    bad.extend(shared_mappings(pid, x.germline.rootfs_dev, "mapping"));
+    bad.extend(rules::shared_mappings(
+        &procfs::maps(pid).map_err(Into::into),
+        x.germline.rootfs_dev,
+        "mapping",
+    ));
     let ns = match Namespaces::of(pid) {
         Ok(ns) => {
             if let Role::Tool { parent } = x.role {
@@ -372,41 +305,4 @@ pub fn read_seccomp_filters(pid: i32) -> std::io::Result<Vec<Program>> {
     })();
     let _ = sys::ptrace(libc::PTRACE_DETACH, pid, 0, 0);
     result
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn facts(pid: i32) -> GermlineFacts {
-        GermlineFacts {
-            pid,
-            ctl_inode: 1,
-            rootfs_mnt_id: 1,
-            rootfs_dev: (0, 0),
-            devnull_mnt_ids: vec![],
-            extra_mounts: vec![],
-        }
-    }
-
-    #[test]
-    fn an_empty_cgroup_says_the_germline_is_gone() {
-        let bad = germline(&facts(4_000_000), &[], &[]);
-        assert_eq!(bad.len(), 1, "{bad:?}");
-        assert!(
-            bad[0].contains("holds no process") && bad[0].contains("germline 4000000 is gone"),
-            "{bad:?}"
-        );
-        assert!(!bad[0].contains("[]"), "{bad:?}");
-    }
-
-    #[test]
-    fn another_process_in_the_cgroup_is_named() {
-        let bad = germline(&facts(4_000_000), &[4_000_000, 4_000_001], &[1, 2]);
-        assert!(
-            bad.iter()
-                .any(|b| b.contains("holds processes [4000000, 4000001]")),
-            "{bad:?}"
-        );
-    }
 }

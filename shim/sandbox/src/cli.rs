@@ -11,6 +11,7 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
 use crate::germline::{Germline, Options};
+use crate::protocol::{self, SupervisorAnswer, SupervisorRequest};
 use crate::spec::{LaunchSpec, DEFAULT_PYTHON_ROOTFS};
 
 /// Where running germlines listen for `status`, `call` and `stop`.
@@ -138,7 +139,7 @@ pub fn run(cmd: Command) -> ExitCode {
     let r = match cmd {
         Command::Start(a) => start(a),
         Command::Status(a) => match &a.id {
-            Some(id) => request(id, json!({"op": "status"})),
+            Some(id) => request(id, &SupervisorRequest::Status),
             // `germline` itself answers the deployments form before it gets here.
             None => Err("status: give a germline ID".into()),
         },
@@ -147,10 +148,13 @@ pub fn run(cmd: Command) -> ExitCode {
             .and_then(|args| {
                 request(
                     &a.id,
-                    json!({"op": "call", "tool": a.tool, "arguments": args}),
+                    &SupervisorRequest::Call {
+                        tool: a.tool,
+                        arguments: args,
+                    },
                 )
             }),
-        Command::Stop(a) => request(&a.id, json!({"op": "stop"})),
+        Command::Stop(a) => request(&a.id, &SupervisorRequest::Stop),
         Command::SandboxBench(a) => bench(a),
     };
     match r {
@@ -162,12 +166,13 @@ pub fn run(cmd: Command) -> ExitCode {
     }
 }
 
-fn request(id: &str, msg: Value) -> Result<(), String> {
+fn request(id: &str, msg: &SupervisorRequest) -> Result<(), String> {
     let id = sanitize(id)?;
     let path = socket_path(&id);
     let mut s = UnixStream::connect(&path)
         .map_err(|e| format!("no germline {id} ({}: {e})", path.display()))?;
-    writeln!(s, "{msg}").map_err(|e| e.to_string())?;
+    s.write_all(&protocol::encode_line(msg))
+        .map_err(|e| e.to_string())?;
     let mut line = String::new();
     BufReader::new(s)
         .read_line(&mut line)
@@ -175,7 +180,7 @@ fn request(id: &str, msg: Value) -> Result<(), String> {
     let v: Value =
         serde_json::from_str(&line).map_err(|e| format!("bad answer from the germline: {e}"))?;
     println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-    if msg.get("op").and_then(Value::as_str) == Some("stop") {
+    if *msg == SupervisorRequest::Stop {
         // The daemon removes its socket once every copy, cgroup and namespace is gone.
         let t = Instant::now();
         while path.exists() && t.elapsed() < Duration::from_secs(10) {
@@ -260,7 +265,7 @@ fn start(a: StartArgs) -> Result<(), String> {
         let req: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
         let (answer, stop) = serve_one(&mut g, &req);
         let mut w = &conn;
-        let _ = writeln!(w, "{answer}");
+        let _ = w.write_all(&protocol::encode_line(&answer));
         if stop {
             break;
         }
@@ -269,26 +274,32 @@ fn start(a: StartArgs) -> Result<(), String> {
     g.stop().map_err(|e| e.to_string())
 }
 
-fn serve_one(g: &mut Germline, req: &Value) -> (Value, bool) {
-    match req.get("op").and_then(Value::as_str) {
-        Some("status") => {
+fn serve_one(g: &mut Germline, req: &Value) -> (SupervisorAnswer, bool) {
+    match protocol::known::<SupervisorRequest>(req) {
+        Some(SupervisorRequest::Status) => {
             let st = g.status();
             let mut v = serde_json::to_value(&st).unwrap_or(Value::Null);
             v["g1_g3"] = json!(if st.checks.is_empty() { "pass" } else { "FAIL" });
             v["pool_pids"] = json!(g.pool_pids());
             v["live_copies"] = json!(g.copy_pids());
-            (v, false)
+            (SupervisorAnswer::Status(v), false)
         }
-        Some("call") => {
-            let tool = req.get("tool").and_then(Value::as_str).unwrap_or_default();
-            let args = req.get("arguments").cloned().unwrap_or(json!({}));
-            match g.call(&[], tool, args) {
-                Ok(r) => (json!({"result": r}), false),
-                Err(e) => (json!({"error": e.to_string()}), false),
-            }
-        }
-        Some("stop") => (json!({"stopped": true}), true),
-        _ => (json!({"error": "unknown request"}), false),
+        Some(SupervisorRequest::Call { tool, arguments }) => match g.call(&[], &tool, arguments) {
+            Ok(result) => (SupervisorAnswer::Result { result }, false),
+            Err(e) => (
+                SupervisorAnswer::Error {
+                    error: e.to_string(),
+                },
+                false,
+            ),
+        },
+        Some(SupervisorRequest::Stop) => (SupervisorAnswer::Stopped { stopped: true }, true),
+        None => (
+            SupervisorAnswer::Error {
+                error: "unknown request".into(),
+            },
+            false,
+        ),
     }
 }
 

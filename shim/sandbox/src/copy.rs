@@ -4,63 +4,19 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::cgroup::Cgroup;
 use crate::error::{Error, Result};
+use crate::mcp_client::{Channel, ClientError, Session};
 use crate::mounts::{ItemsDir, SlotLease};
 use crate::procfs::Namespaces;
+use crate::protocol::{self, DataItem, ToCopy, Twin};
 use crate::sys;
 
-/// What one message from a copy (or from a baseline's tool process) means while the shim
-/// awaits the answer to its request `id`: the rules of both transports, in one place.
-#[derive(Debug)]
-pub enum Relayed {
-    /// The awaited response: its result, or its error object (`None`: it had neither).
-    Response(std::result::Result<Value, Option<Value>>),
-    /// A reply to send back: to `ping`, or the handler's answer (or refusal) of a request.
-    Reply(Value),
-    /// Nothing to send: a notification (handed to the handler) or an unrelated message.
-    Nothing,
-}
-
-/// Classifies `msg` (see [`Relayed`]). `handler` sees every notification (its answer is
-/// ignored) and every request other than `ping`, and answers a request with
-/// `Some({"result": ..})` or `Some({"error": ..})`; `None` refuses it.
-pub fn relay_one(
-    msg: &Value,
-    id: u64,
-    handler: &mut dyn FnMut(&Value) -> Option<Value>,
-) -> Relayed {
-    if msg.get("id").and_then(Value::as_u64) == Some(id) && msg.get("method").is_none() {
-        return Relayed::Response(match (msg.get("result"), msg.get("error")) {
-            (_, Some(err)) => Err(Some(err.clone())),
-            (Some(r), None) => Ok(r.clone()),
-            (None, None) => Err(None),
-        });
-    }
-    match (msg.get("method").and_then(Value::as_str), msg.get("id")) {
-        (Some("ping"), Some(rid)) => {
-            Relayed::Reply(json!({"jsonrpc": "2.0", "id": rid, "result": {}}))
-        }
-        (Some(m), Some(rid)) => {
-            let mut answer = handler(msg)
-                .filter(|a| a.get("result").is_some() || a.get("error").is_some())
-                .unwrap_or_else(|| {
-                    json!({"error": {"code": -32601,
-                        "message": format!("germline: {m} is not available to the tool during a call")}})
-                });
-            answer["jsonrpc"] = json!("2.0");
-            answer["id"] = rid.clone();
-            Relayed::Reply(answer)
-        }
-        (Some(_), None) => {
-            handler(msg);
-            Relayed::Nothing
-        }
-        _ => Relayed::Nothing,
-    }
-}
+// The MCP client copies are spoken to with; re-exported here for the callers that used them
+// from this module.
+pub use crate::mcp_client::{relay_one, Relayed};
 
 /// One item for a copy: its name (the file `/run/items/<name>` and the memfd's name), its
 /// contents, whether it is in the copy's view (outside it the copy gets an empty file, A5),
@@ -116,31 +72,95 @@ pub struct Copy {
     pid: i32,
     /// The tool's host pid when it runs under a reaper (the copy's `pid`).
     tool: Option<i32>,
-    sock: OwnedFd,
+    /// The copy socket, bounded by the copy's one deadline.
+    chan: CopyChannel,
+    /// The MCP client's state towards the copy.
+    mcp: Session,
     cgroup: Cgroup,
     fork_at: Instant,
     ready_at: Option<Instant>,
-    deadline: Instant,
-    buf: Vec<u8>,
     ns: Option<Namespaces>,
-    next_id: u64,
     dead: bool,
+    /// `false` only under the cgroup-sweep ablation.
+    #[cfg(feature = "ablation")]
     sweep: bool,
     /// Checked to be PID 1 of a PID namespace of its own (O3).
     own_pidns: bool,
-    initialized: bool,
-    /// The id of an `initialize` sent ahead ([`Copy::begin_initialize`]) whose response has not
-    /// been read yet, and the capabilities it announced.
-    init_pending: Option<u64>,
-    init_caps: Option<Value>,
     /// Item store slots mounted in this copy; freed (and emptied) once it is dead.
     leases: Vec<SlotLease>,
     /// Its `/run/items`, once the mounts that need no data are made (pool copies).
     items_dir: Option<ItemsDir>,
     /// Twin inputs `(time_ns, seed)` sent with the data (A4), if set.
     twin: Option<(u128, u64)>,
-    /// The client capabilities the shim's `initialize` announces to the copy.
-    client_caps: Value,
+}
+
+/// The copy socket as a [`Channel`]: newline-delimited JSON, every wait bounded by the copy's
+/// one deadline, items' descriptors sent along with a line.
+#[derive(Debug)]
+struct CopyChannel {
+    sock: OwnedFd,
+    buf: Vec<u8>,
+    deadline: Instant,
+}
+
+impl CopyChannel {
+    fn send_raw(&self, line: &[u8], fds: &[i32]) -> Result<()> {
+        let mut sent = sys::send_with_fds(self.sock.as_raw_fd(), line, fds)
+            .map_err(|e| Error::Crashed(format!("send: {e}")))?;
+        while sent < line.len() {
+            sent += sys::send_with_fds(self.sock.as_raw_fd(), &line[sent..], &[])
+                .map_err(|e| Error::Crashed(format!("send: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+impl Channel for CopyChannel {
+    type Error = Error;
+
+    fn send_line(&mut self, line: &[u8]) -> Result<()> {
+        self.send_raw(line, &[])
+    }
+
+    fn recv_line(&mut self) -> Result<Vec<u8>> {
+        loop {
+            if let Some(pos) = self.buf.iter().position(|&b| b == b'\n') {
+                return Ok(self.buf.drain(..=pos).collect());
+            }
+            if self.buf.len() > MAX_LINE {
+                return Err(Error::Malformed("a message longer than 16 MiB".into()));
+            }
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Deadline);
+            }
+            let ms = i32::try_from(left.as_millis().max(1)).unwrap_or(i32::MAX);
+            if !sys::poll_readable(self.sock.as_raw_fd(), ms)
+                .map_err(|e| Error::sys("poll copy", e))?
+            {
+                return Err(Error::Deadline);
+            }
+            let mut chunk = vec![0u8; 1 << 16];
+            let n = sys::recv(self.sock.as_raw_fd(), &mut chunk)
+                .map_err(|e| Error::Crashed(format!("recv: {e}")))?;
+            if n == 0 {
+                return Err(Error::Crashed("the copy closed its channel".into()));
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+/// A failed request as the crate's error, with the texts the copy's errors always had.
+fn client_error(e: ClientError<Error>) -> Error {
+    match e {
+        ClientError::Channel(e) => e,
+        e @ (ClientError::NotJson(_) | ClientError::NotJsonRpc | ClientError::NoResult) => {
+            Error::Malformed(e.to_string())
+        }
+        e @ ClientError::Failed { .. } => Error::Protocol(e.to_string()),
+        e @ ClientError::AlreadyInitialized => Error::Spec(e.to_string()),
+    }
 }
 
 impl Copy {
@@ -154,24 +174,23 @@ impl Copy {
         Copy {
             pid,
             tool: None,
-            sock,
+            chan: CopyChannel {
+                sock,
+                buf: Vec::new(),
+                deadline,
+            },
+            mcp: Session::strict(),
             cgroup,
             fork_at,
             ready_at: None,
-            deadline,
-            buf: Vec::new(),
             ns: None,
-            next_id: 1,
             dead: false,
+            #[cfg(feature = "ablation")]
             sweep: true,
             own_pidns: false,
-            initialized: false,
-            init_pending: None,
-            init_caps: None,
             leases: Vec::new(),
             items_dir: None,
             twin: None,
-            client_caps: json!({}),
         }
     }
 
@@ -203,8 +222,18 @@ impl Copy {
         self.ns = ns;
     }
 
+    #[cfg(feature = "ablation")]
     pub(crate) fn set_sweep(&mut self, sweep: bool) {
         self.sweep = sweep;
+    }
+
+    /// Whether the end of the copy kills its whole cgroup (always, but under the ablation).
+    fn sweeps(&self) -> bool {
+        #[cfg(feature = "ablation")]
+        let sweep = self.sweep;
+        #[cfg(not(feature = "ablation"))]
+        let sweep = true;
+        sweep
     }
 
     /// Records that the checks found the copy to be PID 1 of a PID namespace of its own.
@@ -229,7 +258,7 @@ impl Copy {
     }
 
     pub(crate) fn restart_deadline(&mut self, d: Duration) {
-        self.deadline = Instant::now() + d;
+        self.chan.deadline = Instant::now() + d;
     }
 
     /// Time from the fork command to a checked copy ready for data.
@@ -239,7 +268,7 @@ impl Copy {
 
     /// The copy's absolute deadline (monotonic), shared with the broker.
     pub fn deadline(&self) -> Instant {
-        self.deadline
+        self.chan.deadline
     }
 
     /// Private memory of the copy in bytes (Private_Clean + Private_Dirty of smaps_rollup), of
@@ -261,57 +290,17 @@ impl Copy {
         Some(kb * 1024)
     }
 
-    fn send_line(&self, v: &Value, fds: &[i32]) -> Result<()> {
-        let mut line = v.to_string().into_bytes();
-        line.push(b'\n');
-        self.send_raw(&line, fds)
-    }
-
-    fn send_raw(&self, line: &[u8], fds: &[i32]) -> Result<()> {
-        let mut sent = sys::send_with_fds(self.sock.as_raw_fd(), line, fds)
-            .map_err(|e| Error::Crashed(format!("send: {e}")))?;
-        while sent < line.len() {
-            sent += sys::send_with_fds(self.sock.as_raw_fd(), &line[sent..], &[])
-                .map_err(|e| Error::Crashed(format!("send: {e}")))?;
-        }
-        Ok(())
-    }
-
     /// Asks a checked, data-free pool copy to run the germline's warming session once more
     /// while it waits for its call (no answer: the copy reads its `data` after it).
     pub(crate) fn request_prewarm(&self) -> Result<()> {
-        self.send_line(&json!({"op": "prewarm"}), &[])
+        self.chan
+            .send_raw(&protocol::encode_line(&ToCopy::Prewarm), &[])
     }
 
     /// Reads one newline-terminated JSON message, before the deadline.
     pub fn recv_json(&mut self) -> Result<Value> {
-        loop {
-            if let Some(pos) = self.buf.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = self.buf.drain(..=pos).collect();
-                return serde_json::from_slice(&line)
-                    .map_err(|e| Error::Malformed(format!("not JSON: {e}")));
-            }
-            if self.buf.len() > MAX_LINE {
-                return Err(Error::Malformed("a message longer than 16 MiB".into()));
-            }
-            let left = self.deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(Error::Deadline);
-            }
-            let ms = i32::try_from(left.as_millis().max(1)).unwrap_or(i32::MAX);
-            if !sys::poll_readable(self.sock.as_raw_fd(), ms)
-                .map_err(|e| Error::sys("poll copy", e))?
-            {
-                return Err(Error::Deadline);
-            }
-            let mut chunk = vec![0u8; 1 << 16];
-            let n = sys::recv(self.sock.as_raw_fd(), &mut chunk)
-                .map_err(|e| Error::Crashed(format!("recv: {e}")))?;
-            if n == 0 {
-                return Err(Error::Crashed("the copy closed its channel".into()));
-            }
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
+        let line = self.chan.recv_line()?;
+        serde_json::from_slice(&line).map_err(|e| Error::Malformed(format!("not JSON: {e}")))
     }
 
     /// Sets the twin inputs `(time_ns, seed)` the copy derives its clocks and entropy from
@@ -343,24 +332,25 @@ impl Copy {
             sys::write_all_raw(fd.as_raw_fd(), item.visible())
                 .map_err(|e| Error::sys("write memfd", e))?;
             fds.push(fd);
-            names.push(match &item.path {
-                Some(p) => json!({"name": item.name, "path": p}),
-                None => json!({"name": item.name}),
+            names.push(DataItem {
+                name: item.name.clone(),
+                path: item.path.clone(),
             });
         }
         let raw: Vec<i32> = fds.iter().map(AsRawFd::as_raw_fd).collect();
-        // A control line starts with `{"op":` (no JSON-RPC line does; see the bootstrap), so
-        // it is written by hand rather than by serde_json, which orders keys alphabetically.
-        let mut line = format!("{{\"op\":\"data\",\"items\":{}", Value::Array(names));
-        if let Some((time_ns, seed)) = self.twin {
-            // u128 does not fit a JSON number every reader accepts: send the clock as u64.
-            let t = u64::try_from(time_ns).unwrap_or(u64::MAX);
-            line.push_str(&format!(",\"twin\":{{\"time_ns\":{t},\"seed\":{seed}}}"));
-        }
-        line.push_str("}\n");
+        // A control line starts with `{"op":` (no JSON-RPC line does; see the bootstrap): the
+        // tag comes first in the encoding of `ToCopy`.
+        let line = protocol::encode_line(&ToCopy::Data {
+            items: names,
+            twin: self.twin.map(|(time_ns, seed)| Twin {
+                // u128 does not fit a JSON number every reader accepts: send the clock as u64.
+                time_ns: u64::try_from(time_ns).unwrap_or(u64::MAX),
+                seed,
+            }),
+        });
         // Not acknowledged: the copy installs the data before it reads the next line, and the
         // call's answer (or a broken channel) says the rest.
-        self.send_raw(line.as_bytes(), &raw)?;
+        self.chan.send_raw(&line, &raw)?;
         drop(fds);
         Ok(())
     }
@@ -368,7 +358,9 @@ impl Copy {
     /// Sends one JSON-RPC request and waits for its response, skipping notifications. Every
     /// wait is bounded by the copy's one deadline, however many messages it sends.
     pub fn request(&mut self, method: &str, params: Value) -> Result<Value> {
-        self.request_observed(method, params, &mut |_| {})
+        self.mcp
+            .request(&mut self.chan, method, params)
+            .map_err(client_error)
     }
 
     /// Like [`Copy::request`], handing every notification the copy sends meanwhile to
@@ -380,12 +372,9 @@ impl Copy {
         params: Value,
         observer: &mut dyn FnMut(&Value),
     ) -> Result<Value> {
-        self.request_relayed(method, params, &mut |m| {
-            if m.get("id").is_none() {
-                observer(m);
-            }
-            None
-        })
+        self.mcp
+            .request_observed(&mut self.chan, method, params, observer)
+            .map_err(client_error)
     }
 
     /// Like [`Copy::request_observed`], with one handler for everything the copy sends
@@ -399,49 +388,31 @@ impl Copy {
         params: Value,
         handler: &mut dyn FnMut(&Value) -> Option<Value>,
     ) -> Result<Value> {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.send_line(
-            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
-            &[],
-        )?;
-        loop {
-            let msg = self.recv_json()?;
-            if !msg.is_object() || msg.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-                return Err(Error::Malformed("not a JSON-RPC 2.0 message".into()));
-            }
-            if self.init_response(&msg)? {
-                continue;
-            }
-            match relay_one(&msg, id, handler) {
-                Relayed::Response(Ok(result)) => return Ok(result),
-                Relayed::Response(Err(Some(err))) => {
-                    return Err(Error::Protocol(format!("{method} failed: {err}")))
-                }
-                Relayed::Response(Err(None)) => {
-                    return Err(Error::Malformed("a response without result".into()))
-                }
-                Relayed::Reply(answer) => self.send_line(&answer, &[])?,
-                Relayed::Nothing => {}
-            }
-        }
+        self.mcp
+            .request_relayed(&mut self.chan, method, params, handler)
+            .map_err(client_error)
     }
 
     /// Sets the client capabilities the copy's `initialize` announces (the agent's
     /// `sampling` and `elicitation`, where the shim relays them); `{}` by default.
     pub fn set_client_capabilities(&mut self, caps: Value) {
-        self.client_caps = caps;
+        self.mcp.set_client_capabilities(caps);
     }
 
     /// Sends a JSON-RPC notification.
     pub fn notify(&mut self, method: &str) -> Result<()> {
-        self.send_line(&json!({"jsonrpc": "2.0", "method": method}), &[])
+        self.mcp
+            .notify(&mut self.chan, method)
+            .map_err(client_error)
     }
 
     /// The MCP session of one call: initialize and initialized (once per copy), tools/call.
     pub fn mcp_call(&mut self, tool: &str, arguments: Value) -> Result<Value> {
         self.begin_initialize()?;
-        self.request("tools/call", json!({"name": tool, "arguments": arguments}))
+        self.request(
+            "tools/call",
+            Session::tools_call_params(tool, arguments, None),
+        )
     }
 
     /// Sends the copy's MCP `initialize` (with the client capabilities set for it) and
@@ -450,48 +421,14 @@ impl Copy {
     /// shim prepares its mounts and broker endpoint, a pool copy while it waits for a call. The
     /// answer is read, and checked, before the answer of the next request.
     pub fn begin_initialize(&mut self) -> Result<()> {
-        if self.initialized || self.init_pending.is_some() {
-            return Ok(());
-        }
-        let id = self.next_id;
-        self.next_id += 1;
-        self.send_line(
-            &json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": self.client_caps.clone(),
-                "clientInfo": {"name": "germline-shim", "version": env!("CARGO_PKG_VERSION")}
-            }}),
-            &[],
-        )?;
-        self.notify("notifications/initialized")?;
-        self.init_pending = Some(id);
-        self.init_caps = Some(self.client_caps.clone());
-        Ok(())
+        self.mcp
+            .begin_initialize(&mut self.chan)
+            .map_err(client_error)
     }
 
     /// The capabilities this copy's `initialize` announced, once sent.
     pub fn initialized_with(&self) -> Option<&Value> {
-        self.init_caps.as_ref()
-    }
-
-    /// `true` if `msg` is the response to the pending `initialize` (then consumed); its error
-    /// is the call's error.
-    fn init_response(&mut self, msg: &Value) -> Result<bool> {
-        let Some(id) = self.init_pending else {
-            return Ok(false);
-        };
-        if msg.get("id").and_then(Value::as_u64) != Some(id) || msg.get("method").is_some() {
-            return Ok(false);
-        }
-        self.init_pending = None;
-        if let Some(err) = msg.get("error") {
-            return Err(Error::Protocol(format!("initialize failed: {err}")));
-        }
-        if msg.get("result").is_none() {
-            return Err(Error::Malformed("a response without result".into()));
-        }
-        self.initialized = true;
-        Ok(true)
+        self.mcp.initialized_with()
     }
 
     /// [`Copy::mcp_call`] with the call's `_meta` (a progress token) and an observer of the
@@ -521,10 +458,7 @@ impl Copy {
         handler: &mut dyn FnMut(&Value) -> Option<Value>,
     ) -> Result<Value> {
         self.initialize()?;
-        let mut params = json!({"name": tool, "arguments": arguments});
-        if let Some(m) = meta {
-            params["_meta"] = m;
-        }
+        let params = Session::tools_call_params(tool, arguments, meta);
         self.request_relayed("tools/call", params, handler)
     }
 
@@ -532,21 +466,7 @@ impl Copy {
     /// capabilities set for it, unless done already ([`Copy::mcp_call_relayed`] calls it;
     /// callers that time the handshake apart call it first).
     pub fn initialize(&mut self) -> Result<()> {
-        self.begin_initialize()?;
-        while self.init_pending.is_some() {
-            let msg = self.recv_json()?;
-            if !msg.is_object() || msg.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-                return Err(Error::Malformed("not a JSON-RPC 2.0 message".into()));
-            }
-            if !self.init_response(&msg)? {
-                // Before its handshake is answered a copy has nothing to say: a ping is
-                // answered, anything else refused.
-                if let Relayed::Reply(answer) = relay_one(&msg, 0, &mut |_| None) {
-                    self.send_line(&answer, &[])?;
-                }
-            }
-        }
-        Ok(())
+        self.mcp.initialize(&mut self.chan).map_err(client_error)
     }
 
     /// Any other MCP request of a data-free copy (`tools/list`, `resources/read`, ...), after
@@ -554,17 +474,12 @@ impl Copy {
     /// result returned.
     pub fn mcp_call_method(&mut self, method: &str, params: Value) -> Result<Value> {
         if method == "initialize" {
-            if self.initialized || self.init_pending.is_some() {
-                // The agent's own handshake needs a copy that has not made one (its protocol
-                // version may differ): Germline::fork_copy, never a pool copy.
-                return Err(Error::Spec(
-                    "initialize: this copy has made its handshake already".into(),
-                ));
-            }
-            let r = self.request("initialize", params)?;
-            self.notify("notifications/initialized")?;
-            self.initialized = true;
-            return Ok(r);
+            // The agent's own handshake needs a copy that has not made one (its protocol
+            // version may differ): Germline::fork_copy, never a pool copy.
+            return self
+                .mcp
+                .handshake(&mut self.chan, params)
+                .map_err(client_error);
         }
         self.begin_initialize()?;
         self.request(method, params)
@@ -583,7 +498,7 @@ impl Copy {
     fn reason(&self, result: Result<Value>) -> Result<Value> {
         match result {
             Err(_) if self.cgroup.oom_kills() > 0 => Err(Error::MemoryLimit),
-            Err(Error::Crashed(_)) if Instant::now() >= self.deadline => Err(Error::Deadline),
+            Err(Error::Crashed(_)) if Instant::now() >= self.chan.deadline => Err(Error::Deadline),
             other => other,
         }
     }
@@ -598,7 +513,7 @@ impl Copy {
     /// returns no corpse.
     pub fn retire(mut self, result: Result<Value>) -> (Result<Value>, Option<Corpse>) {
         let result = self.reason(result);
-        if !self.sweep {
+        if !self.sweeps() {
             self.kill();
             return (result, None);
         }
@@ -648,7 +563,7 @@ impl Copy {
         if self.pid > 1 {
             let _ = sys::kill(self.pid, libc::SIGKILL);
         }
-        if self.sweep {
+        if self.sweeps() {
             let _ = self.cgroup.destroy();
             // Every task is gone, and with them the copy's mount namespace: its item
             // directories can be emptied and reused.

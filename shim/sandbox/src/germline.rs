@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::cgroup::Cgroup;
+use crate::checks::snapshot::GermlineSnapshot;
 use crate::checks::{self, CopyExpect, GermlineFacts, Role};
 use crate::copy::{Copy, Corpse, Item};
 use crate::error::{Error, Result};
@@ -16,6 +17,7 @@ use crate::landlock;
 use crate::launch::{self, Prepared};
 use crate::mounts::{self, CopyMounts, ItemFile, ItemStore, ItemsDir};
 use crate::procfs::{self, Namespaces};
+use crate::protocol::{self, FromCopy, FromGermline, LandlockLayer, ToCopy, ToGermline};
 use crate::seccomp::{Program, SocketFamilies};
 use crate::spec::{Language, LaunchSpec};
 use crate::sys;
@@ -36,6 +38,9 @@ const MAX_DYING: usize = 4;
 pub const HOST_ID: u32 = 2_100_000;
 
 /// Switches that turn one mechanism off, for the tests that compare off and on (Table XII).
+/// Only with the cargo feature `ablation`: a build without it has neither this type nor the
+/// code paths it switches (see `ablated!`).
+#[cfg(feature = "ablation")]
 #[derive(Debug, Clone, Default)]
 pub struct Ablation {
     /// Skip the outside checks on copies (never in production).
@@ -56,10 +61,22 @@ pub struct Ablation {
     pub any_socket_family: bool,
 }
 
-impl Ablation {
+/// Whether the ablation switch `$field` of `$opts` is on: the constant `false` without the
+/// feature `ablation`, so what it guards is compiled out of production builds.
+macro_rules! ablated {
+    ($opts:expr, $field:ident) => {{
+        #[cfg(feature = "ablation")]
+        let on = $opts.ablation.$field;
+        #[cfg(not(feature = "ablation"))]
+        let on = false;
+        on
+    }};
+}
+
+impl Options {
     /// The socket families the seccomp layers allow.
     fn socket_families(&self) -> SocketFamilies {
-        if self.any_socket_family {
+        if ablated!(self, any_socket_family) {
             SocketFamilies::Any
         } else {
             SocketFamilies::Allowlist
@@ -74,7 +91,8 @@ pub struct Options {
     pub id: String,
     /// Pre-forked, checked, data-free copies to keep ready.
     pub pool: usize,
-    /// Ablations for tests.
+    /// Ablations for tests (only with the feature `ablation`).
+    #[cfg(feature = "ablation")]
     pub ablation: Ablation,
     /// Bootstrap source (tests substitute a tampered one to show that the checks catch it).
     pub bootstrap: String,
@@ -91,6 +109,7 @@ impl Options {
         Options {
             id: id.to_string(),
             pool: 0,
+            #[cfg(feature = "ablation")]
             ablation: Ablation::default(),
             bootstrap: PYTHON_BOOTSTRAP.to_string(),
             cpus: Vec::new(),
@@ -136,7 +155,7 @@ pub struct Germline {
     /// Sub-phases of the last [`Germline::copy`] in microseconds (empty: from the pool).
     fork_phases: Vec<(&'static str, u64)>,
     warm: bool,
-    copy_landlock: Value,
+    copy_landlock: LandlockLayer,
     /// The private store of items delivered at their own paths (mounts.rs).
     items: std::sync::Arc<ItemStore>,
     /// The canonical rootfs on the host.
@@ -231,23 +250,28 @@ impl Germline {
         ];
         env.extend(spec.env.iter().cloned());
         let items = ItemStore::new(ITEM_STORE_BYTES).map_err(|e| fail(e, &cgroup))?;
-        let slot_fds = if opts.ablation.no_item_rules {
+        let slot_fds = if ablated!(opts, no_item_rules) {
             vec![]
         } else {
             items.slot_fds()
         };
-        let mut prepared =
+        let prepared =
             Prepared::new(&spec, &argv, &env, &slot_fds).map_err(|e| fail(e, &cgroup))?;
         let rootfs = spec
             .rootfs
             .canonicalize()
             .map_err(|e| fail(Error::sys("canonicalize the rootfs", e), &cgroup))?;
-        if opts.ablation.no_landlock {
-            prepared.without_landlock();
-        }
-        if opts.ablation.any_socket_family {
-            prepared.set_filter(&Program::germline_with(SocketFamilies::Any));
-        }
+        #[cfg(feature = "ablation")]
+        let prepared = {
+            let mut prepared = prepared;
+            if opts.ablation.no_landlock {
+                prepared.without_landlock();
+            }
+            if opts.ablation.any_socket_family {
+                prepared.set_filter(&Program::germline_with(SocketFamilies::Any));
+            }
+            prepared
+        };
         cgroup
             .set_limits(
                 spec.limits.memory_bytes.saturating_mul(4),
@@ -287,7 +311,7 @@ impl Germline {
             dying: Vec::new(),
             fork_phases: Vec::new(),
             warm: false,
-            copy_landlock: Value::Null,
+            copy_landlock: LandlockLayer::default(),
             items,
             rootfs,
             stopped: false,
@@ -310,15 +334,10 @@ impl Germline {
         g.copy_landlock = g.copy_landlock_config();
         let deadline = Instant::now() + Duration::from_millis(g.spec.limits.init_timeout_ms);
         let msg = g.recv_ctl(deadline)?;
-        match msg.get("op").and_then(Value::as_str) {
-            Some("ready") => g.warm = msg.get("warm").and_then(Value::as_bool).unwrap_or(false),
-            Some("error") => {
-                let reason = msg
-                    .get("reason")
-                    .and_then(Value::as_str)
-                    .unwrap_or("?")
-                    .to_string();
-                return Err(Error::Init(reason));
+        match protocol::known::<FromGermline>(&msg) {
+            Some(FromGermline::Ready { warm }) => g.warm = warm,
+            Some(FromGermline::Error { reason }) => {
+                return Err(Error::Init(reason.unwrap_or_else(|| "?".into())));
             }
             _ => return Err(Error::Protocol(format!("unexpected first message {msg}"))),
         }
@@ -327,7 +346,7 @@ impl Germline {
         Ok(g)
     }
 
-    fn copy_landlock_config(&self) -> Value {
+    fn copy_landlock_config(&self) -> LandlockLayer {
         // The copy's own layer scopes signals and abstract sockets to its own domain (so
         // siblings and the germline are out of reach) and confines writes and TCP. It leaves
         // reading and executing to the germline's layer, installed by the shim and inherited:
@@ -335,13 +354,18 @@ impl Germline {
         // which no rule the copy could make before its mounts exist would.
         let abi = landlock::abi();
         let handled = landlock::all_fs_rights(abi) & !landlock::READ;
-        let mut rules: Vec<Value> = vec![json!(["/dev/null", landlock::READ_WRITE_FILE])];
+        let mut rules = vec![("/dev/null".to_string(), landlock::READ_WRITE_FILE)];
         // As in the germline's layer: /run holds the mount points of items and scratch.
         if self.spec.scratch {
-            rules.push(json!(["/run", handled]));
+            rules.push(("/run".to_string(), handled));
         }
-        let ports: Vec<u16> = self.spec.egress_port.into_iter().collect();
-        json!({"fs": handled, "net": 3, "scoped": 3, "rules": rules, "ports": ports})
+        LandlockLayer {
+            fs: handled,
+            net: 3,
+            scoped: 3,
+            rules,
+            ports: self.spec.egress_port.into_iter().collect(),
+        }
     }
 
     /// Host pids of the pool's copies.
@@ -357,6 +381,11 @@ impl Germline {
     /// Host pid of the germline process.
     pub fn pid(&self) -> i32 {
         self.pid
+    }
+
+    /// What the shim knows of the germline independently of it (G1-G3 judge against it).
+    pub fn facts(&self) -> &GermlineFacts {
+        &self.facts
     }
 
     /// The germline's namespaces.
@@ -395,8 +424,7 @@ impl Germline {
         if n == 0 {
             return Err(Error::Init("the germline exited".into()));
         }
-        serde_json::from_slice(&buf[..n])
-            .map_err(|e| Error::Protocol(format!("malformed control message: {e}")))
+        protocol::decode(&buf[..n]).map_err(|e| Error::Protocol(e.to_string()))
     }
 
     /// Whether the germline process is gone, and if so how it ended, e.g. `the germline (pid
@@ -464,9 +492,7 @@ impl Germline {
 
     /// G1-G3, read from outside. Empty: the germline may fork.
     pub fn check(&self) -> Vec<String> {
-        let procs = self.cgroup.procs().unwrap_or_default();
-        let threads = self.cgroup.threads().unwrap_or_default();
-        checks::germline(&self.facts, &procs, &threads)
+        checks::rules::germline(&self.facts, &GermlineSnapshot::read(self.pid, &self.cgroup))
     }
 
     /// The germline's children still in its own cgroup: after a fork, the new copy (every
@@ -614,7 +640,7 @@ impl Germline {
             return Ok(());
         }
         if self.checked_frozen.is_none()
-            && !self.opts.ablation.skip_germline_checks
+            && !ablated!(self.opts, skip_germline_checks)
             && self.cgroup.is_frozen()
         {
             self.checked_frozen = Some(self.check());
@@ -808,7 +834,7 @@ impl Germline {
 
     /// The seccomp layer each copy is told to install and is checked for.
     fn copy_filter(&self) -> Program {
-        Program::copy_with(self.opts.ablation.socket_families())
+        Program::copy_with(self.opts.socket_families())
     }
 
     fn fork_and_check(&mut self) -> Result<Copy> {
@@ -819,7 +845,7 @@ impl Germline {
             phases.push((name, now.duration_since(mark).as_micros() as u64));
             mark = now;
         };
-        if !self.opts.ablation.skip_germline_checks {
+        if !ablated!(self.opts, skip_germline_checks) {
             // Read between calls if the germline has stayed frozen since; else now.
             let bad = match self.checked_frozen.take() {
                 Some(bad) => bad,
@@ -846,12 +872,11 @@ impl Germline {
         lap("fork.cgroup", &mut phases);
         let fork_at = Instant::now();
         let deadline = fork_at + self.spec.limits.deadline();
-        let cmd = json!({
-            "op": "fork",
-            "seccomp": self.copy_filter().to_hex(),
-            "landlock": self.copy_landlock,
-            "pidns": !self.opts.ablation.no_pid_namespace,
-            "reaper": self.opts.reaper,
+        let cmd = protocol::encode(&ToGermline::Fork {
+            seccomp: self.copy_filter().to_hex(),
+            landlock: self.copy_landlock.clone(),
+            pidns: !ablated!(self.opts, no_pid_namespace),
+            reaper: self.opts.reaper,
         });
         // What the germline and the copy say of their own steps (CLOCK_MONOTONIC), for the
         // time breakdown only: nothing here is trusted or checked.
@@ -860,19 +885,15 @@ impl Germline {
             self.checked_frozen = None;
             self.cgroup.set_frozen(false)?;
             said.push(sys::monotonic_ns());
-            sys::send_with_fds(
-                self.ctl.as_raw_fd(),
-                cmd.to_string().as_bytes(),
-                &[copy_end.as_raw_fd()],
-            )
-            .map_err(|e| Error::sys("send fork command", e))?;
+            sys::send_with_fds(self.ctl.as_raw_fd(), &cmd, &[copy_end.as_raw_fd()])
+                .map_err(|e| Error::sys("send fork command", e))?;
             let reply = self.recv_ctl(Instant::now() + Duration::from_secs(10))?;
-            if reply.get("op").and_then(Value::as_str) != Some("forked") {
+            let Some(FromGermline::Forked { t }) = protocol::known(&reply) else {
                 return Err(Error::Refused(format!(
                     "the germline did not fork: {reply}"
                 )));
-            }
-            said.extend(reported_times(&reply, 3));
+            };
+            said.extend(reported_times(t, 3));
             said.push(sys::monotonic_ns());
             // The copy is the germline's new child; find it ourselves (trust nothing it says).
             let new = self.unmoved_children()?;
@@ -884,8 +905,12 @@ impl Germline {
             cg.add(pid)?;
             if self.opts.reaper {
                 // The copy is in its own cgroup: it may fork the tool now (docs/sandbox.md).
-                sys::send_with_fds(shim_end.as_raw_fd(), b"{\"op\":\"go\"}\n", &[])
-                    .map_err(|e| Error::sys("send go", e))?;
+                sys::send_with_fds(
+                    shim_end.as_raw_fd(),
+                    &protocol::encode_line(&ToCopy::Go),
+                    &[],
+                )
+                .map_err(|e| Error::sys("send go", e))?;
             }
             // Start freezing the germline now; it completes while the copy confines itself
             // and is confirmed before the copy is declared ready for data.
@@ -909,10 +934,10 @@ impl Germline {
                     fork_at,
                     Instant::now() + Duration::from_millis(200),
                 );
-                let said = probe
-                    .recv_json()
-                    .ok()
-                    .and_then(|v| v.get("reason").and_then(Value::as_str).map(str::to_string));
+                let said = match probe.recv_json().ok().as_ref().and_then(protocol::known) {
+                    Some(FromCopy::Error { reason }) => reason,
+                    _ => None,
+                };
                 let _ = probe.cgroup().destroy();
                 let e = match said {
                     Some(s) => Error::Refused(format!("{e}; the copy said: {s}")),
@@ -937,18 +962,19 @@ impl Germline {
         };
         lap("fork.fork", &mut phases);
         let mut copy = Copy::new(pid, shim_end, cg, fork_at, deadline);
+        #[cfg(feature = "ablation")]
         copy.set_sweep(!self.opts.ablation.no_cgroup_sweep);
         let r = (|| -> Result<()> {
             let ready = copy.recv_json()?;
-            if ready.get("op").and_then(Value::as_str) != Some("ready") {
+            let Some(FromCopy::Ready { t }) = protocol::known(&ready) else {
                 return Err(Error::CopyRefused(format!("expected ready, got {ready}")));
-            }
+            };
             lap("fork.confine", &mut phases);
-            said.extend(reported_times(&ready, 5));
+            said.extend(reported_times(t, 5));
             if self.opts.reaper {
                 copy.set_tool(Some(reaped_tool(pid, copy.cgroup())?));
             }
-            if !self.opts.ablation.skip_copy_checks {
+            if !ablated!(self.opts, skip_copy_checks) {
                 // The namespaces of every other live copy, read now (inode numbers of dead
                 // namespaces are reused, so remembered ones would be wrong).
                 let others: Vec<Namespaces> = self
@@ -958,7 +984,7 @@ impl Germline {
                     .filter_map(|k| Namespaces::of(k).ok())
                     .collect();
                 // PTRACE_SECCOMP_GET_FILTER numbers the programs from the first installed.
-                let sockets = self.opts.ablation.socket_families();
+                let sockets = self.opts.socket_families();
                 let filters = [Program::germline_with(sockets), self.copy_filter()];
                 let expect = |pid, role| CopyExpect {
                     pid,
@@ -984,7 +1010,7 @@ impl Germline {
                 }
                 copy.set_namespaces(ns);
                 // checks::copy found it PID 1 of a PID namespace no other copy shares.
-                copy.set_own_pidns(!self.opts.ablation.no_pid_namespace);
+                copy.set_own_pidns(!ablated!(self.opts, no_pid_namespace));
             }
             lap("fork.copy_checks", &mut phases);
             Ok(())
@@ -1232,12 +1258,7 @@ fn signal_name(sig: i32) -> &'static str {
 
 /// The `n` CLOCK_MONOTONIC readings a germline or copy put in its message's `t` (untrusted:
 /// for the time breakdown only); none unless it sent exactly `n` numbers.
-fn reported_times(msg: &Value, n: usize) -> Vec<u64> {
-    let t: Vec<u64> = msg
-        .get("t")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_u64).collect())
-        .unwrap_or_default();
+fn reported_times(t: Vec<u64>, n: usize) -> Vec<u64> {
     if t.len() == n {
         t
     } else {

@@ -191,41 +191,125 @@ pub fn plan_extra_mounts(
     Ok(plan)
 }
 
-/// Steps of the children, reported as numbers through the status pipe.
-const STEPS: [&str; 32] = [
-    "unshare(CLONE_NEWUSER)",
-    "wait for uid/gid maps",
-    "setresgid/setresuid(0)",
-    "unshare(mount, IPC, UTS, net, PID)",
-    "sethostname",
-    "make / private",
-    "bind the rootfs",
-    "mount tmpfs on /dev",
-    "create /dev node file",
-    "bind a /dev node",
-    "remount /dev read-only",
-    "remount the rootfs read-only",
-    "chdir(rootfs)",
-    "pivot_root",
-    "detach the old root",
-    "fork the germline",
-    "wait for the cgroup",
-    "open /dev/null",
-    "arrange descriptors",
-    "chdir(workdir)",
-    "PR_SET_NO_NEW_PRIVS",
-    "Landlock",
-    "seccomp",
-    "execve",
-    "mount tmpfs on /run",
-    "mkdir in /run",
-    "remount /run read-only",
-    "clone an extra mount's source (open_tree)",
-    "make an extra mount read-only",
-    "create an extra mount's target in /run",
-    "open an extra mount's target in the rootfs",
-    "attach an extra mount (move_mount)",
-];
+/// Steps of the keeper and the germline between fork and exec. A failing step is reported
+/// through the status pipe as its one-byte discriminant ([`Step::from_byte`] reads it back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Step {
+    UnshareUser,
+    WaitMaps,
+    SetIds,
+    UnshareRest,
+    Hostname,
+    RootPrivate,
+    BindRootfs,
+    DevTmpfs,
+    DevNodeFile,
+    DevNodeBind,
+    DevReadOnly,
+    RootfsReadOnly,
+    ChdirRootfs,
+    PivotRoot,
+    DetachOldRoot,
+    ForkGermline,
+    WaitCgroup,
+    OpenDevNull,
+    ArrangeFds,
+    ChdirWorkdir,
+    NoNewPrivs,
+    Landlock,
+    Seccomp,
+    Execve,
+    RunTmpfs,
+    RunMkdir,
+    RunReadOnly,
+    ExtraOpenTree,
+    ExtraReadOnly,
+    ExtraRunTarget,
+    ExtraOpenTarget,
+    ExtraMoveMount,
+}
+
+impl Step {
+    /// Every step, in discriminant order.
+    const ALL: [Step; 32] = [
+        Step::UnshareUser,
+        Step::WaitMaps,
+        Step::SetIds,
+        Step::UnshareRest,
+        Step::Hostname,
+        Step::RootPrivate,
+        Step::BindRootfs,
+        Step::DevTmpfs,
+        Step::DevNodeFile,
+        Step::DevNodeBind,
+        Step::DevReadOnly,
+        Step::RootfsReadOnly,
+        Step::ChdirRootfs,
+        Step::PivotRoot,
+        Step::DetachOldRoot,
+        Step::ForkGermline,
+        Step::WaitCgroup,
+        Step::OpenDevNull,
+        Step::ArrangeFds,
+        Step::ChdirWorkdir,
+        Step::NoNewPrivs,
+        Step::Landlock,
+        Step::Seccomp,
+        Step::Execve,
+        Step::RunTmpfs,
+        Step::RunMkdir,
+        Step::RunReadOnly,
+        Step::ExtraOpenTree,
+        Step::ExtraReadOnly,
+        Step::ExtraRunTarget,
+        Step::ExtraOpenTarget,
+        Step::ExtraMoveMount,
+    ];
+
+    /// The step as the start error names it.
+    fn text(self) -> &'static str {
+        match self {
+            Step::UnshareUser => "unshare(CLONE_NEWUSER)",
+            Step::WaitMaps => "wait for uid/gid maps",
+            Step::SetIds => "setresgid/setresuid(0)",
+            Step::UnshareRest => "unshare(mount, IPC, UTS, net, PID)",
+            Step::Hostname => "sethostname",
+            Step::RootPrivate => "make / private",
+            Step::BindRootfs => "bind the rootfs",
+            Step::DevTmpfs => "mount tmpfs on /dev",
+            Step::DevNodeFile => "create /dev node file",
+            Step::DevNodeBind => "bind a /dev node",
+            Step::DevReadOnly => "remount /dev read-only",
+            Step::RootfsReadOnly => "remount the rootfs read-only",
+            Step::ChdirRootfs => "chdir(rootfs)",
+            Step::PivotRoot => "pivot_root",
+            Step::DetachOldRoot => "detach the old root",
+            Step::ForkGermline => "fork the germline",
+            Step::WaitCgroup => "wait for the cgroup",
+            Step::OpenDevNull => "open /dev/null",
+            Step::ArrangeFds => "arrange descriptors",
+            Step::ChdirWorkdir => "chdir(workdir)",
+            Step::NoNewPrivs => "PR_SET_NO_NEW_PRIVS",
+            Step::Landlock => "Landlock",
+            Step::Seccomp => "seccomp",
+            Step::Execve => "execve",
+            Step::RunTmpfs => "mount tmpfs on /run",
+            Step::RunMkdir => "mkdir in /run",
+            Step::RunReadOnly => "remount /run read-only",
+            Step::ExtraOpenTree => "clone an extra mount's source (open_tree)",
+            Step::ExtraReadOnly => "make an extra mount read-only",
+            Step::ExtraRunTarget => "create an extra mount's target in /run",
+            Step::ExtraOpenTarget => "open an extra mount's target in the rootfs",
+            Step::ExtraMoveMount => "attach an extra mount (move_mount)",
+        }
+    }
+
+    /// The step a status record names; `None` for a byte no step has.
+    fn from_byte(b: u8) -> Option<Step> {
+        Step::ALL.get(usize::from(b)).copied()
+    }
+}
 
 /// At most this many extra mounts (the keeper keeps their descriptors on its stack).
 pub const MAX_EXTRA_MOUNTS: usize = 32;
@@ -293,12 +377,14 @@ fn locked_flags(path: &Path) -> Result<libc::c_ulong> {
 
 impl Prepared {
     /// Leaves the germline without its Landlock ruleset (tests that show what it prevents).
+    #[cfg(feature = "ablation")]
     pub fn without_landlock(&mut self) {
         self.landlock = false;
     }
 
     /// Replaces the seccomp program installed on the germline (only the socket-family
     /// ablation of the tests uses another than [`Program::germline`]).
+    #[cfg(feature = "ablation")]
     pub fn set_filter(&mut self, program: &Program) {
         self.filters = program.filters();
     }
@@ -417,12 +503,99 @@ impl Prepared {
     }
 }
 
-fn report(fd: RawFd, step: usize, err: &std::io::Error) -> ! {
-    let mut rec = [0u8; 6];
-    rec[0] = b'E';
-    rec[1] = u8::try_from(step).unwrap_or(u8::MAX);
-    rec[2..6].copy_from_slice(&err.raw_os_error().unwrap_or(0).to_ne_bytes());
-    let _ = sys::write_all_raw(fd, &rec);
+/// What the keeper and the germline tell the shim through the status pipe. Not serde: it is
+/// written between fork and exec, where nothing may allocate, so each record is encoded into a
+/// fixed array: a tag byte and its fixed-size payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Record {
+    /// `U`: the keeper is in its new user namespace; the shim may write its maps.
+    Unshared,
+    /// `P` + 4 bytes: the germline's host pid (the keeper forked it).
+    Forked(i32),
+    /// `E` + 1 + 4 bytes: a step failed with an errno. The step stays a raw byte: a record is
+    /// untrusted input, and a byte no [`Step`] has is reported as `?`.
+    Failed { step: u8, errno: i32 },
+    /// A tag no record has.
+    Other(u8),
+}
+
+impl Record {
+    /// The longest record.
+    const MAX: usize = 6;
+
+    /// The record's bytes and their count (fork-safe: no allocation).
+    fn encode(self) -> ([u8; Record::MAX], usize) {
+        let mut b = [0u8; Record::MAX];
+        let n = match self {
+            Record::Unshared => {
+                b[0] = b'U';
+                1
+            }
+            Record::Forked(pid) => {
+                b[0] = b'P';
+                b[1..5].copy_from_slice(&pid.to_ne_bytes());
+                5
+            }
+            Record::Failed { step, errno } => {
+                b[0] = b'E';
+                b[1] = step;
+                b[2..6].copy_from_slice(&errno.to_ne_bytes());
+                6
+            }
+            Record::Other(tag) => {
+                b[0] = tag;
+                1
+            }
+        };
+        (b, n)
+    }
+
+    /// Reads a record from its bytes (missing payload bytes read as zero).
+    fn decode(b: &[u8; Record::MAX]) -> Record {
+        match b[0] {
+            b'U' => Record::Unshared,
+            b'P' => Record::Forked(i32::from_ne_bytes([b[1], b[2], b[3], b[4]])),
+            b'E' => Record::Failed {
+                step: b[1],
+                errno: i32::from_ne_bytes([b[2], b[3], b[4], b[5]]),
+            },
+            tag => Record::Other(tag),
+        }
+    }
+
+    /// Writes the record (fork-safe).
+    fn send(self, fd: RawFd) -> std::io::Result<()> {
+        let (b, n) = self.encode();
+        sys::write_all_raw(fd, &b[..n])
+    }
+}
+
+/// The shim's go-aheads to the keeper and the germline through the go pipe, one byte each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Go {
+    /// To the keeper: its user namespace's maps are written.
+    Maps = b'M',
+    /// To the germline: it is in its cgroup.
+    Germline = b'G',
+}
+
+/// Waits for one byte from `fd` and checks that it is the go-ahead `go` (fork-safe).
+fn wait_for(fd: RawFd, go: Go) -> std::io::Result<()> {
+    let mut b = [0u8; 1];
+    match sys::read_raw(fd, &mut b) {
+        Ok(1) if b[0] == go as u8 => Ok(()),
+        Ok(_) => Err(std::io::Error::from_raw_os_error(libc::EPIPE)),
+        Err(e) => Err(e),
+    }
+}
+
+fn report(fd: RawFd, step: Step, err: &std::io::Error) -> ! {
+    let _ = Record::Failed {
+        step: step as u8,
+        errno: err.raw_os_error().unwrap_or(0),
+    }
+    .send(fd);
     sys::exit_now(1)
 }
 
@@ -453,42 +626,45 @@ fn keeper(
     for (m, slot) in p.extra.iter().zip(trees.iter_mut()) {
         match sys::open_tree_clone(&m.source) {
             Ok(fd) => *slot = fd,
-            Err(e) => report(to_parent, 27, &e),
+            Err(e) => report(to_parent, Step::ExtraOpenTree, &e),
         }
-        step!(to_parent, 28, sys::mount_setattr_fd(*slot, &p.extra_attr));
-    }
-    step!(to_parent, 0, sys::unshare(libc::CLONE_NEWUSER));
-    step!(to_parent, 0, sys::write_all_raw(to_parent, b"U"));
-    let mut b = [0u8; 1];
-    match sys::read_raw(from_parent, &mut b) {
-        Ok(1) if b[0] == b'M' => {}
-        Ok(_) => report(
+        step!(
             to_parent,
-            1,
-            &std::io::Error::from_raw_os_error(libc::EPIPE),
-        ),
-        Err(e) => report(to_parent, 1, &e),
+            Step::ExtraReadOnly,
+            sys::mount_setattr_fd(*slot, &p.extra_attr)
+        );
     }
-    step!(to_parent, 2, sys::setresgid(0));
-    step!(to_parent, 2, sys::setresuid(0));
+    step!(
+        to_parent,
+        Step::UnshareUser,
+        sys::unshare(libc::CLONE_NEWUSER)
+    );
+    step!(
+        to_parent,
+        Step::UnshareUser,
+        Record::Unshared.send(to_parent)
+    );
+    step!(to_parent, Step::WaitMaps, wait_for(from_parent, Go::Maps));
+    step!(to_parent, Step::SetIds, sys::setresgid(0));
+    step!(to_parent, Step::SetIds, sys::setresuid(0));
     // Changing credentials cleared the parent-death signal (prctl(2)): arm it again, so that a
     // SIGKILLed shim takes the keeper with it; if the shim is already gone, stop here.
     step!(
         to_parent,
-        2,
+        Step::SetIds,
         sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong)
     );
     // SAFETY: getppid(2) cannot fail and touches no memory.
     if unsafe { libc::getppid() } != shim {
         report(
             to_parent,
-            2,
+            Step::SetIds,
             &std::io::Error::from_raw_os_error(libc::ESRCH),
         );
     }
     step!(
         to_parent,
-        3,
+        Step::UnshareRest,
         sys::unshare(
             libc::CLONE_NEWNS
                 | libc::CLONE_NEWIPC
@@ -497,20 +673,20 @@ fn keeper(
                 | libc::CLONE_NEWPID
         )
     );
-    step!(to_parent, 4, sys::sethostname(&p.hostname));
+    step!(to_parent, Step::Hostname, sys::sethostname(&p.hostname));
     step!(
         to_parent,
-        5,
+        Step::RootPrivate,
         sys::mount(None, &p.slash, None, libc::MS_REC | libc::MS_PRIVATE, None)
     );
     step!(
         to_parent,
-        6,
+        Step::BindRootfs,
         sys::mount(Some(&p.rootfs), &p.rootfs, None, libc::MS_BIND, None)
     );
     step!(
         to_parent,
-        7,
+        Step::DevTmpfs,
         sys::mount(
             Some(&p.tmpfs),
             &p.dev_dir,
@@ -526,17 +702,17 @@ fn keeper(
             0o666,
         ) {
             Ok(fd) => sys::close_raw(fd),
-            Err(e) => report(to_parent, 8, &e),
+            Err(e) => report(to_parent, Step::DevNodeFile, &e),
         }
         step!(
             to_parent,
-            9,
+            Step::DevNodeBind,
             sys::mount(Some(host), target, None, libc::MS_BIND, None)
         );
     }
     step!(
         to_parent,
-        10,
+        Step::DevReadOnly,
         sys::mount(
             None,
             &p.dev_dir,
@@ -547,7 +723,7 @@ fn keeper(
     );
     step!(
         to_parent,
-        24,
+        Step::RunTmpfs,
         sys::mount(
             Some(&p.tmpfs),
             &p.run_dir,
@@ -557,11 +733,13 @@ fn keeper(
         )
     );
     for d in &p.run_subdirs {
-        step!(to_parent, 25, sys::mkdir(d, 0o755));
+        step!(to_parent, Step::RunMkdir, sys::mkdir(d, 0o755));
     }
     for d in &p.extra_run_dirs {
         match sys::mkdir(d, 0o755) {
-            Err(e) if e.raw_os_error() != Some(libc::EEXIST) => report(to_parent, 29, &e),
+            Err(e) if e.raw_os_error() != Some(libc::EEXIST) => {
+                report(to_parent, Step::ExtraRunTarget, &e)
+            }
             _ => {}
         }
     }
@@ -572,7 +750,7 @@ fn keeper(
             0o444,
         ) {
             Ok(fd) => sys::close_raw(fd),
-            Err(e) => report(to_parent, 29, &e),
+            Err(e) => report(to_parent, Step::ExtraRunTarget, &e),
         }
     }
     if !p.extra.is_empty() {
@@ -584,14 +762,18 @@ fn keeper(
             0,
         ) {
             Ok(fd) => fd,
-            Err(e) => report(to_parent, 30, &e),
+            Err(e) => report(to_parent, Step::ExtraOpenTarget, &e),
         };
         for (m, tree) in p.extra.iter().zip(trees.iter()) {
             let target = match sys::open_beneath(root, &m.target) {
                 Ok(fd) => fd,
-                Err(e) => report(to_parent, 30, &e),
+                Err(e) => report(to_parent, Step::ExtraOpenTarget, &e),
             };
-            step!(to_parent, 31, sys::move_mount_fds(*tree, target));
+            step!(
+                to_parent,
+                Step::ExtraMoveMount,
+                sys::move_mount_fds(*tree, target)
+            );
             sys::close_raw(target);
             sys::close_raw(*tree);
         }
@@ -599,7 +781,7 @@ fn keeper(
     }
     step!(
         to_parent,
-        26,
+        Step::RunReadOnly,
         sys::mount(
             None,
             &p.run_dir,
@@ -610,7 +792,7 @@ fn keeper(
     );
     step!(
         to_parent,
-        11,
+        Step::RootfsReadOnly,
         sys::mount(
             None,
             &p.rootfs,
@@ -619,21 +801,22 @@ fn keeper(
             None
         )
     );
-    step!(to_parent, 12, sys::chdir(&p.rootfs));
-    step!(to_parent, 13, sys::pivot_root(&p.dot, &p.dot));
-    step!(to_parent, 14, sys::umount2(&p.dot, libc::MNT_DETACH));
-    step!(to_parent, 14, sys::chdir(&p.slash));
+    step!(to_parent, Step::ChdirRootfs, sys::chdir(&p.rootfs));
+    step!(to_parent, Step::PivotRoot, sys::pivot_root(&p.dot, &p.dot));
+    step!(
+        to_parent,
+        Step::DetachOldRoot,
+        sys::umount2(&p.dot, libc::MNT_DETACH)
+    );
+    step!(to_parent, Step::DetachOldRoot, sys::chdir(&p.slash));
     let pid = match sys::fork() {
         Ok(pid) => pid,
-        Err(e) => report(to_parent, 15, &e),
+        Err(e) => report(to_parent, Step::ForkGermline, &e),
     };
     if pid == 0 {
         germline(p, argvp, envpp, to_parent, from_parent, ctl);
     }
-    let mut rec = [0u8; 5];
-    rec[0] = b'P';
-    rec[1..5].copy_from_slice(&pid.to_ne_bytes());
-    let _ = sys::write_all_raw(to_parent, &rec);
+    let _ = Record::Forked(pid).send(to_parent);
     // The keeper keeps nothing of the shim's: no descriptor but the standard streams.
     let _ = sys::close_range(3, 0);
     let code = match sys::waitpid(pid, 0) {
@@ -654,57 +837,52 @@ fn germline(
     ctl: RawFd,
 ) -> ! {
     let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-    let mut b = [0u8; 1];
-    match sys::read_raw(from_parent, &mut b) {
-        Ok(1) if b[0] == b'G' => {}
-        Ok(_) => report(
-            to_parent,
-            16,
-            &std::io::Error::from_raw_os_error(libc::EPIPE),
-        ),
-        Err(e) => report(to_parent, 16, &e),
-    }
+    step!(
+        to_parent,
+        Step::WaitCgroup,
+        wait_for(from_parent, Go::Germline)
+    );
     let null = match sys::open_raw(&p.devnull, libc::O_RDWR, 0) {
         Ok(fd) => fd,
-        Err(e) => report(to_parent, 17, &e),
+        Err(e) => report(to_parent, Step::OpenDevNull, &e),
     };
     // Move the descriptors we keep above the standard range first, then lay them out.
     let hi_ctl = sys::dup_above(ctl, 64);
     let hi_status = sys::dup_above(to_parent, 64);
     let (hi_ctl, hi_status) = match (hi_ctl, hi_status) {
         (Ok(a), Ok(b)) => (a, b),
-        (Err(e), _) | (_, Err(e)) => report(to_parent, 18, &e),
+        (Err(e), _) | (_, Err(e)) => report(to_parent, Step::ArrangeFds, &e),
     };
     let to_parent = hi_status;
     for std in 0..3 {
-        step!(to_parent, 18, sys::dup2(null, std));
+        step!(to_parent, Step::ArrangeFds, sys::dup2(null, std));
     }
-    step!(to_parent, 18, sys::dup2(hi_ctl, 3));
+    step!(to_parent, Step::ArrangeFds, sys::dup2(hi_ctl, 3));
     // Everything above 3 becomes close-on-exec: the status pipe stays open to report a
     // failing execve and closes when the bootstrap starts.
     step!(
         to_parent,
-        18,
+        Step::ArrangeFds,
         sys::close_range(4, libc::CLOSE_RANGE_CLOEXEC)
     );
-    step!(to_parent, 19, sys::chdir(&p.workdir));
+    step!(to_parent, Step::ChdirWorkdir, sys::chdir(&p.workdir));
     step!(
         to_parent,
-        20,
+        Step::NoNewPrivs,
         sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map(drop)
     );
     if p.landlock {
         if let Err((_, e)) = p.ruleset.apply() {
-            report(to_parent, 21, &e);
+            report(to_parent, Step::Landlock, &e);
         }
     }
     let prog = libc::sock_fprog {
         len: u16::try_from(p.filters.len()).unwrap_or(u16::MAX),
         filter: p.filters.as_ptr().cast_mut(),
     };
-    step!(to_parent, 22, sys::seccomp_set_filter(&prog));
+    step!(to_parent, Step::Seccomp, sys::seccomp_set_filter(&prog));
     let e = sys::execve(&p.exe, argvp, envpp);
-    report(to_parent, 23, &e)
+    report(to_parent, Step::Execve, &e)
 }
 
 /// A started germline process pair.
@@ -741,9 +919,27 @@ fn read_exact_until(fd: RawFd, buf: &mut [u8], deadline: Instant) -> Result<usiz
     Ok(got)
 }
 
-fn child_error(rec: &[u8]) -> Error {
-    let step = STEPS.get(usize::from(rec[1])).copied().unwrap_or("?");
-    let errno = i32::from_ne_bytes([rec[2], rec[3], rec[4], rec[5]]);
+/// Reads one record of the status pipe; `None` at its end (every writer closed it).
+fn read_record(fd: RawFd, deadline: Instant) -> Result<Option<Record>> {
+    let mut b = [0u8; Record::MAX];
+    if read_exact_until(fd, &mut b[..1], deadline)? == 0 {
+        return Ok(None);
+    }
+    match b[0] {
+        // A failure report is read as far as it came (a child may die mid-way).
+        b'E' => {
+            let _ = read_exact_until(fd, &mut b[1..6], deadline);
+        }
+        b'P' => {
+            read_exact_until(fd, &mut b[1..5], deadline)?;
+        }
+        _ => {}
+    }
+    Ok(Some(Record::decode(&b)))
+}
+
+fn child_error(step: u8, errno: i32) -> Error {
+    let step = Step::from_byte(step).map_or("?", Step::text);
     Error::Start {
         step,
         source: std::io::Error::from_raw_os_error(errno),
@@ -796,15 +992,9 @@ pub fn start(
     };
     let deadline = Instant::now() + Duration::from_secs(10);
     let sr = status_r.as_raw_fd();
-    let mut b = [0u8; 1];
-    match read_exact_until(sr, &mut b, deadline) {
-        Ok(1) if b[0] == b'U' => {}
-        Ok(1) if b[0] == b'E' => {
-            let mut rest = [0u8; 5];
-            let _ = read_exact_until(sr, &mut rest, deadline);
-            let rec = [b'E', rest[0], rest[1], rest[2], rest[3], rest[4]];
-            return Err(fail(child_error(&rec)));
-        }
+    match read_record(sr, deadline) {
+        Ok(Some(Record::Unshared)) => {}
+        Ok(Some(Record::Failed { step, errno })) => return Err(fail(child_error(step, errno))),
         Ok(_) => {
             return Err(fail(Error::Start {
                 step: "keeper",
@@ -828,38 +1018,34 @@ pub fn start(
     if let Err(e) = maps {
         return Err(fail(Error::sys("write the user namespace maps", e)));
     }
-    sys::write_all_raw(go_w.as_raw_fd(), b"M")
+    sys::write_all_raw(go_w.as_raw_fd(), &[Go::Maps as u8])
         .map_err(|e| fail(Error::sys("signal the keeper", e)))?;
-    let mut rec = [0u8; 6];
-    let n = read_exact_until(sr, &mut rec[..1], deadline).map_err(&fail)?;
-    if n == 1 && rec[0] == b'E' {
-        let _ = read_exact_until(sr, &mut rec[1..], deadline);
-        return Err(fail(child_error(&rec)));
-    }
-    if n != 1 || rec[0] != b'P' {
-        return Err(fail(Error::Start {
-            step: "keeper",
-            source: std::io::ErrorKind::UnexpectedEof.into(),
-        }));
-    }
-    read_exact_until(sr, &mut rec[1..5], deadline).map_err(&fail)?;
-    let pid = i32::from_ne_bytes([rec[1], rec[2], rec[3], rec[4]]);
+    let pid = match read_record(sr, deadline).map_err(&fail)? {
+        Some(Record::Forked(pid)) => pid,
+        Some(Record::Failed { step, errno }) => return Err(fail(child_error(step, errno))),
+        _ => {
+            return Err(fail(Error::Start {
+                step: "keeper",
+                source: std::io::ErrorKind::UnexpectedEof.into(),
+            }))
+        }
+    };
     if let Err(e) = join_cgroup(pid) {
         return Err(fail(e));
     }
-    sys::write_all_raw(go_w.as_raw_fd(), b"G")
+    sys::write_all_raw(go_w.as_raw_fd(), &[Go::Germline as u8])
         .map_err(|e| fail(Error::sys("signal the germline", e)))?;
     drop(go_w);
     // End of file: the germline executed the bootstrap. An 'E' record: a step failed.
-    let n = read_exact_until(sr, &mut rec, deadline).map_err(&fail)?;
-    if n > 0 {
-        if rec[0] == b'E' {
-            return Err(fail(child_error(&rec)));
+    match read_record(sr, deadline).map_err(&fail)? {
+        None => {}
+        Some(Record::Failed { step, errno }) => return Err(fail(child_error(step, errno))),
+        Some(_) => {
+            return Err(fail(Error::Start {
+                step: "germline",
+                source: std::io::ErrorKind::InvalidData.into(),
+            }))
         }
-        return Err(fail(Error::Start {
-            step: "germline",
-            source: std::io::ErrorKind::InvalidData.into(),
-        }));
     }
     Ok(Started {
         keeper: keeper_pid,
@@ -873,6 +1059,86 @@ pub fn start(
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn each_step_travels_as_its_own_byte() {
+        for (i, step) in Step::ALL.iter().enumerate() {
+            let byte = *step as u8;
+            assert_eq!(usize::from(byte), i, "{step:?}");
+            assert_eq!(Step::from_byte(byte), Some(*step));
+        }
+        assert_eq!(Step::from_byte(32), None);
+        assert_eq!(Step::from_byte(u8::MAX), None);
+    }
+
+    #[test]
+    fn a_failed_step_is_named_in_the_start_error() {
+        assert_eq!(
+            child_error(Step::Seccomp as u8, libc::EPERM).to_string(),
+            format!(
+                "the germline failed while starting (seccomp): {}",
+                std::io::Error::from_raw_os_error(libc::EPERM)
+            )
+        );
+        assert!(child_error(Step::ExtraMoveMount as u8, libc::EPERM)
+            .to_string()
+            .contains("(attach an extra mount (move_mount))"));
+        // A byte no step has (a garbled record) still makes an error, naming no step.
+        assert!(child_error(200, libc::EPERM)
+            .to_string()
+            .contains("starting (?)"));
+    }
+
+    #[test]
+    fn status_records_keep_their_bytes_and_read_back() {
+        let pid = 4_123_456i32.to_ne_bytes();
+        let errno = libc::ENOENT.to_ne_bytes();
+        let cases = [
+            (Record::Unshared, vec![b'U']),
+            (
+                Record::Forked(4_123_456),
+                vec![b'P', pid[0], pid[1], pid[2], pid[3]],
+            ),
+            (
+                Record::Failed {
+                    step: Step::PivotRoot as u8,
+                    errno: libc::ENOENT,
+                },
+                vec![b'E', 13, errno[0], errno[1], errno[2], errno[3]],
+            ),
+            (Record::Other(b'x'), vec![b'x']),
+        ];
+        for (record, bytes) in cases {
+            let (b, n) = record.encode();
+            assert_eq!(&b[..n], &bytes[..], "{record:?}");
+            assert_eq!(Record::decode(&b), record);
+        }
+    }
+
+    #[test]
+    fn status_records_travel_through_a_pipe() {
+        let (r, w) = sys::pipe().expect("pipe");
+        let records = [
+            Record::Unshared,
+            Record::Forked(77),
+            Record::Failed {
+                step: Step::Execve as u8,
+                errno: libc::ENOEXEC,
+            },
+        ];
+        for rec in records {
+            rec.send(w.as_raw_fd()).expect("send");
+        }
+        drop(w);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for rec in records {
+            assert_eq!(
+                read_record(r.as_raw_fd(), deadline).expect("read"),
+                Some(rec)
+            );
+        }
+        assert_eq!(read_record(r.as_raw_fd(), deadline).expect("end"), None);
+    }
 
     fn bm(source: &Path, target: &str) -> BindMount {
         BindMount {

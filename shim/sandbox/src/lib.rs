@@ -16,7 +16,9 @@ mod error;
 pub mod germline;
 pub mod landlock;
 pub mod launch;
+pub mod mcp_client;
 pub mod mounts;
+pub mod protocol;
 pub mod seccomp;
 pub mod spec;
 
@@ -26,5 +28,7 @@ pub use germline_sys::{cgroup, procfs, sys};
 
 pub use copy::{Copy, Item};
 pub use error::{Error, Result};
-pub use germline::{Ablation, Germline, Options};
+#[cfg(feature = "ablation")]
+pub use germline::Ablation;
+pub use germline::{Germline, Options};
 pub use spec::{BindMount, Language, LaunchSpec, Limits};

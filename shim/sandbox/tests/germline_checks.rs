@@ -182,3 +182,61 @@ fn initialisation_cannot_open_vsock_or_netlink_sockets() {
         "{on}"
     );
 }
+
+/// Records what G1-G3 read of real germlines into `$GERMLINE_RECORD_FIXTURES/<release>/`, the
+/// fixtures of the rules' unit tests (`src/checks/rules.rs`, `tests/fixtures/proc/`): `status`,
+/// `maps` and `mountinfo` as the kernel wrote them, `cgroup.procs` and `cgroup.threads` of the
+/// germline's cgroup, `fds` (one descriptor a line as `procfs::fds` reads it: number, mode in
+/// octal, device, inode, rdev, mount id or `-`, link target) and `shim` (the germline's pid
+/// and the control socket's inode, which the shim knows on its own). Run as root:
+/// `GERMLINE_RECORD_FIXTURES=shim/sandbox/tests/fixtures/proc cargo test -p germline-sandbox
+/// --test germline_checks -- --ignored record_proc_fixtures`.
+#[test]
+#[ignore = "records fixtures; run by hand"]
+fn record_proc_fixtures() {
+    let Ok(out) = std::env::var("GERMLINE_RECORD_FIXTURES") else {
+        panic!("set GERMLINE_RECORD_FIXTURES to the fixtures directory");
+    };
+    assert!(common::can_run());
+    for name in [
+        "plain",
+        "g1_thread",
+        "g1_process",
+        "o1_pipe",
+        "g2_rodev",
+        "o2_shm",
+    ] {
+        let g = Germline::start(common::test_release(name), common::opts(name)).expect("start");
+        let dir = std::path::Path::new(&out).join(name);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let pid = g.pid();
+        for file in ["status", "maps", "mountinfo"] {
+            let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).expect("read");
+            std::fs::write(dir.join(file), text).expect("write");
+        }
+        let lines = |ids: Vec<i32>| ids.iter().map(|i| format!("{i}\n")).collect::<String>();
+        let procs = g.cgroup().procs().expect("procs");
+        let threads = g.cgroup().threads().expect("threads");
+        std::fs::write(dir.join("cgroup.procs"), lines(procs)).expect("write");
+        std::fs::write(dir.join("cgroup.threads"), lines(threads)).expect("write");
+        let fds: String = germline_sandbox::procfs::fds(pid)
+            .expect("fds")
+            .iter()
+            .map(|f| {
+                let mnt = f.mnt_id.map_or("-".to_string(), |m| m.to_string());
+                format!(
+                    "{} {:o} {} {} {} {mnt} {}\n",
+                    f.num, f.mode, f.dev, f.ino, f.rdev, f.target
+                )
+            })
+            .collect();
+        std::fs::write(dir.join("fds"), fds).expect("write");
+        let facts = g.facts();
+        std::fs::write(
+            dir.join("shim"),
+            format!("pid {pid}\nctl_inode {}\n", facts.ctl_inode),
+        )
+        .expect("write");
+        drop(g);
+    }
+}

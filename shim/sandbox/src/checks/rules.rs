@@ -1,0 +1,388 @@
+//! The half of G1-G3 that judges: pure functions of what the shim knows of the germline
+//! independently of it ([`GermlineFacts`]) and one [`GermlineSnapshot`]. Each returns the
+//! reasons it refuses (empty: the germline may fork). No I/O here: the tests below run them on
+//! `/proc` files recorded from real germlines (`tests/fixtures/proc/`), without root.
+
+use std::collections::BTreeMap;
+
+use super::snapshot::GermlineSnapshot;
+use super::GermlineFacts;
+use crate::error::Result;
+use crate::procfs::Mapping;
+
+pub(crate) fn status_field(st: &BTreeMap<String, String>, key: &str) -> String {
+    st.get(key).cloned().unwrap_or_default()
+}
+
+/// G1-G3 on the germline. A germline whose cgroup is empty is gone: that is the only reason
+/// given then (nothing else can be read of it).
+pub fn germline(facts: &GermlineFacts, snap: &GermlineSnapshot) -> Vec<String> {
+    if snap.cgroup_procs.is_empty() {
+        let pid = facts.pid;
+        return vec![format!(
+            "G1: the germline's cgroup holds no process: the germline {pid} is gone (it exited \
+             or was killed)"
+        )];
+    }
+    let mut bad = g1(facts, snap);
+    bad.extend(g2(facts, snap));
+    bad.extend(g3(facts, snap));
+    bad
+}
+
+/// G1: the germline is the only process of its cgroup, with one thread.
+pub fn g1(facts: &GermlineFacts, snap: &GermlineSnapshot) -> Vec<String> {
+    let mut bad = Vec::new();
+    let pid = facts.pid;
+    let procs = &snap.cgroup_procs;
+    if procs[..] != [pid] {
+        bad.push(format!(
+            "G1: the germline's cgroup holds processes {procs:?}, not only the germline {pid}"
+        ));
+    }
+    if snap.cgroup_threads.len() != 1 {
+        bad.push(format!(
+            "G1: the germline's cgroup holds {} threads",
+            snap.cgroup_threads.len()
+        ));
+    }
+    match &snap.status {
+        Ok(st) => {
+            if status_field(st, "Threads") != "1" {
+                bad.push(format!(
+                    "G1: the germline has {} threads",
+                    status_field(st, "Threads")
+                ));
+            }
+        }
+        Err(e) => bad.push(format!("G1: cannot read the germline's status: {e}")),
+    }
+    bad
+}
+
+/// G2: descriptors 0-2 are `/dev/null`, 3 is the control socket, any other one is
+/// `/dev/null` or a file of the read-only rootfs (or of an extra mount).
+pub fn g2(facts: &GermlineFacts, snap: &GermlineSnapshot) -> Vec<String> {
+    let mut bad = Vec::new();
+    match &snap.fds {
+        Ok(fds) => {
+            for f in fds {
+                let ok = if f.num <= 2 {
+                    facts.is_devnull(f)
+                } else {
+                    (f.num == 3
+                        && f.ino == facts.ctl_inode
+                        && f.mode & libc::S_IFMT == libc::S_IFSOCK)
+                        || facts.is_devnull(f)
+                        || facts.is_rootfs_file(f)
+                };
+                if !ok {
+                    bad.push(format!(
+                        "G2: descriptor {} is {} (not /dev/null, the control socket or a rootfs file)",
+                        f.num, f.target
+                    ));
+                }
+            }
+            if !fds.iter().any(|f| f.num == 3 && f.ino == facts.ctl_inode) {
+                bad.push("G2: the control socket is not on descriptor 3".into());
+            }
+        }
+        Err(e) => bad.push(format!("G2: cannot list the germline's descriptors: {e}")),
+    }
+    bad
+}
+
+/// G3: shared mappings only of rootfs files, read-only.
+pub fn g3(facts: &GermlineFacts, snap: &GermlineSnapshot) -> Vec<String> {
+    shared_mappings(&snap.maps, facts.rootfs_dev, "G3")
+}
+
+/// Every shared mapping in `maps` that is not a read-only mapping of a file on `rootfs_dev`,
+/// each reason starting with `tag` (the copy checks use it too).
+pub fn shared_mappings(
+    maps: &Result<Vec<Mapping>>,
+    rootfs_dev: (u32, u32),
+    tag: &str,
+) -> Vec<String> {
+    match maps {
+        Ok(maps) => maps
+            .iter()
+            .filter(|m| m.perms.as_bytes().get(3) == Some(&b's'))
+            .filter(|m| !(m.dev == rootfs_dev && m.ino != 0 && !m.perms.contains('w')))
+            .map(|m| {
+                format!(
+                    "{tag}: shared mapping {} {} of {:?}",
+                    m.range, m.perms, m.path
+                )
+            })
+            .collect(),
+        Err(e) => vec![format!("{tag}: cannot read mappings: {e}")],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! G1-G3 on `/proc` files recorded from real germlines of the test releases
+    //! (`tests/germline_checks.rs`, `record_proc_fixtures`): `plain` passes, each other one
+    //! breaks one rule the way its release does; a few cases edit the clean recording where no
+    //! release breaks a rule that way (said at each).
+
+    use super::*;
+    use crate::procfs::{major_minor, Fd, Mount};
+
+    /// One recorded germline: what the shim knows of it and what it read.
+    struct Fixture {
+        facts: GermlineFacts,
+        snap: GermlineSnapshot,
+    }
+
+    fn file(name: &str, file: &str) -> String {
+        let p = format!(
+            "{}/tests/fixtures/proc/{name}/{file}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("fixture {p}: {e}"))
+    }
+
+    fn ids(text: &str) -> Vec<i32> {
+        text.lines()
+            .map(|l| l.trim().parse().expect("id"))
+            .collect()
+    }
+
+    fn status(text: &str) -> BTreeMap<String, String> {
+        text.lines()
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .collect()
+    }
+
+    fn mounts(text: &str) -> Vec<Mount> {
+        text.lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split(' ').collect();
+                let (a, b) = f[2].split_once(':').expect("dev");
+                let sep = f.iter().position(|x| *x == "-").expect("separator");
+                Mount {
+                    id: f[0].parse().expect("mount id"),
+                    dev: (a.parse().expect("major"), b.parse().expect("minor")),
+                    mount_point: f[4].to_string(),
+                    fstype: f[sep + 1].to_string(),
+                }
+            })
+            .collect()
+    }
+
+    fn fds(text: &str) -> Vec<Fd> {
+        text.lines()
+            .map(|l| {
+                let f: Vec<&str> = l.splitn(7, ' ').collect();
+                Fd {
+                    num: f[0].parse().expect("num"),
+                    mode: u32::from_str_radix(f[1], 8).expect("mode"),
+                    dev: f[2].parse().expect("dev"),
+                    ino: f[3].parse().expect("ino"),
+                    rdev: f[4].parse().expect("rdev"),
+                    mnt_id: f[5].parse().ok(),
+                    target: f[6].to_string(),
+                }
+            })
+            .collect()
+    }
+
+    fn maps(text: &str) -> Vec<Mapping> {
+        text.lines()
+            .map(|l| {
+                let mut it = l.split_whitespace();
+                let range = it.next().expect("range").to_string();
+                let perms = it.next().expect("perms").to_string();
+                let _offset = it.next();
+                let (a, b) = it.next().expect("dev").split_once(':').expect("dev");
+                let ino = it.next().expect("ino").parse().expect("ino");
+                Mapping {
+                    range,
+                    perms,
+                    dev: (
+                        u32::from_str_radix(a, 16).expect("major"),
+                        u32::from_str_radix(b, 16).expect("minor"),
+                    ),
+                    ino,
+                    path: it.collect::<Vec<_>>().join(" "),
+                }
+            })
+            .collect()
+    }
+
+    fn load(name: &str) -> Fixture {
+        let shim = file(name, "shim");
+        let field = |key: &str| -> u64 {
+            shim.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().parse().ok())
+                .expect("shim field")
+        };
+        let pid = i32::try_from(field("pid ")).expect("pid");
+        let facts = GermlineFacts::from_mounts(
+            pid,
+            field("ctl_inode "),
+            &mounts(&file(name, "mountinfo")),
+            &[],
+        )
+        .expect("facts");
+        Fixture {
+            facts,
+            snap: GermlineSnapshot {
+                cgroup_procs: ids(&file(name, "cgroup.procs")),
+                cgroup_threads: ids(&file(name, "cgroup.threads")),
+                status: Ok(status(&file(name, "status"))),
+                fds: Ok(fds(&file(name, "fds"))),
+                maps: Ok(maps(&file(name, "maps"))),
+            },
+        }
+    }
+
+    fn refusals(x: &Fixture) -> Vec<String> {
+        germline(&x.facts, &x.snap)
+    }
+
+    #[test]
+    fn the_recordings_are_what_the_rules_assume() {
+        let x = load("plain");
+        // The facts come from the recorded mountinfo: the read-only rootfs and /dev/null's bind.
+        assert_eq!(x.facts.rootfs_dev, (254, 0));
+        assert_eq!(x.facts.devnull_mnt_ids, vec![72]);
+        let fds = x.snap.fds.as_ref().expect("fds");
+        assert_eq!(fds.len(), 4);
+        assert_eq!(major_minor(fds[0].rdev), (1, 3));
+        assert_eq!(fds[3].target, format!("socket:[{}]", x.facts.ctl_inode));
+    }
+
+    #[test]
+    fn a_recorded_clean_germline_passes_g1_to_g3() {
+        assert_eq!(refusals(&load("plain")), Vec::<String>::new());
+    }
+
+    #[test]
+    fn g1_a_recorded_second_thread_is_refused() {
+        assert_eq!(
+            refusals(&load("g1_thread")),
+            [
+                "G1: the germline's cgroup holds 2 threads",
+                "G1: the germline has 2 threads",
+            ]
+        );
+    }
+
+    #[test]
+    fn g1_a_recorded_second_process_is_refused() {
+        assert_eq!(
+            refusals(&load("g1_process")),
+            [
+                "G1: the germline's cgroup holds processes [17428, 17558], not only the germline 17428",
+                "G1: the germline's cgroup holds 2 threads",
+            ]
+        );
+    }
+
+    #[test]
+    fn g1_an_empty_cgroup_says_the_germline_is_gone_and_nothing_else() {
+        // The clean recording with its cgroup emptied (the germline was killed).
+        let mut x = load("plain");
+        x.snap.cgroup_procs.clear();
+        x.snap.cgroup_threads.clear();
+        assert_eq!(
+            refusals(&x),
+            ["G1: the germline's cgroup holds no process: the germline 17184 is gone (it exited \
+              or was killed)"]
+        );
+    }
+
+    #[test]
+    fn g2_a_recorded_pipe_is_refused() {
+        assert_eq!(
+            refusals(&load("o1_pipe")),
+            [
+                "G2: descriptor 4 is pipe:[949860] (not /dev/null, the control socket or a rootfs file)",
+                "G2: descriptor 5 is pipe:[949860] (not /dev/null, the control socket or a rootfs file)",
+            ]
+        );
+    }
+
+    #[test]
+    fn g2_a_recorded_read_only_dev_zero_is_refused() {
+        assert_eq!(
+            refusals(&load("g2_rodev")),
+            ["G2: descriptor 4 is /dev/zero (not /dev/null, the control socket or a rootfs file)"]
+        );
+    }
+
+    #[test]
+    fn g2_a_dev_null_on_another_mount_is_refused() {
+        // The clean recording with stdin on a /dev/null of another mount (the host's own,
+        // passed in by someone), same device number: only the mount id tells.
+        let mut x = load("plain");
+        x.snap.fds.as_mut().expect("fds")[0].mnt_id = Some(30);
+        assert_eq!(
+            refusals(&x),
+            ["G2: descriptor 0 is /dev/null (not /dev/null, the control socket or a rootfs file)"]
+        );
+    }
+
+    #[test]
+    fn g2_a_control_socket_off_descriptor_3_is_refused() {
+        // The clean recording with the control socket moved from 3 to 7.
+        let mut x = load("plain");
+        x.snap.fds.as_mut().expect("fds")[3].num = 7;
+        assert_eq!(
+            refusals(&x),
+            [
+                "G2: descriptor 7 is socket:[949024] (not /dev/null, the control socket or a rootfs file)",
+                "G2: the control socket is not on descriptor 3",
+            ]
+        );
+    }
+
+    #[test]
+    fn g2_a_rootfs_file_may_stay_open() {
+        // The clean recording with a file of the read-only rootfs open on 5.
+        let mut x = load("plain");
+        x.snap.fds.as_mut().expect("fds").push(Fd {
+            num: 5,
+            target: "/usr/lib/python3.11/os.py".into(),
+            mnt_id: Some(x.facts.rootfs_mnt_id),
+            dev: libc::makedev(254, 0),
+            ino: 1234,
+            rdev: 0,
+            mode: libc::S_IFREG | 0o644,
+        });
+        assert_eq!(refusals(&x), Vec::<String>::new());
+    }
+
+    #[test]
+    fn g3_a_recorded_shared_anonymous_mapping_is_refused() {
+        assert_eq!(
+            refusals(&load("o2_shm")),
+            ["G3: shared mapping 7f876a6f9000-7f876a6fa000 rw-s of \"/dev/zero (deleted)\""]
+        );
+    }
+
+    #[test]
+    fn g3_a_rootfs_file_may_be_shared_read_only_but_not_writable() {
+        // The clean recording with a shared mapping of a rootfs file, read-only, then writable.
+        let mut x = load("plain");
+        let shared = |perms: &str| Mapping {
+            range: "7f0000000000-7f0000001000".into(),
+            perms: perms.into(),
+            dev: (254, 0),
+            ino: 1234,
+            path: "/usr/share/zoneinfo/UTC".into(),
+        };
+        x.snap.maps.as_mut().expect("maps").push(shared("r--s"));
+        assert_eq!(refusals(&x), Vec::<String>::new());
+        x.snap.maps.as_mut().expect("maps").push(shared("rw-s"));
+        assert_eq!(
+            refusals(&x),
+            ["G3: shared mapping 7f0000000000-7f0000001000 rw-s of \"/usr/share/zoneinfo/UTC\""]
+        );
+    }
+}
