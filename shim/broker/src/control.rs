@@ -553,14 +553,7 @@ impl BrokerClient {
         netns: BorrowedFd<'_>,
         deadline: Instant,
     ) -> Result<String, ControlError> {
-        let req = Request::StartCopy {
-            call,
-            group,
-            deadline_mono_ns: mono_ns_of(deadline),
-            listener: false,
-        };
-        let r: ProxyAddr = self.call(&req, Some(netns))?;
-        Ok(r.proxy.to_string())
+        self.start(call, group, netns, deadline, false)
     }
 
     /// Like [`BrokerClient::start_copy`] on a listening TCP socket the shim made (a baseline
@@ -572,13 +565,25 @@ impl BrokerClient {
         listener: BorrowedFd<'_>,
         deadline: Instant,
     ) -> Result<String, ControlError> {
+        self.start(call, group, listener, deadline, true)
+    }
+
+    /// `start_copy` with `pass` (a netns, or a listener if `listener`) as `SCM_RIGHTS`.
+    fn start(
+        &self,
+        call: u64,
+        group: usize,
+        pass: BorrowedFd<'_>,
+        deadline: Instant,
+        listener: bool,
+    ) -> Result<String, ControlError> {
         let req = Request::StartCopy {
             call,
             group,
             deadline_mono_ns: mono_ns_of(deadline),
-            listener: true,
+            listener,
         };
-        let r: ProxyAddr = self.call(&req, Some(listener))?;
+        let r: ProxyAddr = self.call(&req, Some(pass))?;
         Ok(r.proxy.to_string())
     }
 
