@@ -17,10 +17,11 @@ use nix::sys::socket::{
     self, sockopt, AddressFamily, Backlog, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag,
     SockType, UnixAddr,
 };
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use crate::{Broker, Twin};
+use crate::{Broker, CallRecord, RequestEvent, Twin};
 
 /// The largest control message either side takes (a call's record holds its delivered
 /// replies, hex encoded; a re-run's request holds its transcript the same way).
@@ -103,6 +104,145 @@ pub struct BeginCall {
     pub replay: Option<germline_policy::witness::ReplaySpec>,
 }
 
+/// The broker's answer to one [`Request`], one variant per request (the asker knows which
+/// request it sent, so the variant is not named on the wire). A packet carries the answer's
+/// fields with `"ok": true`, or a refusal `{"ok": false, "error": "..."}` ([`encode_reply`],
+/// [`decode_reply`]).
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum Response {
+    /// To [`Request::BeginCall`].
+    CallBegun(CallBegun),
+    /// To [`Request::StartCopy`]: the copy's endpoint.
+    CopyStarted(ProxyAddr),
+    /// To [`Request::EndCopy`].
+    CopyEnded(CopyEnded),
+    /// To [`Request::RaiseCopy`].
+    CopyRaised(CopyRaised),
+    /// To [`Request::EndCall`].
+    CallEnded(CallEnded<CallRecord>),
+    /// To [`Request::CaCert`].
+    CaCert(CaCert),
+    /// To [`Request::CopyProxy`]: where every copy's endpoint listens.
+    CopyProxy(ProxyAddr),
+    /// To [`Request::Stats`].
+    Stats(StatsRows),
+}
+
+/// A registered call: its id, its twin inputs and the plan the broker ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallBegun {
+    pub call: u64,
+    pub twin: Twin,
+    pub plan: Plan,
+}
+
+/// A proxy endpoint, `127.0.0.1:PORT` inside a copy's network namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProxyAddr {
+    pub proxy: std::net::SocketAddr,
+}
+
+/// A finished copy: its outcome and its request events (for its trace).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyEnded {
+    pub outcome: CopyOutcome,
+    /// Absent from a broker older than the request events.
+    #[serde(default)]
+    pub requests: Vec<RequestEvent>,
+}
+
+/// A copy's label was raised (nothing more to say).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyRaised {}
+
+/// A finished call's record: a [`CallRecord`] from the broker, read back as JSON by the shim
+/// (replies carry hex bodies; the evidence layer reads it as JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallEnded<R = Value> {
+    pub record: R,
+}
+
+/// The deployment CA certificate (PEM).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaCert {
+    pub pem: String,
+}
+
+/// Requests by (release digest, host label, verdict) with their counts
+/// ([`crate::Stats::verdict_rows`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatsRows {
+    pub requests: Vec<(String, String, String, u64)>,
+}
+
+/// An answer on the wire: its fields and `"ok": true`.
+#[derive(Serialize)]
+struct Answered<'a> {
+    ok: bool,
+    #[serde(flatten)]
+    answer: &'a Response,
+}
+
+/// A refusal on the wire.
+#[derive(Serialize)]
+struct Refusal<'a> {
+    ok: bool,
+    error: &'a str,
+}
+
+/// What every reply says whatever it answers: whether it was answered, and if not, why.
+#[derive(Deserialize)]
+struct Status {
+    #[serde(default)]
+    ok: bool,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+fn refusal(error: &str) -> String {
+    // A struct of a bool and a string always serialises.
+    serde_json::to_string(&Refusal { ok: false, error }).unwrap_or_default()
+}
+
+/// The packet that answers one request: the answer, or its refusal. An answer larger than the
+/// peer takes is replaced by a refusal that says so (the session goes on; only this request
+/// fails).
+pub fn encode_reply(reply: &Result<Response, String>) -> String {
+    let answer = match reply {
+        Ok(answer) => answer,
+        Err(e) => return refusal(e),
+    };
+    match serde_json::to_string(&Answered { ok: true, answer }) {
+        Ok(text) if text.len() > MAX_MESSAGE => refusal(&format!(
+            "reply of {} bytes exceeds the control channel's {MAX_MESSAGE}-byte message limit",
+            text.len()
+        )),
+        Ok(text) => text,
+        Err(e) => refusal(&format!("reply not encodable: {e}")),
+    }
+}
+
+/// Reads the broker's reply to a request whose answer is a `T`. A refusal, or valid JSON that
+/// is not a reply at all, is [`ControlError::Refused`] (with the broker's reason, or `unknown
+/// error`); an answer whose fields do not make a `T` is [`ControlError::Json`].
+pub fn decode_reply<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ControlError> {
+    let status = match serde_json::from_slice::<Status>(bytes) {
+        Ok(s) => s,
+        Err(e) if e.is_data() => Status {
+            ok: false,
+            error: None,
+        },
+        Err(e) => return Err(ControlError::Json(e)),
+    };
+    if !status.ok {
+        return Err(ControlError::Refused(
+            status.error.unwrap_or_else(|| "unknown error".into()),
+        ));
+    }
+    serde_json::from_slice(bytes).map_err(ControlError::Json)
+}
+
 fn monotonic_ns() -> u64 {
     match nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC) {
         Ok(t) => (t.tv_sec() as u64)
@@ -156,10 +296,6 @@ fn widen(fd: &OwnedFd) {
     if socket::setsockopt(fd, sockopt::SndBufForce, &MAX_MESSAGE).is_err() {
         let _ = socket::setsockopt(fd, sockopt::SndBuf, &MAX_MESSAGE);
     }
-}
-
-fn send(fd: RawFd, v: &Value, pass: Option<BorrowedFd<'_>>) -> Result<(), ControlError> {
-    send_text(fd, &v.to_string(), pass)
 }
 
 fn send_text(fd: RawFd, bytes: &str, pass: Option<BorrowedFd<'_>>) -> Result<(), ControlError> {
@@ -262,9 +398,9 @@ pub fn connection(broker: &Broker, conn: OwnedFd) {
     match socket::getsockopt(&conn, sockopt::PeerCredentials) {
         Ok(c) if c.uid() == 0 || c.uid() == me => {}
         Ok(c) => {
-            let _ = send(
+            let _ = send_text(
                 conn.as_raw_fd(),
-                &json!({"ok": false, "error": format!("peer uid {} refused", c.uid())}),
+                &encode_reply(&Err(format!("peer uid {} refused", c.uid()))),
                 None,
             );
             // Take the peer's first message before closing, so it reads the refusal rather
@@ -283,7 +419,7 @@ pub fn connection(broker: &Broker, conn: OwnedFd) {
         let (bytes, passed) = match recv(conn.as_raw_fd()) {
             Ok(x) => x,
             Err(ControlError::Refused(e)) => {
-                let _ = send(conn.as_raw_fd(), &json!({"ok": false, "error": e}), None);
+                let _ = send_text(conn.as_raw_fd(), &encode_reply(&Err(e)), None);
                 continue;
             }
             Err(_) => return,
@@ -292,31 +428,15 @@ pub fn connection(broker: &Broker, conn: OwnedFd) {
             Ok(req) => handle(broker, req, passed),
             Err(e) => Err(format!("malformed request: {e}")),
         };
-        let v = match reply {
-            Ok(mut v) => {
-                if let Value::Object(m) = &mut v {
-                    m.insert("ok".into(), json!(true));
-                }
-                v
-            }
-            Err(e) => json!({"ok": false, "error": e}),
-        };
         // A reply larger than the peer takes is answered with the reason, not dropped with
-        // the connection (the session goes on; only this request fails).
-        let mut text = v.to_string();
-        if text.len() > MAX_MESSAGE {
-            text = json!({"ok": false, "error": format!(
-                "reply of {} bytes exceeds the control channel's {MAX_MESSAGE}-byte message limit",
-                text.len())})
-            .to_string();
-        }
-        if send_text(conn.as_raw_fd(), &text, None).is_err() {
+        // the connection (encode_reply).
+        if send_text(conn.as_raw_fd(), &encode_reply(&reply), None).is_err() {
             return;
         }
     }
 }
 
-fn handle(broker: &Broker, req: Request, passed: Option<OwnedFd>) -> Result<Value, String> {
+fn handle(broker: &Broker, req: Request, passed: Option<OwnedFd>) -> Result<Response, String> {
     match req {
         Request::BeginCall(c) => {
             let input = PlanInput {
@@ -337,7 +457,11 @@ fn handle(broker: &Broker, req: Request, passed: Option<OwnedFd>) -> Result<Valu
                 ),
             }
             .map_err(|e| e.to_string())?;
-            Ok(json!({"call": call, "twin": twin, "plan": p}))
+            Ok(Response::CallBegun(CallBegun {
+                call,
+                twin,
+                plan: p,
+            }))
         }
         Request::StartCopy {
             call,
@@ -354,27 +478,36 @@ fn handle(broker: &Broker, req: Request, passed: Option<OwnedFd>) -> Result<Valu
                 broker.start_copy(call, group, fd.as_fd(), instant_of(deadline_mono_ns))
             }
             .map_err(|e| e.to_string())?;
-            Ok(json!({"proxy": addr.to_string()}))
+            Ok(Response::CopyStarted(ProxyAddr { proxy: addr }))
         }
         Request::EndCopy { call, group } => {
             let (out, requests) = broker
                 .end_copy_with_requests(call, group)
                 .map_err(|e| e.to_string())?;
-            Ok(json!({"outcome": out, "requests": requests}))
+            Ok(Response::CopyEnded(CopyEnded {
+                outcome: out,
+                requests,
+            }))
         }
         Request::RaiseCopy { call, group, label } => {
             broker
                 .raise_copy(call, group, &label)
                 .map_err(|e| e.to_string())?;
-            Ok(json!({}))
+            Ok(Response::CopyRaised(CopyRaised {}))
         }
         Request::EndCall { call } => {
             let rec = broker.end_call(call).map_err(|e| e.to_string())?;
-            Ok(json!({"record": rec}))
+            Ok(Response::CallEnded(CallEnded { record: rec }))
         }
-        Request::CaCert => Ok(json!({"pem": broker.ca_cert_pem()})),
-        Request::CopyProxy => Ok(json!({"proxy": broker.copy_proxy_addr().to_string()})),
-        Request::Stats => Ok(json!({"requests": broker.stats().verdict_rows()})),
+        Request::CaCert => Ok(Response::CaCert(CaCert {
+            pem: broker.ca_cert_pem().to_string(),
+        })),
+        Request::CopyProxy => Ok(Response::CopyProxy(ProxyAddr {
+            proxy: broker.copy_proxy_addr(),
+        })),
+        Request::Stats => Ok(Response::Stats(StatsRows {
+            requests: broker.stats().verdict_rows(),
+        })),
     }
 }
 
@@ -396,32 +529,21 @@ impl BrokerClient {
         Ok(Self { fd })
     }
 
-    fn call(&self, req: &Request, pass: Option<BorrowedFd<'_>>) -> Result<Value, ControlError> {
-        send(
-            self.fd.as_raw_fd(),
-            &serde_json::to_value(req).map_err(ControlError::Json)?,
-            pass,
-        )?;
+    /// Sends `req` (with `pass` as `SCM_RIGHTS`) and reads its answer, a `T`.
+    fn call<T: DeserializeOwned>(
+        &self,
+        req: &Request,
+        pass: Option<BorrowedFd<'_>>,
+    ) -> Result<T, ControlError> {
+        let text = serde_json::to_string(req).map_err(ControlError::Json)?;
+        send_text(self.fd.as_raw_fd(), &text, pass)?;
         let (bytes, _) = recv(self.fd.as_raw_fd())?;
-        let v: Value = serde_json::from_slice(&bytes).map_err(ControlError::Json)?;
-        if v["ok"] == json!(true) {
-            Ok(v)
-        } else {
-            Err(ControlError::Refused(
-                v["error"].as_str().unwrap_or("unknown error").to_string(),
-            ))
-        }
+        decode_reply(&bytes)
     }
 
     pub fn begin_call(&self, call: BeginCall) -> Result<(u64, Twin, Plan), ControlError> {
-        let req = Request::BeginCall(call);
-        let v = self.call(&req, None)?;
-        let call = v["call"]
-            .as_u64()
-            .ok_or_else(|| ControlError::Refused("no call id".into()))?;
-        let twin = serde_json::from_value(v["twin"].clone()).map_err(ControlError::Json)?;
-        let plan = serde_json::from_value(v["plan"].clone()).map_err(ControlError::Json)?;
-        Ok((call, twin, plan))
+        let r: CallBegun = self.call(&Request::BeginCall(call), None)?;
+        Ok((r.call, r.twin, r.plan))
     }
 
     pub fn start_copy(
@@ -431,14 +553,7 @@ impl BrokerClient {
         netns: BorrowedFd<'_>,
         deadline: Instant,
     ) -> Result<String, ControlError> {
-        let req = Request::StartCopy {
-            call,
-            group,
-            deadline_mono_ns: mono_ns_of(deadline),
-            listener: false,
-        };
-        let v = self.call(&req, Some(netns))?;
-        Ok(v["proxy"].as_str().unwrap_or_default().to_string())
+        self.start(call, group, netns, deadline, false)
     }
 
     /// Like [`BrokerClient::start_copy`] on a listening TCP socket the shim made (a baseline
@@ -450,14 +565,26 @@ impl BrokerClient {
         listener: BorrowedFd<'_>,
         deadline: Instant,
     ) -> Result<String, ControlError> {
+        self.start(call, group, listener, deadline, true)
+    }
+
+    /// `start_copy` with `pass` (a netns, or a listener if `listener`) as `SCM_RIGHTS`.
+    fn start(
+        &self,
+        call: u64,
+        group: usize,
+        pass: BorrowedFd<'_>,
+        deadline: Instant,
+        listener: bool,
+    ) -> Result<String, ControlError> {
         let req = Request::StartCopy {
             call,
             group,
             deadline_mono_ns: mono_ns_of(deadline),
-            listener: true,
+            listener,
         };
-        let v = self.call(&req, Some(listener))?;
-        Ok(v["proxy"].as_str().unwrap_or_default().to_string())
+        let r: ProxyAddr = self.call(&req, Some(pass))?;
+        Ok(r.proxy.to_string())
     }
 
     pub fn end_copy(&self, call: u64, group: usize) -> Result<CopyOutcome, ControlError> {
@@ -469,52 +596,427 @@ impl BrokerClient {
         &self,
         call: u64,
         group: usize,
-    ) -> Result<(CopyOutcome, Vec<crate::RequestEvent>), ControlError> {
-        let v = self.call(&Request::EndCopy { call, group }, None)?;
-        let outcome = serde_json::from_value(v["outcome"].clone()).map_err(ControlError::Json)?;
-        let requests = match v.get("requests") {
-            Some(r) => serde_json::from_value(r.clone()).map_err(ControlError::Json)?,
-            None => Vec::new(),
-        };
-        Ok((outcome, requests))
+    ) -> Result<(CopyOutcome, Vec<RequestEvent>), ControlError> {
+        let r: CopyEnded = self.call(&Request::EndCopy { call, group }, None)?;
+        Ok((r.outcome, r.requests))
     }
 
     /// Raises copy `group`'s label by `label` before the shim hands it an input of that label.
     pub fn raise_copy(&self, call: u64, group: usize, label: &Label) -> Result<(), ControlError> {
-        self.call(
-            &Request::RaiseCopy {
-                call,
-                group,
-                label: label.clone(),
-            },
-            None,
-        )
-        .map(drop)
+        let req = Request::RaiseCopy {
+            call,
+            group,
+            label: label.clone(),
+        };
+        self.call::<CopyRaised>(&req, None).map(drop)
     }
 
     /// The call's record as JSON (replies carry hex bodies).
     pub fn end_call(&self, call: u64) -> Result<Value, ControlError> {
-        let v = self.call(&Request::EndCall { call }, None)?;
-        Ok(v["record"].clone())
+        let r: CallEnded = self.call(&Request::EndCall { call }, None)?;
+        Ok(r.record)
     }
 
     /// Requests by (release digest, host label, verdict) with their counts.
     pub fn stats(&self) -> Result<Vec<(String, String, String, u64)>, ControlError> {
-        let v = self.call(&Request::Stats, None)?;
-        serde_json::from_value(v["requests"].clone()).map_err(ControlError::Json)
+        let r: StatsRows = self.call(&Request::Stats, None)?;
+        Ok(r.requests)
     }
 
     /// The broker's copy proxy address ([`Broker::copy_proxy_addr`]).
     pub fn copy_proxy(&self) -> Result<std::net::SocketAddr, ControlError> {
-        let v = self.call(&Request::CopyProxy, None)?;
-        v["proxy"]
-            .as_str()
-            .and_then(|a| a.parse().ok())
-            .ok_or_else(|| ControlError::Refused(format!("no copy proxy address in {v}")))
+        let r: ProxyAddr = self.call(&Request::CopyProxy, None)?;
+        Ok(r.proxy)
     }
 
     pub fn ca_cert(&self) -> Result<String, ControlError> {
-        let v = self.call(&Request::CaCert, None)?;
-        Ok(v["pem"].as_str().unwrap_or_default().to_string())
+        let r: CaCert = self.call(&Request::CaCert, None)?;
+        Ok(r.pem)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use germline_policy::call::{Trigger, TriggerKind};
+    use serde_json::json;
+
+    use super::*;
+    use crate::{CopyRecord, Reply};
+
+    fn member(name: &str, c: &[&str]) -> Member {
+        Member {
+            name: name.into(),
+            clearance: Label::of(c),
+        }
+    }
+
+    fn two_group_plan() -> Plan {
+        let items = [
+            ItemMeta {
+                name: "invoice".into(),
+                label: Label::of(["finance"]),
+            },
+            ItemMeta {
+                name: "salary".into(),
+                label: Label::of(["hr"]),
+            },
+        ];
+        let hosts = [member("ocr.example", &["finance"])];
+        let consumers = [member("agent", &["finance", "hr"])];
+        let input = PlanInput {
+            items: &items,
+            hosts: &hosts,
+            consumers: &consumers,
+        };
+        plan(input, PlanMode::Split).expect("plan")
+    }
+
+    fn outcome() -> CopyOutcome {
+        CopyOutcome {
+            label: Label::of(["finance"]),
+            triggers: vec![Trigger {
+                group: 0,
+                host: "ocr.example".into(),
+                kind: TriggerKind::Absent {
+                    sent: 0,
+                    recorded: 1,
+                },
+            }],
+            contacted: BTreeMap::from([("mail.example".to_string(), 2)]),
+            requests: BTreeMap::from([("mail.example".to_string(), vec!["ab".to_string()])]),
+        }
+    }
+
+    fn event() -> RequestEvent {
+        RequestEvent {
+            host: "ocr.example".into(),
+            verdict: "delivered".into(),
+            start_mono_ns: 7,
+            us: 12,
+        }
+    }
+
+    fn record() -> CallRecord {
+        CallRecord {
+            call: 3,
+            release: "sha256:r".into(),
+            twin: Twin {
+                time_ns: 1_700_000_000_000_000_000,
+                seed: 9,
+            },
+            delivered: BTreeMap::from([(
+                "ocr.example".to_string(),
+                vec![(
+                    "d1".to_string(),
+                    Reply {
+                        status: 200,
+                        headers: vec![("content-type".into(), "text/plain".into())],
+                        body: bytes::Bytes::from_static(b"ok"),
+                    },
+                )],
+            )]),
+            copies: BTreeMap::from([(
+                0,
+                CopyRecord {
+                    horizon: Label::of(["finance"]),
+                    slot_snapshot: BTreeMap::new(),
+                    slot_values: BTreeMap::new(),
+                    outcome: Some(outcome()),
+                    triggers: Vec::new(),
+                },
+            )]),
+        }
+    }
+
+    fn wire(r: &Result<Response, String>) -> Value {
+        serde_json::from_str(&encode_reply(r)).expect("a reply is JSON")
+    }
+
+    /// Each answer is the object the broker sent before its replies were typed (built here
+    /// the old way, `json!` plus `"ok": true`), so either side may be the older one.
+    #[test]
+    fn answers_keep_their_wire_format() {
+        let p = two_group_plan();
+        let twin = Twin {
+            time_ns: 1_700_000_000_000_000_000,
+            seed: 42,
+        };
+        let addr: std::net::SocketAddr = "127.0.0.1:20001".parse().expect("addr");
+        let cases: Vec<(Response, Value)> = vec![
+            (
+                Response::CallBegun(CallBegun {
+                    call: 5,
+                    twin,
+                    plan: p.clone(),
+                }),
+                json!({"call": 5, "twin": twin, "plan": p}),
+            ),
+            (
+                Response::CopyStarted(ProxyAddr { proxy: addr }),
+                json!({"proxy": addr.to_string()}),
+            ),
+            (
+                Response::CopyEnded(CopyEnded {
+                    outcome: outcome(),
+                    requests: vec![event()],
+                }),
+                json!({"outcome": outcome(), "requests": [event()]}),
+            ),
+            (Response::CopyRaised(CopyRaised {}), json!({})),
+            (
+                Response::CallEnded(CallEnded { record: record() }),
+                json!({"record": record()}),
+            ),
+            (
+                Response::CaCert(CaCert {
+                    pem: "-----BEGIN CERTIFICATE-----\n".into(),
+                }),
+                json!({"pem": "-----BEGIN CERTIFICATE-----\n"}),
+            ),
+            (
+                Response::CopyProxy(ProxyAddr { proxy: addr }),
+                json!({"proxy": "127.0.0.1:20001"}),
+            ),
+            (
+                Response::Stats(StatsRows {
+                    requests: vec![(
+                        "sha256:r".into(),
+                        "ocr.example".into(),
+                        "delivered".into(),
+                        4,
+                    )],
+                }),
+                json!({"requests": [["sha256:r", "ocr.example", "delivered", 4]]}),
+            ),
+        ];
+        for (answer, mut old) in cases {
+            if let Value::Object(m) = &mut old {
+                m.insert("ok".into(), json!(true));
+            }
+            assert_eq!(wire(&Ok(answer)), old);
+        }
+        assert_eq!(
+            wire(&Err("no live copy 0 of call 3".into())),
+            json!({"ok": false, "error": "no live copy 0 of call 3"})
+        );
+    }
+
+    fn round_trip<T: DeserializeOwned>(answer: Response) -> T {
+        decode_reply(encode_reply(&Ok(answer)).as_bytes()).expect("decodes")
+    }
+
+    #[test]
+    fn answers_round_trip() {
+        let p = two_group_plan();
+        let twin = Twin {
+            time_ns: 1_700_000_000_000_000_000,
+            seed: 42,
+        };
+        let begun = CallBegun {
+            call: 5,
+            twin,
+            plan: p,
+        };
+        assert_eq!(
+            round_trip::<CallBegun>(Response::CallBegun(begun.clone())),
+            begun
+        );
+        let addr = ProxyAddr {
+            proxy: "[::1]:20002".parse().expect("addr"),
+        };
+        assert_eq!(round_trip::<ProxyAddr>(Response::CopyStarted(addr)), addr);
+        assert_eq!(round_trip::<ProxyAddr>(Response::CopyProxy(addr)), addr);
+        let ended = CopyEnded {
+            outcome: outcome(),
+            requests: vec![event()],
+        };
+        assert_eq!(
+            round_trip::<CopyEnded>(Response::CopyEnded(ended.clone())),
+            ended
+        );
+        assert_eq!(
+            round_trip::<CopyRaised>(Response::CopyRaised(CopyRaised {})),
+            CopyRaised {}
+        );
+        let rec: CallEnded = round_trip(Response::CallEnded(CallEnded { record: record() }));
+        assert_eq!(rec.record, serde_json::to_value(record()).expect("record"));
+        assert_eq!(rec.record["delivered"]["ocr.example"][0][1]["body"], "6f6b");
+        let pem = CaCert {
+            pem: "-----BEGIN CERTIFICATE-----\nMII\n".into(),
+        };
+        assert_eq!(round_trip::<CaCert>(Response::CaCert(pem.clone())), pem);
+        let rows = StatsRows {
+            requests: vec![("sha256:r".into(), "undeclared".into(), "denied".into(), 1)],
+        };
+        assert_eq!(round_trip::<StatsRows>(Response::Stats(rows.clone())), rows);
+    }
+
+    #[test]
+    fn refusals_come_back_as_refused_with_their_reason() {
+        let e =
+            decode_reply::<CaCert>(encode_reply(&Err("peer uid 65534 refused".into())).as_bytes())
+                .expect_err("refused");
+        assert!(
+            matches!(&e, ControlError::Refused(m) if m == "peer uid 65534 refused"),
+            "{e:?}"
+        );
+        assert_eq!(e.to_string(), "broker refused: peer uid 65534 refused");
+    }
+
+    /// An answer past the message limit is refused with its size, not sent (the peer would
+    /// get a truncated packet, or the send would fail and close the connection).
+    #[test]
+    fn an_answer_past_the_message_limit_is_refused_with_the_reason() {
+        let big = Response::CaCert(CaCert {
+            pem: "A".repeat(MAX_MESSAGE),
+        });
+        let text = encode_reply(&Ok(big));
+        assert!(text.len() <= MAX_MESSAGE, "{}", text.len());
+        match decode_reply::<CaCert>(text.as_bytes()) {
+            Err(ControlError::Refused(m)) => assert!(
+                m.starts_with(&format!(
+                    "reply of {} bytes exceeds",
+                    MAX_MESSAGE + r#"{"ok":true,"pem":""}"#.len()
+                )) && m.ends_with("1048576-byte message limit"),
+                "{m}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        // One that fits goes through whole.
+        let fits = CaCert {
+            pem: "A".repeat(MAX_MESSAGE - 100),
+        };
+        assert_eq!(round_trip::<CaCert>(Response::CaCert(fits.clone())), fits);
+    }
+
+    #[test]
+    fn malformed_replies_are_errors_of_their_kind() {
+        let refused = |bytes: &[u8]| match decode_reply::<CaCert>(bytes) {
+            Err(ControlError::Refused(m)) => m,
+            other => panic!("{}: {other:?}", String::from_utf8_lossy(bytes)),
+        };
+        // Valid JSON that is not an answer: refused, as the broker never sends it.
+        assert_eq!(refused(br#"{"ok": false}"#), "unknown error");
+        assert_eq!(refused(br#"{}"#), "unknown error");
+        assert_eq!(refused(br#"[1, 2]"#), "unknown error");
+        assert_eq!(refused(br#""ok""#), "unknown error");
+        assert_eq!(refused(br#"{"ok": "yes", "pem": "x"}"#), "unknown error");
+        assert_eq!(refused(br#"{"ok": false, "error": "gone"}"#), "gone");
+        // Not JSON at all, or cut short: a JSON error.
+        for bytes in [
+            &b"not json"[..],
+            b"{\"ok\": true, \"pem\": \"x",
+            b"",
+            b"\xff\xfe",
+        ] {
+            assert!(
+                matches!(decode_reply::<CaCert>(bytes), Err(ControlError::Json(_))),
+                "{}",
+                String::from_utf8_lossy(bytes)
+            );
+        }
+        // Answered, but not with the fields of the answer asked for: a JSON error.
+        let json_err = |bytes: &[u8], what: &str| {
+            let r = match what {
+                "begun" => decode_reply::<CallBegun>(bytes).map(drop),
+                "proxy" => decode_reply::<ProxyAddr>(bytes).map(drop),
+                "ended" => decode_reply::<CopyEnded>(bytes).map(drop),
+                _ => decode_reply::<StatsRows>(bytes).map(drop),
+            };
+            assert!(
+                matches!(r, Err(ControlError::Json(_))),
+                "{what}: {}: {r:?}",
+                String::from_utf8_lossy(bytes)
+            );
+        };
+        json_err(br#"{"ok": true}"#, "begun");
+        json_err(br#"{"ok": true, "call": -1, "twin": {"time_ns": 1, "seed": 2}, "plan": {"groups": []}}"#, "begun");
+        json_err(br#"{"ok": true, "proxy": "not an address"}"#, "proxy");
+        json_err(br#"{"ok": true, "proxy": 20001}"#, "proxy");
+        json_err(br#"{"ok": true, "requests": []}"#, "ended");
+        json_err(
+            br#"{"ok": true, "requests": [["r", "h", "v", "four"]]}"#,
+            "stats",
+        );
+        // An older broker's `end_copy` without request events still reads.
+        let ended: CopyEnded = decode_reply(
+            format!(
+                r#"{{"ok": true, "outcome": {}}}"#,
+                serde_json::to_string(&outcome()).expect("outcome")
+            )
+            .as_bytes(),
+        )
+        .expect("without requests");
+        assert_eq!(ended.outcome, outcome());
+        assert!(ended.requests.is_empty());
+    }
+
+    #[test]
+    fn requests_round_trip_and_malformed_ones_are_refused() {
+        let reqs = vec![
+            Request::BeginCall(BeginCall {
+                release: "sha256:r".into(),
+                user: "u".into(),
+                items: vec![ItemMeta {
+                    name: "invoice".into(),
+                    label: Label::of(["finance"]),
+                }],
+                hosts: vec![member("ocr.example", &["finance"])],
+                consumers: vec![member("agent", &["finance"])],
+                mode: PlanMode::Split,
+                rules: LabelRules::default(),
+                open: false,
+                replay: None,
+            }),
+            Request::StartCopy {
+                call: 1,
+                group: 0,
+                deadline_mono_ns: 99,
+                listener: true,
+            },
+            Request::EndCopy { call: 1, group: 0 },
+            Request::RaiseCopy {
+                call: 1,
+                group: 1,
+                label: Label::of(["hr"]),
+            },
+            Request::EndCall { call: 1 },
+            Request::CaCert,
+            Request::CopyProxy,
+            Request::Stats,
+        ];
+        for r in &reqs {
+            let text = serde_json::to_string(r).expect("encode");
+            let back: Request = serde_json::from_str(&text).expect("decode");
+            assert_eq!(serde_json::to_string(&back).expect("encode"), text);
+        }
+        assert_eq!(
+            serde_json::to_value(&reqs[2]).expect("encode"),
+            json!({"op": "end_copy", "call": 1, "group": 0})
+        );
+        let start: Request = serde_json::from_str(
+            r#"{"op": "start_copy", "call": 1, "group": 0, "deadline_mono_ns": 5}"#,
+        )
+        .expect("listener defaults to false");
+        assert!(matches!(
+            start,
+            Request::StartCopy {
+                listener: false,
+                ..
+            }
+        ));
+        for bad in [
+            r#"{"op": "end_copy", "call": 1}"#,
+            r#"{"op": "end_copy", "call": 1, "group": 0, "extra": 1}"#,
+            r#"{"op": "drop_tables"}"#,
+            r#"{"call": 1, "group": 0}"#,
+            r#"{"op": "end_call", "call": "1"}"#,
+            r#"{"op": "begin_call", "release": "r", "items": [], "hosts": [], "consumers": [], "smuggled": true}"#,
+            "[]",
+        ] {
+            assert!(serde_json::from_str::<Request>(bad).is_err(), "{bad}");
+        }
     }
 }

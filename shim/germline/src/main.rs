@@ -3,6 +3,7 @@
 mod broker_cmd;
 mod eval_cmd;
 mod plan_cmd;
+mod release_cmd;
 mod witness_cmd;
 
 use std::process::ExitCode;
@@ -46,11 +47,11 @@ enum Command {
     #[command(flatten)]
     Sandbox(germline_sandbox::cli::Command),
     /// Write a cosign-compatible key pair (cosign.key, cosign.pub).
-    Keygen(germline_release::cli::KeygenArgs),
+    Keygen(release_cmd::KeygenArgs),
     /// Pack, sign, publish, verify and inspect signed releases.
     Release {
         #[command(subcommand)]
-        cmd: germline_release::cli::ReleaseCmd,
+        cmd: release_cmd::ReleaseCmd,
     },
 }
 
@@ -89,7 +90,7 @@ fn main() -> ExitCode {
         }
         Command::Gc => report(germline_frontend::sweep::gc().map_err(Into::into)),
         Command::Sandbox(c) => germline_sandbox::cli::run(c),
-        Command::Keygen(args) => germline_release::cli::run_keygen(&args),
-        Command::Release { cmd } => germline_release::cli::run_release(&cmd),
+        Command::Keygen(args) => release_cmd::run_keygen(&args),
+        Command::Release { cmd } => release_cmd::run_release(&cmd),
     }
 }

@@ -3,7 +3,6 @@
 //! and verification before extraction (paper Section VI, first paragraph; Fig. 1).
 
 pub mod bundle;
-pub mod cli;
 pub mod digest;
 pub mod error;
 pub mod keys;

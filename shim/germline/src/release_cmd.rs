@@ -1,18 +1,18 @@
-//! The `germline keygen` and `germline release ...` subcommands: argument structs and handlers,
-//! so that the `germline` binary only dispatches to them.
+//! The `germline keygen` and `germline release ...` subcommands: argument structs, handlers and
+//! what they print, over the `germline-release` library (which has no CLI of its own).
 
 use clap::{Args, Subcommand};
 use serde_json::json;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use crate::error::{Error, Result};
-use crate::keys::{self, Algorithm, PublicKey};
-use crate::manifest::{Manifest, MANIFEST_PATH, SIGNATURE_PATH};
-use crate::release::{self, Source};
-use crate::untrusted::LimitArgs;
-use crate::{bundle, digest, tuf};
+use germline_release::error::{Error, Result};
+use germline_release::keys::{self, Algorithm, PublicKey};
+use germline_release::manifest::{Manifest, MANIFEST_PATH};
+use germline_release::release::{self, Source};
+use germline_release::untrusted::LimitArgs;
+use germline_release::{bundle, digest, tuf};
 
 /// `germline keygen`: a cosign-compatible key pair (password from `COSIGN_PASSWORD`).
 #[derive(Debug, Args)]
@@ -180,7 +180,7 @@ fn finish(r: Result<()>, what: &str) -> ExitCode {
             // Printable whatever an image put into the message (error::printable).
             eprintln!(
                 "germline: {what}: {}",
-                crate::error::printable(&e.to_string())
+                germline_release::error::printable(&e.to_string())
             );
             ExitCode::FAILURE
         }
@@ -465,7 +465,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
         files += 1;
     }
     let m = dir.path().join("manifest.json");
-    let manifest = json!({"schema": crate::manifest::SCHEMA, "name": "bench", "version": "1.0.0", "language": "native",
+    let manifest = json!({"schema": germline_release::manifest::SCHEMA, "name": "bench", "version": "1.0.0", "language": "native",
         "entry": ["/bin/true"], "initialisation": {"imports": []}, "tools": {"noop": {"destinations": {"hosts": []}}},
         "readable_paths": ["/"], "deterministic": true});
     std::fs::write(&m, manifest.to_string()).map_err(|e| Error::io(&m, e))?;
@@ -522,12 +522,4 @@ fn bench(a: &BenchArgs) -> Result<()> {
     std::fs::write(&a.json, bytes).map_err(|e| Error::io(&a.json, e))?;
     println!("wrote {}", a.json.display());
     Ok(())
-}
-
-/// Used by tests: where the manifest and signature sit in a bundle.
-pub fn germline_paths(bundle: &Path) -> (PathBuf, PathBuf) {
-    (
-        bundle.join("rootfs").join(MANIFEST_PATH),
-        bundle.join("rootfs").join(SIGNATURE_PATH),
-    )
 }
