@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use germline_policy::limits::Lifetime;
 use serde_json::{json, Map, Value};
 
-use crate::release::Release;
-use crate::runtime::Mode;
+use germline_engine::release::Release;
+use germline_engine::runtime::Mode;
 use crate::session::{
     error, Session, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, RUNTIME_FAILED,
 };

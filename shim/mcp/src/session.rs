@@ -6,10 +6,10 @@ use std::sync::Arc;
 use germline_policy::Policy;
 use serde_json::{json, Value};
 
-use crate::callmeta;
+use germline_engine::callmeta;
 use crate::jsonrpc::{self, Kind};
-use crate::relay::{Agent, AgentLink, Buffered};
-use crate::runtime::{Outcome, RunError, Runtime, AGENT};
+use germline_engine::relay::{Agent, AgentLink, Buffered};
+use germline_engine::runtime::{Outcome, RunError, Runtime, AGENT};
 
 pub const PARSE_ERROR: i64 = -32700;
 pub const INVALID_REQUEST: i64 = -32600;
@@ -23,7 +23,7 @@ pub const RUNTIME_FAILED: i64 = -32001;
 /// A `[limits]` value of the policy refused the call (docs/operations.md).
 pub const LIMIT_REACHED: i64 = -32002;
 /// A flow the release's manifest declares would carry an item to a host not cleared for it
-/// (crate::flows, docs/release.md): the call was not run.
+/// (germline_engine::flows, docs/release.md): the call was not run.
 pub const FLOW_REFUSED: i64 = -32003;
 
 /// Methods answered by a data-free copy.
