@@ -791,13 +791,10 @@ pub fn verify_offline(v: &VerifyInput<'_>) -> Result<Value, String> {
         audit: None,
     })?;
     // The copies are made as the recording deployment made them.
-    let mut rt = Runtime::start(
-        crate::runtime::Mode::Germline,
-        release,
-        broker,
-        0,
-        rec.reaper,
-    )?;
+    let mut rt =
+        crate::builder::RuntimeBuilder::new(crate::runtime::Mode::Germline, release, broker)
+            .reaper(rec.reaper)
+            .build()?;
     let tries = v.tries.unwrap_or(rec.tries as usize).max(1);
     let job = job_of(&rec, meta);
     let r = rerun(&mut rt, &job, tries);

@@ -17,6 +17,7 @@
 //! The transports that drive it are in `germline-mcp`; the benchmarks in `germline-eval`.
 //! See docs/run.md and docs/architecture.md.
 
+pub mod builder;
 pub mod callmeta;
 pub mod evidence;
 pub mod fileitem;

@@ -26,6 +26,7 @@ use germline_sandbox::spec::BindMount;
 use germline_sandbox::{Germline, LaunchSpec, Limits, Options};
 use serde_json::{json, Value};
 
+use crate::builder::RuntimeBuilder;
 use crate::callmeta::{ArgItem, CallMeta, ItemKind};
 use crate::outbox::{self, Delivery};
 use crate::process::{ProcessSpec, ToolProcess};
@@ -179,31 +180,31 @@ enum Backend {
 
 /// One agent session's runtime: the verified release, its germline or process, the broker.
 pub struct Runtime {
-    pub mode: Mode,
-    pub release: Release,
-    pub broker: Sidecar,
+    pub(crate) mode: Mode,
+    pub(crate) release: Release,
+    pub(crate) broker: Sidecar,
     backend: Backend,
     proc_spec: Option<ProcessSpec>,
     /// The host-side listener of an unconfined baseline process's proxy.
     host_proxy: Option<std::net::TcpListener>,
     limits: Limits,
-    pub user: String,
+    pub(crate) user: String,
     /// The CA bundles bind-mounted into the copies (removed at stop).
     ca_dir: PathBuf,
     /// Copies get the call's twin inputs (read once at start, not per call).
     twin_on: bool,
     /// Triggers awaiting probe replay, witness records, dampening (crate::evidence).
-    pub evidence: crate::evidence::Evidence,
+    pub(crate) evidence: crate::evidence::Evidence,
     /// The policy's `[limits]` (off until the caller sets them).
-    pub limiter: crate::limits::Limiter,
+    pub(crate) limiter: crate::limits::Limiter,
     /// Where this runtime's metrics go (`--metrics-listen`; none by default).
-    pub metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
+    pub(crate) metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
     /// Where this runtime's traces go (`--otlp-endpoint`; none by default).
-    pub tracer: Option<std::sync::Arc<crate::trace::Tracer>>,
+    pub(crate) tracer: Option<std::sync::Arc<crate::trace::Tracer>>,
     /// The last call's broker requests by group (verdicts, declared hosts; for its trace).
-    pub last_requests: Vec<(usize, germline_broker::RequestEvent)>,
+    pub(crate) last_requests: Vec<(usize, germline_broker::RequestEvent)>,
     /// How long the germline lives (policy `[lifetimes]`; docs/operations.md).
-    pub lifetime: germline_policy::limits::Lifetime,
+    pub(crate) lifetime: germline_policy::limits::Lifetime,
     /// What started the germline, to start a fresh one (`single-shot`), and how many were.
     launch: Option<(LaunchSpec, Options)>,
     generation: u32,
@@ -214,17 +215,17 @@ pub struct Runtime {
     /// When germlines that died were restarted (or tried to be), within `restart_window`.
     restarts: Vec<Instant>,
     /// The window [`MAX_RESTARTS`] counts in (`--germline-restart-window`).
-    pub restart_window: Duration,
+    pub(crate) restart_window: Duration,
     /// A copy of this call got data ([`Runtime::run_copy`]): a call whose germline died
     /// before that may be run again on a fresh one.
     data_sent: bool,
     /// The state file `germline status` reads (crate::status).
-    pub status: Option<crate::status::StatusWriter>,
+    pub(crate) status: Option<crate::status::StatusWriter>,
     /// Where results for the recipients a manifest names go ([`crate::outbox`]).
-    pub outbox: Option<PathBuf>,
+    pub(crate) outbox: Option<PathBuf>,
     /// Where fresh germlines are forked (`germline serve`: a thread that outlives them,
     /// [`crate::launcher`]); the calling thread otherwise.
-    pub launcher: Option<std::sync::Arc<crate::launcher::Launcher>>,
+    pub(crate) launcher: Option<std::sync::Arc<crate::launcher::Launcher>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -319,15 +320,27 @@ pub fn launch_spec(
 }
 
 impl Runtime {
-    /// Starts the release's germline (or the baseline's process) for one session; `reaper`
-    /// is the policy's `[copies] reaper` (copies run the tool as PID 2 under a reaper).
-    pub fn start(
-        mode: Mode,
-        release: Release,
-        broker: Sidecar,
-        pool: usize,
-        reaper: bool,
-    ) -> Result<Runtime, String> {
+    /// Starts the release's germline (or the baseline's process) for one session, configured
+    /// as `cfg` says ([`RuntimeBuilder::build`]).
+    pub(crate) fn start(cfg: RuntimeBuilder) -> Result<Runtime, String> {
+        let RuntimeBuilder {
+            mode,
+            release,
+            broker,
+            pool,
+            reaper,
+            copy_cpus: _,
+            user,
+            evidence,
+            limiter,
+            lifetime,
+            restart_window,
+            metrics,
+            tracer,
+            outbox,
+            launcher: runtime_launcher,
+            status: _,
+        } = cfg;
         let limits = Limits::default();
         // Unique per runtime on this host: `germline serve` starts one per release.
         static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -422,32 +435,47 @@ impl Runtime {
             proc_spec,
             host_proxy,
             limits,
-            user: std::env::var("USER").unwrap_or_else(|_| "root".into()),
+            user,
             twin_on: twin_inputs_on(),
-            evidence: crate::evidence::Evidence::disabled(),
-            limiter: crate::limits::Limiter::off(),
-            metrics: None,
-            tracer: None,
+            evidence,
+            limiter,
+            metrics,
+            tracer,
             last_requests: Vec::new(),
-            lifetime: Default::default(),
+            lifetime,
             launch,
             generation: 0,
             fresh_due: false,
             germline_down: None,
             restarts: Vec::new(),
-            restart_window: RESTART_WINDOW,
+            restart_window,
             data_sent: false,
             status: None,
-            outbox: None,
-            launcher: None,
+            outbox,
+            launcher: runtime_launcher,
         })
+    }
+
+    /// The runtime this is: germline execution or a baseline.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The verified release this runtime serves.
+    pub fn release(&self) -> &Release {
+        &self.release
+    }
+
+    /// The broker sidecar this runtime talks to.
+    pub fn broker(&self) -> &Sidecar {
+        &self.broker
     }
 
     /// Pins the germline (and so every copy it forks, and every germline a single-shot
     /// lifetime starts later) or the baseline's persistent process to `cpus`; the shim and
     /// the broker keep their own affinity (`germline run --copy-cpus`, `germline bench --pin
     /// split`). A fresh-ifc process per call inherits the shim's.
-    pub fn set_copy_cpus(&mut self, cpus: &[usize]) -> Result<(), String> {
+    pub(crate) fn set_copy_cpus(&mut self, cpus: &[usize]) -> Result<(), String> {
         if let Some((_, opts)) = &mut self.launch {
             opts.cpus = cpus.to_vec();
         }

@@ -7,9 +7,10 @@ use std::time::Duration;
 use clap::Args;
 use germline_policy::Policy;
 
-use germline_engine::release::Release;
-use germline_engine::runtime::{Mode, Runtime};
 use crate::session::Session;
+use germline_engine::builder::RuntimeBuilder;
+use germline_engine::release::Release;
+use germline_engine::runtime::Mode;
 use germline_engine::sidecar::{Sidecar, SidecarConfig};
 
 #[derive(Debug, Args, Clone)]
@@ -136,30 +137,36 @@ pub fn start_session(a: &RunArgs) -> Result<Session, String> {
         audit: a.audit.clone(),
     })?;
     let outbox = a.outbox.as_deref().map(check_outbox).transpose()?;
-    let mut runtime = Runtime::start(a.mode, release, broker, a.pool, policy.copy_reaper())?;
-    if !a.copy_cpus.is_empty() {
-        runtime.set_copy_cpus(&a.copy_cpus)?;
-    }
-    runtime.outbox = outbox;
-    runtime.restart_window = Duration::from_secs(a.germline_restart_window);
-    runtime.evidence = evidence_for(&a.evidence, &a.state_dir, &policy)?;
-    runtime.limiter = germline_engine::limits::Limiter::new(policy.limits(), &runtime.release.digest);
-    runtime.lifetime = lifetime;
-    runtime.status = Some(germline_engine::status::StatusWriter::start(&runtime, "run")?);
-    if let Some(addr) = a.metrics_listen {
-        let m = Arc::new(germline_engine::metrics::Metrics::new());
-        m.add_release(
-            &runtime.release.digest,
-            &runtime.release.label(),
-            runtime.broker.socket().to_path_buf(),
-        );
-        let local = germline_engine::metrics::serve(addr, m.clone())?;
-        eprintln!("germline run: metrics at http://{local}/metrics");
-        runtime.metrics = Some(m);
-    }
-    if let Some(url) = &a.otlp_endpoint {
-        runtime.tracer = Some(Arc::new(germline_engine::trace::Tracer::start(url)?));
-    }
+    let evidence = evidence_for(&a.evidence, &a.state_dir, &policy)?;
+    let metrics = match a.metrics_listen {
+        Some(addr) => {
+            let m = Arc::new(germline_engine::metrics::Metrics::new());
+            m.add_release(
+                &release.digest,
+                &release.label(),
+                broker.socket().to_path_buf(),
+            );
+            let local = germline_engine::metrics::serve(addr, m.clone())?;
+            eprintln!("germline run: metrics at http://{local}/metrics");
+            Some(m)
+        }
+        None => None,
+    };
+    let tracer = match &a.otlp_endpoint {
+        Some(url) => Some(Arc::new(germline_engine::trace::Tracer::start(url)?)),
+        None => None,
+    };
+    let runtime = RuntimeBuilder::new(a.mode, release, broker)
+        .policy(&policy)
+        .pool(a.pool)
+        .copy_cpus(&a.copy_cpus)
+        .outbox(outbox)
+        .restart_window(Duration::from_secs(a.germline_restart_window))
+        .evidence(evidence)
+        .metrics(metrics)
+        .tracer(tracer)
+        .status("run")
+        .build()?;
     Ok(Session::new(runtime, policy))
 }
 
@@ -182,10 +189,10 @@ pub fn run(a: &RunArgs) -> Result<(), String> {
     let mut session = start_session(a)?;
     eprintln!(
         "germline run: {} ({}) in mode {}, broker {}",
-        session.runtime.release.label(),
-        session.runtime.release.digest,
-        session.runtime.mode.name(),
-        session.runtime.broker.socket().display()
+        session.runtime.release().label(),
+        session.runtime.release().digest,
+        session.runtime.mode().name(),
+        session.runtime.broker().socket().display()
     );
     let why = crate::stdio::serve(&mut session, sigfd);
     session.runtime.stop();

@@ -14,10 +14,11 @@ use clap::Args;
 use germline_policy::Policy;
 
 use crate::http::{Bearer, Http, HttpConfig, MCP_PATH};
-use germline_engine::release::Release;
 use crate::router::{describe, tool_owners, Router};
-use germline_engine::runtime::{Mode, Runtime};
 use crate::session::Session;
+use germline_engine::builder::RuntimeBuilder;
+use germline_engine::release::Release;
+use germline_engine::runtime::Mode;
 use germline_engine::sidecar::{Sidecar, SidecarConfig};
 
 #[derive(Debug, Args, Clone)]
@@ -342,7 +343,6 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         ));
     }
     let (mode, pool, evidence) = (a.mode, a.pool, a.evidence.clone());
-    let reaper = policy.copy_reaper();
     let fpolicy = policy.clone();
     // Lives until every germline is stopped (after `router.stop()` below).
     let launcher = Arc::new(germline_engine::launcher::Launcher::start()?);
@@ -362,18 +362,18 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
             state_dir: state_dir.clone(),
             audit: None,
         })?;
-        let mut runtime =
-            flauncher.run(move || Runtime::start(mode, release, client, pool, reaper))??;
-        runtime.launcher = Some(flauncher.clone());
-        // The user keys the broker's state slots (release, user, horizon).
-        runtime.user = user.to_string();
-        runtime.evidence = crate::cli::evidence_for(&evidence, &state_dir, &fpolicy)?;
-        runtime.limiter = germline_engine::limits::Limiter::new(fpolicy.limits(), &runtime.release.digest);
-        runtime.lifetime = fpolicy.lifetime(&runtime.release.manifest.name);
-        runtime.status = Some(germline_engine::status::StatusWriter::start(&runtime, "serve")?);
-        runtime.metrics = metrics.clone();
-        runtime.tracer = tracer.clone();
-        runtime.outbox = outbox.clone();
+        let runtime = RuntimeBuilder::new(mode, release, client)
+            .policy(&fpolicy)
+            .pool(pool)
+            .launcher(flauncher.clone())
+            // The user keys the broker's state slots (release, user, horizon).
+            .user(user)
+            .evidence(crate::cli::evidence_for(&evidence, &state_dir, &fpolicy)?)
+            .metrics(metrics.clone())
+            .tracer(tracer.clone())
+            .outbox(outbox.clone())
+            .status("serve")
+            .build()?;
         Ok(Session::new(runtime, fpolicy.clone()))
     };
     let router = Arc::new(Router::new(described, owners, a.mode, Box::new(factory)));

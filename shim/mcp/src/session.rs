@@ -6,8 +6,8 @@ use std::sync::Arc;
 use germline_policy::Policy;
 use serde_json::{json, Value};
 
-use germline_engine::callmeta;
 use crate::jsonrpc::{self, Kind};
+use germline_engine::callmeta;
 use germline_engine::relay::{Agent, AgentLink, Buffered};
 use germline_engine::runtime::{Outcome, RunError, Runtime, AGENT};
 
@@ -196,8 +196,8 @@ impl Session {
                 if let Some(info) = r.get_mut("serverInfo").and_then(Value::as_object_mut) {
                     info.insert(
                             "germline".into(),
-                            json!({"mode": self.runtime.mode.name(), "release": self.runtime.release.label(),
-                                   "digest": self.runtime.release.digest}),
+                            json!({"mode": self.runtime.mode().name(), "release": self.runtime.release().label(),
+                                   "digest": self.runtime.release().digest}),
                         );
                 }
                 ok(&id, r)
@@ -218,7 +218,7 @@ impl Session {
                 "tools/call needs params.name (a string)",
             );
         };
-        let manifest = &self.runtime.release.manifest;
+        let manifest = &self.runtime.release().manifest;
         let Some(tool) = manifest.tools.get(name) else {
             let known: Vec<&str> = manifest.tools.keys().map(String::as_str).collect();
             return error(
@@ -226,7 +226,7 @@ impl Session {
                 INVALID_PARAMS,
                 format!(
                     "unknown tool {name:?}: release {} declares {}",
-                    self.runtime.release.label(),
+                    self.runtime.release().label(),
                     known.join(", ")
                 ),
             );

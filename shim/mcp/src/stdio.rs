@@ -13,8 +13,8 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use germline_engine::relay::AgentLink;
 use crate::session::{error, Session, INVALID_REQUEST};
+use germline_engine::relay::AgentLink;
 
 /// Blocks the stop signals in this thread (call before any thread starts, so all inherit the
 /// mask) and returns a signalfd that reads them.
