@@ -27,6 +27,7 @@ pub mod launcher;
 pub mod limits;
 pub mod metrics;
 pub mod outbox;
+pub mod pipeline;
 pub mod process;
 pub mod relay;
 pub mod release;

@@ -18,8 +18,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use germline_broker::ca::CopyTrust;
-use germline_broker::control::BeginCall;
-use germline_policy::call::{CopyOutcome, LabelRules};
 use germline_policy::witness::ReplaySpec;
 use germline_policy::{Label, Plan, PlanMode};
 use germline_sandbox::spec::BindMount;
@@ -27,10 +25,11 @@ use germline_sandbox::{Germline, LaunchSpec, Limits, Options};
 use serde_json::{json, Value};
 
 use crate::builder::RuntimeBuilder;
-use crate::callmeta::{ArgItem, CallMeta, ItemKind};
+use crate::callmeta::CallMeta;
 use crate::outbox::{self, Delivery};
+use crate::pipeline::Stages;
 use crate::process::{ProcessSpec, ToolProcess};
-use crate::relay::{self, Agent, Buffered, CopyRelay};
+use crate::relay::{Agent, Buffered, CopyRelay};
 use crate::release::Release;
 use crate::sidecar::Sidecar;
 
@@ -143,27 +142,6 @@ const RESTART_BACKOFF: [Duration; MAX_RESTARTS] = [
     Duration::from_millis(500),
     Duration::from_millis(1000),
 ];
-
-/// A copy taken ahead of its turn: the copy, the microseconds that took, its fork's laps.
-type TakenCopy = (germline_sandbox::Copy, u64, Vec<(&'static str, u64)>);
-
-/// What one group's copy is to do.
-struct CopyJob<'a> {
-    call: u64,
-    group: usize,
-    meta: &'a CallMeta,
-    in_view: &'a dyn Fn(&ArgItem) -> bool,
-    is_agent: bool,
-    /// Why the agent's answer to a sampling or elicitation request may not enter this copy.
-    inadmissible: Option<String>,
-    /// Twin inputs of the call, unless twin inputs are off (the reference runs).
-    twin: Option<(u128, u64)>,
-    /// A probe or control re-run (crate::evidence): not counted as the call's delivery.
-    rerun: bool,
-    /// The copy, if taken ahead (see `call_germline`), with the time that took and its fork's
-    /// laps; else one is taken in its turn.
-    copy: Option<TakenCopy>,
-}
 
 /// Whether copies get the call's twin inputs: on unless `GERMLINE_TWIN=off` (the reference
 /// for the twin-input test, issue 10).
@@ -578,37 +556,14 @@ impl Runtime {
         mode: PlanMode,
         open: bool,
     ) -> Result<(u64, germline_broker::Twin, Plan), RunError> {
-        self.begin_with(BeginCall {
-            release: self.release.digest.clone(),
-            user: self.user.clone(),
-            items: meta.item_meta(),
-            hosts: meta.hosts.clone(),
-            consumers: meta.consumers.clone(),
+        crate::pipeline::begin(
+            &mut self.broker,
+            &self.release,
+            &self.user,
+            meta,
             mode,
-            rules: LabelRules::default(),
             open,
-            replay: None,
-        })
-    }
-
-    fn begin_with(
-        &mut self,
-        call: BeginCall,
-    ) -> Result<(u64, germline_broker::Twin, Plan), RunError> {
-        let r = self.broker.client.begin_call(call.clone());
-        let r = match r {
-            Err(germline_broker::control::ControlError::Refused(e)) => {
-                return Err(RunError::Broker(e))
-            }
-            Err(_) => {
-                // The connection broke: try once more on a fresh one (a restarted broker).
-                self.broker.reconnect().map_err(RunError::Broker)?;
-                self.broker.client.begin_call(call)
-            }
-            ok => ok,
-        };
-        let (id, twin, plan) = r.map_err(|e| RunError::Broker(e.to_string()))?;
-        Ok((id, twin, plan))
+        )
     }
 
     /// One `tools/call` without a live agent: notifications come back in the outcome,
@@ -760,327 +715,35 @@ impl Runtime {
         Ok(())
     }
 
+    /// The stages of one call under germline execution, on this runtime's germline and
+    /// broker ([`crate::pipeline`]).
+    fn stages(&mut self) -> Result<Stages<'_, Germline, Sidecar>, RunError> {
+        let Backend::Germline(g) = &mut self.backend else {
+            return Err(RunError::Sandbox("no germline".into()));
+        };
+        Ok(Stages {
+            source: g.as_mut(),
+            broker: &mut self.broker,
+            release: &self.release,
+            user: &self.user,
+            evidence: &mut self.evidence,
+            limiter: &self.limiter,
+            metrics: self.metrics.as_deref(),
+            twin_on: self.twin_on,
+            outbox: self.outbox.as_deref(),
+            mode: self.mode,
+            data_sent: &mut self.data_sent,
+            last_requests: &mut self.last_requests,
+        })
+    }
+
     fn call_germline(
         &mut self,
         meta: &CallMeta,
         plan_mode: PlanMode,
         agent_link: &mut Agent<'_>,
     ) -> Result<Outcome, RunError> {
-        let t0 = Instant::now();
-        self.data_sent = false;
-        // The agent asked a declared flow to carry what its host may not see: the call is
-        // refused before dampening counts it and before any copy runs (crate::flows).
-        if let Some(tool) = self.release.manifest.tools.get(&meta.tool) {
-            crate::flows::check(&meta.tool, tool, meta).map_err(RunError::Flow)?;
-        }
-        let mut phases = Vec::new();
-        if let Backend::Germline(g) = &mut self.backend {
-            g.call_begins();
-        }
-        self.evidence
-            .admit(&self.release.digest)
-            .map_err(RunError::Suppressed)?;
-        phases.push(("evidence.admit", t0.elapsed().as_micros() as u64));
-        let (call, twin0, plan) = self.begin(meta, plan_mode, false)?;
-        let twin = self.twin_on.then_some((twin0.time_ns, twin0.seed));
-        let mut outcomes = Vec::new();
-        phases.push(("plan", t0.elapsed().as_micros() as u64));
-        let agent_group = plan
-            .groups
-            .iter()
-            .position(|g| g.consumers.iter().any(|c| c == AGENT));
-        let mut agent: Option<(Result<Value, String>, Label)> = None;
-        let agent_clearance = meta
-            .consumers
-            .iter()
-            .find(|c| c.name == AGENT)
-            .map(|c| c.clearance.clone());
-        let mut others_failed = false;
-        let mut triggers = 0;
-        let mut failure: Option<RunError> = None;
-        let mut deliveries = Vec::new();
-        let inadmissible_of = |group: &germline_policy::plan::Group| match &agent_clearance {
-            Some(c) => relay::admissible(c, &group.horizon, &group.hosts).err(),
-            None => Some("germline: the call has no agent".to_string()),
-        };
-        // With several groups, every group's copy is taken (or forked) now, before the first
-        // gets any data: the later ones are data-free until their turn, and their confinement
-        // and handshake run while the earlier groups' copies serve the call, off its path.
-        let caps_of = |gi: usize, group: &germline_policy::plan::Group| {
-            if Some(gi) == agent_group && inadmissible_of(group).is_none() {
-                agent_link.relayed_capabilities()
-            } else {
-                json!({})
-            }
-        };
-        let mut early: Vec<Option<TakenCopy>> = Vec::new();
-        if let (Backend::Germline(g), true) = (&mut self.backend, plan.groups.len() > 1) {
-            for (gi, group) in plan.groups.iter().enumerate() {
-                let caps = caps_of(gi, group);
-                if Some(gi) == agent_group {
-                    g.set_pool_capabilities(&caps);
-                }
-                // A failure here is reported by that group's own turn, which tries again.
-                let s = Instant::now();
-                let c = g.copy_for(&caps).ok();
-                let us = s.elapsed().as_micros() as u64;
-                early.push(c.map(|c| (c, us, g.fork_phases().to_vec())));
-            }
-        }
-        for (gi, group) in plan.groups.iter().enumerate() {
-            let in_view = |i: &ArgItem| group.view.iter().any(|v| v == &i.name);
-            let is_agent = Some(gi) == agent_group;
-            let inadmissible = inadmissible_of(group);
-            let job = CopyJob {
-                call,
-                group: gi,
-                meta,
-                in_view: &in_view,
-                is_agent,
-                inadmissible,
-                twin,
-                rerun: false,
-                copy: early.get_mut(gi).and_then(Option::take),
-            };
-            let r = self.run_copy(job, agent_link, &mut phases);
-            match r {
-                Ok((result, mut label, out, answered)) => {
-                    // An answer of the agent entered the copy: its output carries it.
-                    if let (true, Some(c)) = (answered, &agent_clearance) {
-                        label.join(c);
-                    }
-                    triggers += out.triggers.len();
-                    // Every other consumer of this group gets this group's result.
-                    for c in group.consumers.iter().filter(|c| c.as_str() != AGENT) {
-                        deliveries.push(Delivery {
-                            consumer: c.clone(),
-                            result: result.clone(),
-                            label: Some(label.clone()),
-                        });
-                    }
-                    if !out.triggers.is_empty() {
-                        outcomes.push((gi, out));
-                    }
-                    if Some(gi) == agent_group {
-                        agent = Some((result, label));
-                    } else if result
-                        .as_ref()
-                        .map_or(true, |v| v.get("isError") == Some(&Value::Bool(true)))
-                    {
-                        // Its error text is the copy's own words: the agent gets a fixed notice.
-                        others_failed = true;
-                    }
-                }
-                Err(e) => {
-                    failure = Some(e);
-                    break;
-                }
-            }
-        }
-        let s = Instant::now();
-        let end = self.broker.client.end_call(call);
-        phases.push(("broker.end_call", s.elapsed().as_micros() as u64));
-        if let Some(e) = failure {
-            return Err(e);
-        }
-        let record = end.map_err(|e| RunError::Broker(e.to_string()))?;
-        let twin_in = (twin0.time_ns, twin0.seed);
-        let s = Instant::now();
-        self.evidence
-            .queue(meta, &plan, &outcomes, &record, twin_in, self.twin_on);
-        let declared = self.release.manifest.deterministic;
-        self.evidence
-            .weigh_denials(&self.release.digest, declared, &outcomes);
-        phases.push(("evidence.queue", s.elapsed().as_micros() as u64));
-        let Some((result, label)) = agent else {
-            return Err(RunError::Sandbox(
-                "Plan formed no group for the agent".into(),
-            ));
-        };
-        let mut result = result.map_err(RunError::Tool)?;
-        let mut g = json!({"label": label, "copies": plan.groups.len(), "mode": self.mode.name()});
-        if others_failed {
-            g["notice"] = json!(OTHER_COPY_FAILED);
-        }
-        if !deliveries.is_empty() {
-            g["recipients"] = Value::Object(outbox::deliver_all(
-                self.outbox.as_deref(),
-                &meta.tool,
-                deliveries,
-                &meta.consumers,
-            ));
-        }
-        add_meta(&mut result, g);
-        phases.push(("total", t0.elapsed().as_micros() as u64));
-        Ok(Outcome {
-            result,
-            label: Some(label),
-            copies: plan.groups.len(),
-            triggers,
-            phases,
-            notifications: Vec::new(),
-        })
-    }
-
-    /// Runs group `gi`'s copy. The outer error is the shim's (broker, sandbox); the inner
-    /// result is the copy's own answer or failure.
-    #[allow(clippy::type_complexity)]
-    fn run_copy(
-        &mut self,
-        job: CopyJob<'_>,
-        agent: &mut Agent<'_>,
-        phases: &mut Vec<(&'static str, u64)>,
-    ) -> Result<(Result<Value, String>, Label, CopyOutcome, bool), RunError> {
-        let CopyJob {
-            call,
-            group: gi,
-            meta,
-            in_view,
-            is_agent,
-            inadmissible,
-            rerun,
-            twin,
-            copy: ahead,
-        } = job;
-        let Backend::Germline(g) = &mut self.backend else {
-            return Err(RunError::Sandbox("no germline".into()));
-        };
-        // Redacted before any copy runs (a copy taken ahead is dropped, so killed, on error).
-        let args = meta
-            .arguments_for(in_view, ITEMS_DIR)
-            .map_err(|e| RunError::Invalid(e.to_string()))?;
-        let view_bytes = meta
-            .items
-            .iter()
-            .filter(|i| in_view(i))
-            .map(|i| i.contents.len() as u64)
-            .sum();
-        // Held until this function returns, after the copy is gone.
-        let s = Instant::now();
-        let _permit = self.limiter.admit_copy(view_bytes).map_err(limit)?;
-        phases.push(("limits", s.elapsed().as_micros() as u64));
-        let t = Instant::now();
-        let metrics = self.metrics.as_deref();
-        let release = &self.release;
-        let mut laps_ahead = None;
-        let mut copy = match ahead {
-            Some((c, us, laps)) => {
-                laps_ahead = Some((us, laps));
-                c
-            }
-            None => {
-                // The copy's `initialize` is sent now (a pool copy's was made while it
-                // waited): it answers it while the shim sets up its broker endpoint and mounts.
-                let caps = if is_agent && inadmissible.is_none() {
-                    agent.relayed_capabilities()
-                } else {
-                    json!({})
-                };
-                if is_agent {
-                    g.set_pool_capabilities(&caps);
-                }
-                g.copy_for(&caps).map_err(|e| {
-                    if let (Some(m), germline_sandbox::Error::Refused(_)) = (metrics, &e) {
-                        m.check_failed(&release.label());
-                    }
-                    RunError::Sandbox(e.to_string())
-                })?
-            }
-        };
-        if let (Some(m), false) = (metrics, rerun) {
-            m.item_bytes(&release.label(), view_bytes);
-        }
-        copy.set_twin(twin);
-        // The fork's laps (none for a pool copy); a copy taken ahead reports when it was.
-        match laps_ahead {
-            Some((us, laps)) => {
-                phases.push(("fork", us));
-                phases.extend(laps);
-            }
-            None => {
-                phases.push(("fork", t.elapsed().as_micros() as u64));
-                phases.extend_from_slice(g.fork_phases());
-            }
-        }
-        let t = Instant::now();
-        let netns = File::open(format!("/proc/{}/ns/net", copy.pid()))
-            .map_err(|e| RunError::Sandbox(format!("the copy's network namespace: {e}")))?;
-        if let Err(e) = self
-            .broker
-            .client
-            .start_copy(call, gi, netns.as_fd(), copy.deadline())
-        {
-            copy.kill();
-            return Err(RunError::Broker(e.to_string()));
-        }
-        phases.push(("broker", t.elapsed().as_micros() as u64));
-        let t = Instant::now();
-        let files: Vec<(String, Vec<u8>, bool)> = meta
-            .items
-            .iter()
-            .filter_map(|i| match (&i.kind, &i.file_name) {
-                (ItemKind::File { .. }, Some(f)) => {
-                    Some((f.clone(), i.contents.clone(), in_view(i)))
-                }
-                _ => None,
-            })
-            .collect();
-        // Only the agent's own copy gets the agent's progress token, and only its notifications
-        // reach the agent (as they arrive); every other copy's are dropped unread.
-        let token = meta.progress_token.clone().filter(|_| is_agent);
-        let call_meta = token.clone().map(|t| json!({"progressToken": t}));
-        let deadline = copy.deadline();
-        let client = &self.broker.client;
-        let agent_clearance = agent_clearance_of(meta);
-        let mut relay =
-            CopyRelay::new(agent, is_agent, token, inadmissible, deadline).with_raise(move || {
-                client
-                    .raise_copy(call, gi, &agent_clearance)
-                    .map_err(|e| e.to_string())
-            });
-        // Sub-phases of `copy` for `germline bench` (a few clock reads per call).
-        let mut marks = [0u64; 5];
-        let us = |s: Instant| s.elapsed().as_micros() as u64;
-        self.data_sent = true;
-        let r = (|| {
-            let s = Instant::now();
-            g.prepare_copy(&mut copy, &files)?;
-            marks[0] = us(s);
-            let s = Instant::now();
-            copy.deliver(&files)?;
-            marks[1] = us(s);
-            // What is left of the handshake sent at the fork (0 once the copy answered it).
-            let s = Instant::now();
-            copy.initialize()?;
-            marks[4] = us(s);
-            let s = Instant::now();
-            let v = copy.mcp_call_relayed(&meta.tool, args, call_meta, &mut |m| relay.handle(m));
-            marks[2] = us(s);
-            v
-        })();
-        let s = Instant::now();
-        // Killed now; the kernel's exit of the copy completes off the call's path.
-        let r = g.retire(copy, r);
-        marks[3] = us(s);
-        phases.push(("copy", t.elapsed().as_micros() as u64));
-        phases.extend([
-            ("copy.mounts", marks[0]),
-            ("copy.deliver", marks[1]),
-            ("copy.init", marks[4]),
-            ("copy.mcp", marks[2]),
-            ("copy.teardown", marks[3]),
-        ]);
-        let s = Instant::now();
-        let (outcome, requests) = self
-            .broker
-            .client
-            .end_copy_with_requests(call, gi)
-            .map_err(|e| RunError::Broker(e.to_string()))?;
-        self.last_requests
-            .extend(requests.into_iter().map(|r| (gi, r)));
-        phases.push(("broker.end_copy", us(s)));
-        let r = r.map_err(|e| e.to_string()).and_then(tool_result);
-        Ok((r, outcome.label.clone(), outcome, relay.answered))
+        self.stages()?.call(meta, plan_mode, agent_link)
     }
 
     /// One probe or control re-run (crate::evidence): a single copy with `view`'s items,
@@ -1093,41 +756,7 @@ impl Runtime {
         spec: &ReplaySpec,
         twin_on: bool,
     ) -> Result<Vec<String>, RunError> {
-        let (call, twin, _) = self.begin_with(BeginCall {
-            release: self.release.digest.clone(),
-            user: self.user.clone(),
-            items: meta.item_meta(),
-            hosts: meta.hosts.clone(),
-            consumers: meta.consumers.clone(),
-            mode: PlanMode::NoSplit,
-            rules: LabelRules::default(),
-            open: false,
-            replay: Some(spec.clone()),
-        })?;
-        let in_view = |i: &ArgItem| view.iter().any(|v| v == &i.name);
-        let job = CopyJob {
-            call,
-            group: 0,
-            meta,
-            in_view: &in_view,
-            is_agent: false,
-            inadmissible: Some(
-                "germline: a probe or control re-run never reaches the agent".into(),
-            ),
-            twin: twin_on.then_some((twin.time_ns, twin.seed)),
-            rerun: true,
-            copy: None,
-        };
-        let mut link = Buffered::default();
-        let mut agent = Agent {
-            link: &mut link,
-            capabilities: json!({}),
-        };
-        let r = self.run_copy(job, &mut agent, &mut Vec::new());
-        let end = self.broker.client.end_call(call);
-        let (_, _, out, _) = r?;
-        end.map_err(|e| RunError::Broker(e.to_string()))?;
-        Ok(out.requests.get(&spec.host).cloned().unwrap_or_default())
+        self.stages()?.replay_copy(meta, view, spec, twin_on)
     }
 
     fn call_process(
@@ -1364,12 +993,12 @@ impl Drop for Runtime {
     }
 }
 
-fn limit(e: crate::limits::LimitHit) -> RunError {
+pub(crate) fn limit(e: crate::limits::LimitHit) -> RunError {
     RunError::Limit(e)
 }
 
 /// The agent's clearance in this call (public if the call has no agent: nothing to raise).
-fn agent_clearance_of(meta: &CallMeta) -> Label {
+pub(crate) fn agent_clearance_of(meta: &CallMeta) -> Label {
     meta.consumers
         .iter()
         .find(|c| c.name == AGENT)
@@ -1378,7 +1007,7 @@ fn agent_clearance_of(meta: &CallMeta) -> Label {
 }
 
 /// A `CallToolResult` must be an object; anything else from a copy is malformed.
-fn tool_result(v: Value) -> Result<Value, String> {
+pub(crate) fn tool_result(v: Value) -> Result<Value, String> {
     if v.is_object() {
         Ok(v)
     } else {
@@ -1386,7 +1015,7 @@ fn tool_result(v: Value) -> Result<Value, String> {
     }
 }
 
-fn add_meta(result: &mut Value, germline: Value) {
+pub(crate) fn add_meta(result: &mut Value, germline: Value) {
     if let Some(obj) = result.as_object_mut() {
         let meta = obj.entry("_meta").or_insert_with(|| json!({}));
         if !meta.is_object() {
