@@ -644,8 +644,7 @@ pub fn rerun(rt: &mut Runtime, job: &Job, tries: usize) -> Result<(Verdict, Trie
         }
     }
     let declared = rt.release.manifest.deterministic;
-    let v =
-        classify(declared, &t.probe, &t.control).map_err(|e| RunError::Sandbox(e.to_string()))?;
+    let v = classify(declared, &t.probe, &t.control).map_err(|e| RunError::Sandbox(e.into()))?;
     Ok((v, t))
 }
 

@@ -19,6 +19,7 @@
 
 pub mod builder;
 pub mod callmeta;
+pub mod error;
 pub mod evidence;
 pub mod fileitem;
 pub mod flows;

@@ -24,6 +24,7 @@ use germline_sandbox::Germline;
 use serde_json::{json, Value};
 
 use crate::callmeta::{ArgItem, CallMeta, ItemKind};
+use crate::error::{BrokerFailure, SandboxFailure};
 use crate::evidence::Evidence;
 use crate::limits::Limiter;
 use crate::metrics::Metrics;
@@ -31,8 +32,8 @@ use crate::outbox::{self, Delivery};
 use crate::relay::{self, Agent, Buffered, CopyRelay};
 use crate::release::Release;
 use crate::runtime::{
-    add_meta, agent_clearance_of, limit, tool_result, Mode, Outcome, RunError, AGENT, ITEMS_DIR,
-    OTHER_COPY_FAILED,
+    add_meta, agent_clearance_of, broker_failed, limit, said, tool_result, Mode, Outcome, RunError,
+    AGENT, ITEMS_DIR, OTHER_COPY_FAILED,
 };
 use crate::sidecar::Sidecar;
 
@@ -265,15 +266,17 @@ fn begin_with<B: BrokerApi>(
 ) -> Result<(u64, Twin, Plan), RunError> {
     let r = broker.begin_call(call.clone());
     let r = match r {
-        Err(ControlError::Refused(e)) => return Err(RunError::Broker(e)),
+        Err(ControlError::Refused(e)) => return Err(RunError::Broker(BrokerFailure::Refused(e))),
         Err(_) => {
             // The connection broke: try once more on a fresh one (a restarted broker).
-            broker.reconnect().map_err(RunError::Broker)?;
+            broker
+                .reconnect()
+                .map_err(|e| RunError::Broker(BrokerFailure::Unreachable(e)))?;
             broker.begin_call(call)
         }
         ok => ok,
     };
-    let (id, twin, plan) = r.map_err(|e| RunError::Broker(e.to_string()))?;
+    let (id, twin, plan) = r.map_err(broker_failed)?;
     Ok((id, twin, plan))
 }
 
@@ -402,7 +405,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         if let Some(e) = failure {
             return Err(e);
         }
-        let record = end.map_err(|e| RunError::Broker(e.to_string()))?;
+        let record = end.map_err(broker_failed)?;
         let twin_in = (twin0.time_ns, twin0.seed);
         let s = Instant::now();
         self.evidence
@@ -412,9 +415,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             .weigh_denials(&self.release.digest, declared, &outcomes);
         phases.push(("evidence.queue", s.elapsed().as_micros() as u64));
         let Some((result, label)) = agent else {
-            return Err(RunError::Sandbox(
-                "Plan formed no group for the agent".into(),
-            ));
+            return Err(said("Plan formed no group for the agent".into()));
         };
         let mut result = result.map_err(RunError::Tool)?;
         let mut g = json!({"label": label, "copies": plan.groups.len(), "mode": self.mode.name()});
@@ -500,7 +501,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
                     if let (Some(m), germline_sandbox::Error::Refused(_)) = (metrics, &e) {
                         m.check_failed(&release.label());
                     }
-                    RunError::Sandbox(e.to_string())
+                    RunError::Sandbox(SandboxFailure::Sandbox(e))
                 })?
             }
         };
@@ -522,13 +523,13 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         let t = Instant::now();
         let netns = copy
             .netns()
-            .map_err(|e| RunError::Sandbox(format!("the copy's network namespace: {e}")))?;
+            .map_err(|e| RunError::Sandbox(SandboxFailure::CopyNetns(e)))?;
         if let Err(e) = self
             .broker
             .start_copy(call, gi, netns.as_fd(), copy.deadline())
         {
             copy.kill();
-            return Err(RunError::Broker(e.to_string()));
+            return Err(broker_failed(e));
         }
         phases.push(("broker", t.elapsed().as_micros() as u64));
         let t = Instant::now();
@@ -591,7 +592,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         let (outcome, requests) = self
             .broker
             .end_copy_with_requests(call, gi)
-            .map_err(|e| RunError::Broker(e.to_string()))?;
+            .map_err(broker_failed)?;
         self.last_requests
             .extend(requests.into_iter().map(|r| (gi, r)));
         phases.push(("broker.end_copy", us(s)));
@@ -645,7 +646,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         let r = self.run_copy(job, &mut agent, &mut Vec::new());
         let end = self.broker.end_call(call);
         let (_, _, out, _) = r?;
-        end.map_err(|e| RunError::Broker(e.to_string()))?;
+        end.map_err(broker_failed)?;
         Ok(out.requests.get(&spec.host).cloned().unwrap_or_default())
     }
 }

@@ -26,6 +26,7 @@ use serde_json::{json, Value};
 
 use crate::builder::RuntimeBuilder;
 use crate::callmeta::CallMeta;
+use crate::error::{BrokerFailure, SandboxFailure};
 use crate::outbox::{self, Delivery};
 use crate::pipeline::Stages;
 use crate::process::{ProcessSpec, ToolProcess};
@@ -83,10 +84,10 @@ pub enum RunError {
     Tool(String),
     /// The broker is down or refused.
     #[error("the broker is unavailable: {0}")]
-    Broker(String),
+    Broker(#[source] BrokerFailure),
     /// The germline or a copy was refused, or could not be started.
     #[error("{0}")]
-    Sandbox(String),
+    Sandbox(#[source] SandboxFailure),
     /// Dampening refuses the release until its penalty decays (docs/evidence.md).
     #[error("{0}")]
     Suppressed(String),
@@ -501,7 +502,7 @@ impl Runtime {
     /// A request that carries no data (`tools/list`, `resources/*`, `prompts/*`), answered by
     /// a data-free copy (or the baseline's process).
     pub fn passthrough(&mut self, method: &str, params: Value) -> Result<Value, RunError> {
-        self.ensure_germline().map_err(RunError::Sandbox)?;
+        self.ensure_germline().map_err(said)?;
         let deadline = Instant::now() + self.limits.deadline();
         match &mut self.backend {
             Backend::Germline(g) => {
@@ -529,7 +530,7 @@ impl Runtime {
                             self.release.label()
                         );
                         self.germline_down = Some(d);
-                        RunError::Sandbox(text)
+                        said(text)
                     }
                     None => RunError::Tool(e.to_string()),
                 })
@@ -542,8 +543,8 @@ impl Runtime {
                 let spec = self
                     .proc_spec
                     .as_ref()
-                    .ok_or_else(|| RunError::Sandbox("no process spec".into()))?;
-                let mut p = ToolProcess::start(spec).map_err(RunError::Sandbox)?;
+                    .ok_or_else(|| said("no process spec".into()))?;
+                let mut p = ToolProcess::start(spec).map_err(said)?;
                 p.ensure_initialized(deadline).map_err(RunError::Tool)?;
                 p.request(method, params, deadline).map_err(RunError::Tool)
             }
@@ -592,8 +593,8 @@ impl Runtime {
             .limiter
             .admit_call()
             .map_err(limit)
-            .and_then(|()| self.ensure_germline().map_err(RunError::Sandbox))
-            .and_then(|()| self.relaunch_if_due().map_err(RunError::Sandbox))
+            .and_then(|()| self.ensure_germline().map_err(said))
+            .and_then(|()| self.relaunch_if_due().map_err(said))
             .and_then(|()| match self.mode {
                 Mode::Germline => self.call_germline_recovering(meta, PlanMode::Split, agent),
                 Mode::Nosplit => self.call_germline_recovering(meta, PlanMode::NoSplit, agent),
@@ -629,7 +630,7 @@ impl Runtime {
         };
         if !self.data_sent {
             self.germline_down = Some(death);
-            self.ensure_germline().map_err(RunError::Sandbox)?;
+            self.ensure_germline().map_err(said)?;
             let r = self.call_germline(meta, plan_mode, agent_link);
             let Some(death) = self.died_in(&r) else {
                 return r;
@@ -661,7 +662,7 @@ impl Runtime {
             self.release.label()
         );
         self.germline_down = Some(death);
-        RunError::Sandbox(text)
+        said(text)
     }
 
     /// Before a germline serves anything: if it died (found now, or by an earlier call),
@@ -719,7 +720,7 @@ impl Runtime {
     /// broker ([`crate::pipeline`]).
     fn stages(&mut self) -> Result<Stages<'_, Germline, Sidecar>, RunError> {
         let Backend::Germline(g) = &mut self.backend else {
-            return Err(RunError::Sandbox("no germline".into()));
+            return Err(said("no germline".into()));
         };
         Ok(Stages {
             source: g.as_mut(),
@@ -775,11 +776,11 @@ impl Runtime {
                 let spec = self
                     .proc_spec
                     .as_ref()
-                    .ok_or_else(|| RunError::Sandbox("no process spec".into()))?;
-                fresh = ToolProcess::start(spec).map_err(RunError::Sandbox)?;
+                    .ok_or_else(|| said("no process spec".into()))?;
+                fresh = ToolProcess::start(spec).map_err(said)?;
                 &mut fresh
             }
-            Backend::Germline(_) => return Err(RunError::Sandbox("no process".into())),
+            Backend::Germline(_) => return Err(said("no process".into())),
         };
         if !p.alive() {
             let _ = self.broker.client.end_call(call);
@@ -801,15 +802,13 @@ impl Runtime {
                 Ok(ns) => self.broker.client.start_copy(call, 0, ns.as_fd(), deadline),
                 Err(e) => {
                     let _ = self.broker.client.end_call(call);
-                    return Err(RunError::Sandbox(format!(
-                        "the process's network namespace: {e}"
-                    )));
+                    return Err(RunError::Sandbox(SandboxFailure::ProcessNetns(e)));
                 }
             },
         };
         if let Err(e) = start {
             let _ = self.broker.client.end_call(call);
-            return Err(RunError::Broker(e.to_string()));
+            return Err(broker_failed(e));
         }
         let files: Vec<(String, Vec<u8>)> = meta
             .items
@@ -835,7 +834,7 @@ impl Runtime {
         let answered = relay.answered;
         let outcome = self.broker.client.end_copy(call, 0);
         let _ = self.broker.client.end_call(call);
-        let outcome = outcome.map_err(|e| RunError::Broker(e.to_string()))?;
+        let outcome = outcome.map_err(broker_failed)?;
         let r = r.and_then(tool_result);
         let mut label = match self.mode {
             Mode::SigPin => None,
@@ -995,6 +994,16 @@ impl Drop for Runtime {
 
 pub(crate) fn limit(e: crate::limits::LimitHit) -> RunError {
     RunError::Limit(e)
+}
+
+/// A failure of the sandbox side told in the shim's own words.
+pub(crate) fn said(text: String) -> RunError {
+    RunError::Sandbox(SandboxFailure::Said(text))
+}
+
+/// The broker's control channel failed or the broker answered with an error.
+pub(crate) fn broker_failed(e: germline_broker::control::ControlError) -> RunError {
+    RunError::Broker(BrokerFailure::Control(e))
 }
 
 /// The agent's clearance in this call (public if the call has no agent: nothing to raise).
