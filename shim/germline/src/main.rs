@@ -1,7 +1,6 @@
 //! The `germline` command: parses arguments and calls the component crates.
 
 mod broker_cmd;
-mod eval_cmd;
 mod plan_cmd;
 mod release_cmd;
 mod witness_cmd;
@@ -28,13 +27,13 @@ enum Command {
     /// Check a deployer policy file and print what it defines.
     Policy(plan_cmd::PolicyArgs),
     /// Serve a signed release to an MCP client over stdio, under germline execution.
-    Run(germline_frontend::cli::RunArgs),
+    Run(germline_mcp::cli::RunArgs),
     /// Per-call latency through `germline run` for one tool under every runtime.
-    RunBench(germline_frontend::bench::BenchArgs),
+    RunBench(germline_eval::bench::BenchArgs),
     /// The paper's cost figures (Table VII, Fig. 4) on this machine: bench.json, bench.md, plots.
-    Bench(germline_frontend::suite::SuiteArgs),
+    Bench(germline_eval::suite::SuiteArgs),
     /// Serve signed releases to MCP clients over Streamable HTTP (bearer token, localhost only).
-    Serve(germline_frontend::serve::ServeArgs),
+    Serve(germline_mcp::serve::ServeArgs),
     /// Remove what `run` and `serve` processes that died without stopping left behind
     /// (their germlines' cgroups and processes, their /run/germline directories).
     Gc,
@@ -43,7 +42,7 @@ enum Command {
     /// Witness records of the evidence layer: verify one offline, list them with dampening.
     Witness(witness_cmd::WitnessArgs),
     /// Evaluations: the security matrix of signed Trojans against every runtime.
-    Eval(eval_cmd::EvalArgs),
+    Eval(germline_eval::matrix::EvalArgs),
     #[command(flatten)]
     Sandbox(germline_sandbox::cli::Command),
     /// Write a cosign-compatible key pair (cosign.key, cosign.pub).
@@ -72,7 +71,7 @@ fn main() -> ExitCode {
         Command::Plan(args) => report(plan_cmd::run_plan(&args)),
         Command::Policy(args) => report(plan_cmd::run_policy(&args)),
         Command::Broker(args) => report(broker_cmd::run(&args)),
-        Command::Eval(args) => report(eval_cmd::run(&args)),
+        Command::Eval(args) => report(germline_eval::matrix::run(&args)),
         Command::Witness(args) => match witness_cmd::run(&args) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::from(1),
@@ -81,14 +80,14 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::Run(args) => report(germline_frontend::cli::run(&args).map_err(Into::into)),
-        Command::RunBench(args) => report(germline_frontend::bench::run(&args).map_err(Into::into)),
-        Command::Bench(args) => report(germline_frontend::suite::run(&args).map_err(Into::into)),
-        Command::Serve(args) => report(germline_frontend::serve::run(&args).map_err(Into::into)),
+        Command::Run(args) => report(germline_mcp::cli::run(&args).map_err(Into::into)),
+        Command::RunBench(args) => report(germline_eval::bench::run(&args).map_err(Into::into)),
+        Command::Bench(args) => report(germline_eval::suite::run(&args).map_err(Into::into)),
+        Command::Serve(args) => report(germline_mcp::serve::run(&args).map_err(Into::into)),
         Command::Sandbox(germline_sandbox::cli::Command::Status(a)) if a.id.is_none() => {
-            report(germline_frontend::status::run(a.json).map_err(Into::into))
+            report(germline_engine::status::run(a.json).map_err(Into::into))
         }
-        Command::Gc => report(germline_frontend::sweep::gc().map_err(Into::into)),
+        Command::Gc => report(germline_engine::sweep::gc().map_err(Into::into)),
         Command::Sandbox(c) => germline_sandbox::cli::run(c),
         Command::Keygen(args) => release_cmd::run_keygen(&args),
         Command::Release { cmd } => release_cmd::run_release(&cmd),

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use germline_frontend::fileitem;
+use germline_engine::fileitem;
 use germline_policy::plan::{plan, ForkRule, ItemMeta, PlanInput, PlanMode};
 use germline_policy::policy::Source;
 use germline_policy::{CallSpec, Plan, Policy};

@@ -57,8 +57,8 @@ pub fn run(a: &WitnessArgs) -> Result<bool, String> {
             tries,
             limits,
         } => {
-            let v = germline_frontend::evidence::verify_offline(
-                &germline_frontend::evidence::VerifyInput {
+            let v = germline_engine::evidence::verify_offline(
+                &germline_engine::evidence::VerifyInput {
                     record,
                     witness_key,
                     release,
@@ -72,7 +72,7 @@ pub fn run(a: &WitnessArgs) -> Result<bool, String> {
             Ok(v["agrees"] == serde_json::Value::Bool(true))
         }
         WitnessCmd::List { evidence } => {
-            let v = germline_frontend::evidence::list(evidence)?;
+            let v = germline_engine::evidence::list(evidence)?;
             println!(
                 "{}",
                 serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?

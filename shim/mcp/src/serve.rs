@@ -14,11 +14,12 @@ use clap::Args;
 use germline_policy::Policy;
 
 use crate::http::{Bearer, Http, HttpConfig, MCP_PATH};
-use crate::release::Release;
 use crate::router::{describe, tool_owners, Router};
-use crate::runtime::{Mode, Runtime};
 use crate::session::Session;
-use crate::sidecar::{Sidecar, SidecarConfig};
+use germline_engine::builder::RuntimeBuilder;
+use germline_engine::release::Release;
+use germline_engine::runtime::Mode;
+use germline_engine::sidecar::{Sidecar, SidecarConfig};
 
 #[derive(Debug, Args, Clone)]
 pub struct ServeArgs {
@@ -232,7 +233,7 @@ fn generate_token() -> Result<Token, String> {
         .map_err(|e| format!("{}: {e}", dir.display()))?;
     let path = dir.join("token");
     let _ = std::fs::remove_file(&path);
-    let value = crate::http::random_hex(32)?;
+    let value = germline_engine::ids::random_hex(32)?;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -283,14 +284,14 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
             local.ip()
         );
     }
-    crate::sweep::at_start("serve");
+    germline_engine::sweep::at_start("serve");
     let outbox = a
         .outbox
         .as_deref()
         .map(crate::cli::check_outbox)
         .transpose()?;
     let policy = Arc::new(Policy::load(&a.policy).map_err(|e| e.to_string())?);
-    crate::limits::check_pool(policy.limits(), a.pool)?;
+    germline_engine::limits::check_pool(policy.limits(), a.pool)?;
     // Every release is verified before anything of any of them runs.
     let mut releases = Vec::new();
     for path in &a.releases {
@@ -312,15 +313,15 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
     })?;
     let metrics = match a.metrics_listen {
         Some(addr) => {
-            let m = Arc::new(crate::metrics::Metrics::new());
-            let local = crate::metrics::serve(addr, m.clone())?;
+            let m = Arc::new(germline_engine::metrics::Metrics::new());
+            let local = germline_engine::metrics::serve(addr, m.clone())?;
             eprintln!("germline serve: metrics at http://{local}/metrics");
             Some(m)
         }
         None => None,
     };
     let tracer = match &a.otlp_endpoint {
-        Some(url) => Some(Arc::new(crate::trace::Tracer::start(url)?)),
+        Some(url) => Some(Arc::new(germline_engine::trace::Tracer::start(url)?)),
         None => None,
     };
     let policy_path = a.policy.clone();
@@ -342,10 +343,9 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         ));
     }
     let (mode, pool, evidence) = (a.mode, a.pool, a.evidence.clone());
-    let reaper = policy.copy_reaper();
     let fpolicy = policy.clone();
     // Lives until every germline is stopped (after `router.stop()` below).
-    let launcher = Arc::new(crate::launcher::Launcher::start()?);
+    let launcher = Arc::new(germline_engine::launcher::Launcher::start()?);
     let flauncher = launcher.clone();
     // Starts one runtime (germline or baseline process) of a release for a user: at a
     // session's `initialize` under `session` and `single-shot`, at a user's first need under
@@ -362,18 +362,18 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
             state_dir: state_dir.clone(),
             audit: None,
         })?;
-        let mut runtime =
-            flauncher.run(move || Runtime::start(mode, release, client, pool, reaper))??;
-        runtime.launcher = Some(flauncher.clone());
-        // The user keys the broker's state slots (release, user, horizon).
-        runtime.user = user.to_string();
-        runtime.evidence = crate::cli::evidence_for(&evidence, &state_dir, &fpolicy)?;
-        runtime.limiter = crate::limits::Limiter::new(fpolicy.limits(), &runtime.release.digest);
-        runtime.lifetime = fpolicy.lifetime(&runtime.release.manifest.name);
-        runtime.status = Some(crate::status::StatusWriter::start(&runtime, "serve")?);
-        runtime.metrics = metrics.clone();
-        runtime.tracer = tracer.clone();
-        runtime.outbox = outbox.clone();
+        let runtime = RuntimeBuilder::new(mode, release, client)
+            .policy(&fpolicy)
+            .pool(pool)
+            .launcher(flauncher.clone())
+            // The user keys the broker's state slots (release, user, horizon).
+            .user(user)
+            .evidence(crate::cli::evidence_for(&evidence, &state_dir, &fpolicy)?)
+            .metrics(metrics.clone())
+            .tracer(tracer.clone())
+            .outbox(outbox.clone())
+            .status("serve")
+            .build()?;
         Ok(Session::new(runtime, fpolicy.clone()))
     };
     let router = Arc::new(Router::new(described, owners, a.mode, Box::new(factory)));

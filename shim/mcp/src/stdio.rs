@@ -2,7 +2,7 @@
 //! Ends cleanly when the agent closes stdin or on SIGINT, SIGTERM or SIGHUP: the copies, the
 //! germline, its cgroups and the broker sidecar all go.
 //!
-//! During a call the agent's copy talks to the agent live ([`crate::relay`]): its log and
+//! During a call the agent's copy talks to the agent live ([`germline_engine::relay`]): its log and
 //! progress notifications are written as they arrive, and its sampling and elicitation
 //! requests go to the agent, whose answer is read from stdin; anything else the agent sends
 //! meanwhile is kept and handled, in order, after the call.
@@ -13,8 +13,8 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use crate::relay::AgentLink;
 use crate::session::{error, Session, INVALID_REQUEST};
+use germline_engine::relay::AgentLink;
 
 /// Blocks the stop signals in this thread (call before any thread starts, so all inherit the
 /// mask) and returns a signalfd that reads them.
@@ -382,7 +382,7 @@ pub fn serve(session: &mut Session, sigfd: i32) -> String {
         drop(out);
         // Probe and control re-runs of this call's triggers, after its answer went out
         // (docs/evidence.md).
-        crate::evidence::process(&mut session.runtime);
+        germline_engine::evidence::process(&mut session.runtime);
         // Refill the pool between calls, one copy at a time, stopping as soon as the agent's
         // next request is waiting: the refill never delays a call.
         while input.ended.is_none()

@@ -26,6 +26,7 @@ use crate::conns::{self, AtCap, Busy, Slot, Tracked};
 use crate::jsonrpc::{self, Kind};
 use crate::router::{Caller, Router};
 use crate::session::{INTERNAL_ERROR, INVALID_REQUEST};
+use germline_engine::ids::random_hex;
 
 /// The endpoint's path.
 pub const MCP_PATH: &str = "/mcp";
@@ -216,25 +217,6 @@ pub struct Http {
 }
 
 type Resp = Response<Full<Bytes>>;
-
-/// `n` bytes from the kernel's CSPRNG, hex-encoded (tokens and session ids).
-pub fn random_hex(n: usize) -> Result<String, String> {
-    let mut buf = vec![0u8; n];
-    let mut got = 0;
-    while got < n {
-        // SAFETY: the pointer and length describe the unfilled tail of `buf`, which we own.
-        let r = unsafe { libc::getrandom(buf[got..].as_mut_ptr().cast(), n - got, 0) };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(format!("getrandom: {e}"));
-        }
-        got += r as usize;
-    }
-    Ok(hex::encode(buf))
-}
 
 /// The host part of a `Host` header or an authority (`name`, `name:port`, `[v6]:port`),
 /// lower-cased, IPv6 in brackets.

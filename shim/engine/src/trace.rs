@@ -124,7 +124,7 @@ impl Builder {
         attrs: Vec<Value>,
     ) -> String {
         let id =
-            crate::http::random_hex(8).unwrap_or_else(|_| format!("{:016x}", self.spans.len() + 1));
+            crate::ids::random_hex(8).unwrap_or_else(|_| format!("{:016x}", self.spans.len() + 1));
         let mut s = json!({
             "traceId": self.trace, "spanId": id, "name": name, "kind": 1,
             "startTimeUnixNano": start.to_string(),
@@ -147,7 +147,7 @@ pub fn after_call(
     start: SystemTime,
     r: &Result<Outcome, RunError>,
 ) {
-    let Ok(trace) = crate::http::random_hex(16) else {
+    let Ok(trace) = crate::ids::random_hex(16) else {
         return;
     };
     let mut b = Builder {

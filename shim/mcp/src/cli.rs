@@ -7,10 +7,11 @@ use std::time::Duration;
 use clap::Args;
 use germline_policy::Policy;
 
-use crate::release::Release;
-use crate::runtime::{Mode, Runtime};
 use crate::session::Session;
-use crate::sidecar::{Sidecar, SidecarConfig};
+use germline_engine::builder::RuntimeBuilder;
+use germline_engine::release::Release;
+use germline_engine::runtime::Mode;
+use germline_engine::sidecar::{Sidecar, SidecarConfig};
 
 #[derive(Debug, Args, Clone)]
 pub struct RunArgs {
@@ -76,7 +77,7 @@ pub struct EvidenceArgs {
     #[arg(long, default_value = "deployment")]
     pub witness_key: String,
     /// Probe and control re-runs per trigger.
-    #[arg(long, default_value_t = crate::evidence::DEFAULT_TRIES)]
+    #[arg(long, default_value_t = germline_engine::evidence::DEFAULT_TRIES)]
     pub probe_tries: usize,
     /// No probe replay, witness records or dampening (benchmarks).
     #[arg(long)]
@@ -89,7 +90,7 @@ impl Default for EvidenceArgs {
         Self {
             evidence: None,
             witness_key: "deployment".into(),
-            probe_tries: crate::evidence::DEFAULT_TRIES,
+            probe_tries: germline_engine::evidence::DEFAULT_TRIES,
             no_evidence: true,
         }
     }
@@ -100,11 +101,11 @@ pub fn evidence_for(
     e: &EvidenceArgs,
     state_dir: &std::path::Path,
     policy: &Policy,
-) -> Result<crate::evidence::Evidence, String> {
+) -> Result<germline_engine::evidence::Evidence, String> {
     if e.no_evidence {
-        return Ok(crate::evidence::Evidence::disabled());
+        return Ok(germline_engine::evidence::Evidence::disabled());
     }
-    crate::evidence::Evidence::open(crate::evidence::EvidenceConfig {
+    germline_engine::evidence::Evidence::open(germline_engine::evidence::EvidenceConfig {
         dir: e
             .evidence
             .clone()
@@ -118,7 +119,7 @@ pub fn evidence_for(
 /// Verifies the release, starts the broker (unless given) and the germline.
 pub fn start_session(a: &RunArgs) -> Result<Session, String> {
     let policy = Arc::new(Policy::load(&a.policy).map_err(|e| e.to_string())?);
-    crate::limits::check_pool(policy.limits(), a.pool)?;
+    germline_engine::limits::check_pool(policy.limits(), a.pool)?;
     let release = Release::load_with(&a.release, &a.key, &a.image_limits.limits())?;
     let lifetime = policy.lifetime(&release.manifest.name);
     if lifetime == germline_policy::limits::Lifetime::LongLived {
@@ -136,30 +137,36 @@ pub fn start_session(a: &RunArgs) -> Result<Session, String> {
         audit: a.audit.clone(),
     })?;
     let outbox = a.outbox.as_deref().map(check_outbox).transpose()?;
-    let mut runtime = Runtime::start(a.mode, release, broker, a.pool, policy.copy_reaper())?;
-    if !a.copy_cpus.is_empty() {
-        runtime.set_copy_cpus(&a.copy_cpus)?;
-    }
-    runtime.outbox = outbox;
-    runtime.restart_window = Duration::from_secs(a.germline_restart_window);
-    runtime.evidence = evidence_for(&a.evidence, &a.state_dir, &policy)?;
-    runtime.limiter = crate::limits::Limiter::new(policy.limits(), &runtime.release.digest);
-    runtime.lifetime = lifetime;
-    runtime.status = Some(crate::status::StatusWriter::start(&runtime, "run")?);
-    if let Some(addr) = a.metrics_listen {
-        let m = Arc::new(crate::metrics::Metrics::new());
-        m.add_release(
-            &runtime.release.digest,
-            &runtime.release.label(),
-            runtime.broker.socket().to_path_buf(),
-        );
-        let local = crate::metrics::serve(addr, m.clone())?;
-        eprintln!("germline run: metrics at http://{local}/metrics");
-        runtime.metrics = Some(m);
-    }
-    if let Some(url) = &a.otlp_endpoint {
-        runtime.tracer = Some(Arc::new(crate::trace::Tracer::start(url)?));
-    }
+    let evidence = evidence_for(&a.evidence, &a.state_dir, &policy)?;
+    let metrics = match a.metrics_listen {
+        Some(addr) => {
+            let m = Arc::new(germline_engine::metrics::Metrics::new());
+            m.add_release(
+                &release.digest,
+                &release.label(),
+                broker.socket().to_path_buf(),
+            );
+            let local = germline_engine::metrics::serve(addr, m.clone())?;
+            eprintln!("germline run: metrics at http://{local}/metrics");
+            Some(m)
+        }
+        None => None,
+    };
+    let tracer = match &a.otlp_endpoint {
+        Some(url) => Some(Arc::new(germline_engine::trace::Tracer::start(url)?)),
+        None => None,
+    };
+    let runtime = RuntimeBuilder::new(a.mode, release, broker)
+        .policy(&policy)
+        .pool(a.pool)
+        .copy_cpus(&a.copy_cpus)
+        .outbox(outbox)
+        .restart_window(Duration::from_secs(a.germline_restart_window))
+        .evidence(evidence)
+        .metrics(metrics)
+        .tracer(tracer)
+        .status("run")
+        .build()?;
     Ok(Session::new(runtime, policy))
 }
 
@@ -178,14 +185,14 @@ pub fn check_outbox(dir: &std::path::Path) -> Result<PathBuf, String> {
 /// `germline run`.
 pub fn run(a: &RunArgs) -> Result<(), String> {
     let sigfd = crate::stdio::stop_signals().map_err(|e| format!("signals: {e}"))?;
-    crate::sweep::at_start("run");
+    germline_engine::sweep::at_start("run");
     let mut session = start_session(a)?;
     eprintln!(
         "germline run: {} ({}) in mode {}, broker {}",
-        session.runtime.release.label(),
-        session.runtime.release.digest,
-        session.runtime.mode.name(),
-        session.runtime.broker.socket().display()
+        session.runtime.release().label(),
+        session.runtime.release().digest,
+        session.runtime.mode().name(),
+        session.runtime.broker().socket().display()
     );
     let why = crate::stdio::serve(&mut session, sigfd);
     session.runtime.stop();

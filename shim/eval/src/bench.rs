@@ -12,7 +12,7 @@ use clap::Args;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::runtime::Mode;
+use germline_engine::runtime::Mode;
 
 #[derive(Debug, Args, Clone)]
 pub struct BenchArgs {

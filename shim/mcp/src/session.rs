@@ -6,10 +6,10 @@ use std::sync::Arc;
 use germline_policy::Policy;
 use serde_json::{json, Value};
 
-use crate::callmeta;
 use crate::jsonrpc::{self, Kind};
-use crate::relay::{Agent, AgentLink, Buffered};
-use crate::runtime::{Outcome, RunError, Runtime, AGENT};
+use germline_engine::callmeta;
+use germline_engine::relay::{Agent, AgentLink, Buffered};
+use germline_engine::runtime::{Outcome, RunError, Runtime, AGENT};
 
 pub const PARSE_ERROR: i64 = -32700;
 pub const INVALID_REQUEST: i64 = -32600;
@@ -23,7 +23,7 @@ pub const RUNTIME_FAILED: i64 = -32001;
 /// A `[limits]` value of the policy refused the call (docs/operations.md).
 pub const LIMIT_REACHED: i64 = -32002;
 /// A flow the release's manifest declares would carry an item to a host not cleared for it
-/// (crate::flows, docs/release.md): the call was not run.
+/// (germline_engine::flows, docs/release.md): the call was not run.
 pub const FLOW_REFUSED: i64 = -32003;
 
 /// Methods answered by a data-free copy.
@@ -196,8 +196,8 @@ impl Session {
                 if let Some(info) = r.get_mut("serverInfo").and_then(Value::as_object_mut) {
                     info.insert(
                             "germline".into(),
-                            json!({"mode": self.runtime.mode.name(), "release": self.runtime.release.label(),
-                                   "digest": self.runtime.release.digest}),
+                            json!({"mode": self.runtime.mode().name(), "release": self.runtime.release().label(),
+                                   "digest": self.runtime.release().digest}),
                         );
                 }
                 ok(&id, r)
@@ -218,7 +218,7 @@ impl Session {
                 "tools/call needs params.name (a string)",
             );
         };
-        let manifest = &self.runtime.release.manifest;
+        let manifest = &self.runtime.release().manifest;
         let Some(tool) = manifest.tools.get(name) else {
             let known: Vec<&str> = manifest.tools.keys().map(String::as_str).collect();
             return error(
@@ -226,7 +226,7 @@ impl Session {
                 INVALID_PARAMS,
                 format!(
                     "unknown tool {name:?}: release {} declares {}",
-                    self.runtime.release.label(),
+                    self.runtime.release().label(),
                     known.join(", ")
                 ),
             );

@@ -644,8 +644,7 @@ pub fn rerun(rt: &mut Runtime, job: &Job, tries: usize) -> Result<(Verdict, Trie
         }
     }
     let declared = rt.release.manifest.deterministic;
-    let v =
-        classify(declared, &t.probe, &t.control).map_err(|e| RunError::Sandbox(e.to_string()))?;
+    let v = classify(declared, &t.probe, &t.control).map_err(|e| RunError::Sandbox(e.into()))?;
     Ok((v, t))
 }
 
@@ -791,13 +790,10 @@ pub fn verify_offline(v: &VerifyInput<'_>) -> Result<Value, String> {
         audit: None,
     })?;
     // The copies are made as the recording deployment made them.
-    let mut rt = Runtime::start(
-        crate::runtime::Mode::Germline,
-        release,
-        broker,
-        0,
-        rec.reaper,
-    )?;
+    let mut rt =
+        crate::builder::RuntimeBuilder::new(crate::runtime::Mode::Germline, release, broker)
+            .reaper(rec.reaper)
+            .build()?;
     let tries = v.tries.unwrap_or(rec.tries as usize).max(1);
     let job = job_of(&rec, meta);
     let r = rerun(&mut rt, &job, tries);

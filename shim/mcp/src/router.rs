@@ -21,11 +21,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use germline_policy::limits::Lifetime;
 use serde_json::{json, Map, Value};
 
-use crate::release::Release;
-use crate::runtime::Mode;
 use crate::session::{
     error, Session, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, RUNTIME_FAILED,
 };
+use germline_engine::release::Release;
+use germline_engine::runtime::Mode;
 
 /// Which release declares each tool, or an error naming both releases of a clashing name.
 /// `releases` holds each release's name for messages (`name@version (digest)`) and its

@@ -15,7 +15,7 @@ use clap::Args;
 use serde_json::{json, Value};
 
 use crate::bench::percentile;
-use crate::runtime::Mode;
+use germline_engine::runtime::Mode;
 
 /// Where the processes of the benchmark run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -810,7 +810,7 @@ pub fn run(a: &SuiteArgs) -> Result<(), String> {
 /// PSS and private memory of 1..=n live copies of one germline (each after one
 /// `get_current_time`), and the germline's own.
 fn live_copies(a: &SuiteArgs, policy: &Path, n: usize) -> Result<Vec<Value>, String> {
-    let ra = crate::cli::RunArgs {
+    let ra = germline_mcp::cli::RunArgs {
         policy: policy.to_path_buf(),
         key: a.key.clone(),
         mode: Mode::Germline,
@@ -824,10 +824,10 @@ fn live_copies(a: &SuiteArgs, policy: &Path, n: usize) -> Result<Vec<Value>, Str
         otlp_endpoint: None,
         outbox: None,
         copy_cpus: copy_cpus(),
-        germline_restart_window: crate::runtime::RESTART_WINDOW.as_secs(),
+        germline_restart_window: germline_engine::runtime::RESTART_WINDOW.as_secs(),
         release: a.time_release.clone(),
     };
-    let mut s = crate::cli::start_session(&ra)?;
+    let mut s = germline_mcp::cli::start_session(&ra)?;
     let mut rows = Vec::new();
     let r = (|| -> Result<(), String> {
         let g = s.runtime.germline_mut().ok_or("no germline")?;
@@ -902,7 +902,7 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
             2,
         ),
     ] {
-        let ra = crate::cli::RunArgs {
+        let ra = germline_mcp::cli::RunArgs {
             policy: policy.to_path_buf(),
             key: a.key.clone(),
             mode: Mode::Germline,
@@ -916,10 +916,10 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
             otlp_endpoint: None,
             outbox: None,
             copy_cpus: copy_cpus(),
-            germline_restart_window: crate::runtime::RESTART_WINDOW.as_secs(),
+            germline_restart_window: germline_engine::runtime::RESTART_WINDOW.as_secs(),
             release: release.clone(),
         };
-        let mut s = crate::cli::start_session(&ra)?;
+        let mut s = germline_mcp::cli::start_session(&ra)?;
         s.handle(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params":
             {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}}));
         let n = a.breakdown_calls.unwrap_or(sz.calls.min(100));

@@ -18,18 +18,19 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use germline_broker::ca::CopyTrust;
-use germline_broker::control::BeginCall;
-use germline_policy::call::{CopyOutcome, LabelRules};
 use germline_policy::witness::ReplaySpec;
 use germline_policy::{Label, Plan, PlanMode};
 use germline_sandbox::spec::BindMount;
 use germline_sandbox::{Germline, LaunchSpec, Limits, Options};
 use serde_json::{json, Value};
 
-use crate::callmeta::{ArgItem, CallMeta, ItemKind};
+use crate::builder::RuntimeBuilder;
+use crate::callmeta::CallMeta;
+use crate::error::{BrokerFailure, SandboxFailure};
 use crate::outbox::{self, Delivery};
+use crate::pipeline::Stages;
 use crate::process::{ProcessSpec, ToolProcess};
-use crate::relay::{self, Agent, Buffered, CopyRelay};
+use crate::relay::{Agent, Buffered, CopyRelay};
 use crate::release::Release;
 use crate::sidecar::Sidecar;
 
@@ -83,10 +84,10 @@ pub enum RunError {
     Tool(String),
     /// The broker is down or refused.
     #[error("the broker is unavailable: {0}")]
-    Broker(String),
+    Broker(#[source] BrokerFailure),
     /// The germline or a copy was refused, or could not be started.
     #[error("{0}")]
-    Sandbox(String),
+    Sandbox(#[source] SandboxFailure),
     /// Dampening refuses the release until its penalty decays (docs/evidence.md).
     #[error("{0}")]
     Suppressed(String),
@@ -143,27 +144,6 @@ const RESTART_BACKOFF: [Duration; MAX_RESTARTS] = [
     Duration::from_millis(1000),
 ];
 
-/// A copy taken ahead of its turn: the copy, the microseconds that took, its fork's laps.
-type TakenCopy = (germline_sandbox::Copy, u64, Vec<(&'static str, u64)>);
-
-/// What one group's copy is to do.
-struct CopyJob<'a> {
-    call: u64,
-    group: usize,
-    meta: &'a CallMeta,
-    in_view: &'a dyn Fn(&ArgItem) -> bool,
-    is_agent: bool,
-    /// Why the agent's answer to a sampling or elicitation request may not enter this copy.
-    inadmissible: Option<String>,
-    /// Twin inputs of the call, unless twin inputs are off (the reference runs).
-    twin: Option<(u128, u64)>,
-    /// A probe or control re-run (crate::evidence): not counted as the call's delivery.
-    rerun: bool,
-    /// The copy, if taken ahead (see `call_germline`), with the time that took and its fork's
-    /// laps; else one is taken in its turn.
-    copy: Option<TakenCopy>,
-}
-
 /// Whether copies get the call's twin inputs: on unless `GERMLINE_TWIN=off` (the reference
 /// for the twin-input test, issue 10).
 fn twin_inputs_on() -> bool {
@@ -179,31 +159,31 @@ enum Backend {
 
 /// One agent session's runtime: the verified release, its germline or process, the broker.
 pub struct Runtime {
-    pub mode: Mode,
-    pub release: Release,
-    pub broker: Sidecar,
+    pub(crate) mode: Mode,
+    pub(crate) release: Release,
+    pub(crate) broker: Sidecar,
     backend: Backend,
     proc_spec: Option<ProcessSpec>,
     /// The host-side listener of an unconfined baseline process's proxy.
     host_proxy: Option<std::net::TcpListener>,
     limits: Limits,
-    pub user: String,
+    pub(crate) user: String,
     /// The CA bundles bind-mounted into the copies (removed at stop).
     ca_dir: PathBuf,
     /// Copies get the call's twin inputs (read once at start, not per call).
     twin_on: bool,
     /// Triggers awaiting probe replay, witness records, dampening (crate::evidence).
-    pub evidence: crate::evidence::Evidence,
+    pub(crate) evidence: crate::evidence::Evidence,
     /// The policy's `[limits]` (off until the caller sets them).
-    pub limiter: crate::limits::Limiter,
+    pub(crate) limiter: crate::limits::Limiter,
     /// Where this runtime's metrics go (`--metrics-listen`; none by default).
-    pub metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
+    pub(crate) metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
     /// Where this runtime's traces go (`--otlp-endpoint`; none by default).
-    pub tracer: Option<std::sync::Arc<crate::trace::Tracer>>,
+    pub(crate) tracer: Option<std::sync::Arc<crate::trace::Tracer>>,
     /// The last call's broker requests by group (verdicts, declared hosts; for its trace).
-    pub last_requests: Vec<(usize, germline_broker::RequestEvent)>,
+    pub(crate) last_requests: Vec<(usize, germline_broker::RequestEvent)>,
     /// How long the germline lives (policy `[lifetimes]`; docs/operations.md).
-    pub lifetime: germline_policy::limits::Lifetime,
+    pub(crate) lifetime: germline_policy::limits::Lifetime,
     /// What started the germline, to start a fresh one (`single-shot`), and how many were.
     launch: Option<(LaunchSpec, Options)>,
     generation: u32,
@@ -214,17 +194,17 @@ pub struct Runtime {
     /// When germlines that died were restarted (or tried to be), within `restart_window`.
     restarts: Vec<Instant>,
     /// The window [`MAX_RESTARTS`] counts in (`--germline-restart-window`).
-    pub restart_window: Duration,
+    pub(crate) restart_window: Duration,
     /// A copy of this call got data ([`Runtime::run_copy`]): a call whose germline died
     /// before that may be run again on a fresh one.
     data_sent: bool,
     /// The state file `germline status` reads (crate::status).
-    pub status: Option<crate::status::StatusWriter>,
+    pub(crate) status: Option<crate::status::StatusWriter>,
     /// Where results for the recipients a manifest names go ([`crate::outbox`]).
-    pub outbox: Option<PathBuf>,
+    pub(crate) outbox: Option<PathBuf>,
     /// Where fresh germlines are forked (`germline serve`: a thread that outlives them,
     /// [`crate::launcher`]); the calling thread otherwise.
-    pub launcher: Option<std::sync::Arc<crate::launcher::Launcher>>,
+    pub(crate) launcher: Option<std::sync::Arc<crate::launcher::Launcher>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -319,15 +299,27 @@ pub fn launch_spec(
 }
 
 impl Runtime {
-    /// Starts the release's germline (or the baseline's process) for one session; `reaper`
-    /// is the policy's `[copies] reaper` (copies run the tool as PID 2 under a reaper).
-    pub fn start(
-        mode: Mode,
-        release: Release,
-        broker: Sidecar,
-        pool: usize,
-        reaper: bool,
-    ) -> Result<Runtime, String> {
+    /// Starts the release's germline (or the baseline's process) for one session, configured
+    /// as `cfg` says ([`RuntimeBuilder::build`]).
+    pub(crate) fn start(cfg: RuntimeBuilder) -> Result<Runtime, String> {
+        let RuntimeBuilder {
+            mode,
+            release,
+            broker,
+            pool,
+            reaper,
+            copy_cpus: _,
+            user,
+            evidence,
+            limiter,
+            lifetime,
+            restart_window,
+            metrics,
+            tracer,
+            outbox,
+            launcher: runtime_launcher,
+            status: _,
+        } = cfg;
         let limits = Limits::default();
         // Unique per runtime on this host: `germline serve` starts one per release.
         static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -422,32 +414,47 @@ impl Runtime {
             proc_spec,
             host_proxy,
             limits,
-            user: std::env::var("USER").unwrap_or_else(|_| "root".into()),
+            user,
             twin_on: twin_inputs_on(),
-            evidence: crate::evidence::Evidence::disabled(),
-            limiter: crate::limits::Limiter::off(),
-            metrics: None,
-            tracer: None,
+            evidence,
+            limiter,
+            metrics,
+            tracer,
             last_requests: Vec::new(),
-            lifetime: Default::default(),
+            lifetime,
             launch,
             generation: 0,
             fresh_due: false,
             germline_down: None,
             restarts: Vec::new(),
-            restart_window: RESTART_WINDOW,
+            restart_window,
             data_sent: false,
             status: None,
-            outbox: None,
-            launcher: None,
+            outbox,
+            launcher: runtime_launcher,
         })
+    }
+
+    /// The runtime this is: germline execution or a baseline.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The verified release this runtime serves.
+    pub fn release(&self) -> &Release {
+        &self.release
+    }
+
+    /// The broker sidecar this runtime talks to.
+    pub fn broker(&self) -> &Sidecar {
+        &self.broker
     }
 
     /// Pins the germline (and so every copy it forks, and every germline a single-shot
     /// lifetime starts later) or the baseline's persistent process to `cpus`; the shim and
     /// the broker keep their own affinity (`germline run --copy-cpus`, `germline bench --pin
     /// split`). A fresh-ifc process per call inherits the shim's.
-    pub fn set_copy_cpus(&mut self, cpus: &[usize]) -> Result<(), String> {
+    pub(crate) fn set_copy_cpus(&mut self, cpus: &[usize]) -> Result<(), String> {
         if let Some((_, opts)) = &mut self.launch {
             opts.cpus = cpus.to_vec();
         }
@@ -495,7 +502,7 @@ impl Runtime {
     /// A request that carries no data (`tools/list`, `resources/*`, `prompts/*`), answered by
     /// a data-free copy (or the baseline's process).
     pub fn passthrough(&mut self, method: &str, params: Value) -> Result<Value, RunError> {
-        self.ensure_germline().map_err(RunError::Sandbox)?;
+        self.ensure_germline().map_err(said)?;
         let deadline = Instant::now() + self.limits.deadline();
         match &mut self.backend {
             Backend::Germline(g) => {
@@ -523,7 +530,7 @@ impl Runtime {
                             self.release.label()
                         );
                         self.germline_down = Some(d);
-                        RunError::Sandbox(text)
+                        said(text)
                     }
                     None => RunError::Tool(e.to_string()),
                 })
@@ -536,8 +543,8 @@ impl Runtime {
                 let spec = self
                     .proc_spec
                     .as_ref()
-                    .ok_or_else(|| RunError::Sandbox("no process spec".into()))?;
-                let mut p = ToolProcess::start(spec).map_err(RunError::Sandbox)?;
+                    .ok_or_else(|| said("no process spec".into()))?;
+                let mut p = ToolProcess::start(spec).map_err(said)?;
                 p.ensure_initialized(deadline).map_err(RunError::Tool)?;
                 p.request(method, params, deadline).map_err(RunError::Tool)
             }
@@ -550,37 +557,14 @@ impl Runtime {
         mode: PlanMode,
         open: bool,
     ) -> Result<(u64, germline_broker::Twin, Plan), RunError> {
-        self.begin_with(BeginCall {
-            release: self.release.digest.clone(),
-            user: self.user.clone(),
-            items: meta.item_meta(),
-            hosts: meta.hosts.clone(),
-            consumers: meta.consumers.clone(),
+        crate::pipeline::begin(
+            &mut self.broker,
+            &self.release,
+            &self.user,
+            meta,
             mode,
-            rules: LabelRules::default(),
             open,
-            replay: None,
-        })
-    }
-
-    fn begin_with(
-        &mut self,
-        call: BeginCall,
-    ) -> Result<(u64, germline_broker::Twin, Plan), RunError> {
-        let r = self.broker.client.begin_call(call.clone());
-        let r = match r {
-            Err(germline_broker::control::ControlError::Refused(e)) => {
-                return Err(RunError::Broker(e))
-            }
-            Err(_) => {
-                // The connection broke: try once more on a fresh one (a restarted broker).
-                self.broker.reconnect().map_err(RunError::Broker)?;
-                self.broker.client.begin_call(call)
-            }
-            ok => ok,
-        };
-        let (id, twin, plan) = r.map_err(|e| RunError::Broker(e.to_string()))?;
-        Ok((id, twin, plan))
+        )
     }
 
     /// One `tools/call` without a live agent: notifications come back in the outcome,
@@ -609,8 +593,8 @@ impl Runtime {
             .limiter
             .admit_call()
             .map_err(limit)
-            .and_then(|()| self.ensure_germline().map_err(RunError::Sandbox))
-            .and_then(|()| self.relaunch_if_due().map_err(RunError::Sandbox))
+            .and_then(|()| self.ensure_germline().map_err(said))
+            .and_then(|()| self.relaunch_if_due().map_err(said))
             .and_then(|()| match self.mode {
                 Mode::Germline => self.call_germline_recovering(meta, PlanMode::Split, agent),
                 Mode::Nosplit => self.call_germline_recovering(meta, PlanMode::NoSplit, agent),
@@ -646,7 +630,7 @@ impl Runtime {
         };
         if !self.data_sent {
             self.germline_down = Some(death);
-            self.ensure_germline().map_err(RunError::Sandbox)?;
+            self.ensure_germline().map_err(said)?;
             let r = self.call_germline(meta, plan_mode, agent_link);
             let Some(death) = self.died_in(&r) else {
                 return r;
@@ -678,7 +662,7 @@ impl Runtime {
             self.release.label()
         );
         self.germline_down = Some(death);
-        RunError::Sandbox(text)
+        said(text)
     }
 
     /// Before a germline serves anything: if it died (found now, or by an earlier call),
@@ -732,327 +716,35 @@ impl Runtime {
         Ok(())
     }
 
+    /// The stages of one call under germline execution, on this runtime's germline and
+    /// broker ([`crate::pipeline`]).
+    fn stages(&mut self) -> Result<Stages<'_, Germline, Sidecar>, RunError> {
+        let Backend::Germline(g) = &mut self.backend else {
+            return Err(said("no germline".into()));
+        };
+        Ok(Stages {
+            source: g.as_mut(),
+            broker: &mut self.broker,
+            release: &self.release,
+            user: &self.user,
+            evidence: &mut self.evidence,
+            limiter: &self.limiter,
+            metrics: self.metrics.as_deref(),
+            twin_on: self.twin_on,
+            outbox: self.outbox.as_deref(),
+            mode: self.mode,
+            data_sent: &mut self.data_sent,
+            last_requests: &mut self.last_requests,
+        })
+    }
+
     fn call_germline(
         &mut self,
         meta: &CallMeta,
         plan_mode: PlanMode,
         agent_link: &mut Agent<'_>,
     ) -> Result<Outcome, RunError> {
-        let t0 = Instant::now();
-        self.data_sent = false;
-        // The agent asked a declared flow to carry what its host may not see: the call is
-        // refused before dampening counts it and before any copy runs (crate::flows).
-        if let Some(tool) = self.release.manifest.tools.get(&meta.tool) {
-            crate::flows::check(&meta.tool, tool, meta).map_err(RunError::Flow)?;
-        }
-        let mut phases = Vec::new();
-        if let Backend::Germline(g) = &mut self.backend {
-            g.call_begins();
-        }
-        self.evidence
-            .admit(&self.release.digest)
-            .map_err(RunError::Suppressed)?;
-        phases.push(("evidence.admit", t0.elapsed().as_micros() as u64));
-        let (call, twin0, plan) = self.begin(meta, plan_mode, false)?;
-        let twin = self.twin_on.then_some((twin0.time_ns, twin0.seed));
-        let mut outcomes = Vec::new();
-        phases.push(("plan", t0.elapsed().as_micros() as u64));
-        let agent_group = plan
-            .groups
-            .iter()
-            .position(|g| g.consumers.iter().any(|c| c == AGENT));
-        let mut agent: Option<(Result<Value, String>, Label)> = None;
-        let agent_clearance = meta
-            .consumers
-            .iter()
-            .find(|c| c.name == AGENT)
-            .map(|c| c.clearance.clone());
-        let mut others_failed = false;
-        let mut triggers = 0;
-        let mut failure: Option<RunError> = None;
-        let mut deliveries = Vec::new();
-        let inadmissible_of = |group: &germline_policy::plan::Group| match &agent_clearance {
-            Some(c) => relay::admissible(c, &group.horizon, &group.hosts).err(),
-            None => Some("germline: the call has no agent".to_string()),
-        };
-        // With several groups, every group's copy is taken (or forked) now, before the first
-        // gets any data: the later ones are data-free until their turn, and their confinement
-        // and handshake run while the earlier groups' copies serve the call, off its path.
-        let caps_of = |gi: usize, group: &germline_policy::plan::Group| {
-            if Some(gi) == agent_group && inadmissible_of(group).is_none() {
-                agent_link.relayed_capabilities()
-            } else {
-                json!({})
-            }
-        };
-        let mut early: Vec<Option<TakenCopy>> = Vec::new();
-        if let (Backend::Germline(g), true) = (&mut self.backend, plan.groups.len() > 1) {
-            for (gi, group) in plan.groups.iter().enumerate() {
-                let caps = caps_of(gi, group);
-                if Some(gi) == agent_group {
-                    g.set_pool_capabilities(&caps);
-                }
-                // A failure here is reported by that group's own turn, which tries again.
-                let s = Instant::now();
-                let c = g.copy_for(&caps).ok();
-                let us = s.elapsed().as_micros() as u64;
-                early.push(c.map(|c| (c, us, g.fork_phases().to_vec())));
-            }
-        }
-        for (gi, group) in plan.groups.iter().enumerate() {
-            let in_view = |i: &ArgItem| group.view.iter().any(|v| v == &i.name);
-            let is_agent = Some(gi) == agent_group;
-            let inadmissible = inadmissible_of(group);
-            let job = CopyJob {
-                call,
-                group: gi,
-                meta,
-                in_view: &in_view,
-                is_agent,
-                inadmissible,
-                twin,
-                rerun: false,
-                copy: early.get_mut(gi).and_then(Option::take),
-            };
-            let r = self.run_copy(job, agent_link, &mut phases);
-            match r {
-                Ok((result, mut label, out, answered)) => {
-                    // An answer of the agent entered the copy: its output carries it.
-                    if let (true, Some(c)) = (answered, &agent_clearance) {
-                        label.join(c);
-                    }
-                    triggers += out.triggers.len();
-                    // Every other consumer of this group gets this group's result.
-                    for c in group.consumers.iter().filter(|c| c.as_str() != AGENT) {
-                        deliveries.push(Delivery {
-                            consumer: c.clone(),
-                            result: result.clone(),
-                            label: Some(label.clone()),
-                        });
-                    }
-                    if !out.triggers.is_empty() {
-                        outcomes.push((gi, out));
-                    }
-                    if Some(gi) == agent_group {
-                        agent = Some((result, label));
-                    } else if result
-                        .as_ref()
-                        .map_or(true, |v| v.get("isError") == Some(&Value::Bool(true)))
-                    {
-                        // Its error text is the copy's own words: the agent gets a fixed notice.
-                        others_failed = true;
-                    }
-                }
-                Err(e) => {
-                    failure = Some(e);
-                    break;
-                }
-            }
-        }
-        let s = Instant::now();
-        let end = self.broker.client.end_call(call);
-        phases.push(("broker.end_call", s.elapsed().as_micros() as u64));
-        if let Some(e) = failure {
-            return Err(e);
-        }
-        let record = end.map_err(|e| RunError::Broker(e.to_string()))?;
-        let twin_in = (twin0.time_ns, twin0.seed);
-        let s = Instant::now();
-        self.evidence
-            .queue(meta, &plan, &outcomes, &record, twin_in, self.twin_on);
-        let declared = self.release.manifest.deterministic;
-        self.evidence
-            .weigh_denials(&self.release.digest, declared, &outcomes);
-        phases.push(("evidence.queue", s.elapsed().as_micros() as u64));
-        let Some((result, label)) = agent else {
-            return Err(RunError::Sandbox(
-                "Plan formed no group for the agent".into(),
-            ));
-        };
-        let mut result = result.map_err(RunError::Tool)?;
-        let mut g = json!({"label": label, "copies": plan.groups.len(), "mode": self.mode.name()});
-        if others_failed {
-            g["notice"] = json!(OTHER_COPY_FAILED);
-        }
-        if !deliveries.is_empty() {
-            g["recipients"] = Value::Object(outbox::deliver_all(
-                self.outbox.as_deref(),
-                &meta.tool,
-                deliveries,
-                &meta.consumers,
-            ));
-        }
-        add_meta(&mut result, g);
-        phases.push(("total", t0.elapsed().as_micros() as u64));
-        Ok(Outcome {
-            result,
-            label: Some(label),
-            copies: plan.groups.len(),
-            triggers,
-            phases,
-            notifications: Vec::new(),
-        })
-    }
-
-    /// Runs group `gi`'s copy. The outer error is the shim's (broker, sandbox); the inner
-    /// result is the copy's own answer or failure.
-    #[allow(clippy::type_complexity)]
-    fn run_copy(
-        &mut self,
-        job: CopyJob<'_>,
-        agent: &mut Agent<'_>,
-        phases: &mut Vec<(&'static str, u64)>,
-    ) -> Result<(Result<Value, String>, Label, CopyOutcome, bool), RunError> {
-        let CopyJob {
-            call,
-            group: gi,
-            meta,
-            in_view,
-            is_agent,
-            inadmissible,
-            rerun,
-            twin,
-            copy: ahead,
-        } = job;
-        let Backend::Germline(g) = &mut self.backend else {
-            return Err(RunError::Sandbox("no germline".into()));
-        };
-        // Redacted before any copy runs (a copy taken ahead is dropped, so killed, on error).
-        let args = meta
-            .arguments_for(in_view, ITEMS_DIR)
-            .map_err(|e| RunError::Invalid(e.to_string()))?;
-        let view_bytes = meta
-            .items
-            .iter()
-            .filter(|i| in_view(i))
-            .map(|i| i.contents.len() as u64)
-            .sum();
-        // Held until this function returns, after the copy is gone.
-        let s = Instant::now();
-        let _permit = self.limiter.admit_copy(view_bytes).map_err(limit)?;
-        phases.push(("limits", s.elapsed().as_micros() as u64));
-        let t = Instant::now();
-        let metrics = self.metrics.as_deref();
-        let release = &self.release;
-        let mut laps_ahead = None;
-        let mut copy = match ahead {
-            Some((c, us, laps)) => {
-                laps_ahead = Some((us, laps));
-                c
-            }
-            None => {
-                // The copy's `initialize` is sent now (a pool copy's was made while it
-                // waited): it answers it while the shim sets up its broker endpoint and mounts.
-                let caps = if is_agent && inadmissible.is_none() {
-                    agent.relayed_capabilities()
-                } else {
-                    json!({})
-                };
-                if is_agent {
-                    g.set_pool_capabilities(&caps);
-                }
-                g.copy_for(&caps).map_err(|e| {
-                    if let (Some(m), germline_sandbox::Error::Refused(_)) = (metrics, &e) {
-                        m.check_failed(&release.label());
-                    }
-                    RunError::Sandbox(e.to_string())
-                })?
-            }
-        };
-        if let (Some(m), false) = (metrics, rerun) {
-            m.item_bytes(&release.label(), view_bytes);
-        }
-        copy.set_twin(twin);
-        // The fork's laps (none for a pool copy); a copy taken ahead reports when it was.
-        match laps_ahead {
-            Some((us, laps)) => {
-                phases.push(("fork", us));
-                phases.extend(laps);
-            }
-            None => {
-                phases.push(("fork", t.elapsed().as_micros() as u64));
-                phases.extend_from_slice(g.fork_phases());
-            }
-        }
-        let t = Instant::now();
-        let netns = File::open(format!("/proc/{}/ns/net", copy.pid()))
-            .map_err(|e| RunError::Sandbox(format!("the copy's network namespace: {e}")))?;
-        if let Err(e) = self
-            .broker
-            .client
-            .start_copy(call, gi, netns.as_fd(), copy.deadline())
-        {
-            copy.kill();
-            return Err(RunError::Broker(e.to_string()));
-        }
-        phases.push(("broker", t.elapsed().as_micros() as u64));
-        let t = Instant::now();
-        let files: Vec<(String, Vec<u8>, bool)> = meta
-            .items
-            .iter()
-            .filter_map(|i| match (&i.kind, &i.file_name) {
-                (ItemKind::File { .. }, Some(f)) => {
-                    Some((f.clone(), i.contents.clone(), in_view(i)))
-                }
-                _ => None,
-            })
-            .collect();
-        // Only the agent's own copy gets the agent's progress token, and only its notifications
-        // reach the agent (as they arrive); every other copy's are dropped unread.
-        let token = meta.progress_token.clone().filter(|_| is_agent);
-        let call_meta = token.clone().map(|t| json!({"progressToken": t}));
-        let deadline = copy.deadline();
-        let client = &self.broker.client;
-        let agent_clearance = agent_clearance_of(meta);
-        let mut relay =
-            CopyRelay::new(agent, is_agent, token, inadmissible, deadline).with_raise(move || {
-                client
-                    .raise_copy(call, gi, &agent_clearance)
-                    .map_err(|e| e.to_string())
-            });
-        // Sub-phases of `copy` for `germline bench` (a few clock reads per call).
-        let mut marks = [0u64; 5];
-        let us = |s: Instant| s.elapsed().as_micros() as u64;
-        self.data_sent = true;
-        let r = (|| {
-            let s = Instant::now();
-            g.prepare_copy(&mut copy, &files)?;
-            marks[0] = us(s);
-            let s = Instant::now();
-            copy.deliver(&files)?;
-            marks[1] = us(s);
-            // What is left of the handshake sent at the fork (0 once the copy answered it).
-            let s = Instant::now();
-            copy.initialize()?;
-            marks[4] = us(s);
-            let s = Instant::now();
-            let v = copy.mcp_call_relayed(&meta.tool, args, call_meta, &mut |m| relay.handle(m));
-            marks[2] = us(s);
-            v
-        })();
-        let s = Instant::now();
-        // Killed now; the kernel's exit of the copy completes off the call's path.
-        let r = g.retire(copy, r);
-        marks[3] = us(s);
-        phases.push(("copy", t.elapsed().as_micros() as u64));
-        phases.extend([
-            ("copy.mounts", marks[0]),
-            ("copy.deliver", marks[1]),
-            ("copy.init", marks[4]),
-            ("copy.mcp", marks[2]),
-            ("copy.teardown", marks[3]),
-        ]);
-        let s = Instant::now();
-        let (outcome, requests) = self
-            .broker
-            .client
-            .end_copy_with_requests(call, gi)
-            .map_err(|e| RunError::Broker(e.to_string()))?;
-        self.last_requests
-            .extend(requests.into_iter().map(|r| (gi, r)));
-        phases.push(("broker.end_copy", us(s)));
-        let r = r.map_err(|e| e.to_string()).and_then(tool_result);
-        Ok((r, outcome.label.clone(), outcome, relay.answered))
+        self.stages()?.call(meta, plan_mode, agent_link)
     }
 
     /// One probe or control re-run (crate::evidence): a single copy with `view`'s items,
@@ -1065,41 +757,7 @@ impl Runtime {
         spec: &ReplaySpec,
         twin_on: bool,
     ) -> Result<Vec<String>, RunError> {
-        let (call, twin, _) = self.begin_with(BeginCall {
-            release: self.release.digest.clone(),
-            user: self.user.clone(),
-            items: meta.item_meta(),
-            hosts: meta.hosts.clone(),
-            consumers: meta.consumers.clone(),
-            mode: PlanMode::NoSplit,
-            rules: LabelRules::default(),
-            open: false,
-            replay: Some(spec.clone()),
-        })?;
-        let in_view = |i: &ArgItem| view.iter().any(|v| v == &i.name);
-        let job = CopyJob {
-            call,
-            group: 0,
-            meta,
-            in_view: &in_view,
-            is_agent: false,
-            inadmissible: Some(
-                "germline: a probe or control re-run never reaches the agent".into(),
-            ),
-            twin: twin_on.then_some((twin.time_ns, twin.seed)),
-            rerun: true,
-            copy: None,
-        };
-        let mut link = Buffered::default();
-        let mut agent = Agent {
-            link: &mut link,
-            capabilities: json!({}),
-        };
-        let r = self.run_copy(job, &mut agent, &mut Vec::new());
-        let end = self.broker.client.end_call(call);
-        let (_, _, out, _) = r?;
-        end.map_err(|e| RunError::Broker(e.to_string()))?;
-        Ok(out.requests.get(&spec.host).cloned().unwrap_or_default())
+        self.stages()?.replay_copy(meta, view, spec, twin_on)
     }
 
     fn call_process(
@@ -1118,11 +776,11 @@ impl Runtime {
                 let spec = self
                     .proc_spec
                     .as_ref()
-                    .ok_or_else(|| RunError::Sandbox("no process spec".into()))?;
-                fresh = ToolProcess::start(spec).map_err(RunError::Sandbox)?;
+                    .ok_or_else(|| said("no process spec".into()))?;
+                fresh = ToolProcess::start(spec).map_err(said)?;
                 &mut fresh
             }
-            Backend::Germline(_) => return Err(RunError::Sandbox("no process".into())),
+            Backend::Germline(_) => return Err(said("no process".into())),
         };
         if !p.alive() {
             let _ = self.broker.client.end_call(call);
@@ -1144,15 +802,13 @@ impl Runtime {
                 Ok(ns) => self.broker.client.start_copy(call, 0, ns.as_fd(), deadline),
                 Err(e) => {
                     let _ = self.broker.client.end_call(call);
-                    return Err(RunError::Sandbox(format!(
-                        "the process's network namespace: {e}"
-                    )));
+                    return Err(RunError::Sandbox(SandboxFailure::ProcessNetns(e)));
                 }
             },
         };
         if let Err(e) = start {
             let _ = self.broker.client.end_call(call);
-            return Err(RunError::Broker(e.to_string()));
+            return Err(broker_failed(e));
         }
         let files: Vec<(String, Vec<u8>)> = meta
             .items
@@ -1178,7 +834,7 @@ impl Runtime {
         let answered = relay.answered;
         let outcome = self.broker.client.end_copy(call, 0);
         let _ = self.broker.client.end_call(call);
-        let outcome = outcome.map_err(|e| RunError::Broker(e.to_string()))?;
+        let outcome = outcome.map_err(broker_failed)?;
         let r = r.and_then(tool_result);
         let mut label = match self.mode {
             Mode::SigPin => None,
@@ -1336,12 +992,22 @@ impl Drop for Runtime {
     }
 }
 
-fn limit(e: crate::limits::LimitHit) -> RunError {
+pub(crate) fn limit(e: crate::limits::LimitHit) -> RunError {
     RunError::Limit(e)
 }
 
+/// A failure of the sandbox side told in the shim's own words.
+pub(crate) fn said(text: String) -> RunError {
+    RunError::Sandbox(SandboxFailure::Said(text))
+}
+
+/// The broker's control channel failed or the broker answered with an error.
+pub(crate) fn broker_failed(e: germline_broker::control::ControlError) -> RunError {
+    RunError::Broker(BrokerFailure::Control(e))
+}
+
 /// The agent's clearance in this call (public if the call has no agent: nothing to raise).
-fn agent_clearance_of(meta: &CallMeta) -> Label {
+pub(crate) fn agent_clearance_of(meta: &CallMeta) -> Label {
     meta.consumers
         .iter()
         .find(|c| c.name == AGENT)
@@ -1350,7 +1016,7 @@ fn agent_clearance_of(meta: &CallMeta) -> Label {
 }
 
 /// A `CallToolResult` must be an object; anything else from a copy is malformed.
-fn tool_result(v: Value) -> Result<Value, String> {
+pub(crate) fn tool_result(v: Value) -> Result<Value, String> {
     if v.is_object() {
         Ok(v)
     } else {
@@ -1358,7 +1024,7 @@ fn tool_result(v: Value) -> Result<Value, String> {
     }
 }
 
-fn add_meta(result: &mut Value, germline: Value) {
+pub(crate) fn add_meta(result: &mut Value, germline: Value) {
     if let Some(obj) = result.as_object_mut() {
         let meta = obj.entry("_meta").or_insert_with(|| json!({}));
         if !meta.is_object() {

@@ -63,3 +63,17 @@ impl Release {
         format!("{}@{}", self.manifest.name, self.manifest.version)
     }
 }
+
+#[cfg(test)]
+impl Release {
+    /// A release that was never verified and has no rootfs, for unit tests of the pipeline
+    /// that run on fakes (nothing is started from it).
+    pub(crate) fn unverified_for_tests(manifest: Manifest) -> Release {
+        Release {
+            manifest,
+            digest: "sha256:unverified-test-release".into(),
+            rootfs: PathBuf::from("/nonexistent"),
+            _extracted: None,
+        }
+    }
+}

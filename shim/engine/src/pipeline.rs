@@ -1,0 +1,1101 @@
+//! The stages of one call under germline execution: admit -> plan -> copies -> per-group
+//! run -> finish, over two seams:
+//!
+//! * [`CopySource`]: where a group's copy comes from and how it is run. Today the germline
+//!   forks it ([`germline_sandbox::Germline`]); copies spawned ahead (issue 28) will be
+//!   another source.
+//! * [`BrokerApi`]: what the pipeline asks of the broker sidecar (Plan, a copy's egress,
+//!   its label and outcome, the call's record); the real one is [`Sidecar`].
+//!
+//! [`Stages`] borrows the parts of a [`crate::runtime::Runtime`] a call needs; the unit
+//! tests below run it on in-memory fakes of both seams, without root.
+
+use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::Path;
+use std::time::Instant;
+
+use germline_broker::control::{BeginCall, ControlError};
+use germline_broker::{RequestEvent, Twin};
+use germline_policy::call::{CopyOutcome, LabelRules};
+use germline_policy::witness::ReplaySpec;
+use germline_policy::{Label, Plan, PlanMode};
+use germline_sandbox::Germline;
+use serde_json::{json, Value};
+
+use crate::callmeta::{ArgItem, CallMeta, ItemKind};
+use crate::error::{BrokerFailure, SandboxFailure};
+use crate::evidence::Evidence;
+use crate::limits::Limiter;
+use crate::metrics::Metrics;
+use crate::outbox::{self, Delivery};
+use crate::relay::{self, Agent, Buffered, CopyRelay};
+use crate::release::Release;
+use crate::runtime::{
+    add_meta, agent_clearance_of, broker_failed, limit, said, tool_result, Mode, Outcome, RunError,
+    AGENT, ITEMS_DIR, OTHER_COPY_FAILED,
+};
+use crate::sidecar::Sidecar;
+
+type SandboxResult<T> = Result<T, germline_sandbox::Error>;
+
+/// Where a group's copies come from, and the steps of running one (the germline's API as
+/// the pipeline uses it).
+pub trait CopySource {
+    type Copy: SourcedCopy;
+    /// A call begins: the pool's first copy may run while the call is planned.
+    fn call_begins(&mut self);
+    /// The client capabilities pool copies announce in their `initialize` from now on.
+    fn set_pool_capabilities(&mut self, caps: &Value);
+    /// A data-free, checked copy whose `initialize` announces `caps`.
+    fn copy_for(&mut self, caps: &Value) -> SandboxResult<Self::Copy>;
+    /// The laps of the last fork (none for a pool copy).
+    fn fork_phases(&self) -> &[(&'static str, u64)];
+    /// The copy's mounts of its items (`(file name, contents, in view)`).
+    fn prepare_copy(
+        &mut self,
+        copy: &mut Self::Copy,
+        files: &[(String, Vec<u8>, bool)],
+    ) -> SandboxResult<()>;
+    /// Kills the copy after its answer `result` (which may become an error if the copy's
+    /// end shows it failed).
+    fn retire(&mut self, copy: Self::Copy, result: SandboxResult<Value>) -> SandboxResult<Value>;
+}
+
+/// One copy of a [`CopySource`].
+pub trait SourcedCopy {
+    /// The copy's network namespace, handed to the broker for its egress.
+    fn netns(&self) -> std::io::Result<File>;
+    fn deadline(&self) -> Instant;
+    fn set_twin(&mut self, twin: Option<(u128, u64)>);
+    fn kill(&mut self);
+    /// Delivers the items into the copy.
+    fn deliver(&mut self, files: &[(String, Vec<u8>, bool)]) -> SandboxResult<()>;
+    /// Finishes the MCP handshake sent at the fork.
+    fn initialize(&mut self) -> SandboxResult<()>;
+    /// The `tools/call`, with the copy's requests and notifications handed to `handler`.
+    fn mcp_call_relayed(
+        &mut self,
+        tool: &str,
+        arguments: Value,
+        meta: Option<Value>,
+        handler: &mut dyn FnMut(&Value) -> Option<Value>,
+    ) -> SandboxResult<Value>;
+}
+
+impl CopySource for Germline {
+    type Copy = germline_sandbox::Copy;
+    fn call_begins(&mut self) {
+        Germline::call_begins(self)
+    }
+    fn set_pool_capabilities(&mut self, caps: &Value) {
+        Germline::set_pool_capabilities(self, caps)
+    }
+    fn copy_for(&mut self, caps: &Value) -> SandboxResult<Self::Copy> {
+        Germline::copy_for(self, caps)
+    }
+    fn fork_phases(&self) -> &[(&'static str, u64)] {
+        Germline::fork_phases(self)
+    }
+    fn prepare_copy(
+        &mut self,
+        copy: &mut Self::Copy,
+        files: &[(String, Vec<u8>, bool)],
+    ) -> SandboxResult<()> {
+        Germline::prepare_copy(self, copy, files)
+    }
+    fn retire(&mut self, copy: Self::Copy, result: SandboxResult<Value>) -> SandboxResult<Value> {
+        Germline::retire(self, copy, result)
+    }
+}
+
+impl SourcedCopy for germline_sandbox::Copy {
+    fn netns(&self) -> std::io::Result<File> {
+        File::open(format!("/proc/{}/ns/net", self.pid()))
+    }
+    fn deadline(&self) -> Instant {
+        germline_sandbox::Copy::deadline(self)
+    }
+    fn set_twin(&mut self, twin: Option<(u128, u64)>) {
+        germline_sandbox::Copy::set_twin(self, twin)
+    }
+    fn kill(&mut self) {
+        germline_sandbox::Copy::kill(self)
+    }
+    fn deliver(&mut self, files: &[(String, Vec<u8>, bool)]) -> SandboxResult<()> {
+        germline_sandbox::Copy::deliver(self, files)
+    }
+    fn initialize(&mut self) -> SandboxResult<()> {
+        germline_sandbox::Copy::initialize(self)
+    }
+    fn mcp_call_relayed(
+        &mut self,
+        tool: &str,
+        arguments: Value,
+        meta: Option<Value>,
+        handler: &mut dyn FnMut(&Value) -> Option<Value>,
+    ) -> SandboxResult<Value> {
+        germline_sandbox::Copy::mcp_call_relayed(self, tool, arguments, meta, handler)
+    }
+}
+
+/// What the pipeline asks of the broker sidecar.
+pub trait BrokerApi {
+    /// Plan and the call's twin inputs.
+    fn begin_call(&self, call: BeginCall) -> Result<(u64, Twin, Plan), ControlError>;
+    /// A fresh connection after the old one broke (a restarted broker).
+    fn reconnect(&mut self) -> Result<(), String>;
+    /// Serves group `group`'s egress from the copy's network namespace.
+    fn start_copy(
+        &self,
+        call: u64,
+        group: usize,
+        netns: BorrowedFd<'_>,
+        deadline: Instant,
+    ) -> Result<String, ControlError>;
+    /// Raises the copy's label (an answer of the agent is about to enter it).
+    fn raise_copy(&self, call: u64, group: usize, label: &Label) -> Result<(), ControlError>;
+    /// The copy's outcome (its label, triggers) and its requests.
+    fn end_copy_with_requests(
+        &self,
+        call: u64,
+        group: usize,
+    ) -> Result<(CopyOutcome, Vec<RequestEvent>), ControlError>;
+    /// The call's record.
+    fn end_call(&self, call: u64) -> Result<Value, ControlError>;
+}
+
+impl BrokerApi for Sidecar {
+    fn begin_call(&self, call: BeginCall) -> Result<(u64, Twin, Plan), ControlError> {
+        self.client.begin_call(call)
+    }
+    fn reconnect(&mut self) -> Result<(), String> {
+        Sidecar::reconnect(self)
+    }
+    fn start_copy(
+        &self,
+        call: u64,
+        group: usize,
+        netns: BorrowedFd<'_>,
+        deadline: Instant,
+    ) -> Result<String, ControlError> {
+        self.client.start_copy(call, group, netns, deadline)
+    }
+    fn raise_copy(&self, call: u64, group: usize, label: &Label) -> Result<(), ControlError> {
+        self.client.raise_copy(call, group, label)
+    }
+    fn end_copy_with_requests(
+        &self,
+        call: u64,
+        group: usize,
+    ) -> Result<(CopyOutcome, Vec<RequestEvent>), ControlError> {
+        self.client.end_copy_with_requests(call, group)
+    }
+    fn end_call(&self, call: u64) -> Result<Value, ControlError> {
+        self.client.end_call(call)
+    }
+}
+
+/// A copy taken ahead of its turn: the copy, the microseconds that took, its fork's laps.
+type TakenCopy<C> = (C, u64, Vec<(&'static str, u64)>);
+
+/// What one group's copy is to do.
+struct CopyJob<'a, C> {
+    call: u64,
+    group: usize,
+    meta: &'a CallMeta,
+    in_view: &'a dyn Fn(&ArgItem) -> bool,
+    is_agent: bool,
+    /// Why the agent's answer to a sampling or elicitation request may not enter this copy.
+    inadmissible: Option<String>,
+    /// Twin inputs of the call, unless twin inputs are off (the reference runs).
+    twin: Option<(u128, u64)>,
+    /// A probe or control re-run (crate::evidence): not counted as the call's delivery.
+    rerun: bool,
+    /// The copy, if taken ahead (see [`Stages::call`]), with the time that took and its fork's
+    /// laps; else one is taken in its turn.
+    copy: Option<TakenCopy<C>>,
+}
+
+/// The parts of a runtime one call's stages use.
+pub(crate) struct Stages<'a, S: CopySource, B: BrokerApi> {
+    pub(crate) source: &'a mut S,
+    pub(crate) broker: &'a mut B,
+    pub(crate) release: &'a Release,
+    pub(crate) user: &'a str,
+    pub(crate) evidence: &'a mut Evidence,
+    pub(crate) limiter: &'a Limiter,
+    pub(crate) metrics: Option<&'a Metrics>,
+    pub(crate) twin_on: bool,
+    pub(crate) outbox: Option<&'a Path>,
+    pub(crate) mode: Mode,
+    /// A copy of this call got data: a call whose germline died before that may run again.
+    pub(crate) data_sent: &'a mut bool,
+    /// The call's broker requests by group (for its trace).
+    pub(crate) last_requests: &'a mut Vec<(usize, RequestEvent)>,
+}
+
+/// Plan for `meta` (the broker's `begin_call`).
+pub(crate) fn begin<B: BrokerApi>(
+    broker: &mut B,
+    release: &Release,
+    user: &str,
+    meta: &CallMeta,
+    mode: PlanMode,
+    open: bool,
+) -> Result<(u64, Twin, Plan), RunError> {
+    begin_with(
+        broker,
+        BeginCall {
+            release: release.digest.clone(),
+            user: user.to_string(),
+            items: meta.item_meta(),
+            hosts: meta.hosts.clone(),
+            consumers: meta.consumers.clone(),
+            mode,
+            rules: LabelRules::default(),
+            open,
+            replay: None,
+        },
+    )
+}
+
+fn begin_with<B: BrokerApi>(
+    broker: &mut B,
+    call: BeginCall,
+) -> Result<(u64, Twin, Plan), RunError> {
+    let r = broker.begin_call(call.clone());
+    let r = match r {
+        Err(ControlError::Refused(e)) => return Err(RunError::Broker(BrokerFailure::Refused(e))),
+        Err(_) => {
+            // The connection broke: try once more on a fresh one (a restarted broker).
+            broker
+                .reconnect()
+                .map_err(|e| RunError::Broker(BrokerFailure::Unreachable(e)))?;
+            broker.begin_call(call)
+        }
+        ok => ok,
+    };
+    let (id, twin, plan) = r.map_err(broker_failed)?;
+    Ok((id, twin, plan))
+}
+
+impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
+    /// The call's stages: admit -> plan -> copies -> per-group run -> finish.
+    pub(crate) fn call(
+        &mut self,
+        meta: &CallMeta,
+        plan_mode: PlanMode,
+        agent_link: &mut Agent<'_>,
+    ) -> Result<Outcome, RunError> {
+        let t0 = Instant::now();
+        *self.data_sent = false;
+        // The agent asked a declared flow to carry what its host may not see: the call is
+        // refused before dampening counts it and before any copy runs (crate::flows).
+        if let Some(tool) = self.release.manifest.tools.get(&meta.tool) {
+            crate::flows::check(&meta.tool, tool, meta).map_err(RunError::Flow)?;
+        }
+        let mut phases = Vec::new();
+        self.source.call_begins();
+        self.evidence
+            .admit(&self.release.digest)
+            .map_err(RunError::Suppressed)?;
+        phases.push(("evidence.admit", t0.elapsed().as_micros() as u64));
+        let (call, twin0, plan) =
+            begin(self.broker, self.release, self.user, meta, plan_mode, false)?;
+        let twin = self.twin_on.then_some((twin0.time_ns, twin0.seed));
+        let mut outcomes = Vec::new();
+        phases.push(("plan", t0.elapsed().as_micros() as u64));
+        let agent_group = plan
+            .groups
+            .iter()
+            .position(|g| g.consumers.iter().any(|c| c == AGENT));
+        let mut agent: Option<(Result<Value, String>, Label)> = None;
+        let agent_clearance = meta
+            .consumers
+            .iter()
+            .find(|c| c.name == AGENT)
+            .map(|c| c.clearance.clone());
+        let mut others_failed = false;
+        let mut triggers = 0;
+        let mut failure: Option<RunError> = None;
+        let mut deliveries = Vec::new();
+        let inadmissible_of = |group: &germline_policy::plan::Group| match &agent_clearance {
+            Some(c) => relay::admissible(c, &group.horizon, &group.hosts).err(),
+            None => Some("germline: the call has no agent".to_string()),
+        };
+        // With several groups, every group's copy is taken (or forked) now, before the first
+        // gets any data: the later ones are data-free until their turn, and their confinement
+        // and handshake run while the earlier groups' copies serve the call, off its path.
+        let caps_of = |gi: usize, group: &germline_policy::plan::Group| {
+            if Some(gi) == agent_group && inadmissible_of(group).is_none() {
+                agent_link.relayed_capabilities()
+            } else {
+                json!({})
+            }
+        };
+        let mut early: Vec<Option<TakenCopy<S::Copy>>> = Vec::new();
+        if plan.groups.len() > 1 {
+            let g = &mut *self.source;
+            for (gi, group) in plan.groups.iter().enumerate() {
+                let caps = caps_of(gi, group);
+                if Some(gi) == agent_group {
+                    g.set_pool_capabilities(&caps);
+                }
+                // A failure here is reported by that group's own turn, which tries again.
+                let s = Instant::now();
+                let c = g.copy_for(&caps).ok();
+                let us = s.elapsed().as_micros() as u64;
+                early.push(c.map(|c| (c, us, g.fork_phases().to_vec())));
+            }
+        }
+        for (gi, group) in plan.groups.iter().enumerate() {
+            let in_view = |i: &ArgItem| group.view.iter().any(|v| v == &i.name);
+            let is_agent = Some(gi) == agent_group;
+            let inadmissible = inadmissible_of(group);
+            let job = CopyJob {
+                call,
+                group: gi,
+                meta,
+                in_view: &in_view,
+                is_agent,
+                inadmissible,
+                twin,
+                rerun: false,
+                copy: early.get_mut(gi).and_then(Option::take),
+            };
+            let r = self.run_copy(job, agent_link, &mut phases);
+            match r {
+                Ok((result, mut label, out, answered)) => {
+                    // An answer of the agent entered the copy: its output carries it.
+                    if let (true, Some(c)) = (answered, &agent_clearance) {
+                        label.join(c);
+                    }
+                    triggers += out.triggers.len();
+                    // Every other consumer of this group gets this group's result.
+                    for c in group.consumers.iter().filter(|c| c.as_str() != AGENT) {
+                        deliveries.push(Delivery {
+                            consumer: c.clone(),
+                            result: result.clone(),
+                            label: Some(label.clone()),
+                        });
+                    }
+                    if !out.triggers.is_empty() {
+                        outcomes.push((gi, out));
+                    }
+                    if Some(gi) == agent_group {
+                        agent = Some((result, label));
+                    } else if result
+                        .as_ref()
+                        .map_or(true, |v| v.get("isError") == Some(&Value::Bool(true)))
+                    {
+                        // Its error text is the copy's own words: the agent gets a fixed notice.
+                        others_failed = true;
+                    }
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        let s = Instant::now();
+        let end = self.broker.end_call(call);
+        phases.push(("broker.end_call", s.elapsed().as_micros() as u64));
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        let record = end.map_err(broker_failed)?;
+        let twin_in = (twin0.time_ns, twin0.seed);
+        let s = Instant::now();
+        self.evidence
+            .queue(meta, &plan, &outcomes, &record, twin_in, self.twin_on);
+        let declared = self.release.manifest.deterministic;
+        self.evidence
+            .weigh_denials(&self.release.digest, declared, &outcomes);
+        phases.push(("evidence.queue", s.elapsed().as_micros() as u64));
+        let Some((result, label)) = agent else {
+            return Err(said("Plan formed no group for the agent".into()));
+        };
+        let mut result = result.map_err(RunError::Tool)?;
+        let mut g = json!({"label": label, "copies": plan.groups.len(), "mode": self.mode.name()});
+        if others_failed {
+            g["notice"] = json!(OTHER_COPY_FAILED);
+        }
+        if !deliveries.is_empty() {
+            g["recipients"] = Value::Object(outbox::deliver_all(
+                self.outbox,
+                &meta.tool,
+                deliveries,
+                &meta.consumers,
+            ));
+        }
+        add_meta(&mut result, g);
+        phases.push(("total", t0.elapsed().as_micros() as u64));
+        Ok(Outcome {
+            result,
+            label: Some(label),
+            copies: plan.groups.len(),
+            triggers,
+            phases,
+            notifications: Vec::new(),
+        })
+    }
+
+    /// Runs group `gi`'s copy. The outer error is the shim's (broker, sandbox); the inner
+    /// result is the copy's own answer or failure.
+    #[allow(clippy::type_complexity)]
+    fn run_copy(
+        &mut self,
+        job: CopyJob<'_, S::Copy>,
+        agent: &mut Agent<'_>,
+        phases: &mut Vec<(&'static str, u64)>,
+    ) -> Result<(Result<Value, String>, Label, CopyOutcome, bool), RunError> {
+        let CopyJob {
+            call,
+            group: gi,
+            meta,
+            in_view,
+            is_agent,
+            inadmissible,
+            rerun,
+            twin,
+            copy: ahead,
+        } = job;
+        let g = &mut *self.source;
+        // Redacted before any copy runs (a copy taken ahead is dropped, so killed, on error).
+        let args = meta
+            .arguments_for(in_view, ITEMS_DIR)
+            .map_err(|e| RunError::Invalid(e.to_string()))?;
+        let view_bytes = meta
+            .items
+            .iter()
+            .filter(|i| in_view(i))
+            .map(|i| i.contents.len() as u64)
+            .sum();
+        // Held until this function returns, after the copy is gone.
+        let s = Instant::now();
+        let _permit = self.limiter.admit_copy(view_bytes).map_err(limit)?;
+        phases.push(("limits", s.elapsed().as_micros() as u64));
+        let t = Instant::now();
+        let metrics = self.metrics;
+        let release = self.release;
+        let mut laps_ahead = None;
+        let mut copy = match ahead {
+            Some((c, us, laps)) => {
+                laps_ahead = Some((us, laps));
+                c
+            }
+            None => {
+                // The copy's `initialize` is sent now (a pool copy's was made while it
+                // waited): it answers it while the shim sets up its broker endpoint and mounts.
+                let caps = if is_agent && inadmissible.is_none() {
+                    agent.relayed_capabilities()
+                } else {
+                    json!({})
+                };
+                if is_agent {
+                    g.set_pool_capabilities(&caps);
+                }
+                g.copy_for(&caps).map_err(|e| {
+                    if let (Some(m), germline_sandbox::Error::Refused(_)) = (metrics, &e) {
+                        m.check_failed(&release.label());
+                    }
+                    RunError::Sandbox(SandboxFailure::Sandbox(e))
+                })?
+            }
+        };
+        if let (Some(m), false) = (metrics, rerun) {
+            m.item_bytes(&release.label(), view_bytes);
+        }
+        copy.set_twin(twin);
+        // The fork's laps (none for a pool copy); a copy taken ahead reports when it was.
+        match laps_ahead {
+            Some((us, laps)) => {
+                phases.push(("fork", us));
+                phases.extend(laps);
+            }
+            None => {
+                phases.push(("fork", t.elapsed().as_micros() as u64));
+                phases.extend_from_slice(g.fork_phases());
+            }
+        }
+        let t = Instant::now();
+        let netns = copy
+            .netns()
+            .map_err(|e| RunError::Sandbox(SandboxFailure::CopyNetns(e)))?;
+        if let Err(e) = self
+            .broker
+            .start_copy(call, gi, netns.as_fd(), copy.deadline())
+        {
+            copy.kill();
+            return Err(broker_failed(e));
+        }
+        phases.push(("broker", t.elapsed().as_micros() as u64));
+        let t = Instant::now();
+        let files: Vec<(String, Vec<u8>, bool)> = meta
+            .items
+            .iter()
+            .filter_map(|i| match (&i.kind, &i.file_name) {
+                (ItemKind::File { .. }, Some(f)) => {
+                    Some((f.clone(), i.contents.clone(), in_view(i)))
+                }
+                _ => None,
+            })
+            .collect();
+        // Only the agent's own copy gets the agent's progress token, and only its notifications
+        // reach the agent (as they arrive); every other copy's are dropped unread.
+        let token = meta.progress_token.clone().filter(|_| is_agent);
+        let call_meta = token.clone().map(|t| json!({"progressToken": t}));
+        let deadline = copy.deadline();
+        let client = &*self.broker;
+        let agent_clearance = agent_clearance_of(meta);
+        let mut relay =
+            CopyRelay::new(agent, is_agent, token, inadmissible, deadline).with_raise(move || {
+                client
+                    .raise_copy(call, gi, &agent_clearance)
+                    .map_err(|e| e.to_string())
+            });
+        // Sub-phases of `copy` for `germline bench` (a few clock reads per call).
+        let mut marks = [0u64; 5];
+        let us = |s: Instant| s.elapsed().as_micros() as u64;
+        *self.data_sent = true;
+        let r = (|| {
+            let s = Instant::now();
+            g.prepare_copy(&mut copy, &files)?;
+            marks[0] = us(s);
+            let s = Instant::now();
+            copy.deliver(&files)?;
+            marks[1] = us(s);
+            // What is left of the handshake sent at the fork (0 once the copy answered it).
+            let s = Instant::now();
+            copy.initialize()?;
+            marks[4] = us(s);
+            let s = Instant::now();
+            let v = copy.mcp_call_relayed(&meta.tool, args, call_meta, &mut |m| relay.handle(m));
+            marks[2] = us(s);
+            v
+        })();
+        let s = Instant::now();
+        // Killed now; the kernel's exit of the copy completes off the call's path.
+        let r = g.retire(copy, r);
+        marks[3] = us(s);
+        phases.push(("copy", t.elapsed().as_micros() as u64));
+        phases.extend([
+            ("copy.mounts", marks[0]),
+            ("copy.deliver", marks[1]),
+            ("copy.init", marks[4]),
+            ("copy.mcp", marks[2]),
+            ("copy.teardown", marks[3]),
+        ]);
+        let s = Instant::now();
+        let (outcome, requests) = self
+            .broker
+            .end_copy_with_requests(call, gi)
+            .map_err(broker_failed)?;
+        self.last_requests
+            .extend(requests.into_iter().map(|r| (gi, r)));
+        phases.push(("broker.end_copy", us(s)));
+        let r = r.map_err(|e| e.to_string()).and_then(tool_result);
+        Ok((r, outcome.label.clone(), outcome, relay.answered))
+    }
+
+    /// One probe or control re-run (crate::evidence): a single copy with `view`'s items,
+    /// served by the broker from `spec` (nothing delivered). Returns its request digests to
+    /// the destination, in order.
+    pub(crate) fn replay_copy(
+        &mut self,
+        meta: &CallMeta,
+        view: &[String],
+        spec: &ReplaySpec,
+        twin_on: bool,
+    ) -> Result<Vec<String>, RunError> {
+        let (call, twin, _) = begin_with(
+            self.broker,
+            BeginCall {
+                release: self.release.digest.clone(),
+                user: self.user.to_string(),
+                items: meta.item_meta(),
+                hosts: meta.hosts.clone(),
+                consumers: meta.consumers.clone(),
+                mode: PlanMode::NoSplit,
+                rules: LabelRules::default(),
+                open: false,
+                replay: Some(spec.clone()),
+            },
+        )?;
+        let in_view = |i: &ArgItem| view.iter().any(|v| v == &i.name);
+        let job = CopyJob {
+            call,
+            group: 0,
+            meta,
+            in_view: &in_view,
+            is_agent: false,
+            inadmissible: Some(
+                "germline: a probe or control re-run never reaches the agent".into(),
+            ),
+            twin: twin_on.then_some((twin.time_ns, twin.seed)),
+            rerun: true,
+            copy: None,
+        };
+        let mut link = Buffered::default();
+        let mut agent = Agent {
+            link: &mut link,
+            capabilities: json!({}),
+        };
+        let r = self.run_copy(job, &mut agent, &mut Vec::new());
+        let end = self.broker.end_call(call);
+        let (_, _, out, _) = r?;
+        end.map_err(broker_failed)?;
+        Ok(out.requests.get(&spec.host).cloned().unwrap_or_default())
+    }
+}
+
+/// The pipeline on in-memory fakes of its two seams, without root: the fakes keep what a
+/// germline and a broker would (Plan is the policy crate's own), so the pipeline's rules run
+/// for real: which groups get copies, what each copy sees, what reaches the agent.
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::collections::BTreeSet;
+    use std::path::Path;
+    use std::rc::Rc;
+
+    use germline_policy::plan::{plan, PlanInput};
+    use germline_policy::Policy;
+    use germline_release::manifest::Manifest;
+    use germline_sandbox::Error as SandboxError;
+
+    use super::*;
+
+    /// What happened, in order, across the source and its copies.
+    type Events = Rc<RefCell<Vec<String>>>;
+
+    /// A germline stand-in: hands out numbered copies; some takes or calls fail.
+    struct FakeSource {
+        events: Events,
+        taken: usize,
+        /// Takes (0-based, in order) that fail, as a germline whose fork is refused.
+        fail_takes: BTreeSet<usize>,
+        /// A copy that sees a non-empty value of this argument crashes during its call.
+        crash_with: Option<&'static str>,
+    }
+
+    struct FakeCopy {
+        n: usize,
+        events: Events,
+        files_in_view: usize,
+        crash_with: Option<&'static str>,
+    }
+
+    impl FakeSource {
+        fn new() -> FakeSource {
+            FakeSource {
+                events: Rc::default(),
+                taken: 0,
+                fail_takes: BTreeSet::new(),
+                crash_with: None,
+            }
+        }
+        fn events(&self) -> Vec<String> {
+            self.events.borrow().clone()
+        }
+        fn count(&self, prefix: &str) -> usize {
+            self.events()
+                .iter()
+                .filter(|e| e.starts_with(prefix))
+                .count()
+        }
+    }
+
+    impl CopySource for FakeSource {
+        type Copy = FakeCopy;
+        fn call_begins(&mut self) {
+            self.events.borrow_mut().push("call_begins".into());
+        }
+        fn set_pool_capabilities(&mut self, _caps: &Value) {}
+        fn copy_for(&mut self, _caps: &Value) -> SandboxResult<FakeCopy> {
+            let n = self.taken;
+            self.taken += 1;
+            if self.fail_takes.contains(&n) {
+                self.events.borrow_mut().push(format!("refused {n}"));
+                return Err(SandboxError::CopyRefused(format!("fork {n} refused")));
+            }
+            self.events.borrow_mut().push(format!("take {n}"));
+            Ok(FakeCopy {
+                n,
+                events: self.events.clone(),
+                files_in_view: 0,
+                crash_with: self.crash_with,
+            })
+        }
+        fn fork_phases(&self) -> &[(&'static str, u64)] {
+            &[]
+        }
+        fn prepare_copy(
+            &mut self,
+            copy: &mut FakeCopy,
+            files: &[(String, Vec<u8>, bool)],
+        ) -> SandboxResult<()> {
+            copy.files_in_view = files.iter().filter(|f| f.2).count();
+            Ok(())
+        }
+        fn retire(&mut self, copy: FakeCopy, result: SandboxResult<Value>) -> SandboxResult<Value> {
+            self.events.borrow_mut().push(format!("retire {}", copy.n));
+            result
+        }
+    }
+
+    impl SourcedCopy for FakeCopy {
+        fn netns(&self) -> std::io::Result<File> {
+            File::open("/dev/null")
+        }
+        fn deadline(&self) -> Instant {
+            Instant::now() + std::time::Duration::from_secs(30)
+        }
+        fn set_twin(&mut self, _twin: Option<(u128, u64)>) {}
+        fn kill(&mut self) {
+            self.events.borrow_mut().push(format!("kill {}", self.n));
+        }
+        fn deliver(&mut self, _files: &[(String, Vec<u8>, bool)]) -> SandboxResult<()> {
+            Ok(())
+        }
+        fn initialize(&mut self) -> SandboxResult<()> {
+            Ok(())
+        }
+        /// Says, in a log notification and in its answer, which arguments it was given.
+        fn mcp_call_relayed(
+            &mut self,
+            _tool: &str,
+            arguments: Value,
+            _meta: Option<Value>,
+            handler: &mut dyn FnMut(&Value) -> Option<Value>,
+        ) -> SandboxResult<Value> {
+            let seen = seen(&arguments);
+            self.events
+                .borrow_mut()
+                .push(format!("call {} saw {seen}", self.n));
+            handler(&json!({"jsonrpc": "2.0", "method": "notifications/message",
+                            "params": {"level": "info", "data": format!("copy {} saw {seen}", self.n)}}));
+            if let Some(arg) = self.crash_with {
+                if seen.contains(arg) {
+                    return Err(SandboxError::Crashed(format!(
+                        "copy {} says: {seen}",
+                        self.n
+                    )));
+                }
+            }
+            Ok(
+                json!({"content": [{"type": "text", "text": format!("copy {} saw {seen}", self.n)}],
+                      "isError": false}),
+            )
+        }
+    }
+
+    /// The names of the non-empty arguments a copy got, sorted, comma-separated.
+    fn seen(arguments: &Value) -> String {
+        let mut names: Vec<&str> = arguments
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, v)| v.as_str().is_some_and(|s| !s.is_empty()))
+            .map(|(k, _)| k.as_str())
+            .collect();
+        names.sort();
+        names.join(",")
+    }
+
+    /// A broker stand-in: Plan by the policy crate, each copy's label its view's, a log.
+    #[derive(Default)]
+    struct FakeBroker {
+        down: bool,
+        plan: RefCell<Option<Plan>>,
+        started: RefCell<Vec<usize>>,
+        ended_copies: RefCell<Vec<usize>>,
+        ended_calls: RefCell<usize>,
+    }
+
+    impl BrokerApi for FakeBroker {
+        fn begin_call(&self, call: BeginCall) -> Result<(u64, Twin, Plan), ControlError> {
+            if self.down {
+                return Err(ControlError::Closed);
+            }
+            let input = PlanInput {
+                items: &call.items,
+                hosts: &call.hosts,
+                consumers: &call.consumers,
+            };
+            let p = plan(input, call.mode).map_err(|e| ControlError::Refused(e.to_string()))?;
+            *self.plan.borrow_mut() = Some(p.clone());
+            Ok((
+                7,
+                Twin {
+                    time_ns: 1,
+                    seed: 2,
+                },
+                p,
+            ))
+        }
+        fn reconnect(&mut self) -> Result<(), String> {
+            if self.down {
+                Err("the broker's control socket is gone".into())
+            } else {
+                Ok(())
+            }
+        }
+        fn start_copy(
+            &self,
+            _call: u64,
+            group: usize,
+            _netns: BorrowedFd<'_>,
+            _deadline: Instant,
+        ) -> Result<String, ControlError> {
+            self.started.borrow_mut().push(group);
+            Ok(String::new())
+        }
+        fn raise_copy(
+            &self,
+            _call: u64,
+            _group: usize,
+            _label: &Label,
+        ) -> Result<(), ControlError> {
+            Ok(())
+        }
+        fn end_copy_with_requests(
+            &self,
+            _call: u64,
+            group: usize,
+        ) -> Result<(CopyOutcome, Vec<RequestEvent>), ControlError> {
+            self.ended_copies.borrow_mut().push(group);
+            let label = self
+                .plan
+                .borrow()
+                .as_ref()
+                .and_then(|p| p.groups.get(group).map(|g| g.view_label.clone()))
+                .ok_or(ControlError::Closed)?;
+            let outcome = CopyOutcome {
+                label,
+                triggers: Vec::new(),
+                contacted: Default::default(),
+                requests: Default::default(),
+            };
+            Ok((outcome, Vec::new()))
+        }
+        fn end_call(&self, _call: u64) -> Result<Value, ControlError> {
+            *self.ended_calls.borrow_mut() += 1;
+            Ok(json!({}))
+        }
+    }
+
+    /// Arguments x, y, z labelled a, b, c; the agent is cleared for a, recipient r1 for b,
+    /// r2 for c: a call consumed by the first `n` of them has `n` groups.
+    fn meta(n: usize) -> CallMeta {
+        let policy = Policy::parse(
+            Path::new("p.toml"),
+            r#"[labels]
+a = "a"
+b = "b"
+c = "c"
+
+[[argument]]
+tool = "t"
+name = "x"
+label = ["a"]
+
+[[argument]]
+tool = "t"
+name = "y"
+label = ["b"]
+
+[[argument]]
+tool = "t"
+name = "z"
+label = ["c"]
+
+[consumers]
+agent = ["a"]
+r1 = ["b"]
+r2 = ["c"]
+"#,
+        )
+        .expect("policy");
+        let tool: germline_release::manifest::Tool =
+            serde_json::from_value(json!({"destinations": {"hosts": []}})).expect("tool");
+        let consumers: Vec<String> = ["agent", "r1", "r2"][..n]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let args = json!({"x": "xx", "y": "yy", "z": "zz"});
+        crate::callmeta::build(&policy, "t", &tool, &args, None, &consumers).expect("meta")
+    }
+
+    fn release() -> Release {
+        let m: Manifest = serde_json::from_value(json!({
+            "schema": germline_release::manifest::SCHEMA, "name": "fake", "version": "1.0.0",
+            "language": "python", "entry": ["python3", "-m", "fake"],
+            "initialisation": {"imports": []}, "tools": {}, "readable_paths": [],
+            "deterministic": true,
+        }))
+        .expect("manifest");
+        Release::unverified_for_tests(m)
+    }
+
+    /// Runs one call through the stages; returns its result and what reached the agent's
+    /// link as notifications.
+    fn call(
+        source: &mut FakeSource,
+        broker: &mut FakeBroker,
+        meta: &CallMeta,
+    ) -> (Result<Outcome, RunError>, Vec<Value>) {
+        let release = release();
+        let mut evidence = Evidence::disabled();
+        let limiter = Limiter::off();
+        let mut data_sent = false;
+        let mut requests = Vec::new();
+        let mut stages = Stages {
+            source,
+            broker,
+            release: &release,
+            user: "tester",
+            evidence: &mut evidence,
+            limiter: &limiter,
+            metrics: None,
+            twin_on: true,
+            outbox: None,
+            mode: Mode::Germline,
+            data_sent: &mut data_sent,
+            last_requests: &mut requests,
+        };
+        let mut link = Buffered::default();
+        let mut agent = Agent {
+            link: &mut link,
+            capabilities: json!({}),
+        };
+        let r = stages.call(meta, PlanMode::Split, &mut agent);
+        (r, link.notifications)
+    }
+
+    fn text(result: &Value) -> &str {
+        result
+            .pointer("/content/0/text")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    }
+
+    #[test]
+    fn plan_gives_one_copy_per_group_each_with_its_view() {
+        for n in 1..=3 {
+            let (mut source, mut broker) = (FakeSource::new(), FakeBroker::default());
+            let (r, _) = call(&mut source, &mut broker, &meta(n));
+            let out = r.expect("the call");
+            assert_eq!(out.copies, n, "groups of a call with {n} consumers");
+            assert_eq!(source.count("take"), n, "{:?}", source.events());
+            assert_eq!(source.count("retire"), n, "{:?}", source.events());
+            let mut started = broker.started.borrow().clone();
+            started.sort();
+            assert_eq!(started, (0..n).collect::<Vec<_>>());
+            assert_eq!(broker.ended_copies.borrow().len(), n);
+            assert_eq!(*broker.ended_calls.borrow(), 1);
+            // Each copy saw exactly its group's one argument, and together the n groups'.
+            let mut seen: Vec<String> = source
+                .events()
+                .iter()
+                .filter_map(|e| e.split_once(" saw ").map(|(_, s)| s.to_string()))
+                .collect();
+            seen.sort();
+            assert_eq!(seen, ["x", "y", "z"][..n], "{:?}", source.events());
+            // With several groups, every copy is taken before the first gets any data.
+            if n > 1 {
+                let first_call = source
+                    .events()
+                    .iter()
+                    .position(|e| e.starts_with("call "))
+                    .expect("a call");
+                let takes_before = source.events()[..first_call]
+                    .iter()
+                    .filter(|e| e.starts_with("take"))
+                    .count();
+                assert_eq!(takes_before, n, "{:?}", source.events());
+            }
+            assert_eq!(out.result["_meta"]["germline"]["copies"], json!(n));
+        }
+    }
+
+    #[test]
+    fn only_the_agents_copy_answers_the_agent() {
+        let (mut source, mut broker) = (FakeSource::new(), FakeBroker::default());
+        let (r, notes) = call(&mut source, &mut broker, &meta(3));
+        let out = r.expect("the call");
+        // The answer and the one notification are the agent's copy's, which saw x only.
+        assert!(text(&out.result).ends_with("saw x"), "{}", out.result);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0]["params"]["data"]
+                .as_str()
+                .is_some_and(|d| d.ends_with("saw x")),
+            "{notes:?}"
+        );
+        assert!(out.result["_meta"]["germline"].get("notice").is_none());
+        // The agent's result is labelled by its own group's view, not by the others'.
+        assert_eq!(out.label, Some(Label::of(["a"])));
+    }
+
+    #[test]
+    fn another_groups_failing_copy_gives_the_agent_a_fixed_notice_only() {
+        let (mut source, mut broker) = (FakeSource::new(), FakeBroker::default());
+        source.crash_with = Some("y");
+        let (r, notes) = call(&mut source, &mut broker, &meta(3));
+        let out = r.expect("the agent's copy answered");
+        assert!(text(&out.result).ends_with("saw x"), "{}", out.result);
+        assert_eq!(
+            out.result["_meta"]["germline"]["notice"],
+            json!(OTHER_COPY_FAILED)
+        );
+        // The failing copy's own words reach the agent nowhere.
+        let all = format!("{} {notes:?}", out.result);
+        assert!(!all.contains("says"), "{all}");
+        assert!(!all.contains("saw y"), "{all}");
+        assert_eq!(*broker.ended_calls.borrow(), 1);
+    }
+
+    #[test]
+    fn the_agents_failing_copy_fails_the_call_as_a_tool_failure() {
+        let (mut source, mut broker) = (FakeSource::new(), FakeBroker::default());
+        source.crash_with = Some("x");
+        let (r, _) = call(&mut source, &mut broker, &meta(2));
+        let e = r.expect_err("the agent's copy crashed");
+        assert_eq!(e.outcome(), "tool_failed", "{e}");
+        assert_eq!(*broker.ended_calls.borrow(), 1);
+    }
+
+    #[test]
+    fn a_copy_that_cannot_be_taken_fails_the_call_and_the_call_still_ends() {
+        let (mut source, mut broker) = (FakeSource::new(), FakeBroker::default());
+        // Group 1's copy is refused when taken ahead (take 1) and again in its turn (take 3).
+        source.fail_takes = [1, 3].into();
+        let (r, _) = call(&mut source, &mut broker, &meta(3));
+        let e = r.expect_err("a group had no copy");
+        assert_eq!(e.outcome(), "sandbox_failed", "{e}");
+        // Group 0 ran; group 2 never got data; the broker's call was ended.
+        assert_eq!(source.count("call "), 1, "{:?}", source.events());
+        assert_eq!(*broker.ended_calls.borrow(), 1);
+        // A refusal when taken ahead alone is retried in the copy's turn.
+        let (mut source, mut broker) = (FakeSource::new(), FakeBroker::default());
+        source.fail_takes = [1].into();
+        let (r, _) = call(&mut source, &mut broker, &meta(3));
+        assert_eq!(r.expect("retried").copies, 3);
+        assert_eq!(source.count("call "), 3, "{:?}", source.events());
+    }
+
+    #[test]
+    fn a_broker_that_is_down_fails_the_call_before_any_copy() {
+        let (mut source, mut broker) = (FakeSource::new(), FakeBroker::default());
+        broker.down = true;
+        let (r, notes) = call(&mut source, &mut broker, &meta(2));
+        let e = r.expect_err("no broker");
+        assert_eq!(e.outcome(), "broker_failed", "{e}");
+        assert!(e.to_string().contains("control socket is gone"), "{e}");
+        assert_eq!(source.count("take"), 0, "{:?}", source.events());
+        assert!(notes.is_empty());
+    }
+}

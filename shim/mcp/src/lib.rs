@@ -1,0 +1,17 @@
+//! germline-mcp: the agent-facing MCP transports and sessions (issue 26's layer 4).
+//!
+//! * [`session`]: MCP JSON-RPC from the agent, transport-free; [`jsonrpc`]: its framing.
+//! * [`stdio`], [`cli`]: `germline run` (MCP over stdio) and its wiring.
+//! * [`serve`], [`http`], [`conns`], [`router`]: `germline serve` (MCP Streamable HTTP,
+//!   several releases).
+//!
+//! Each call goes to `germline-engine`'s runtime. See docs/run.md.
+
+pub mod cli;
+pub mod conns;
+pub mod http;
+pub mod jsonrpc;
+pub mod router;
+pub mod serve;
+pub mod session;
+pub mod stdio;
