@@ -89,6 +89,10 @@ pub struct Evidence {
     pending: Vec<Job>,
     /// Records written in this session (paths), newest last.
     pub written: Vec<PathBuf>,
+    /// Per release, the attempts this runtime admitted while the ledger file had no entry
+    /// for it and the clean call wrote nothing: they are added to the file's entry when
+    /// another runtime created it meanwhile (see [`Evidence::update`]).
+    unwritten: BTreeMap<String, u64>,
 }
 
 /// The exclusive lock over `<dir>/dampening.json`'s read-modify-write (`flock` on
@@ -204,6 +208,7 @@ impl Evidence {
             ledger,
             pending: Vec::new(),
             written: Vec::new(),
+            unwritten: BTreeMap::new(),
         })
     }
 
@@ -246,14 +251,33 @@ impl Evidence {
             .unwrap_or_default();
         let had = on_disk.releases.get(release).cloned();
         if let Some(st) = &had {
-            self.ledger.releases.insert(release.to_string(), st.clone());
+            // The file's entry replaces this runtime's copy; the attempts this runtime made
+            // while there was no entry (and so wrote nothing) are not in it when another
+            // runtime created the entry meanwhile: without adding them here they were lost
+            // (the entry created by the other runtime carried only its own counts).
+            let mut st = st.clone();
+            st.admitted += self.unwritten.remove(release).unwrap_or(0);
+            self.ledger.releases.insert(release.to_string(), st);
         }
+        let admitted_before = self.ledger.releases.get(release).map_or(0, |s| s.admitted);
         let out = f(&mut self.ledger);
         let mine = self.ledger.releases.get(release).cloned();
         let worth = mine
             .as_ref()
             .is_some_and(|s| s.penalty.value > 0.0 || s.refused > 0);
-        if lock.is_some() && (had.is_some() || worth) {
+        let writes = lock.is_some() && (had.is_some() || worth);
+        if writes {
+            // This runtime's copy (with every attempt it made) goes into the file.
+            self.unwritten.remove(release);
+        } else if had.is_none() {
+            let added = mine
+                .as_ref()
+                .map_or(0, |s| s.admitted.saturating_sub(admitted_before));
+            if added > 0 {
+                *self.unwritten.entry(release.to_string()).or_default() += added;
+            }
+        }
+        if writes {
             on_disk.params = self.ledger.params.clone();
             if let Some(st) = mine {
                 on_disk.releases.insert(release.to_string(), st);
@@ -965,7 +989,9 @@ mod tests {
     /// Two runtimes of one release (two sessions sharing an evidence directory) updating its
     /// entry at once, each from its own thread and descriptor: every attempt of both is in
     /// the file afterwards. Without the lock (each runtime writing back its own state, as
-    /// before) the last writer's own counts replaced the other's: 200 instead of 400.
+    /// before) the last writer's own counts replaced the other's: 200 instead of 400. Without
+    /// `Evidence::unwritten`, an attempt admitted while the file had no entry yet (a clean
+    /// call writes nothing) was dropped when the other runtime created the entry first: 399.
     #[test]
     fn concurrent_writers_of_one_release_lose_no_update() {
         let dir = tempfile::tempdir().expect("tempdir");
