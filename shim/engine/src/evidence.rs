@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 use sha2::Digest as _;
 
 use crate::callmeta::{ArgItem, CallMeta, ItemKind};
-use crate::runtime::{RunError, Runtime};
+use crate::runtime::RunError;
 
 /// Probe and control tries per trigger unless configured.
 pub const DEFAULT_TRIES: usize = 5;
@@ -397,7 +397,7 @@ impl Evidence {
         }
     }
 
-    fn tries(&self) -> usize {
+    pub(crate) fn tries(&self) -> usize {
         self.cfg.as_ref().map_or(DEFAULT_TRIES, |c| c.tries)
     }
 
@@ -646,8 +646,28 @@ pub struct Tries {
     pub control: Vec<bool>,
 }
 
-/// Runs a job's probe and control `tries` times each (alternating) and classifies them.
-pub fn rerun(rt: &mut Runtime, job: &Job, tries: usize) -> Result<(Verdict, Tries), RunError> {
+/// What re-runs a job's copies: the runtime, through its pipeline (a single copy with
+/// `view`'s items, served by the broker from `spec`, nothing delivered), returning that copy's
+/// request digests to the destination, in order. The evidence layer asks for re-runs through
+/// this and nothing else of the runtime.
+pub trait Replay {
+    fn replay_copy(
+        &mut self,
+        meta: &CallMeta,
+        view: &[String],
+        spec: &ReplaySpec,
+        twin_on: bool,
+    ) -> Result<Vec<String>, RunError>;
+}
+
+/// Runs a job's probe and control `tries` times each (alternating) and classifies them
+/// (`declared`: the release declares determinism).
+pub fn rerun(
+    replay: &mut impl Replay,
+    job: &Job,
+    tries: usize,
+    declared: bool,
+) -> Result<(Verdict, Tries), RunError> {
     let expected: Vec<&str> = job
         .spec
         .transcript
@@ -663,29 +683,30 @@ pub fn rerun(rt: &mut Runtime, job: &Job, tries: usize) -> Result<(Verdict, Trie
             (&job.probe_view, &mut t.probe),
             (&job.control_view, &mut t.control),
         ] {
-            let seq = rt.replay_copy(&job.meta, view, &job.spec, job.twin_on)?;
+            let seq = replay.replay_copy(&job.meta, view, &job.spec, job.twin_on)?;
             out.push(seq.iter().map(String::as_str).ne(expected.iter().copied()));
         }
     }
-    let declared = rt.release.manifest.deterministic;
     let v = classify(declared, &t.probe, &t.control).map_err(|e| RunError::Sandbox(e.into()))?;
     Ok((v, t))
 }
 
-/// Runs every pending job of `rt` (off the agent's critical path) and records its verdict.
-pub fn process(rt: &mut Runtime) {
-    while let Some(mut job) = rt.evidence.next_job() {
-        job.reaper = rt.copy_reaper();
-        let tries = rt.evidence.tries();
-        let digest = rt.release.digest.clone();
-        let label = rt.release.label();
-        let declared = rt.release.manifest.deterministic;
-        let t0 = std::time::Instant::now();
-        let r = rerun(rt, &job, tries);
-        let ms = t0.elapsed().as_secs_f64() * 1e3;
+impl Evidence {
+    /// Records the result `r` of a job's re-runs, which took `took`: its verdict (the signed
+    /// record, the ledger) and a log line. `release`: digest, `name@version`, declared
+    /// determinism.
+    pub fn settle(
+        &mut self,
+        release: (&str, &str, bool),
+        job: &Job,
+        r: Result<(Verdict, Tries), RunError>,
+        took: std::time::Duration,
+    ) {
+        let label = release.1;
+        let ms = took.as_secs_f64() * 1e3;
         match r {
             Ok((v, t)) => {
-                let r = rt.evidence.finish((&digest, &label, declared), &job, v);
+                let r = self.finish(release, job, v);
                 eprintln!(
                     "{}",
                     json!({"evidence": "verdict", "release": label, "destination": job.spec.host,
@@ -697,9 +718,6 @@ pub fn process(rt: &mut Runtime) {
                 "{}",
                 json!({"evidence": "rerun failed", "release": label, "destination": job.spec.host, "error": e.to_string()})
             ),
-        }
-        if let Some(m) = rt.metrics.clone() {
-            crate::metrics::note_dampening(&m, rt);
         }
     }
 }
@@ -780,6 +798,7 @@ pub fn verify_offline(v: &VerifyInput<'_>) -> Result<Value, String> {
     let rec = read_signed(v.record, &public)?;
     let meta = meta_of(&rec, v.items)?;
     let release = crate::release::Release::load_with(v.release, v.release_key, &v.limits)?;
+    let declared = release.manifest.deterministic;
     if release.digest != rec.release {
         return Err(format!(
             "--release {}: its digest {} is not the record's release {}",
@@ -820,7 +839,7 @@ pub fn verify_offline(v: &VerifyInput<'_>) -> Result<Value, String> {
             .build()?;
     let tries = v.tries.unwrap_or(rec.tries as usize).max(1);
     let job = job_of(&rec, meta);
-    let r = rerun(&mut rt, &job, tries);
+    let r = rerun(&mut rt, &job, tries, declared);
     rt.stop();
     let (verdict, t) = r.map_err(|e| format!("re-run: {e}"))?;
     Ok(json!({
