@@ -12,6 +12,7 @@
 //! * [`sidecar`]: starting or reaching the broker; [`launcher`]: where germlines are forked.
 //! * [`limits`], [`metrics`], [`trace`], [`status`], [`sweep`]: operations
 //!   (docs/operations.md), the last three told of each call as [`observe::CallObserver`]s; [`outbox`]: results for the recipients a manifest names.
+//! * [`laps`]: the phase timing of a call.
 //! * [`process`]: the baselines' tool process (one persistent or fresh process, not a copy).
 //!
 //! The transports that drive it are in `germline-mcp`; the benchmarks in `germline-eval`.
@@ -24,6 +25,7 @@ pub mod evidence;
 pub mod fileitem;
 pub mod flows;
 pub mod ids;
+pub mod laps;
 pub mod launcher;
 pub mod limits;
 pub mod metrics;

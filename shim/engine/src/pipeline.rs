@@ -26,6 +26,7 @@ use serde_json::{json, Value};
 use crate::callmeta::{ArgItem, CallMeta, ItemKind};
 use crate::error::{BrokerFailure, SandboxFailure};
 use crate::evidence::Evidence;
+use crate::laps::{micros, Laps};
 use crate::limits::Limiter;
 use crate::metrics::Metrics;
 use crate::outbox::{self, Delivery};
@@ -295,17 +296,17 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         if let Some(tool) = self.release.manifest.tools.get(&meta.tool) {
             crate::flows::check(&meta.tool, tool, meta).map_err(RunError::Flow)?;
         }
-        let mut phases = Vec::new();
+        let mut phases = Laps::new();
         self.source.call_begins();
         self.evidence
             .admit(&self.release.digest)
             .map_err(RunError::Suppressed)?;
-        phases.push(("evidence.admit", t0.elapsed().as_micros() as u64));
+        phases.lap("evidence.admit", t0);
         let (call, twin0, plan) =
             begin(self.broker, self.release, self.user, meta, plan_mode, false)?;
         let twin = self.twin_on.then_some((twin0.time_ns, twin0.seed));
         let mut outcomes = Vec::new();
-        phases.push(("plan", t0.elapsed().as_micros() as u64));
+        phases.lap("plan", t0);
         let agent_group = plan
             .groups
             .iter()
@@ -345,7 +346,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
                 // A failure here is reported by that group's own turn, which tries again.
                 let s = Instant::now();
                 let c = g.copy_for(&caps).ok();
-                let us = s.elapsed().as_micros() as u64;
+                let us = micros(s);
                 early.push(c.map(|c| (c, us, g.fork_phases().to_vec())));
             }
         }
@@ -401,7 +402,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         }
         let s = Instant::now();
         let end = self.broker.end_call(call);
-        phases.push(("broker.end_call", s.elapsed().as_micros() as u64));
+        phases.lap("broker.end_call", s);
         if let Some(e) = failure {
             return Err(e);
         }
@@ -413,7 +414,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         let declared = self.release.manifest.deterministic;
         self.evidence
             .weigh_denials(&self.release.digest, declared, &outcomes);
-        phases.push(("evidence.queue", s.elapsed().as_micros() as u64));
+        phases.lap("evidence.queue", s);
         let Some((result, label)) = agent else {
             return Err(said("Plan formed no group for the agent".into()));
         };
@@ -431,13 +432,13 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             ));
         }
         add_meta(&mut result, g);
-        phases.push(("total", t0.elapsed().as_micros() as u64));
+        phases.lap("total", t0);
         Ok(Outcome {
             result,
             label: Some(label),
             copies: plan.groups.len(),
             triggers,
-            phases,
+            phases: phases.into_phases(),
             notifications: Vec::new(),
         })
     }
@@ -449,7 +450,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         &mut self,
         job: CopyJob<'_, S::Copy>,
         agent: &mut Agent<'_>,
-        phases: &mut Vec<(&'static str, u64)>,
+        phases: &mut Laps,
     ) -> Result<(Result<Value, String>, Label, CopyOutcome, bool), RunError> {
         let CopyJob {
             call,
@@ -476,7 +477,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         // Held until this function returns, after the copy is gone.
         let s = Instant::now();
         let _permit = self.limiter.admit_copy(view_bytes).map_err(limit)?;
-        phases.push(("limits", s.elapsed().as_micros() as u64));
+        phases.lap("limits", s);
         let t = Instant::now();
         let metrics = self.metrics;
         let release = self.release;
@@ -512,12 +513,12 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         // The fork's laps (none for a pool copy); a copy taken ahead reports when it was.
         match laps_ahead {
             Some((us, laps)) => {
-                phases.push(("fork", us));
+                phases.took("fork", us);
                 phases.extend(laps);
             }
             None => {
-                phases.push(("fork", t.elapsed().as_micros() as u64));
-                phases.extend_from_slice(g.fork_phases());
+                phases.lap("fork", t);
+                phases.extend(g.fork_phases().iter().copied());
             }
         }
         let t = Instant::now();
@@ -531,7 +532,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             copy.kill();
             return Err(broker_failed(e));
         }
-        phases.push(("broker", t.elapsed().as_micros() as u64));
+        phases.lap("broker", t);
         let t = Instant::now();
         let files: Vec<(String, Vec<u8>, bool)> = meta
             .items
@@ -558,7 +559,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             });
         // Sub-phases of `copy` for `germline bench` (a few clock reads per call).
         let mut marks = [0u64; 5];
-        let us = |s: Instant| s.elapsed().as_micros() as u64;
+        let us = micros;
         *self.data_sent = true;
         let r = (|| {
             let s = Instant::now();
@@ -580,7 +581,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         // Killed now; the kernel's exit of the copy completes off the call's path.
         let r = g.retire(copy, r);
         marks[3] = us(s);
-        phases.push(("copy", t.elapsed().as_micros() as u64));
+        phases.lap("copy", t);
         phases.extend([
             ("copy.mounts", marks[0]),
             ("copy.deliver", marks[1]),
@@ -595,7 +596,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             .map_err(broker_failed)?;
         self.last_requests
             .extend(requests.into_iter().map(|r| (gi, r)));
-        phases.push(("broker.end_copy", us(s)));
+        phases.lap("broker.end_copy", s);
         let r = r.map_err(|e| e.to_string()).and_then(tool_result);
         Ok((r, outcome.label.clone(), outcome, relay.answered))
     }
@@ -643,7 +644,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             link: &mut link,
             capabilities: json!({}),
         };
-        let r = self.run_copy(job, &mut agent, &mut Vec::new());
+        let r = self.run_copy(job, &mut agent, &mut Laps::new());
         let end = self.broker.end_call(call);
         let (_, _, out, _) = r?;
         end.map_err(broker_failed)?;

@@ -914,7 +914,11 @@ impl Runtime {
             label,
             copies: 1,
             triggers: outcome.triggers.len(),
-            phases: vec![("total", t0.elapsed().as_micros() as u64)],
+            phases: {
+                let mut laps = crate::laps::Laps::new();
+                laps.lap("total", t0);
+                laps.into_phases()
+            },
             notifications: Vec::new(),
         })
     }
