@@ -167,7 +167,7 @@ impl RuntimeBuilder {
         }
         if let Some(command) = status {
             let writer = StatusWriter::start(&runtime, command)?;
-            runtime.status = Some(writer);
+            runtime.observers.push(Box::new(writer));
         }
         Ok(runtime)
     }

@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 use sha2::Digest as _;
 
 use crate::callmeta::{ArgItem, CallMeta, ItemKind};
-use crate::runtime::{RunError, Runtime};
+use crate::runtime::RunError;
 
 /// Probe and control tries per trigger unless configured.
 pub const DEFAULT_TRIES: usize = 5;
@@ -89,6 +89,10 @@ pub struct Evidence {
     pending: Vec<Job>,
     /// Records written in this session (paths), newest last.
     pub written: Vec<PathBuf>,
+    /// Per release, the attempts this runtime admitted while the ledger file had no entry
+    /// for it and the clean call wrote nothing: they are added to the file's entry when
+    /// another runtime created it meanwhile (see [`Evidence::update`]).
+    unwritten: BTreeMap<String, u64>,
 }
 
 /// The exclusive lock over `<dir>/dampening.json`'s read-modify-write (`flock` on
@@ -204,6 +208,7 @@ impl Evidence {
             ledger,
             pending: Vec::new(),
             written: Vec::new(),
+            unwritten: BTreeMap::new(),
         })
     }
 
@@ -246,14 +251,33 @@ impl Evidence {
             .unwrap_or_default();
         let had = on_disk.releases.get(release).cloned();
         if let Some(st) = &had {
-            self.ledger.releases.insert(release.to_string(), st.clone());
+            // The file's entry replaces this runtime's copy; the attempts this runtime made
+            // while there was no entry (and so wrote nothing) are not in it when another
+            // runtime created the entry meanwhile: without adding them here they were lost
+            // (the entry created by the other runtime carried only its own counts).
+            let mut st = st.clone();
+            st.admitted += self.unwritten.remove(release).unwrap_or(0);
+            self.ledger.releases.insert(release.to_string(), st);
         }
+        let admitted_before = self.ledger.releases.get(release).map_or(0, |s| s.admitted);
         let out = f(&mut self.ledger);
         let mine = self.ledger.releases.get(release).cloned();
         let worth = mine
             .as_ref()
             .is_some_and(|s| s.penalty.value > 0.0 || s.refused > 0);
-        if lock.is_some() && (had.is_some() || worth) {
+        let writes = lock.is_some() && (had.is_some() || worth);
+        if writes {
+            // This runtime's copy (with every attempt it made) goes into the file.
+            self.unwritten.remove(release);
+        } else if had.is_none() {
+            let added = mine
+                .as_ref()
+                .map_or(0, |s| s.admitted.saturating_sub(admitted_before));
+            if added > 0 {
+                *self.unwritten.entry(release.to_string()).or_default() += added;
+            }
+        }
+        if writes {
             on_disk.params = self.ledger.params.clone();
             if let Some(st) = mine {
                 on_disk.releases.insert(release.to_string(), st);
@@ -373,7 +397,7 @@ impl Evidence {
         }
     }
 
-    fn tries(&self) -> usize {
+    pub(crate) fn tries(&self) -> usize {
         self.cfg.as_ref().map_or(DEFAULT_TRIES, |c| c.tries)
     }
 
@@ -622,8 +646,28 @@ pub struct Tries {
     pub control: Vec<bool>,
 }
 
-/// Runs a job's probe and control `tries` times each (alternating) and classifies them.
-pub fn rerun(rt: &mut Runtime, job: &Job, tries: usize) -> Result<(Verdict, Tries), RunError> {
+/// What re-runs a job's copies: the runtime, through its pipeline (a single copy with
+/// `view`'s items, served by the broker from `spec`, nothing delivered), returning that copy's
+/// request digests to the destination, in order. The evidence layer asks for re-runs through
+/// this and nothing else of the runtime.
+pub trait Replay {
+    fn replay_copy(
+        &mut self,
+        meta: &CallMeta,
+        view: &[String],
+        spec: &ReplaySpec,
+        twin_on: bool,
+    ) -> Result<Vec<String>, RunError>;
+}
+
+/// Runs a job's probe and control `tries` times each (alternating) and classifies them
+/// (`declared`: the release declares determinism).
+pub fn rerun(
+    replay: &mut impl Replay,
+    job: &Job,
+    tries: usize,
+    declared: bool,
+) -> Result<(Verdict, Tries), RunError> {
     let expected: Vec<&str> = job
         .spec
         .transcript
@@ -639,29 +683,30 @@ pub fn rerun(rt: &mut Runtime, job: &Job, tries: usize) -> Result<(Verdict, Trie
             (&job.probe_view, &mut t.probe),
             (&job.control_view, &mut t.control),
         ] {
-            let seq = rt.replay_copy(&job.meta, view, &job.spec, job.twin_on)?;
+            let seq = replay.replay_copy(&job.meta, view, &job.spec, job.twin_on)?;
             out.push(seq.iter().map(String::as_str).ne(expected.iter().copied()));
         }
     }
-    let declared = rt.release.manifest.deterministic;
     let v = classify(declared, &t.probe, &t.control).map_err(|e| RunError::Sandbox(e.into()))?;
     Ok((v, t))
 }
 
-/// Runs every pending job of `rt` (off the agent's critical path) and records its verdict.
-pub fn process(rt: &mut Runtime) {
-    while let Some(mut job) = rt.evidence.next_job() {
-        job.reaper = rt.copy_reaper();
-        let tries = rt.evidence.tries();
-        let digest = rt.release.digest.clone();
-        let label = rt.release.label();
-        let declared = rt.release.manifest.deterministic;
-        let t0 = std::time::Instant::now();
-        let r = rerun(rt, &job, tries);
-        let ms = t0.elapsed().as_secs_f64() * 1e3;
+impl Evidence {
+    /// Records the result `r` of a job's re-runs, which took `took`: its verdict (the signed
+    /// record, the ledger) and a log line. `release`: digest, `name@version`, declared
+    /// determinism.
+    pub fn settle(
+        &mut self,
+        release: (&str, &str, bool),
+        job: &Job,
+        r: Result<(Verdict, Tries), RunError>,
+        took: std::time::Duration,
+    ) {
+        let label = release.1;
+        let ms = took.as_secs_f64() * 1e3;
         match r {
             Ok((v, t)) => {
-                let r = rt.evidence.finish((&digest, &label, declared), &job, v);
+                let r = self.finish(release, job, v);
                 eprintln!(
                     "{}",
                     json!({"evidence": "verdict", "release": label, "destination": job.spec.host,
@@ -673,9 +718,6 @@ pub fn process(rt: &mut Runtime) {
                 "{}",
                 json!({"evidence": "rerun failed", "release": label, "destination": job.spec.host, "error": e.to_string()})
             ),
-        }
-        if let Some(m) = rt.metrics.clone() {
-            crate::metrics::note_dampening(&m, rt);
         }
     }
 }
@@ -756,6 +798,7 @@ pub fn verify_offline(v: &VerifyInput<'_>) -> Result<Value, String> {
     let rec = read_signed(v.record, &public)?;
     let meta = meta_of(&rec, v.items)?;
     let release = crate::release::Release::load_with(v.release, v.release_key, &v.limits)?;
+    let declared = release.manifest.deterministic;
     if release.digest != rec.release {
         return Err(format!(
             "--release {}: its digest {} is not the record's release {}",
@@ -796,7 +839,7 @@ pub fn verify_offline(v: &VerifyInput<'_>) -> Result<Value, String> {
             .build()?;
     let tries = v.tries.unwrap_or(rec.tries as usize).max(1);
     let job = job_of(&rec, meta);
-    let r = rerun(&mut rt, &job, tries);
+    let r = rerun(&mut rt, &job, tries, declared);
     rt.stop();
     let (verdict, t) = r.map_err(|e| format!("re-run: {e}"))?;
     Ok(json!({
@@ -965,7 +1008,9 @@ mod tests {
     /// Two runtimes of one release (two sessions sharing an evidence directory) updating its
     /// entry at once, each from its own thread and descriptor: every attempt of both is in
     /// the file afterwards. Without the lock (each runtime writing back its own state, as
-    /// before) the last writer's own counts replaced the other's: 200 instead of 400.
+    /// before) the last writer's own counts replaced the other's: 200 instead of 400. Without
+    /// `Evidence::unwritten`, an attempt admitted while the file had no entry yet (a clean
+    /// call writes nothing) was dropped when the other runtime created the entry first: 399.
     #[test]
     fn concurrent_writers_of_one_release_lose_no_update() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -1003,6 +1048,27 @@ mod tests {
             .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
             .collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    /// The interleaving the concurrent test hit 1 time in 4, made deterministic: both
+    /// runtimes admit a clean attempt (nothing written), then one records a diverging verdict
+    /// (its entry is created with its own attempt only), then the other does: its earlier
+    /// attempt must join the entry the first one created.
+    #[test]
+    fn an_attempt_admitted_before_another_runtime_created_the_entry_is_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = test_cfg(dir.path());
+        let r = "sha256:interleaved";
+        let mut a = Evidence::open(cfg.clone()).expect("open a");
+        let mut b = Evidence::open(cfg.clone()).expect("open b");
+        a.admit(r).expect("a admitted");
+        b.admit(r).expect("b admitted");
+        assert!(!dir.path().join("dampening.json").exists());
+        a.update(r, |l| l.record(r, Verdict::UnverifiedNondeterminism, false));
+        b.update(r, |l| l.record(r, Verdict::UnverifiedNondeterminism, false));
+        let c = Evidence::open(cfg).expect("open c");
+        let st = c.ledger.releases.get(r).expect("the release's entry");
+        assert_eq!((st.admitted, st.refused), (2, 0), "{st:?}");
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //!   (docs/evidence.md).
 //! * [`sidecar`]: starting or reaching the broker; [`launcher`]: where germlines are forked.
 //! * [`limits`], [`metrics`], [`trace`], [`status`], [`sweep`]: operations
-//!   (docs/operations.md); [`outbox`]: results for the recipients a manifest names.
+//!   (docs/operations.md), the last three told of each call as [`observe::CallObserver`]s; [`outbox`]: results for the recipients a manifest names.
+//! * [`laps`]: the phase timing of a call.
 //! * [`process`]: the baselines' tool process (one persistent or fresh process, not a copy).
 //!
 //! The transports that drive it are in `germline-mcp`; the benchmarks in `germline-eval`.
@@ -24,9 +25,11 @@ pub mod evidence;
 pub mod fileitem;
 pub mod flows;
 pub mod ids;
+pub mod laps;
 pub mod launcher;
 pub mod limits;
 pub mod metrics;
+pub mod observe;
 pub mod outbox;
 pub mod pipeline;
 pub mod process;

@@ -20,6 +20,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use crate::observe::{CallObserver, CallView, RuntimeView};
 use crate::runtime::{Outcome, RunError};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -318,22 +319,36 @@ impl Metrics {
     }
 }
 
-/// Records a finished `tools/call` of `rt` (called by [`crate::runtime::Runtime::call`]).
-pub fn after_call(m: &Metrics, rt: &crate::runtime::Runtime, r: &Result<Outcome, RunError>) {
-    let release = rt.release.label();
-    m.call(&release, r);
-    note_dampening(m, rt);
-    if let Err(RunError::Limit(hit)) = r {
-        m.limit(&release, hit.name);
+/// Metrics observe a runtime's calls, its verdicts and its pool.
+impl CallObserver for Arc<Metrics> {
+    /// Records a finished `tools/call`.
+    fn after_call(&mut self, rt: &RuntimeView<'_>, call: &CallView<'_>) {
+        let release = rt.release.label();
+        let r = call.result;
+        self.call(&release, r);
+        note_dampening(self, rt);
+        if let Err(RunError::Limit(hit)) = r {
+            self.limit(&release, hit.name);
+        }
+        if let Some(g) = rt.germline {
+            self.pool_depth(&release, g.pool_len());
+        }
     }
-    if let Some(g) = rt.germline() {
-        m.pool_depth(&release, g.pool_len());
+
+    fn after_verdict(&mut self, rt: &RuntimeView<'_>) {
+        note_dampening(self, rt);
+    }
+
+    fn after_idle(&mut self, rt: &RuntimeView<'_>) {
+        if let Some(g) = rt.germline {
+            self.pool_depth(&rt.release.label(), g.pool_len());
+        }
     }
 }
 
 /// The release's dampening state as the evidence layer holds it now (after a call's
 /// admission, and again after its re-runs' verdicts).
-pub fn note_dampening(m: &Metrics, rt: &crate::runtime::Runtime) {
+fn note_dampening(m: &Metrics, rt: &RuntimeView<'_>) {
     let labels = ReleaseLabels {
         release: rt.release.label(),
     };

@@ -26,6 +26,7 @@ use serde_json::{json, Value};
 use crate::callmeta::{ArgItem, CallMeta, ItemKind};
 use crate::error::{BrokerFailure, SandboxFailure};
 use crate::evidence::Evidence;
+use crate::laps::{micros, Laps};
 use crate::limits::Limiter;
 use crate::metrics::Metrics;
 use crate::outbox::{self, Delivery};
@@ -280,6 +281,45 @@ fn begin_with<B: BrokerApi>(
     Ok((id, twin, plan))
 }
 
+/// What every stage of one call after Plan knows of it.
+struct CallCtx<'m> {
+    call: u64,
+    meta: &'m CallMeta,
+    /// The group whose copy answers the agent.
+    agent_group: Option<usize>,
+    agent_clearance: Option<Label>,
+    /// The broker's twin inputs of the call, and what the copies get of them (none when
+    /// twin inputs are off).
+    twin_in: (u128, u64),
+    twin: Option<(u128, u64)>,
+}
+
+impl CallCtx<'_> {
+    /// Why the agent's answer to a sampling or elicitation request may not enter `group`'s
+    /// copy (none: it may).
+    fn inadmissible(&self, group: &germline_policy::plan::Group) -> Option<String> {
+        match &self.agent_clearance {
+            Some(c) => relay::admissible(c, &group.horizon, &group.hosts).err(),
+            None => Some("germline: the call has no agent".to_string()),
+        }
+    }
+}
+
+/// What the per-group runs of one call gathered for its finish.
+#[derive(Default)]
+struct Gathered {
+    laps: Laps,
+    /// The agent's group's result and label.
+    agent: Option<(Result<Value, String>, Label)>,
+    /// A copy of another group failed (its words never reach the agent).
+    others_failed: bool,
+    triggers: usize,
+    /// The groups whose copies tripped triggers, for the evidence layer.
+    outcomes: Vec<(usize, CopyOutcome)>,
+    /// Results for the other consumers the manifest names.
+    deliveries: Vec<Delivery>,
+}
+
 impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
     /// The call's stages: admit -> plan -> copies -> per-group run -> finish.
     pub(crate) fn call(
@@ -290,130 +330,184 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
     ) -> Result<Outcome, RunError> {
         let t0 = Instant::now();
         *self.data_sent = false;
-        // The agent asked a declared flow to carry what its host may not see: the call is
-        // refused before dampening counts it and before any copy runs (crate::flows).
+        let mut got = Gathered::default();
+        self.admit(meta)?;
+        got.laps.lap("evidence.admit", t0);
+        let (cx, plan) = self.plan(meta, plan_mode)?;
+        got.laps.lap("plan", t0);
+        let mut early = self.copies(&cx, &plan, agent_link);
+        let mut failure = None;
+        for (gi, group) in plan.groups.iter().enumerate() {
+            let ahead = early.get_mut(gi).and_then(Option::take);
+            if let Err(e) = self.run_group(&cx, gi, group, ahead, agent_link, &mut got) {
+                failure = Some(e);
+                break;
+            }
+        }
+        self.finish(&cx, &plan, failure, got, t0)
+    }
+
+    /// Admit: a declared flow the agent asked to carry what its host may not see is refused
+    /// before dampening counts the call and before any copy runs (crate::flows); then the
+    /// evidence layer admits the attempt or refuses a suppressed release.
+    fn admit(&mut self, meta: &CallMeta) -> Result<(), RunError> {
         if let Some(tool) = self.release.manifest.tools.get(&meta.tool) {
             crate::flows::check(&meta.tool, tool, meta).map_err(RunError::Flow)?;
         }
-        let mut phases = Vec::new();
         self.source.call_begins();
         self.evidence
             .admit(&self.release.digest)
-            .map_err(RunError::Suppressed)?;
-        phases.push(("evidence.admit", t0.elapsed().as_micros() as u64));
+            .map_err(RunError::Suppressed)
+    }
+
+    /// Plan: the broker's `begin_call`, and what the later stages need of its answer.
+    fn plan<'m>(
+        &mut self,
+        meta: &'m CallMeta,
+        plan_mode: PlanMode,
+    ) -> Result<(CallCtx<'m>, Plan), RunError> {
         let (call, twin0, plan) =
             begin(self.broker, self.release, self.user, meta, plan_mode, false)?;
-        let twin = self.twin_on.then_some((twin0.time_ns, twin0.seed));
-        let mut outcomes = Vec::new();
-        phases.push(("plan", t0.elapsed().as_micros() as u64));
         let agent_group = plan
             .groups
             .iter()
             .position(|g| g.consumers.iter().any(|c| c == AGENT));
-        let mut agent: Option<(Result<Value, String>, Label)> = None;
         let agent_clearance = meta
             .consumers
             .iter()
             .find(|c| c.name == AGENT)
             .map(|c| c.clearance.clone());
-        let mut others_failed = false;
-        let mut triggers = 0;
-        let mut failure: Option<RunError> = None;
-        let mut deliveries = Vec::new();
-        let inadmissible_of = |group: &germline_policy::plan::Group| match &agent_clearance {
-            Some(c) => relay::admissible(c, &group.horizon, &group.hosts).err(),
-            None => Some("germline: the call has no agent".to_string()),
+        let cx = CallCtx {
+            call,
+            meta,
+            agent_group,
+            agent_clearance,
+            twin_in: (twin0.time_ns, twin0.seed),
+            twin: self.twin_on.then_some((twin0.time_ns, twin0.seed)),
         };
-        // With several groups, every group's copy is taken (or forked) now, before the first
-        // gets any data: the later ones are data-free until their turn, and their confinement
-        // and handshake run while the earlier groups' copies serve the call, off its path.
-        let caps_of = |gi: usize, group: &germline_policy::plan::Group| {
-            if Some(gi) == agent_group && inadmissible_of(group).is_none() {
-                agent_link.relayed_capabilities()
-            } else {
-                json!({})
-            }
-        };
-        let mut early: Vec<Option<TakenCopy<S::Copy>>> = Vec::new();
+        Ok((cx, plan))
+    }
+
+    /// Copies: with several groups, every group's copy is taken (or forked) now, before the
+    /// first gets any data: the later ones are data-free until their turn, and their
+    /// confinement and handshake run while the earlier groups' copies serve the call, off its
+    /// path. With one group, its copy is taken in its turn (none here).
+    fn copies(
+        &mut self,
+        cx: &CallCtx<'_>,
+        plan: &Plan,
+        agent_link: &Agent<'_>,
+    ) -> Vec<Option<TakenCopy<S::Copy>>> {
+        let mut early = Vec::new();
         if plan.groups.len() > 1 {
             let g = &mut *self.source;
             for (gi, group) in plan.groups.iter().enumerate() {
-                let caps = caps_of(gi, group);
-                if Some(gi) == agent_group {
+                let caps = if Some(gi) == cx.agent_group && cx.inadmissible(group).is_none() {
+                    agent_link.relayed_capabilities()
+                } else {
+                    json!({})
+                };
+                if Some(gi) == cx.agent_group {
                     g.set_pool_capabilities(&caps);
                 }
                 // A failure here is reported by that group's own turn, which tries again.
                 let s = Instant::now();
                 let c = g.copy_for(&caps).ok();
-                let us = s.elapsed().as_micros() as u64;
+                let us = micros(s);
                 early.push(c.map(|c| (c, us, g.fork_phases().to_vec())));
             }
         }
-        for (gi, group) in plan.groups.iter().enumerate() {
-            let in_view = |i: &ArgItem| group.view.iter().any(|v| v == &i.name);
-            let is_agent = Some(gi) == agent_group;
-            let inadmissible = inadmissible_of(group);
-            let job = CopyJob {
-                call,
-                group: gi,
-                meta,
-                in_view: &in_view,
-                is_agent,
-                inadmissible,
-                twin,
-                rerun: false,
-                copy: early.get_mut(gi).and_then(Option::take),
-            };
-            let r = self.run_copy(job, agent_link, &mut phases);
-            match r {
-                Ok((result, mut label, out, answered)) => {
-                    // An answer of the agent entered the copy: its output carries it.
-                    if let (true, Some(c)) = (answered, &agent_clearance) {
-                        label.join(c);
-                    }
-                    triggers += out.triggers.len();
-                    // Every other consumer of this group gets this group's result.
-                    for c in group.consumers.iter().filter(|c| c.as_str() != AGENT) {
-                        deliveries.push(Delivery {
-                            consumer: c.clone(),
-                            result: result.clone(),
-                            label: Some(label.clone()),
-                        });
-                    }
-                    if !out.triggers.is_empty() {
-                        outcomes.push((gi, out));
-                    }
-                    if Some(gi) == agent_group {
-                        agent = Some((result, label));
-                    } else if result
-                        .as_ref()
-                        .map_or(true, |v| v.get("isError") == Some(&Value::Bool(true)))
-                    {
-                        // Its error text is the copy's own words: the agent gets a fixed notice.
-                        others_failed = true;
-                    }
-                }
-                Err(e) => {
-                    failure = Some(e);
-                    break;
-                }
-            }
+        early
+    }
+
+    /// Run one group: its copy (taken `ahead` or now) runs the call on the group's view;
+    /// its result goes to the agent (the agent's group) and to the group's other consumers.
+    /// An error is the shim's (broker, sandbox): the call fails with it.
+    fn run_group(
+        &mut self,
+        cx: &CallCtx<'_>,
+        gi: usize,
+        group: &germline_policy::plan::Group,
+        ahead: Option<TakenCopy<S::Copy>>,
+        agent_link: &mut Agent<'_>,
+        got: &mut Gathered,
+    ) -> Result<(), RunError> {
+        let in_view = |i: &ArgItem| group.view.iter().any(|v| v == &i.name);
+        let is_agent = Some(gi) == cx.agent_group;
+        let job = CopyJob {
+            call: cx.call,
+            group: gi,
+            meta: cx.meta,
+            in_view: &in_view,
+            is_agent,
+            inadmissible: cx.inadmissible(group),
+            twin: cx.twin,
+            rerun: false,
+            copy: ahead,
+        };
+        let (result, mut label, out, answered) = self.run_copy(job, agent_link, &mut got.laps)?;
+        // An answer of the agent entered the copy: its output carries it.
+        if let (true, Some(c)) = (answered, &cx.agent_clearance) {
+            label.join(c);
         }
+        got.triggers += out.triggers.len();
+        // Every other consumer of this group gets this group's result.
+        for c in group.consumers.iter().filter(|c| c.as_str() != AGENT) {
+            got.deliveries.push(Delivery {
+                consumer: c.clone(),
+                result: result.clone(),
+                label: Some(label.clone()),
+            });
+        }
+        if !out.triggers.is_empty() {
+            got.outcomes.push((gi, out));
+        }
+        if is_agent {
+            got.agent = Some((result, label));
+        } else if result
+            .as_ref()
+            .map_or(true, |v| v.get("isError") == Some(&Value::Bool(true)))
+        {
+            // Its error text is the copy's own words: the agent gets a fixed notice.
+            got.others_failed = true;
+        }
+        Ok(())
+    }
+
+    /// Finish: the broker's `end_call` (also after a `failure`, which then is the call's
+    /// error), the evidence layer's queue of triggers and weighing of denials, the results
+    /// for the other consumers, and the agent's answer with `_meta.germline`.
+    fn finish(
+        &mut self,
+        cx: &CallCtx<'_>,
+        plan: &Plan,
+        failure: Option<RunError>,
+        got: Gathered,
+        t0: Instant,
+    ) -> Result<Outcome, RunError> {
+        let Gathered {
+            mut laps,
+            agent,
+            others_failed,
+            triggers,
+            outcomes,
+            deliveries,
+        } = got;
+        let meta = cx.meta;
         let s = Instant::now();
-        let end = self.broker.end_call(call);
-        phases.push(("broker.end_call", s.elapsed().as_micros() as u64));
+        let end = self.broker.end_call(cx.call);
+        laps.lap("broker.end_call", s);
         if let Some(e) = failure {
             return Err(e);
         }
         let record = end.map_err(broker_failed)?;
-        let twin_in = (twin0.time_ns, twin0.seed);
         let s = Instant::now();
         self.evidence
-            .queue(meta, &plan, &outcomes, &record, twin_in, self.twin_on);
+            .queue(meta, plan, &outcomes, &record, cx.twin_in, self.twin_on);
         let declared = self.release.manifest.deterministic;
         self.evidence
             .weigh_denials(&self.release.digest, declared, &outcomes);
-        phases.push(("evidence.queue", s.elapsed().as_micros() as u64));
+        laps.lap("evidence.queue", s);
         let Some((result, label)) = agent else {
             return Err(said("Plan formed no group for the agent".into()));
         };
@@ -431,13 +525,13 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             ));
         }
         add_meta(&mut result, g);
-        phases.push(("total", t0.elapsed().as_micros() as u64));
+        laps.lap("total", t0);
         Ok(Outcome {
             result,
             label: Some(label),
             copies: plan.groups.len(),
             triggers,
-            phases,
+            phases: laps.into_phases(),
             notifications: Vec::new(),
         })
     }
@@ -449,7 +543,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         &mut self,
         job: CopyJob<'_, S::Copy>,
         agent: &mut Agent<'_>,
-        phases: &mut Vec<(&'static str, u64)>,
+        phases: &mut Laps,
     ) -> Result<(Result<Value, String>, Label, CopyOutcome, bool), RunError> {
         let CopyJob {
             call,
@@ -476,7 +570,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         // Held until this function returns, after the copy is gone.
         let s = Instant::now();
         let _permit = self.limiter.admit_copy(view_bytes).map_err(limit)?;
-        phases.push(("limits", s.elapsed().as_micros() as u64));
+        phases.lap("limits", s);
         let t = Instant::now();
         let metrics = self.metrics;
         let release = self.release;
@@ -512,12 +606,12 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         // The fork's laps (none for a pool copy); a copy taken ahead reports when it was.
         match laps_ahead {
             Some((us, laps)) => {
-                phases.push(("fork", us));
+                phases.took("fork", us);
                 phases.extend(laps);
             }
             None => {
-                phases.push(("fork", t.elapsed().as_micros() as u64));
-                phases.extend_from_slice(g.fork_phases());
+                phases.lap("fork", t);
+                phases.extend(g.fork_phases().iter().copied());
             }
         }
         let t = Instant::now();
@@ -531,7 +625,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             copy.kill();
             return Err(broker_failed(e));
         }
-        phases.push(("broker", t.elapsed().as_micros() as u64));
+        phases.lap("broker", t);
         let t = Instant::now();
         let files: Vec<(String, Vec<u8>, bool)> = meta
             .items
@@ -558,7 +652,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             });
         // Sub-phases of `copy` for `germline bench` (a few clock reads per call).
         let mut marks = [0u64; 5];
-        let us = |s: Instant| s.elapsed().as_micros() as u64;
+        let us = micros;
         *self.data_sent = true;
         let r = (|| {
             let s = Instant::now();
@@ -580,7 +674,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         // Killed now; the kernel's exit of the copy completes off the call's path.
         let r = g.retire(copy, r);
         marks[3] = us(s);
-        phases.push(("copy", t.elapsed().as_micros() as u64));
+        phases.lap("copy", t);
         phases.extend([
             ("copy.mounts", marks[0]),
             ("copy.deliver", marks[1]),
@@ -595,7 +689,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             .map_err(broker_failed)?;
         self.last_requests
             .extend(requests.into_iter().map(|r| (gi, r)));
-        phases.push(("broker.end_copy", us(s)));
+        phases.lap("broker.end_copy", s);
         let r = r.map_err(|e| e.to_string()).and_then(tool_result);
         Ok((r, outcome.label.clone(), outcome, relay.answered))
     }
@@ -643,7 +737,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             link: &mut link,
             capabilities: json!({}),
         };
-        let r = self.run_copy(job, &mut agent, &mut Vec::new());
+        let r = self.run_copy(job, &mut agent, &mut Laps::new());
         let end = self.broker.end_call(call);
         let (_, _, out, _) = r?;
         end.map_err(broker_failed)?;

@@ -27,6 +27,7 @@ use serde_json::{json, Value};
 use crate::builder::RuntimeBuilder;
 use crate::callmeta::CallMeta;
 use crate::error::{BrokerFailure, SandboxFailure};
+use crate::observe::{CallObserver, CallView, Observers, RuntimeView};
 use crate::outbox::{self, Delivery};
 use crate::pipeline::Stages;
 use crate::process::{ProcessSpec, ToolProcess};
@@ -157,6 +158,23 @@ enum Backend {
     Fresh,
 }
 
+impl Backend {
+    fn pid(&self) -> Option<i32> {
+        match self {
+            Backend::Germline(g) => Some(g.pid()),
+            Backend::Process(p) => Some(p.pid),
+            Backend::Fresh => None,
+        }
+    }
+
+    fn germline(&self) -> Option<&Germline> {
+        match self {
+            Backend::Germline(g) => Some(g),
+            _ => None,
+        }
+    }
+}
+
 /// One agent session's runtime: the verified release, its germline or process, the broker.
 pub struct Runtime {
     pub(crate) mode: Mode,
@@ -176,10 +194,12 @@ pub struct Runtime {
     pub(crate) evidence: crate::evidence::Evidence,
     /// The policy's `[limits]` (off until the caller sets them).
     pub(crate) limiter: crate::limits::Limiter,
-    /// Where this runtime's metrics go (`--metrics-listen`; none by default).
+    /// Where this runtime's metrics go (`--metrics-listen`; none by default): the pipeline
+    /// counts per-copy events on it directly; whole calls reach it as an observer.
     pub(crate) metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
-    /// Where this runtime's traces go (`--otlp-endpoint`; none by default).
-    pub(crate) tracer: Option<std::sync::Arc<crate::trace::Tracer>>,
+    /// What is told of each call and of idle work: metrics, traces (`--otlp-endpoint`), the
+    /// state file `germline status` reads, in that order ([`crate::observe`]).
+    pub(crate) observers: Observers,
     /// The last call's broker requests by group (verdicts, declared hosts; for its trace).
     pub(crate) last_requests: Vec<(usize, germline_broker::RequestEvent)>,
     /// How long the germline lives (policy `[lifetimes]`; docs/operations.md).
@@ -198,8 +218,6 @@ pub struct Runtime {
     /// A copy of this call got data ([`Runtime::run_copy`]): a call whose germline died
     /// before that may be run again on a fresh one.
     data_sent: bool,
-    /// The state file `germline status` reads (crate::status).
-    pub(crate) status: Option<crate::status::StatusWriter>,
     /// Where results for the recipients a manifest names go ([`crate::outbox`]).
     pub(crate) outbox: Option<PathBuf>,
     /// Where fresh germlines are forked (`germline serve`: a thread that outlives them,
@@ -320,6 +338,13 @@ impl Runtime {
             launcher: runtime_launcher,
             status: _,
         } = cfg;
+        let mut observers = Observers::default();
+        if let Some(m) = &metrics {
+            observers.push(Box::new(m.clone()));
+        }
+        if let Some(t) = tracer {
+            observers.push(Box::new(t));
+        }
         let limits = Limits::default();
         // Unique per runtime on this host: `germline serve` starts one per release.
         static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -419,7 +444,7 @@ impl Runtime {
             evidence,
             limiter,
             metrics,
-            tracer,
+            observers,
             last_requests: Vec::new(),
             lifetime,
             launch,
@@ -429,7 +454,6 @@ impl Runtime {
             restarts: Vec::new(),
             restart_window,
             data_sent: false,
-            status: None,
             outbox,
             launcher: runtime_launcher,
         })
@@ -477,18 +501,41 @@ impl Runtime {
 
     /// Pid of the germline or the persistent process, for reports and cleanup checks.
     pub fn pid(&self) -> Option<i32> {
-        match &self.backend {
-            Backend::Germline(g) => Some(g.pid()),
-            Backend::Process(p) => Some(p.pid),
-            Backend::Fresh => None,
-        }
+        self.backend.pid()
     }
 
     pub fn germline(&self) -> Option<&Germline> {
-        match &self.backend {
-            Backend::Germline(g) => Some(g),
-            _ => None,
+        self.backend.germline()
+    }
+
+    /// Tells every observer of this runtime, through a view of it ([`crate::observe`]).
+    fn notify(&mut self, mut f: impl FnMut(&mut dyn CallObserver, &RuntimeView<'_>)) {
+        if self.observers.is_empty() {
+            return;
         }
+        let view = RuntimeView {
+            release: &self.release,
+            mode: self.mode,
+            lifetime: self.lifetime,
+            pid: self.backend.pid(),
+            germline: self.backend.germline(),
+            evidence: &self.evidence,
+            last_requests: &self.last_requests,
+        };
+        self.observers.each(|o| f(o, &view));
+    }
+
+    /// `f` on a view of this runtime, as its observers see it.
+    pub(crate) fn observe_with<T>(&self, f: impl FnOnce(&RuntimeView<'_>) -> T) -> T {
+        f(&RuntimeView {
+            release: &self.release,
+            mode: self.mode,
+            lifetime: self.lifetime,
+            pid: self.backend.pid(),
+            germline: self.backend.germline(),
+            evidence: &self.evidence,
+            last_requests: &self.last_requests,
+        })
     }
 
     /// The germline, to fork copies outside a call (`germline bench`'s memory of live copies).
@@ -603,13 +650,12 @@ impl Runtime {
         if self.lifetime == germline_policy::limits::Lifetime::SingleShot && self.launch.is_some() {
             self.fresh_due = true;
         }
-        if let Some(m) = &self.metrics {
-            crate::metrics::after_call(m, self, &r);
-        }
-        if let Some(t) = &self.tracer {
-            crate::trace::after_call(t, self, &meta.tool, started, &r);
-        }
-        crate::status::after_call(self, &r);
+        let call = CallView {
+            tool: &meta.tool,
+            started,
+            result: &r,
+        };
+        self.notify(|o, rt| o.after_call(rt, &call));
         r
     }
 
@@ -747,19 +793,6 @@ impl Runtime {
         self.stages()?.call(meta, plan_mode, agent_link)
     }
 
-    /// One probe or control re-run (crate::evidence): a single copy with `view`'s items,
-    /// served by the broker from `spec` (nothing delivered). Returns its request digests to
-    /// the destination, in order.
-    pub(crate) fn replay_copy(
-        &mut self,
-        meta: &CallMeta,
-        view: &[String],
-        spec: &ReplaySpec,
-        twin_on: bool,
-    ) -> Result<Vec<String>, RunError> {
-        self.stages()?.replay_copy(meta, view, spec, twin_on)
-    }
-
     fn call_process(
         &mut self,
         meta: &CallMeta,
@@ -881,7 +914,11 @@ impl Runtime {
             label,
             copies: 1,
             triggers: outcome.triggers.len(),
-            phases: vec![("total", t0.elapsed().as_micros() as u64)],
+            phases: {
+                let mut laps = crate::laps::Laps::new();
+                laps.lap("total", t0);
+                laps.into_phases()
+            },
             notifications: Vec::new(),
         })
     }
@@ -889,10 +926,28 @@ impl Runtime {
     /// Work off the call's critical path, after its answer went out: refill the pool of
     /// pre-forked, checked, data-free copies.
     pub fn idle(&mut self) {
-        crate::evidence::process(self);
+        self.process_evidence();
         while self.idle_work(false) {}
-        if let (Some(m), Some(g)) = (&self.metrics, self.germline()) {
-            m.pool_depth(&self.release.label(), g.pool_len());
+        self.notify(|o, rt| o.after_idle(rt));
+    }
+
+    /// Runs every pending evidence job (off the agent's critical path): its re-runs through
+    /// this runtime ([`crate::evidence::Replay`]), then its verdict into the evidence layer.
+    pub fn process_evidence(&mut self) {
+        while let Some(mut job) = self.evidence.next_job() {
+            job.reaper = self.copy_reaper();
+            let tries = self.evidence.tries();
+            let declared = self.release.manifest.deterministic;
+            let t0 = Instant::now();
+            let r = crate::evidence::rerun(self, &job, tries, declared);
+            let label = self.release.label();
+            self.evidence.settle(
+                (&self.release.digest, &label, declared),
+                &job,
+                r,
+                t0.elapsed(),
+            );
+            self.notify(|o, rt| o.after_verdict(rt));
         }
     }
 
@@ -909,13 +964,13 @@ impl Runtime {
             // Off the call's path: the failed call's answer went out; an error (a germline
             // that keeps dying) shows at the next call.
             let _ = self.ensure_germline();
-            crate::status::after_idle(self);
+            self.notify(|o, rt| o.after_idle_step(rt));
             return false;
         }
         if self.fresh_due {
             // Off the call's path: the answer went out; an error shows at the next call.
             let _ = self.relaunch_if_due();
-            crate::status::after_idle(self);
+            self.notify(|o, rt| o.after_idle_step(rt));
             return false;
         }
         let more = match &mut self.backend {
@@ -935,7 +990,7 @@ impl Runtime {
             _ => false,
         };
         if !more {
-            crate::status::after_idle(self);
+            self.notify(|o, rt| o.after_idle_step(rt));
         }
         more
     }
@@ -973,7 +1028,7 @@ impl Runtime {
 
     /// Stops the germline or process (the broker stops with the [`Sidecar`]).
     pub fn stop(&mut self) {
-        self.status = None;
+        self.observers.each(|o| o.stopped());
         match &mut self.backend {
             Backend::Germline(g) => {
                 let _ = g.stop();
@@ -983,6 +1038,19 @@ impl Runtime {
         }
         self.broker.stop();
         let _ = std::fs::remove_dir_all(&self.ca_dir);
+    }
+}
+
+/// Probe and control re-runs (crate::evidence) go through the pipeline's stages.
+impl crate::evidence::Replay for Runtime {
+    fn replay_copy(
+        &mut self,
+        meta: &CallMeta,
+        view: &[String],
+        spec: &ReplaySpec,
+        twin_on: bool,
+    ) -> Result<Vec<String>, RunError> {
+        self.stages()?.replay_copy(meta, view, spec, twin_on)
     }
 }
 

@@ -16,7 +16,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::runtime::{Outcome, RunError, Runtime};
+use crate::observe::{CallObserver, CallView, RuntimeView};
+use crate::runtime::Runtime;
 
 pub const STATUS_DIR: &str = "/run/germline/status";
 
@@ -63,11 +64,15 @@ pub struct RuntimeStatus {
 pub struct StatusWriter {
     path: PathBuf,
     doc: RuntimeStatus,
+    /// The runtime stopped: the file is gone and stays gone.
+    stopped: bool,
 }
 
 impl Drop for StatusWriter {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        if !self.stopped {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -96,6 +101,12 @@ fn limits_json(rt: &Runtime) -> Value {
 impl StatusWriter {
     /// Starts the state file of `rt` (`command`: "run" or "serve").
     pub fn start(rt: &Runtime, command: &str) -> Result<StatusWriter, String> {
+        let mut w = StatusWriter::new(rt, command)?;
+        rt.observe_with(|view| w.refresh(view));
+        Ok(w)
+    }
+
+    fn new(rt: &Runtime, command: &str) -> Result<StatusWriter, String> {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = Path::new(STATUS_DIR);
@@ -104,7 +115,7 @@ impl StatusWriter {
             .mode(0o700)
             .create(dir)
             .map_err(|e| format!("{}: {e}", dir.display()))?;
-        let mut w = StatusWriter {
+        Ok(StatusWriter {
             path: dir.join(format!("{}-{n}.json", std::process::id())),
             doc: RuntimeStatus {
                 pid: std::process::id(),
@@ -126,19 +137,21 @@ impl StatusWriter {
                 broker: rt.broker.socket().to_path_buf(),
                 dampening: Value::Null,
             },
-        };
-        w.refresh(rt);
-        Ok(w)
+            stopped: false,
+        })
     }
 
-    fn refresh(&mut self, rt: &Runtime) {
+    fn refresh(&mut self, rt: &RuntimeView<'_>) {
+        if self.stopped {
+            return;
+        }
         let d = &mut self.doc;
         d.lifetime = rt.lifetime.name().to_string();
-        if d.germline_pid.is_some() && d.germline_pid != rt.pid() {
+        if d.germline_pid.is_some() && d.germline_pid != rt.pid {
             d.germlines_started += 1;
         }
-        d.germline_pid = rt.pid();
-        if let Some(g) = rt.germline() {
+        d.germline_pid = rt.pid;
+        if let Some(g) = rt.germline {
             d.pool = g.pool_len();
             d.live_copies = g.copy_pids().len();
         }
@@ -160,27 +173,26 @@ impl StatusWriter {
     }
 }
 
-/// After a call of `rt` (called by [`Runtime::call`]).
-pub fn after_call(rt: &mut Runtime, r: &Result<Outcome, RunError>) {
-    let Some(mut w) = rt.status.take() else {
-        return;
-    };
-    let outcome = match r {
-        Ok(_) => "ok",
-        Err(e) => e.outcome(),
-    };
-    w.doc.calls += 1;
-    *w.doc.outcomes.entry(outcome.to_string()).or_insert(0) += 1;
-    w.doc.last_call_unix = Some(unix_now());
-    w.refresh(rt);
-    rt.status = Some(w);
-}
+/// The state file observes a runtime's calls and idle work, and goes when it stops.
+impl CallObserver for StatusWriter {
+    fn after_call(&mut self, rt: &RuntimeView<'_>, call: &CallView<'_>) {
+        let outcome = match call.result {
+            Ok(_) => "ok",
+            Err(e) => e.outcome(),
+        };
+        self.doc.calls += 1;
+        *self.doc.outcomes.entry(outcome.to_string()).or_insert(0) += 1;
+        self.doc.last_call_unix = Some(unix_now());
+        self.refresh(rt);
+    }
 
-/// After idle work (a refilled pool, a fresh single-shot germline).
-pub fn after_idle(rt: &mut Runtime) {
-    if let Some(mut w) = rt.status.take() {
-        w.refresh(rt);
-        rt.status = Some(w);
+    fn after_idle_step(&mut self, rt: &RuntimeView<'_>) {
+        self.refresh(rt);
+    }
+
+    fn stopped(&mut self) {
+        self.stopped = true;
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 

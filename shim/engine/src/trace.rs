@@ -13,11 +13,13 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
-use crate::runtime::{Outcome, RunError, Runtime};
+use crate::observe::{CallObserver, CallView, RuntimeView};
+use crate::runtime::{Outcome, RunError};
 
 /// Traces queued beyond this are dropped (a slow collector never slows the calls).
 const QUEUE: usize = 64;
@@ -139,10 +141,17 @@ impl Builder {
     }
 }
 
+/// Traces observe a runtime's calls: one trace per finished call.
+impl CallObserver for Arc<Tracer> {
+    fn after_call(&mut self, rt: &RuntimeView<'_>, call: &CallView<'_>) {
+        trace_call(self, rt, call.tool, call.started, call.result);
+    }
+}
+
 /// The trace of one finished call of `rt` that started at `start` (wall clock).
-pub fn after_call(
+fn trace_call(
     t: &Tracer,
-    rt: &Runtime,
+    rt: &RuntimeView<'_>,
     tool: &str,
     start: SystemTime,
     r: &Result<Outcome, RunError>,
@@ -278,7 +287,7 @@ pub fn after_call(
         // The broker's requests, on the wall clock (both processes share CLOCK_MONOTONIC).
         let mono_now = germline_broker::control::mono_ns_of(std::time::Instant::now());
         let wall_now = nanos(SystemTime::now());
-        for (g, r) in &rt.last_requests {
+        for (g, r) in rt.last_requests {
             let Some(parent) = copies.get(*g) else {
                 continue;
             };

@@ -382,7 +382,7 @@ pub fn serve(session: &mut Session, sigfd: i32) -> String {
         drop(out);
         // Probe and control re-runs of this call's triggers, after its answer went out
         // (docs/evidence.md).
-        germline_engine::evidence::process(&mut session.runtime);
+        session.runtime.process_evidence();
         // Refill the pool between calls, one copy at a time, stopping as soon as the agent's
         // next request is waiting: the refill never delays a call.
         while input.ended.is_none()
