@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 
 use crate::runtime::{Outcome, RunError, Runtime};
 
-pub const STATUS_DIR: &str = "/run/germline/status";
+pub use germline_sys::paths::STATUS_DIR;
 
 fn unix_now() -> u64 {
     SystemTime::now()

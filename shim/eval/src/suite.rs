@@ -102,7 +102,7 @@ pub struct SuiteArgs {
     /// in a few minutes rather than the full run's hour.
     #[arg(long)]
     pub breakdown_only: bool,
-    #[arg(long, default_value = "/var/lib/germline/broker-bench")]
+    #[arg(long, default_value = germline_sys::paths::BROKER_BENCH_STATE)]
     pub state_dir: PathBuf,
 }
 
