@@ -268,7 +268,9 @@ impl ToolProcess {
         deadline: Instant,
     ) -> Result<Value, String> {
         self.chan.set_deadline(deadline);
-        self.mcp.request(&mut self.chan, method, params).map_err(text)
+        self.mcp
+            .request(&mut self.chan, method, params)
+            .map_err(text)
     }
 
     /// Like [`ToolProcess::request`], handing notifications to `observer`; requests the tool

@@ -444,6 +444,11 @@ fn release_memory(run_pid: i32) -> (u64, u64, usize) {
     (pss, private, n)
 }
 
+/// The numbers in field `key` of each row (rows without a number there are left out).
+fn column(rows: &[Value], key: &str) -> Vec<f64> {
+    rows.iter().filter_map(|r| r[key].as_f64()).collect()
+}
+
 fn lsq_slope(xs: &[f64], ys: &[f64]) -> (f64, f64) {
     let n = xs.len() as f64;
     let mx = xs.iter().sum::<f64>() / n;
@@ -594,15 +599,7 @@ pub fn run(a: &SuiteArgs) -> Result<(), String> {
         }
         c.stop();
     }
-    let xs: Vec<f64> = scaling
-        .iter()
-        .filter_map(|r| r["copies"].as_f64())
-        .collect();
-    let ys: Vec<f64> = scaling
-        .iter()
-        .filter_map(|r| r["p50_ms"].as_f64())
-        .collect();
-    let (slope, intercept) = lsq_slope(&xs, &ys);
+    let (slope, intercept) = lsq_slope(&column(&scaling, "copies"), &column(&scaling, "p50_ms"));
 
     // 2b. Memory: resident germlines of mcp-server-time (one `germline run` each), against
     // the idle server's own process under sig-pin.
@@ -651,14 +648,7 @@ pub fn run(a: &SuiteArgs) -> Result<(), String> {
     for c in clients {
         c.stop();
     }
-    let rx: Vec<f64> = resident
-        .iter()
-        .filter_map(|r| r["germlines"].as_f64())
-        .collect();
-    let ry: Vec<f64> = resident
-        .iter()
-        .filter_map(|r| r["pss_kb"].as_f64())
-        .collect();
+    let (rx, ry) = (column(&resident, "germlines"), column(&resident, "pss_kb"));
     let (pss_slope_kb, _) = if rx.len() >= 2 {
         lsq_slope(&rx, &ry)
     } else {
