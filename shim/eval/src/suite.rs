@@ -797,17 +797,22 @@ pub fn run(a: &SuiteArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// PSS and private memory of 1..=n live copies of one germline (each after one
-/// `get_current_time`), and the germline's own.
-fn live_copies(a: &SuiteArgs, policy: &Path, n: usize) -> Result<Vec<Value>, String> {
-    let ra = germline_mcp::cli::RunArgs {
+/// `germline run`'s arguments for the suite's in-process sessions: germline mode, no broker
+/// of its own, the suite's state directory, `pool` pre-forked copies.
+fn germline_run_args(
+    a: &SuiteArgs,
+    policy: &Path,
+    pool: usize,
+    release: &Path,
+) -> germline_mcp::cli::RunArgs {
+    germline_mcp::cli::RunArgs {
         policy: policy.to_path_buf(),
         key: a.key.clone(),
         mode: Mode::Germline,
         broker: None,
         state_dir: a.state_dir.clone(),
         audit: None,
-        pool: 0,
+        pool,
         evidence: Default::default(),
         image_limits: Default::default(),
         metrics_listen: None,
@@ -815,8 +820,14 @@ fn live_copies(a: &SuiteArgs, policy: &Path, n: usize) -> Result<Vec<Value>, Str
         outbox: None,
         copy_cpus: copy_cpus(),
         germline_restart_window: germline_engine::runtime::RESTART_WINDOW.as_secs(),
-        release: a.time_release.clone(),
-    };
+        release: release.to_path_buf(),
+    }
+}
+
+/// PSS and private memory of 1..=n live copies of one germline (each after one
+/// `get_current_time`), and the germline's own.
+fn live_copies(a: &SuiteArgs, policy: &Path, n: usize) -> Result<Vec<Value>, String> {
+    let ra = germline_run_args(a, policy, 0, &a.time_release);
     let mut s = germline_mcp::cli::start_session(&ra)?;
     let mut rows = Vec::new();
     let r = (|| -> Result<(), String> {
@@ -892,23 +903,7 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
             2,
         ),
     ] {
-        let ra = germline_mcp::cli::RunArgs {
-            policy: policy.to_path_buf(),
-            key: a.key.clone(),
-            mode: Mode::Germline,
-            broker: None,
-            state_dir: a.state_dir.clone(),
-            audit: None,
-            pool,
-            evidence: Default::default(),
-            image_limits: Default::default(),
-            metrics_listen: None,
-            otlp_endpoint: None,
-            outbox: None,
-            copy_cpus: copy_cpus(),
-            germline_restart_window: germline_engine::runtime::RESTART_WINDOW.as_secs(),
-            release: release.clone(),
-        };
+        let ra = germline_run_args(a, policy, pool, release);
         let mut s = germline_mcp::cli::start_session(&ra)?;
         s.handle(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params":
             {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}}));
