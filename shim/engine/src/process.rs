@@ -6,25 +6,21 @@
 //! the broker's open forward proxy, as an ordinary deployment behind a proxy would.
 
 use std::ffi::CString;
-use std::io::{BufRead, BufReader, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use germline_sandbox::copy::{relay_one, Relayed};
-use serde_json::{json, Value};
+use germline_sandbox::mcp_client::{ClientError, LineChannel, LineError, Session};
+use serde_json::Value;
 
 /// A running tool process speaking MCP over its stdio.
 #[derive(Debug)]
 pub struct ToolProcess {
     child: Child,
-    stdin: ChildStdin,
-    lines: mpsc::Receiver<Result<String, String>>,
-    next_id: u64,
-    initialized: bool,
+    chan: LineChannel<ChildStdin>,
+    mcp: Session,
     pub pid: i32,
 }
 
@@ -244,35 +240,12 @@ impl ToolProcess {
             .map_err(|e| format!("cannot start {}: {e}", spec.argv.join(" ")))?;
         let stdin = child.stdin.take().ok_or("no stdin")?;
         let stdout: ChildStdout = child.stdout.take().ok_or("no stdout")?;
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut r = BufReader::new(stdout);
-            loop {
-                let mut line = String::new();
-                match r.read_line(&mut line) {
-                    Ok(0) => {
-                        let _ = tx.send(Err("the tool process closed its stdout".into()));
-                        return;
-                    }
-                    Ok(_) => {
-                        if tx.send(Ok(line)).is_err() {
-                            return;
-                        }
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Err(format!("reading the tool's stdout: {e}")));
-                        return;
-                    }
-                }
-            }
-        });
+        let chan = LineChannel::spawn(stdout, stdin);
         let pid = i32::try_from(child.id()).map_err(|_| "pid out of range")?;
         Ok(ToolProcess {
             child,
-            stdin,
-            lines: rx,
-            next_id: 1,
-            initialized: false,
+            chan,
+            mcp: Session::lenient(),
             pid,
         })
     }
@@ -287,15 +260,6 @@ impl ToolProcess {
         Ok(())
     }
 
-    fn send(&mut self, v: &Value) -> Result<(), String> {
-        let mut line = v.to_string();
-        line.push('\n');
-        self.stdin
-            .write_all(line.as_bytes())
-            .and_then(|()| self.stdin.flush())
-            .map_err(|e| format!("the tool process stopped reading: {e}"))
-    }
-
     /// One JSON-RPC request; notifications the process sends meanwhile are skipped.
     pub fn request(
         &mut self,
@@ -303,7 +267,10 @@ impl ToolProcess {
         params: Value,
         deadline: Instant,
     ) -> Result<Value, String> {
-        self.request_observed(method, params, deadline, &mut |_| {})
+        self.chan.set_deadline(deadline);
+        self.mcp
+            .request(&mut self.chan, method, params)
+            .map_err(text)
     }
 
     /// Like [`ToolProcess::request`], handing notifications to `observer`; requests the tool
@@ -315,12 +282,10 @@ impl ToolProcess {
         deadline: Instant,
         observer: &mut dyn FnMut(&Value),
     ) -> Result<Value, String> {
-        self.request_relayed(method, params, deadline, &mut |m| {
-            if m.get("id").is_none() {
-                observer(m);
-            }
-            None
-        })
+        self.chan.set_deadline(deadline);
+        self.mcp
+            .request_observed(&mut self.chan, method, params, observer)
+            .map_err(text)
     }
 
     /// Like [`ToolProcess::request_observed`], with one handler for the notifications and
@@ -333,26 +298,10 @@ impl ToolProcess {
         deadline: Instant,
         handler: &mut dyn FnMut(&Value) -> Option<Value>,
     ) -> Result<Value, String> {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = match self.lines.recv_timeout(left.max(Duration::from_millis(1))) {
-                Ok(l) => l?,
-                Err(_) => return Err("the tool process did not answer before its deadline".into()),
-            };
-            let Ok(msg) = serde_json::from_str::<Value>(&line) else {
-                return Err("the tool process sent a line that is not JSON".into());
-            };
-            match relay_one(&msg, id, handler) {
-                Relayed::Response(Ok(result)) => return Ok(result),
-                Relayed::Response(Err(Some(err))) => return Err(format!("{method} failed: {err}")),
-                Relayed::Response(Err(None)) => return Err("a response without result".into()),
-                Relayed::Reply(answer) => self.send(&answer)?,
-                Relayed::Nothing => {}
-            }
-        }
+        self.chan.set_deadline(deadline);
+        self.mcp
+            .request_relayed(&mut self.chan, method, params, handler)
+            .map_err(text)
     }
 
     /// initialize (once), then tools/call with the call's `_meta`.
@@ -365,25 +314,13 @@ impl ToolProcess {
         handler: &mut dyn FnMut(&Value) -> Option<Value>,
     ) -> Result<Value, String> {
         self.ensure_initialized(deadline)?;
-        let mut params = json!({"name": tool, "arguments": arguments});
-        if let Some(m) = meta {
-            params["_meta"] = m;
-        }
+        let params = Session::tools_call_params(tool, arguments, meta);
         self.request_relayed("tools/call", params, deadline, handler)
     }
 
     pub fn ensure_initialized(&mut self, deadline: Instant) -> Result<(), String> {
-        if !self.initialized {
-            self.request(
-                "initialize",
-                json!({"protocolVersion": "2025-06-18", "capabilities": {},
-                       "clientInfo": {"name": "germline-shim", "version": env!("CARGO_PKG_VERSION")}}),
-                deadline,
-            )?;
-            self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))?;
-            self.initialized = true;
-        }
-        Ok(())
+        self.chan.set_deadline(deadline);
+        self.mcp.ensure_handshake(&mut self.chan).map_err(text)
     }
 
     pub fn alive(&mut self) -> bool {
@@ -399,5 +336,23 @@ impl ToolProcess {
 impl Drop for ToolProcess {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A failed request in the words this module always used.
+fn text(e: ClientError<LineError>) -> String {
+    match e {
+        ClientError::Channel(LineError::Closed) => "the tool process closed its stdout".into(),
+        ClientError::Channel(LineError::Read(e)) => format!("reading the tool's stdout: {e}"),
+        ClientError::Channel(LineError::Deadline) => {
+            "the tool process did not answer before its deadline".into()
+        }
+        ClientError::Channel(LineError::Write(e)) => {
+            format!("the tool process stopped reading: {e}")
+        }
+        ClientError::NotJson(_) => "the tool process sent a line that is not JSON".into(),
+        // `{method} failed: {error}`, `a response without result`; a lenient session never
+        // refuses a message as not JSON-RPC, and `ensure_handshake` never re-initialises.
+        e => e.to_string(),
     }
 }

@@ -351,11 +351,7 @@ impl Runtime {
         let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // CA bundles that add the broker's deployment CA, for every copy's TLS clients. They
         // must be readable by the germline's unprivileged user: a 0755 directory of our own.
-        let ca_dir = PathBuf::from(format!(
-            "/run/germline/ca-{}-{n}-{}",
-            std::process::id(),
-            mode.name()
-        ));
+        let ca_dir = germline_sys::paths::ca_dir(std::process::id(), n, mode.name());
         // Removed on every error below (the germline not starting among them); kept once the
         // runtime exists, whose `stop` removes it.
         let ca_made = crate::sidecar::DirGuard::new(ca_dir.clone());
@@ -383,7 +379,7 @@ impl Runtime {
         let backend = match mode {
             Mode::Germline | Mode::Nosplit => {
                 let spec = launch_spec(&release, &trust, copy_proxy)?;
-                let id = format!("run-{}-{n}-{}", std::process::id(), mode.name());
+                let id = germline_sys::paths::run_germline_id(std::process::id(), n, mode.name());
                 let mut opts = Options::new(&id);
                 opts.pool = pool;
                 opts.reaper = reaper;

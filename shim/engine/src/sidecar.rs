@@ -43,7 +43,7 @@ impl Sidecar {
                 cfg: cfg.clone(),
             });
         }
-        let run_dir = PathBuf::from(format!("/run/germline/session-{}", std::process::id()));
+        let run_dir = germline_sys::paths::session_dir(std::process::id());
         let (client, child) = Self::spawn(cfg, &run_dir)?;
         Ok(Sidecar {
             client,

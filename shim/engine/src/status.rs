@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use crate::observe::{CallObserver, CallView, RuntimeView};
 use crate::runtime::Runtime;
 
-pub const STATUS_DIR: &str = "/run/germline/status";
+pub use germline_sys::paths::STATUS_DIR;
 
 fn unix_now() -> u64 {
     SystemTime::now()

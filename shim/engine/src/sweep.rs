@@ -9,9 +9,9 @@
 use std::path::{Path, PathBuf};
 
 use germline_sandbox::cgroup::Cgroup;
-
-/// Where `run` and `serve` keep their per-process directories.
-pub const RUN_DIR: &str = "/run/germline";
+use germline_sys::paths::{
+    self, CA_PREFIX, RUN_CGROUP_PREFIX, RUN_DIR, SERVE_PREFIX, SESSION_PREFIX,
+};
 
 /// What one sweep removed.
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
@@ -35,7 +35,7 @@ impl Swept {
 /// The owner PID a leftover's name carries: `run-PID-…` (cgroups), `session-PID`,
 /// `serve-PID`, `ca-PID-…` (run directories). `None` for names of anything else.
 pub fn owner(name: &str) -> Option<i32> {
-    let rest = ["run-", "session-", "serve-", "ca-"]
+    let rest = [RUN_CGROUP_PREFIX, SESSION_PREFIX, SERVE_PREFIX, CA_PREFIX]
         .iter()
         .find_map(|p| name.strip_prefix(p))?;
     let digits: &str = rest.split('-').next()?;
@@ -43,7 +43,7 @@ pub fn owner(name: &str) -> Option<i32> {
         return None;
     }
     // The whole name must be ours: `session-PID` and `serve-PID` have nothing after the PID.
-    let exact = name.starts_with("session-") || name.starts_with("serve-");
+    let exact = name.starts_with(SESSION_PREFIX) || name.starts_with(SERVE_PREFIX);
     if exact && rest.len() != digits.len() {
         return None;
     }
@@ -70,9 +70,9 @@ pub fn sweep() -> Swept {
 fn sweep_with(alive: &dyn Fn(i32) -> bool, me: i32) -> Swept {
     let mut out = Swept::default();
     let dead = |name: &str| owner(name).is_some_and(|p| p != me && !alive(p));
-    for rel in Cgroup::children("germline") {
+    for rel in Cgroup::children(paths::CGROUP_PARENT) {
         let name = rel.rsplit('/').next().unwrap_or_default();
-        if !name.starts_with("run-") || !dead(name) {
+        if !name.starts_with(RUN_CGROUP_PREFIX) || !dead(name) {
             continue;
         }
         let Some(keepers) = orphaned_keepers(&rel, alive) else {

@@ -38,7 +38,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 2)]
     pub pool: usize,
     /// Where the broker keeps its state.
-    #[arg(long, default_value = "/var/lib/germline/broker")]
+    #[arg(long, default_value = germline_sys::paths::BROKER_STATE)]
     pub state_dir: PathBuf,
     /// Write the figures here as JSON.
     #[arg(long, default_value = "run-bench.json")]

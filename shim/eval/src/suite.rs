@@ -102,7 +102,7 @@ pub struct SuiteArgs {
     /// in a few minutes rather than the full run's hour.
     #[arg(long)]
     pub breakdown_only: bool,
-    #[arg(long, default_value = "/var/lib/germline/broker-bench")]
+    #[arg(long, default_value = germline_sys::paths::BROKER_BENCH_STATE)]
     pub state_dir: PathBuf,
 }
 
@@ -444,6 +444,11 @@ fn release_memory(run_pid: i32) -> (u64, u64, usize) {
     (pss, private, n)
 }
 
+/// The numbers in field `key` of each row (rows without a number there are left out).
+fn column(rows: &[Value], key: &str) -> Vec<f64> {
+    rows.iter().filter_map(|r| r[key].as_f64()).collect()
+}
+
 fn lsq_slope(xs: &[f64], ys: &[f64]) -> (f64, f64) {
     let n = xs.len() as f64;
     let mx = xs.iter().sum::<f64>() / n;
@@ -594,15 +599,7 @@ pub fn run(a: &SuiteArgs) -> Result<(), String> {
         }
         c.stop();
     }
-    let xs: Vec<f64> = scaling
-        .iter()
-        .filter_map(|r| r["copies"].as_f64())
-        .collect();
-    let ys: Vec<f64> = scaling
-        .iter()
-        .filter_map(|r| r["p50_ms"].as_f64())
-        .collect();
-    let (slope, intercept) = lsq_slope(&xs, &ys);
+    let (slope, intercept) = lsq_slope(&column(&scaling, "copies"), &column(&scaling, "p50_ms"));
 
     // 2b. Memory: resident germlines of mcp-server-time (one `germline run` each), against
     // the idle server's own process under sig-pin.
@@ -651,14 +648,7 @@ pub fn run(a: &SuiteArgs) -> Result<(), String> {
     for c in clients {
         c.stop();
     }
-    let rx: Vec<f64> = resident
-        .iter()
-        .filter_map(|r| r["germlines"].as_f64())
-        .collect();
-    let ry: Vec<f64> = resident
-        .iter()
-        .filter_map(|r| r["pss_kb"].as_f64())
-        .collect();
+    let (rx, ry) = (column(&resident, "germlines"), column(&resident, "pss_kb"));
     let (pss_slope_kb, _) = if rx.len() >= 2 {
         lsq_slope(&rx, &ry)
     } else {
@@ -807,17 +797,22 @@ pub fn run(a: &SuiteArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// PSS and private memory of 1..=n live copies of one germline (each after one
-/// `get_current_time`), and the germline's own.
-fn live_copies(a: &SuiteArgs, policy: &Path, n: usize) -> Result<Vec<Value>, String> {
-    let ra = germline_mcp::cli::RunArgs {
+/// `germline run`'s arguments for the suite's in-process sessions: germline mode, no broker
+/// of its own, the suite's state directory, `pool` pre-forked copies.
+fn germline_run_args(
+    a: &SuiteArgs,
+    policy: &Path,
+    pool: usize,
+    release: &Path,
+) -> germline_mcp::cli::RunArgs {
+    germline_mcp::cli::RunArgs {
         policy: policy.to_path_buf(),
         key: a.key.clone(),
         mode: Mode::Germline,
         broker: None,
         state_dir: a.state_dir.clone(),
         audit: None,
-        pool: 0,
+        pool,
         evidence: Default::default(),
         image_limits: Default::default(),
         metrics_listen: None,
@@ -825,8 +820,14 @@ fn live_copies(a: &SuiteArgs, policy: &Path, n: usize) -> Result<Vec<Value>, Str
         outbox: None,
         copy_cpus: copy_cpus(),
         germline_restart_window: germline_engine::runtime::RESTART_WINDOW.as_secs(),
-        release: a.time_release.clone(),
-    };
+        release: release.to_path_buf(),
+    }
+}
+
+/// PSS and private memory of 1..=n live copies of one germline (each after one
+/// `get_current_time`), and the germline's own.
+fn live_copies(a: &SuiteArgs, policy: &Path, n: usize) -> Result<Vec<Value>, String> {
+    let ra = germline_run_args(a, policy, 0, &a.time_release);
     let mut s = germline_mcp::cli::start_session(&ra)?;
     let mut rows = Vec::new();
     let r = (|| -> Result<(), String> {
@@ -902,23 +903,7 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
             2,
         ),
     ] {
-        let ra = germline_mcp::cli::RunArgs {
-            policy: policy.to_path_buf(),
-            key: a.key.clone(),
-            mode: Mode::Germline,
-            broker: None,
-            state_dir: a.state_dir.clone(),
-            audit: None,
-            pool,
-            evidence: Default::default(),
-            image_limits: Default::default(),
-            metrics_listen: None,
-            otlp_endpoint: None,
-            outbox: None,
-            copy_cpus: copy_cpus(),
-            germline_restart_window: germline_engine::runtime::RESTART_WINDOW.as_secs(),
-            release: release.clone(),
-        };
+        let ra = germline_run_args(a, policy, pool, release);
         let mut s = germline_mcp::cli::start_session(&ra)?;
         s.handle(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params":
             {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}}));

@@ -28,7 +28,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub broker: Option<PathBuf>,
     /// Where a broker this command starts keeps its CA and slots.
-    #[arg(long, default_value = "/var/lib/germline/broker")]
+    #[arg(long, default_value = germline_sys::paths::BROKER_STATE)]
     pub state_dir: PathBuf,
     /// The broker's audit log (JSON lines).
     #[arg(long)]

@@ -86,7 +86,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub broker: Option<PathBuf>,
     /// Where a broker this command starts keeps its CA and slots.
-    #[arg(long, default_value = "/var/lib/germline/broker")]
+    #[arg(long, default_value = germline_sys::paths::BROKER_STATE)]
     pub state_dir: PathBuf,
     /// The broker's audit log (JSON lines).
     #[arg(long)]
@@ -227,7 +227,7 @@ pub fn default_user() -> String {
 
 /// A fresh 256-bit token in a 0600 file of a 0700 directory of its own.
 fn generate_token() -> Result<Token, String> {
-    let dir = PathBuf::from(format!("/run/germline/serve-{}", std::process::id()));
+    let dir = germline_sys::paths::serve_dir(std::process::id());
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
         .map_err(|e| format!("{}: {e}", dir.display()))?;

@@ -62,6 +62,21 @@ pub fn runtime_config(m: &Manifest) -> serde_json::Value {
 /// Every path under `root` (including `.germline/`), `.germline/` first, each group sorted by
 /// bytes: parents come first.
 fn sorted_paths(root: &Path) -> Result<Vec<(Vec<u8>, PathBuf)>> {
+    let mut out: Vec<(Vec<u8>, PathBuf)> = walk(root)?
+        .into_iter()
+        .map(|(rel, p, _)| (rel, p))
+        .collect();
+    // `.germline/` (the manifest and its signature) first, so that a verifier checks the
+    // signature before it decompresses the rest of the layer (docs/release.md); then by bytes.
+    out.sort_by(|a, b| {
+        (!crate::digest::is_excluded(&a.0), &a.0).cmp(&(!crate::digest::is_excluded(&b.0), &b.0))
+    });
+    Ok(out)
+}
+
+/// Every entry under `root` (directories walked, links not followed, in no particular order):
+/// its path relative to `root` as bytes, its path, and its type.
+pub(crate) fn walk(root: &Path) -> Result<Vec<(Vec<u8>, PathBuf, std::fs::FileType)>> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -78,14 +93,9 @@ fn sorted_paths(root: &Path) -> Result<Vec<(Vec<u8>, PathBuf)>> {
             if ft.is_dir() {
                 stack.push(p.clone());
             }
-            out.push((rel, p));
+            out.push((rel, p, ft));
         }
     }
-    // `.germline/` (the manifest and its signature) first, so that a verifier checks the
-    // signature before it decompresses the rest of the layer (docs/release.md); then by bytes.
-    out.sort_by(|a, b| {
-        (!crate::digest::is_excluded(&a.0), &a.0).cmp(&(!crate::digest::is_excluded(&b.0), &b.0))
-    });
     Ok(out)
 }
 

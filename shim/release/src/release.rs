@@ -595,30 +595,16 @@ fn relative_target(rel: &[u8], target: &[u8]) -> Vec<u8> {
 
 /// Rewrites absolute symlinks under `root` as relative ones, refusing escaping ones.
 fn normalise_symlinks(root: &Path) -> Result<()> {
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for ent in std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))? {
-            let ent = ent.map_err(|e| Error::io(&dir, e))?;
-            let p = ent.path();
-            let ft = ent.file_type().map_err(|e| Error::io(&p, e))?;
-            if ft.is_dir() {
-                stack.push(p);
-            } else if ft.is_symlink() {
-                let rel = p
-                    .strip_prefix(root)
-                    .map_err(|_| Error::Usage("walk".into()))?
-                    .as_os_str()
-                    .as_bytes()
-                    .to_vec();
-                let t = std::fs::read_link(&p).map_err(|e| Error::io(&p, e))?;
-                let t = t.as_os_str().as_bytes();
-                if t.starts_with(b"/") {
-                    let nt = relative_target(&rel, t);
-                    std::fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
-                    std::os::unix::fs::symlink(OsStr::from_bytes(&nt), &p)
-                        .map_err(|e| Error::io(&p, e))?;
-                }
-            }
+    for (rel, p, ft) in crate::oci::walk(root)? {
+        if !ft.is_symlink() {
+            continue;
+        }
+        let t = std::fs::read_link(&p).map_err(|e| Error::io(&p, e))?;
+        let t = t.as_os_str().as_bytes();
+        if t.starts_with(b"/") {
+            let nt = relative_target(&rel, t);
+            std::fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
+            std::os::unix::fs::symlink(OsStr::from_bytes(&nt), &p).map_err(|e| Error::io(&p, e))?;
         }
     }
     Ok(())

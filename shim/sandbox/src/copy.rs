@@ -14,10 +14,6 @@ use crate::procfs::Namespaces;
 use crate::protocol::{self, DataItem, ToCopy, Twin};
 use crate::sys;
 
-// The MCP client copies are spoken to with; re-exported here for the callers that used them
-// from this module.
-pub use crate::mcp_client::{relay_one, Relayed};
-
 /// One item for a copy: its name (the file `/run/items/<name>` and the memfd's name), its
 /// contents, whether it is in the copy's view (outside it the copy gets an empty file, A5),
 /// and optionally its own absolute path inside the copy (`/home/alice/invoice.pdf`), where it

@@ -857,12 +857,7 @@ impl Germline {
         }
         let (shim_end, copy_end) =
             sys::socketpair(libc::SOCK_STREAM).map_err(|e| Error::sys("socketpair", e))?;
-        let socket_inode = {
-            use std::os::unix::fs::MetadataExt;
-            std::fs::metadata(format!("/proc/self/fd/{}", copy_end.as_raw_fd()))
-                .map_err(|e| Error::sys("stat copy socket", e))?
-                .ino()
-        };
+        let socket_inode = launch::socket_inode(&copy_end, "stat copy socket")?;
         lap("fork.germline_checks", &mut phases);
         self.copies_made += 1;
         let cg = match self.spare_cgroup.take() {

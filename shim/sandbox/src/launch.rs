@@ -599,6 +599,15 @@ fn report(fd: RawFd, step: Step, err: &std::io::Error) -> ! {
     sys::exit_now(1)
 }
 
+/// The inode of socket `fd` as `/proc/self/fd/N` shows it: how the checks recognise that socket
+/// among another process's descriptors. `what` names the step in the error.
+pub(crate) fn socket_inode(fd: &OwnedFd, what: &str) -> Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map(|m| m.ino())
+        .map_err(|e| Error::sys(what, e))
+}
+
 macro_rules! step {
     ($fd:expr, $n:expr, $e:expr) => {
         if let Err(e) = $e {
@@ -958,12 +967,7 @@ pub fn start(
     let (go_r, go_w) = sys::pipe().map_err(|e| Error::sys("pipe", e))?;
     let (ctl, ctl_child) =
         sys::socketpair(libc::SOCK_SEQPACKET).map_err(|e| Error::sys("socketpair", e))?;
-    let ctl_inode = {
-        use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(format!("/proc/self/fd/{}", ctl_child.as_raw_fd()))
-            .map_err(|e| Error::sys("stat control socket", e))?
-            .ino()
-    };
+    let ctl_inode = socket_inode(&ctl_child, "stat control socket")?;
     let mut argvp: Vec<*const libc::c_char> = p.argv.iter().map(|a| a.as_ptr()).collect();
     argvp.push(std::ptr::null());
     let mut envpp: Vec<*const libc::c_char> = p.envp.iter().map(|a| a.as_ptr()).collect();
