@@ -176,6 +176,10 @@ impl Evidence {
         let keys_dir = cfg.dir.join("keys");
         private_dir(&keys_dir)?;
         let kp = keys_dir.join(format!("{}.key", cfg.key_name));
+        // Sessions of one `germline serve` (and runs sharing the directory) open evidence
+        // concurrently: the first makes the key, the others wait and load it (without the
+        // lock a second maker found the key half made and refused to overwrite it).
+        let made = LedgerLock::take(&cfg.dir)?;
         if !kp.exists() {
             keys::keygen(
                 &keys_dir,
@@ -187,6 +191,7 @@ impl Evidence {
         }
         let key = keys::load_signing_key(&kp)
             .map_err(|e| format!("witness key {}: {e}", kp.display()))?;
+        drop(made);
         let lp = cfg.dir.join("dampening.json");
         let ledger = match std::fs::read(&lp) {
             Ok(b) => serde_json::from_slice(&b).map_err(|e| {
@@ -1003,6 +1008,43 @@ mod tests {
             ..c.cfg.clone().expect("cfg")
         })
         .is_err());
+    }
+
+    /// Sessions of one `germline serve` open their evidence at once on a fresh directory:
+    /// one makes the deployment key, every other waits and loads that same key (without the
+    /// lock a second maker found it half made: "already exists; refusing to overwrite").
+    #[test]
+    fn sessions_opening_a_fresh_directory_at_once_share_one_key() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = test_cfg(dir.path());
+        let n = 8;
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(n));
+        let openers: Vec<_> = (0..n)
+            .map(|_| {
+                let (cfg, barrier) = (cfg.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    Evidence::open(cfg).map(|e| {
+                        e.key
+                            .as_ref()
+                            .and_then(|(_, k)| k.public().to_spki_der().ok())
+                    })
+                })
+            })
+            .collect();
+        let keys: Vec<_> = openers
+            .into_iter()
+            .map(|t| t.join().expect("opener"))
+            .collect();
+        let first = keys[0].clone().expect("open");
+        assert!(first.is_some(), "a key was made");
+        for k in &keys {
+            assert_eq!(
+                k.as_ref(),
+                Ok(&first),
+                "every session opened with the one key"
+            );
+        }
     }
 
     /// Two runtimes of one release (two sessions sharing an evidence directory) updating its
