@@ -1,6 +1,6 @@
 //! The one MCP client the shim speaks to tool servers with: to copies over their socket
 //! ([`crate::Copy`]) and to the baselines' tool processes over their stdio
-//! (`germline-frontend`'s `process.rs`, see docs/sandbox.md "The MCP client").
+//! (`germline-engine`'s `process.rs`, see docs/sandbox.md "The MCP client").
 //!
 //! A [`Session`] holds the client's state (request ids, the handshake) and speaks over any
 //! [`Channel`] that moves newline-delimited JSON lines. While it waits for its response it
