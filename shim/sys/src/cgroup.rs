@@ -47,11 +47,13 @@ fn freezer_in(dir: &Path) -> Option<Version> {
 
 /// The ids (pids or tids) listed in `dir/file`; none if it cannot be read.
 fn listed(dir: &Path, file: &str) -> Vec<i32> {
-    fs::read_to_string(dir.join(file))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
+    parse_ids(&fs::read_to_string(dir.join(file)).unwrap_or_default())
+}
+
+/// The ids of a `cgroup.procs`, `cgroup.threads` or `tasks` file, one a line; a line that is
+/// not a number is skipped.
+pub fn parse_ids(text: &str) -> Vec<i32> {
+    text.lines().filter_map(|l| l.trim().parse().ok()).collect()
 }
 
 /// Sends SIGKILL to every id listed in `dir/file` (best effort: one already gone is skipped).
@@ -207,7 +209,7 @@ impl Cgroup {
     /// Processes in the cgroup (host pids).
     pub fn procs(&self) -> Result<Vec<i32>> {
         let s = read(&self.dir("pids").join("cgroup.procs"))?;
-        Ok(s.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        Ok(parse_ids(&s))
     }
 
     /// Threads in the cgroup (v1 `tasks`, v2 `cgroup.threads`).
@@ -217,7 +219,7 @@ impl Cgroup {
             Version::V2 => "cgroup.threads",
         };
         let s = read(&self.dir("pids").join(f))?;
-        Ok(s.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        Ok(parse_ids(&s))
     }
 
     /// Asks the kernel to freeze (true) or thaw (false) without waiting for it.

@@ -13,11 +13,16 @@ fn read(path: &str) -> Result<String> {
 
 /// `/proc/PID/status` as key -> value.
 pub fn status(pid: i32) -> Result<BTreeMap<String, String>> {
-    let s = read(&format!("/proc/{pid}/status"))?;
-    Ok(s.lines()
+    Ok(parse_status(&read(&format!("/proc/{pid}/status"))?))
+}
+
+/// The text of a `/proc/PID/status` as key -> value (both trimmed); a line without `:` is
+/// skipped.
+pub fn parse_status(text: &str) -> BTreeMap<String, String> {
+    text.lines()
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect())
+        .collect()
 }
 
 /// The namespace inode numbers of a process.
@@ -132,24 +137,27 @@ pub struct Mount {
 
 /// The mounts of `pid`'s mount namespace as it sees them.
 pub fn mountinfo(pid: i32) -> Result<Vec<Mount>> {
-    let s = read(&format!("/proc/{pid}/mountinfo"))?;
-    let mut out = Vec::new();
-    for l in s.lines().filter_map(crate::mountinfo::parse) {
-        let dev = l
-            .dev
-            .split_once(':')
-            .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)));
-        let (Ok(id), Some(dev)) = (l.id.parse(), dev) else {
-            continue;
-        };
-        out.push(Mount {
-            id,
-            dev,
-            mount_point: l.mount_point.to_string(),
-            fstype: l.fstype.to_string(),
-        });
-    }
-    Ok(out)
+    Ok(parse_mountinfo(&read(&format!("/proc/{pid}/mountinfo"))?))
+}
+
+/// The text of a `/proc/PID/mountinfo`, line by line; a line [`crate::mountinfo::parse`]
+/// rejects, or whose id or device is not numeric, is skipped.
+pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
+    text.lines()
+        .filter_map(crate::mountinfo::parse)
+        .filter_map(|l| {
+            let dev = l
+                .dev
+                .split_once(':')
+                .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))?;
+            Some(Mount {
+                id: l.id.parse().ok()?,
+                dev,
+                mount_point: l.mount_point.to_string(),
+                fstype: l.fstype.to_string(),
+            })
+        })
+        .collect()
 }
 
 /// One line of `/proc/PID/maps`.
@@ -164,48 +172,53 @@ pub struct Mapping {
 
 /// The memory mappings of `pid`.
 pub fn maps(pid: i32) -> Result<Vec<Mapping>> {
-    let s = read(&format!("/proc/{pid}/maps"))?;
-    let mut out = Vec::new();
-    for l in s.lines() {
-        let mut it = l.split_whitespace();
-        let (Some(range), Some(perms), Some(_off), Some(dev), Some(ino)) =
-            (it.next(), it.next(), it.next(), it.next(), it.next())
-        else {
-            continue;
-        };
-        let path = it.collect::<Vec<_>>().join(" ");
-        let dev = dev
-            .split_once(':')
-            .and_then(|(a, b)| {
-                Some((
-                    u32::from_str_radix(a, 16).ok()?,
-                    u32::from_str_radix(b, 16).ok()?,
-                ))
+    Ok(parse_maps(&read(&format!("/proc/{pid}/maps"))?))
+}
+
+/// The text of a `/proc/PID/maps`, line by line; a line of fewer than five fields is skipped,
+/// an unreadable device is (0, 0) and an unreadable inode 0.
+pub fn parse_maps(text: &str) -> Vec<Mapping> {
+    text.lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let (range, perms, _off, dev, ino) =
+                (it.next()?, it.next()?, it.next()?, it.next()?, it.next()?);
+            let dev = dev
+                .split_once(':')
+                .and_then(|(a, b)| {
+                    Some((
+                        u32::from_str_radix(a, 16).ok()?,
+                        u32::from_str_radix(b, 16).ok()?,
+                    ))
+                })
+                .unwrap_or((0, 0));
+            Some(Mapping {
+                range: range.to_string(),
+                perms: perms.to_string(),
+                dev,
+                ino: ino.parse().unwrap_or(0),
+                path: it.collect::<Vec<_>>().join(" "),
             })
-            .unwrap_or((0, 0));
-        out.push(Mapping {
-            range: range.to_string(),
-            perms: perms.to_string(),
-            dev,
-            ino: ino.parse().unwrap_or(0),
-            path,
-        });
-    }
-    Ok(out)
+        })
+        .collect()
 }
 
 /// `/proc/PID/cgroup` lines as (controllers, path).
 pub fn cgroups(pid: i32) -> Result<Vec<(String, String)>> {
-    let s = read(&format!("/proc/{pid}/cgroup"))?;
-    Ok(s.lines()
+    Ok(parse_cgroups(&read(&format!("/proc/{pid}/cgroup"))?))
+}
+
+/// The text of a `/proc/PID/cgroup` as (controllers, path) (`hierarchy-id:controllers:path`;
+/// the unified hierarchy has no controller); a line of fewer than three fields is skipped.
+pub fn parse_cgroups(text: &str) -> Vec<(String, String)> {
+    text.lines()
         .filter_map(|l| {
             let mut it = l.splitn(3, ':');
             let _id = it.next()?;
             Some((it.next()?.to_string(), it.next()?.to_string()))
         })
-        .collect())
+        .collect()
 }
-
 /// Host pids of the children of `pid` (all its threads).
 pub fn children(pid: i32) -> Vec<i32> {
     let mut out = Vec::new();
