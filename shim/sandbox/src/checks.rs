@@ -1,15 +1,18 @@
 //! The checks made from outside before every fork (G1-G3) and on every copy before it gets data
 //! (issue 4, item 3; paper A2, O1, O2). Each check returns the list of reasons it failed.
 //!
-//! G1-G3 are split in two: [`snapshot`] reads the germline from outside, [`rules`] judges the
-//! snapshot without I/O.
+//! Both are split in two: [`snapshot`] reads the germline or a copy from outside, [`rules`]
+//! (G1-G3) and [`copy_rules`] (a copy) judge the snapshot without I/O.
 
+pub mod copy_rules;
+#[cfg(test)]
+mod fixtures;
 pub mod rules;
 pub mod snapshot;
 
 use crate::procfs::{self, Fd, Mount, Namespaces};
 use crate::seccomp::Program;
-use rules::status_field;
+use snapshot::CopySnapshot;
 
 /// Device number of /dev/null (1:3).
 const DEV_NULL: (u32, u32) = (1, 3);
@@ -125,156 +128,13 @@ impl Role {
     }
 }
 
-/// The checks on a copy before it gets any data. Returns the copy's namespaces and the reasons
-/// for refusal (empty: the copy may receive data).
+/// The checks on a copy before it gets any data: reads the process `x.pid` from outside
+/// ([`CopySnapshot`]), then judges it ([`copy_rules::copy`]). Returns the copy's namespaces and
+/// the reasons for refusal (empty: the copy may receive data).
 pub fn copy(x: &CopyExpect<'_>) -> (Option<Namespaces>, Vec<String>) {
-    let mut bad = Vec::new();
-    let pid = x.pid;
-    match procfs::status(pid) {
-        Ok(st) => {
-            let f = |k: &str| status_field(&st, k);
-            if f("Threads") != "1" {
-                bad.push(format!("the copy has {} threads", f("Threads")));
-            }
-            let want = if matches!(x.role, Role::Tool { .. }) {
-                "2"
-            } else {
-                "1"
-            };
-            if f("NSpid").split_whitespace().last() != Some(want) {
-                bad.push(format!(
-                    "{} is not PID {want} of its PID namespace (NSpid {})",
-                    x.role.who(),
-                    f("NSpid")
-                ));
-            }
-            if let Role::Tool { parent } = x.role {
-                if f("PPid") != parent.to_string() {
-                    bad.push(format!(
-                        "the copy's tool is a child of {}, not of the copy's reaper {parent}",
-                        f("PPid")
-                    ));
-                }
-            }
-            for cap in ["CapEff", "CapPrm", "CapBnd", "CapInh", "CapAmb"] {
-                if !f(cap).trim_start_matches('0').is_empty() {
-                    bad.push(format!("{cap} is {}, not zero", f(cap)));
-                }
-            }
-            if f("NoNewPrivs") != "1" {
-                bad.push(format!("NoNewPrivs is {:?}", f("NoNewPrivs")));
-            }
-            if f("Seccomp") != "2" {
-                bad.push(format!("Seccomp mode is {:?}", f("Seccomp")));
-            }
-        }
-        Err(e) => bad.push(format!("cannot read the copy's status: {e}")),
-    }
-    match procfs::fds(pid) {
-        Ok(fds) => {
-            for f in &fds {
-                let sock = f.ino == x.socket_inode && f.mode & libc::S_IFMT == libc::S_IFSOCK;
-                if !(sock || x.germline.is_devnull(f)) {
-                    bad.push(format!(
-                        "descriptor {} is {} (only /dev/null and the copy socket may be open)",
-                        f.num, f.target
-                    ));
-                }
-            }
-            let holds = fds.iter().any(|f| f.ino == x.socket_inode);
-            match x.role {
-                // The tool's death must close the socket, or the shim would wait for the
-                // deadline instead of seeing the copy crash.
-                Role::Reaper if holds => {
-                    bad.push("the copy's reaper still holds the copy socket".into())
-                }
-                Role::Sole | Role::Tool { .. } if !holds => {
-                    bad.push("the copy socket is not open in the copy".into())
-                }
-                _ => {}
-            }
-        }
-        Err(e) => bad.push(format!("cannot list the copy's descriptors: {e}")),
-    }
-    bad.extend(rules::shared_mappings(
-        &procfs::maps(pid).map_err(Into::into),
-        x.germline.rootfs_dev,
-        "mapping",
-    ));
-    let ns = match Namespaces::of(pid) {
-        Ok(ns) => {
-            if let Role::Tool { parent } = x.role {
-                match Namespaces::of(parent) {
-                    Ok(p) if p == ns => {}
-                    Ok(_) => bad.push("the copy's tool is not in its reaper's namespaces".into()),
-                    Err(e) => bad.push(format!("cannot read the reaper's namespaces: {e}")),
-                }
-            }
-            let shared = ns.shared_with(x.germline_ns);
-            if !shared.is_empty() {
-                bad.push(format!(
-                    "the copy shares its {} namespace(s) with the germline",
-                    shared.join(", ")
-                ));
-            }
-            for o in x.others {
-                let shared = ns.shared_with(o);
-                if !shared.is_empty() {
-                    bad.push(format!(
-                        "the copy shares its {} namespace(s) with a live copy",
-                        shared.join(", ")
-                    ));
-                }
-            }
-            Some(ns)
-        }
-        Err(e) => {
-            bad.push(format!("cannot read the copy's namespaces: {e}"));
-            None
-        }
-    };
-    match procfs::cgroups(pid) {
-        Ok(cg) => {
-            let want = format!("/{}", x.cgroup_rel);
-            for (ctrl, path) in &cg {
-                let relevant = ctrl.is_empty()
-                    && crate::cgroup::version() == crate::cgroup::Version::V2
-                    || ["pids", "memory", "freezer", "cpu"]
-                        .iter()
-                        .any(|c| ctrl.split(',').any(|x| x == *c));
-                if relevant && path != &want {
-                    bad.push(format!(
-                        "the copy's {ctrl:?} cgroup is {path}, not its own {want}"
-                    ));
-                }
-            }
-        }
-        Err(e) => bad.push(format!("cannot read the copy's cgroups: {e}")),
-    }
-    match read_seccomp_filters(pid) {
-        Ok(got) => {
-            if got.as_slice() != x.filters {
-                let differing: Vec<String> = (0..got.len().max(x.filters.len()))
-                    .filter(|i| got.get(*i) != x.filters.get(*i))
-                    .map(|i| match i {
-                        0 => "layer 0 (the germline's)".to_string(),
-                        1 => "layer 1 (the copy's)".to_string(),
-                        i => format!("layer {i}"),
-                    })
-                    .collect();
-                bad.push(format!(
-                    "the copy's seccomp filters ({} programs of {:?} instructions) differ from the expected ones ({} programs of {:?}): {}",
-                    got.len(),
-                    got.iter().map(|p| p.0.len()).collect::<Vec<_>>(),
-                    x.filters.len(),
-                    x.filters.iter().map(|p| p.0.len()).collect::<Vec<_>>(),
-                    differing.join(", ")
-                ));
-            }
-        }
-        Err(e) => bad.push(format!("cannot read the copy's seccomp filters: {e}")),
-    }
-    (ns, bad)
+    let snap = CopySnapshot::read(x.pid, x.role);
+    let bad = copy_rules::copy(x, &snap);
+    (snap.namespaces.ok(), bad)
 }
 
 /// Reads every seccomp program of `pid` in index order (oldest first on this kernel) with `PTRACE_SECCOMP_GET_FILTER`.

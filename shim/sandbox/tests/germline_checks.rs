@@ -240,3 +240,99 @@ fn record_proc_fixtures() {
         drop(g);
     }
 }
+
+/// Records what the copy checks read of real copies of the `plain` release into
+/// `$GERMLINE_RECORD_FIXTURES/copy_<role>/`, the fixtures of the copy rules' unit tests
+/// (`src/checks/copy_rules.rs`): `copy_sole` (a copy without reaper), `copy_reaper` and
+/// `copy_tool` (PID 1 and PID 2 of one copy under a reaper). Each holds `status`, `maps` and
+/// `cgroup` as the kernel wrote them, `fds` (as in `record_proc_fixtures`), `ns` (`kind inode`
+/// a line), `seccomp` (one program a line, in hex, oldest first) and `shim`: what the shim
+/// knows on its own (the germline's pid, control socket inode and namespaces, the copy's
+/// cgroup, and the copy socket's inode: the socket the copy holds, as the checks that passed
+/// before it was recorded found it) plus the germline's `mountinfo`. Run as root:
+/// `GERMLINE_RECORD_FIXTURES=shim/sandbox/tests/fixtures/proc cargo test -p germline-sandbox
+/// --test germline_checks -- --ignored record_copy_proc_fixtures`.
+#[test]
+#[ignore = "records fixtures; run by hand"]
+fn record_copy_proc_fixtures() {
+    use germline_sandbox::checks::read_seccomp_filters;
+    use germline_sandbox::procfs::{self, Namespaces};
+    let Ok(out) = std::env::var("GERMLINE_RECORD_FIXTURES") else {
+        panic!("set GERMLINE_RECORD_FIXTURES to the fixtures directory");
+    };
+    assert!(common::can_run());
+    let ns_lines = |ns: &Namespaces| {
+        format!(
+            "pid {}\nnet {}\nipc {}\nuts {}\nmnt {}\nuser {}\n",
+            ns.pid, ns.net, ns.ipc, ns.uts, ns.mnt, ns.user
+        )
+    };
+    for reaper in [false, true] {
+        let mut opts = common::opts(if reaper { "copy_reaper" } else { "copy_sole" });
+        opts.reaper = reaper;
+        let mut g = Germline::start(common::test_release("plain"), opts).expect("start");
+        let copy = g.copy().expect("copy");
+        let socket_pid = copy.tool_pid().unwrap_or(copy.pid());
+        let socket_inode = procfs::fds(socket_pid)
+            .expect("fds")
+            .iter()
+            .find(|f| f.target.starts_with("socket:"))
+            .expect("the copy socket")
+            .ino;
+        let processes = match copy.tool_pid() {
+            None => vec![("copy_sole", copy.pid(), None)],
+            Some(tool) => vec![
+                ("copy_reaper", copy.pid(), None),
+                ("copy_tool", tool, Some(copy.pid())),
+            ],
+        };
+        for (name, pid, parent) in processes {
+            let dir = std::path::Path::new(&out).join(name);
+            std::fs::create_dir_all(&dir).expect("mkdir");
+            for file in ["status", "maps", "cgroup"] {
+                let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).expect("read");
+                std::fs::write(dir.join(file), text).expect("write");
+            }
+            let mountinfo =
+                std::fs::read_to_string(format!("/proc/{}/mountinfo", g.pid())).expect("read");
+            std::fs::write(dir.join("mountinfo"), mountinfo).expect("write");
+            let fds: String = procfs::fds(pid)
+                .expect("fds")
+                .iter()
+                .map(|f| {
+                    let mnt = f.mnt_id.map_or("-".to_string(), |m| m.to_string());
+                    format!(
+                        "{} {:o} {} {} {} {mnt} {}\n",
+                        f.num, f.mode, f.dev, f.ino, f.rdev, f.target
+                    )
+                })
+                .collect();
+            std::fs::write(dir.join("fds"), fds).expect("write");
+            let ns = Namespaces::of(pid).expect("namespaces");
+            std::fs::write(dir.join("ns"), ns_lines(&ns)).expect("write");
+            let seccomp: String = read_seccomp_filters(pid)
+                .expect("seccomp")
+                .iter()
+                .map(|p| format!("{}\n", p.to_hex()))
+                .collect();
+            std::fs::write(dir.join("seccomp"), seccomp).expect("write");
+            let parent = parent.map_or(String::new(), |p| format!("parent {p}\n"));
+            std::fs::write(
+                dir.join("shim"),
+                format!(
+                    "pid {}\nctl_inode {}\nsocket_inode {socket_inode}\ncgroup_rel {}\n{parent}{}",
+                    g.pid(),
+                    g.facts().ctl_inode,
+                    copy.cgroup().rel(),
+                    ns_lines(g.namespaces())
+                        .lines()
+                        .map(|l| format!("germline_{l}\n"))
+                        .collect::<String>()
+                ),
+            )
+            .expect("write");
+        }
+        drop(copy);
+        drop(g);
+    }
+}
