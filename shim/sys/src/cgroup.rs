@@ -557,6 +557,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_recorded_cgroup_procs_gives_its_ids() {
+        // Recorded from a germline that left a second process (germline-sandbox's fixtures).
+        let p = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../sandbox/tests/fixtures/proc/g1_process/cgroup.procs"
+        );
+        let text = fs::read_to_string(p).expect("fixture");
+        assert_eq!(parse_ids(&text), [17428, 17558]);
+        assert_eq!(
+            parse_ids(" 7 \nx\n\n8\n"),
+            [7, 8],
+            "trimmed; others skipped"
+        );
+    }
+
+    #[test]
     fn cgroup_paths_with_dots_or_systemd_form_are_not_plain() {
         assert!(is_plain_path("/libpod_parent/libpod-abc"));
         assert!(is_plain_path("k8s/pod1/c1"));

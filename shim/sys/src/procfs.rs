@@ -265,7 +265,94 @@ pub fn major_minor(dev: u64) -> (u32, u32) {
 
 #[cfg(test)]
 mod tests {
+    //! The parsers on `/proc` files recorded from real germlines and copies (germline-sandbox's
+    //! `tests/fixtures/proc/`, the fixtures of its check rules).
+
     use super::*;
+
+    fn fixture(name: &str, file: &str) -> String {
+        let p = format!(
+            "{}/../sandbox/tests/fixtures/proc/{name}/{file}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        fs::read_to_string(&p).unwrap_or_else(|e| panic!("fixture {p}: {e}"))
+    }
+
+    #[test]
+    fn a_recorded_status_is_every_line_as_trimmed_key_and_value() {
+        let st = parse_status(&fixture("plain", "status"));
+        assert_eq!(st.len(), 59, "one entry a line");
+        assert_eq!(st["Threads"], "1");
+        assert_eq!(st["NSpid"], "17184\t1", "inner tabs stay");
+        assert_eq!(st["Seccomp"], "2");
+        assert_eq!(st["Groups"], "", "an empty value");
+        assert_eq!(st["VmPeak"], "80776 kB");
+        assert!(parse_status("no colon here\n").is_empty());
+    }
+
+    #[test]
+    fn recorded_maps_give_range_perms_hex_device_inode_and_path() {
+        let maps = parse_maps(&fixture("plain", "maps"));
+        assert_eq!(maps.len(), 183, "one mapping a line");
+        let m = &maps[0];
+        assert_eq!(
+            (&m.range[..], &m.perms[..], m.dev, m.ino, &m.path[..]),
+            (
+                "00400000-0041f000",
+                "r--p",
+                (254, 0),
+                950288,
+                "/usr/bin/python3.11"
+            )
+        );
+        let anon = maps
+            .iter()
+            .find(|m| m.range == "00a85000-00aca000")
+            .expect("heap");
+        assert_eq!((anon.dev, anon.ino, &anon.path[..]), ((0, 0), 0, ""));
+        let shm = parse_maps(&fixture("o2_shm", "maps"));
+        let shared = shm.iter().find(|m| m.perms == "rw-s").expect("shared");
+        assert_eq!((shared.dev, shared.ino), ((0, 1), 7539));
+        assert_eq!(shared.path, "/dev/zero (deleted)", "a path with a space");
+        assert!(
+            parse_maps("00400000-0041f000 r--p 0\n").is_empty(),
+            "too few fields"
+        );
+    }
+
+    #[test]
+    fn a_recorded_mountinfo_gives_id_device_mount_point_and_type() {
+        let mounts = parse_mountinfo(&fixture("plain", "mountinfo"));
+        assert_eq!(mounts.len(), 7);
+        let m = |i: usize| {
+            let m = &mounts[i];
+            (m.id, m.dev, &m.mount_point[..], &m.fstype[..])
+        };
+        assert_eq!(m(0), (70, (254, 0), "/", "ext4"));
+        assert_eq!(m(2), (72, (0, 6), "/dev/null", "devtmpfs"));
+        let bad = "x 47 254:0 / / ro - ext4 /dev/vda rw\n70 47 254 / / ro - ext4 /dev/vda rw\n";
+        assert!(
+            parse_mountinfo(bad).is_empty(),
+            "a non-numeric id or device"
+        );
+    }
+
+    #[test]
+    fn a_recorded_cgroup_file_gives_controllers_and_path() {
+        let cg = parse_cgroups(&fixture("copy_sole", "cgroup"));
+        assert_eq!(cg.len(), 10);
+        let own = "/germline/t9177-0-copy_sole/copy-0".to_string();
+        assert_eq!(cg[1], ("pids".to_string(), own));
+        assert_eq!(
+            cg[9],
+            (String::new(), "/".to_string()),
+            "the unified hierarchy"
+        );
+        assert_eq!(
+            parse_cgroups("1:cpu:/a:b\nbroken\n"),
+            [("cpu".to_string(), "/a:b".to_string())]
+        );
+    }
 
     #[test]
     fn own_start_time_is_stable_and_a_dead_pid_has_none() {
