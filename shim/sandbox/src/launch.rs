@@ -616,15 +616,29 @@ macro_rules! step {
     };
 }
 
-/// The keeper `C` (fork-safe code only).
-fn keeper(
-    p: &Prepared,
-    argvp: &[*const libc::c_char],
-    envpp: &[*const libc::c_char],
+/// What the keeper and then the germline get across their forks: made before the first
+/// fork, only read after it.
+#[derive(Clone, Copy)]
+struct Child<'a> {
+    p: &'a Prepared,
+    /// `execve`'s argument and environment arrays, null-terminated.
+    argvp: &'a [*const libc::c_char],
+    envpp: &'a [*const libc::c_char],
+    /// The status pipe to the shim, the go pipe from it, the germline's end of the control
+    /// socket.
     to_parent: RawFd,
     from_parent: RawFd,
     ctl: RawFd,
-) -> ! {
+}
+
+/// The keeper `C` (fork-safe code only).
+fn keeper(c: Child<'_>) -> ! {
+    let Child {
+        p,
+        to_parent,
+        from_parent,
+        ..
+    } = c;
     let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
     // SAFETY: getppid(2) cannot fail and touches no memory.
     let shim = unsafe { libc::getppid() };
@@ -823,7 +837,7 @@ fn keeper(
         Err(e) => report(to_parent, Step::ForkGermline, &e),
     };
     if pid == 0 {
-        germline(p, argvp, envpp, to_parent, from_parent, ctl);
+        germline(c);
     }
     let _ = Record::Forked(pid).send(to_parent);
     // The keeper keeps nothing of the shim's: no descriptor but the standard streams.
@@ -837,14 +851,15 @@ fn keeper(
 }
 
 /// The germline `G` (fork-safe code only), PID 1 of its PID namespace.
-fn germline(
-    p: &Prepared,
-    argvp: &[*const libc::c_char],
-    envpp: &[*const libc::c_char],
-    to_parent: RawFd,
-    from_parent: RawFd,
-    ctl: RawFd,
-) -> ! {
+fn germline(c: Child<'_>) -> ! {
+    let Child {
+        p,
+        argvp,
+        envpp,
+        to_parent,
+        from_parent,
+        ctl,
+    } = c;
     let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
     step!(
         to_parent,
@@ -977,14 +992,14 @@ pub fn start(
         sys::close_raw(status_r.as_raw_fd());
         sys::close_raw(go_w.as_raw_fd());
         sys::close_raw(ctl.as_raw_fd());
-        keeper(
+        keeper(Child {
             p,
-            &argvp,
-            &envpp,
-            status_w.as_raw_fd(),
-            go_r.as_raw_fd(),
-            ctl_child.as_raw_fd(),
-        );
+            argvp: &argvp,
+            envpp: &envpp,
+            to_parent: status_w.as_raw_fd(),
+            from_parent: go_r.as_raw_fd(),
+            ctl: ctl_child.as_raw_fd(),
+        });
     }
     drop(status_w);
     drop(go_r);
