@@ -3,13 +3,10 @@
 /// Everything that can go wrong when creating, checking or running a germline and its copies.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{step}: {source}")]
-    Sys {
-        step: String,
-        source: std::io::Error,
-    },
-    #[error("cgroup: {0}")]
-    Cgroup(String),
+    /// A system call, a /proc read or a cgroup file write that failed (germline-sys's error,
+    /// its text unchanged).
+    #[error(transparent)]
+    Host(#[from] germline_sys::Error),
     #[error("the germline failed while starting ({step}): {source}")]
     Start {
         step: &'static str,
@@ -42,20 +39,7 @@ pub enum Error {
 impl Error {
     /// Wraps an I/O error with the step that failed.
     pub fn sys(step: impl Into<String>, source: std::io::Error) -> Error {
-        Error::Sys {
-            step: step.into(),
-            source,
-        }
-    }
-}
-
-impl From<germline_sys::Error> for Error {
-    /// The host layer's errors keep their variant and text.
-    fn from(e: germline_sys::Error) -> Error {
-        match e {
-            germline_sys::Error::Sys { step, source } => Error::Sys { step, source },
-            germline_sys::Error::Cgroup(m) => Error::Cgroup(m),
-        }
+        Error::Host(germline_sys::Error::sys(step, source))
     }
 }
 

@@ -1,5 +1,5 @@
-//! The crate's one error type. `germline-sandbox` maps each variant onto its own variant of
-//! the same name and text, so a message reads as it did before the crates were split.
+//! The crate's one error type. `germline-sandbox` wraps it whole (`Error::Host`, transparent),
+//! so a message reads as it did before the crates were split.
 
 /// A system call, a /proc read or a cgroup file write that failed.
 #[derive(Debug, thiserror::Error)]
