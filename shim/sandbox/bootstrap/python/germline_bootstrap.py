@@ -446,6 +446,15 @@ def _wait(kind):
     return new if new is not None else getattr(anyio, f"wait_socket_{kind}")
 
 
+def _own_pidns_for_children():
+    """Points our children's PID namespace back at our own (setns on a pidfd of ourselves)."""
+    me = os.pidfd_open(os.getpid())
+    try:
+        check(libc.setns(me, CLONE_NEWPID), "setns(own pid ns)")
+    finally:
+        os.close(me)
+
+
 def fork_loop():
     global CAP_LAST
     CAP_LAST = _last_cap()
@@ -464,11 +473,7 @@ def fork_loop():
         # unshare(CLONE_NEWPID) works once per process: first point our children's PID namespace
         # back at our own (setns on a pidfd of ourselves), then make a fresh one (DESIGN.md).
         if cmd.get("pidns", True):
-            me = os.pidfd_open(os.getpid())
-            try:
-                check(libc.setns(me, CLONE_NEWPID), "setns(own pid ns)")
-            finally:
-                os.close(me)
+            _own_pidns_for_children()
             check(libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
         t.append(time.monotonic_ns())
         pid = os.fork()
@@ -484,11 +489,7 @@ def fork_loop():
         t.append(time.monotonic_ns())
         os.close(fds[0])
         if cmd.get("pidns", True):
-            me = os.pidfd_open(os.getpid())
-            try:
-                check(libc.setns(me, CLONE_NEWPID), "setns(own pid ns)")
-            finally:
-                os.close(me)
+            _own_pidns_for_children()
         send_ctl({"op": "forked", "t": t})
 
 
