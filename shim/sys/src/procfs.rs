@@ -11,9 +11,23 @@ fn read(path: &str) -> Result<String> {
     fs::read_to_string(path).map_err(|e| Error::sys(format!("read {path}"), e))
 }
 
+/// `/proc/PID/<file>`, read and given to `parse`.
+fn read_parsed<T>(pid: i32, file: &str, parse: fn(&str) -> T) -> Result<T> {
+    Ok(parse(&read(&format!("/proc/{pid}/{file}"))?))
+}
+
+/// A device number written `major:minor`, each in `radix`.
+fn major_minor_in(s: &str, radix: u32) -> Option<(u32, u32)> {
+    let (a, b) = s.split_once(':')?;
+    Some((
+        u32::from_str_radix(a, radix).ok()?,
+        u32::from_str_radix(b, radix).ok()?,
+    ))
+}
+
 /// `/proc/PID/status` as key -> value.
 pub fn status(pid: i32) -> Result<BTreeMap<String, String>> {
-    Ok(parse_status(&read(&format!("/proc/{pid}/status"))?))
+    read_parsed(pid, "status", parse_status)
 }
 
 /// The text of a `/proc/PID/status` as key -> value (both trimmed); a line without `:` is
@@ -137,7 +151,7 @@ pub struct Mount {
 
 /// The mounts of `pid`'s mount namespace as it sees them.
 pub fn mountinfo(pid: i32) -> Result<Vec<Mount>> {
-    Ok(parse_mountinfo(&read(&format!("/proc/{pid}/mountinfo"))?))
+    read_parsed(pid, "mountinfo", parse_mountinfo)
 }
 
 /// The text of a `/proc/PID/mountinfo`, line by line; a line [`crate::mountinfo::parse`]
@@ -146,13 +160,9 @@ pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
     text.lines()
         .filter_map(crate::mountinfo::parse)
         .filter_map(|l| {
-            let dev = l
-                .dev
-                .split_once(':')
-                .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))?;
             Some(Mount {
                 id: l.id.parse().ok()?,
-                dev,
+                dev: major_minor_in(l.dev, 10)?,
                 mount_point: l.mount_point.to_string(),
                 fstype: l.fstype.to_string(),
             })
@@ -172,7 +182,7 @@ pub struct Mapping {
 
 /// The memory mappings of `pid`.
 pub fn maps(pid: i32) -> Result<Vec<Mapping>> {
-    Ok(parse_maps(&read(&format!("/proc/{pid}/maps"))?))
+    read_parsed(pid, "maps", parse_maps)
 }
 
 /// The text of a `/proc/PID/maps`, line by line; a line of fewer than five fields is skipped,
@@ -183,19 +193,10 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
             let mut it = l.split_whitespace();
             let (range, perms, _off, dev, ino) =
                 (it.next()?, it.next()?, it.next()?, it.next()?, it.next()?);
-            let dev = dev
-                .split_once(':')
-                .and_then(|(a, b)| {
-                    Some((
-                        u32::from_str_radix(a, 16).ok()?,
-                        u32::from_str_radix(b, 16).ok()?,
-                    ))
-                })
-                .unwrap_or((0, 0));
             Some(Mapping {
                 range: range.to_string(),
                 perms: perms.to_string(),
-                dev,
+                dev: major_minor_in(dev, 16).unwrap_or((0, 0)),
                 ino: ino.parse().unwrap_or(0),
                 path: it.collect::<Vec<_>>().join(" "),
             })
@@ -205,7 +206,7 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
 
 /// `/proc/PID/cgroup` lines as (controllers, path).
 pub fn cgroups(pid: i32) -> Result<Vec<(String, String)>> {
-    Ok(parse_cgroups(&read(&format!("/proc/{pid}/cgroup"))?))
+    read_parsed(pid, "cgroup", parse_cgroups)
 }
 
 /// The text of a `/proc/PID/cgroup` as (controllers, path) (`hierarchy-id:controllers:path`;
