@@ -3,10 +3,11 @@
 //! the reasons it refuses (empty: the copy may receive data), in the order [`copy`] gives them.
 //! No I/O here: the tests below run them without root.
 
-use super::rules::{shared_mappings, status_field};
+use super::rules::{judged, shared_mappings, status_field};
 use super::snapshot::CopySnapshot;
 use super::{CopyExpect, Role};
 use crate::cgroup::Version;
+use crate::procfs::Fd;
 
 /// Every check on one process of a copy, in order: status, descriptors, mappings,
 /// namespaces, cgroup, seccomp.
@@ -27,158 +28,153 @@ pub fn copy(x: &CopyExpect<'_>, snap: &CopySnapshot) -> Vec<String> {
 /// One thread; PID 1 of its PID namespace (the tool: PID 2, child of its reaper); no
 /// capability; `no_new_privs`; seccomp in filter mode.
 pub fn status(x: &CopyExpect<'_>, snap: &CopySnapshot) -> Vec<String> {
-    let mut bad = Vec::new();
-    let st = match &snap.status {
-        Ok(st) => st,
-        Err(e) => return vec![format!("cannot read the copy's status: {e}")],
-    };
-    let f = |k: &str| status_field(st, k);
-    if f("Threads") != "1" {
-        bad.push(format!("the copy has {} threads", f("Threads")));
-    }
-    let want = if matches!(x.role, Role::Tool { .. }) {
-        "2"
-    } else {
-        "1"
-    };
-    if f("NSpid").split_whitespace().last() != Some(want) {
-        bad.push(format!(
-            "{} is not PID {want} of its PID namespace (NSpid {})",
-            x.role.who(),
-            f("NSpid")
-        ));
-    }
-    if let Role::Tool { parent } = x.role {
-        if f("PPid") != parent.to_string() {
+    judged(&snap.status, "cannot read the copy's status", |st| {
+        let mut bad = Vec::new();
+        let f = |k: &str| status_field(st, k);
+        if f("Threads") != "1" {
+            bad.push(format!("the copy has {} threads", f("Threads")));
+        }
+        let want = if matches!(x.role, Role::Tool { .. }) {
+            "2"
+        } else {
+            "1"
+        };
+        if f("NSpid").split_whitespace().last() != Some(want) {
             bad.push(format!(
-                "the copy's tool is a child of {}, not of the copy's reaper {parent}",
-                f("PPid")
+                "{} is not PID {want} of its PID namespace (NSpid {})",
+                x.role.who(),
+                f("NSpid")
             ));
         }
-    }
-    for cap in ["CapEff", "CapPrm", "CapBnd", "CapInh", "CapAmb"] {
-        if !f(cap).trim_start_matches('0').is_empty() {
-            bad.push(format!("{cap} is {}, not zero", f(cap)));
+        if let Role::Tool { parent } = x.role {
+            if f("PPid") != parent.to_string() {
+                bad.push(format!(
+                    "the copy's tool is a child of {}, not of the copy's reaper {parent}",
+                    f("PPid")
+                ));
+            }
         }
-    }
-    if f("NoNewPrivs") != "1" {
-        bad.push(format!("NoNewPrivs is {:?}", f("NoNewPrivs")));
-    }
-    if f("Seccomp") != "2" {
-        bad.push(format!("Seccomp mode is {:?}", f("Seccomp")));
-    }
-    bad
+        for cap in ["CapEff", "CapPrm", "CapBnd", "CapInh", "CapAmb"] {
+            if !f(cap).trim_start_matches('0').is_empty() {
+                bad.push(format!("{cap} is {}, not zero", f(cap)));
+            }
+        }
+        if f("NoNewPrivs") != "1" {
+            bad.push(format!("NoNewPrivs is {:?}", f("NoNewPrivs")));
+        }
+        if f("Seccomp") != "2" {
+            bad.push(format!("Seccomp mode is {:?}", f("Seccomp")));
+        }
+        bad
+    })
 }
 
 /// Only `/dev/null` and the copy socket are open; the socket is held by the copy (the sole
 /// process or the tool), never by a reaper.
 pub fn descriptors(x: &CopyExpect<'_>, snap: &CopySnapshot) -> Vec<String> {
-    let fds = match &snap.fds {
-        Ok(fds) => fds,
-        Err(e) => return vec![format!("cannot list the copy's descriptors: {e}")],
-    };
-    let mut bad = Vec::new();
-    for f in fds {
-        let sock = f.ino == x.socket_inode && f.mode & libc::S_IFMT == libc::S_IFSOCK;
-        if !(sock || x.germline.is_devnull(f)) {
-            bad.push(format!(
-                "descriptor {} is {} (only /dev/null and the copy socket may be open)",
-                f.num, f.target
-            ));
+    judged(&snap.fds, "cannot list the copy's descriptors", |fds| {
+        let sock = |f: &Fd| f.ino == x.socket_inode && f.mode & libc::S_IFMT == libc::S_IFSOCK;
+        let mut bad: Vec<String> = fds
+            .iter()
+            .filter(|f| !(sock(f) || x.germline.is_devnull(f)))
+            .map(|f| {
+                format!(
+                    "descriptor {} is {} (only /dev/null and the copy socket may be open)",
+                    f.num, f.target
+                )
+            })
+            .collect();
+        let holds = fds.iter().any(|f| f.ino == x.socket_inode);
+        match x.role {
+            // The tool's death must close the socket, or the shim would wait for the deadline
+            // instead of seeing the copy crash.
+            Role::Reaper if holds => {
+                bad.push("the copy's reaper still holds the copy socket".into())
+            }
+            Role::Sole | Role::Tool { .. } if !holds => {
+                bad.push("the copy socket is not open in the copy".into())
+            }
+            _ => {}
         }
-    }
-    let holds = fds.iter().any(|f| f.ino == x.socket_inode);
-    match x.role {
-        // The tool's death must close the socket, or the shim would wait for the deadline
-        // instead of seeing the copy crash.
-        Role::Reaper if holds => bad.push("the copy's reaper still holds the copy socket".into()),
-        Role::Sole | Role::Tool { .. } if !holds => {
-            bad.push("the copy socket is not open in the copy".into())
-        }
-        _ => {}
-    }
-    bad
+        bad
+    })
 }
 
 /// The tool is in its reaper's namespaces; none of the copy's pid, net, ipc, uts or mnt
 /// namespaces is the germline's or a live copy's.
 pub fn namespaces(x: &CopyExpect<'_>, snap: &CopySnapshot) -> Vec<String> {
-    let ns = match &snap.namespaces {
-        Ok(ns) => ns,
-        Err(e) => return vec![format!("cannot read the copy's namespaces: {e}")],
-    };
-    let mut bad = Vec::new();
-    if let (Role::Tool { .. }, Some(parent)) = (x.role, &snap.parent_namespaces) {
-        match parent {
-            Ok(p) if p == ns => {}
-            Ok(_) => bad.push("the copy's tool is not in its reaper's namespaces".into()),
-            Err(e) => bad.push(format!("cannot read the reaper's namespaces: {e}")),
-        }
-    }
-    let shared = ns.shared_with(x.germline_ns);
-    if !shared.is_empty() {
-        bad.push(format!(
-            "the copy shares its {} namespace(s) with the germline",
-            shared.join(", ")
-        ));
-    }
-    for o in x.others {
-        let shared = ns.shared_with(o);
-        if !shared.is_empty() {
-            bad.push(format!(
-                "the copy shares its {} namespace(s) with a live copy",
-                shared.join(", ")
-            ));
-        }
-    }
-    bad
+    judged(
+        &snap.namespaces,
+        "cannot read the copy's namespaces",
+        |ns| {
+            let mut bad = Vec::new();
+            if let (Role::Tool { .. }, Some(parent)) = (x.role, &snap.parent_namespaces) {
+                match parent {
+                    Ok(p) if p == ns => {}
+                    Ok(_) => bad.push("the copy's tool is not in its reaper's namespaces".into()),
+                    Err(e) => bad.push(format!("cannot read the reaper's namespaces: {e}")),
+                }
+            }
+            let germline = std::iter::once((x.germline_ns, "the germline"));
+            for (other, whose) in germline.chain(x.others.iter().map(|o| (o, "a live copy"))) {
+                let shared = ns.shared_with(other);
+                if !shared.is_empty() {
+                    bad.push(format!(
+                        "the copy shares its {} namespace(s) with {whose}",
+                        shared.join(", ")
+                    ));
+                }
+            }
+            bad
+        },
+    )
 }
 
 /// The copy is in its own cgroup in every hierarchy that limits, freezes or kills it (the
 /// unified one on a cgroup v2 host).
 pub fn cgroup(x: &CopyExpect<'_>, snap: &CopySnapshot) -> Vec<String> {
-    let cg = match &snap.cgroups {
-        Ok(cg) => cg,
-        Err(e) => return vec![format!("cannot read the copy's cgroups: {e}")],
-    };
-    let want = format!("/{}", x.cgroup_rel);
-    cg.iter()
-        .filter(|(ctrl, _)| {
-            ctrl.is_empty() && snap.cgroup_version == Some(Version::V2)
-                || ["pids", "memory", "freezer", "cpu"]
-                    .iter()
-                    .any(|c| ctrl.split(',').any(|x| x == *c))
-        })
-        .filter(|(_, path)| path != &want)
-        .map(|(ctrl, path)| format!("the copy's {ctrl:?} cgroup is {path}, not its own {want}"))
-        .collect()
+    judged(&snap.cgroups, "cannot read the copy's cgroups", |cg| {
+        let want = format!("/{}", x.cgroup_rel);
+        cg.iter()
+            .filter(|(ctrl, _)| {
+                ctrl.is_empty() && snap.cgroup_version == Some(Version::V2)
+                    || ["pids", "memory", "freezer", "cpu"]
+                        .iter()
+                        .any(|c| ctrl.split(',').any(|x| x == *c))
+            })
+            .filter(|(_, path)| path != &want)
+            .map(|(ctrl, path)| format!("the copy's {ctrl:?} cgroup is {path}, not its own {want}"))
+            .collect()
+    })
 }
 
 /// The copy's seccomp programs are exactly the expected ones, in order.
 pub fn seccomp(x: &CopyExpect<'_>, snap: &CopySnapshot) -> Vec<String> {
-    let got = match &snap.seccomp {
-        Ok(got) => got,
-        Err(e) => return vec![format!("cannot read the copy's seccomp filters: {e}")],
-    };
-    if got.as_slice() == x.filters {
-        return Vec::new();
-    }
-    let differing: Vec<String> = (0..got.len().max(x.filters.len()))
-        .filter(|i| got.get(*i) != x.filters.get(*i))
-        .map(|i| match i {
-            0 => "layer 0 (the germline's)".to_string(),
-            1 => "layer 1 (the copy's)".to_string(),
-            i => format!("layer {i}"),
-        })
-        .collect();
-    vec![format!(
-        "the copy's seccomp filters ({} programs of {:?} instructions) differ from the expected ones ({} programs of {:?}): {}",
-        got.len(),
-        got.iter().map(|p| p.0.len()).collect::<Vec<_>>(),
-        x.filters.len(),
-        x.filters.iter().map(|p| p.0.len()).collect::<Vec<_>>(),
-        differing.join(", ")
-    )]
+    judged(
+        &snap.seccomp,
+        "cannot read the copy's seccomp filters",
+        |got| {
+            if got.as_slice() == x.filters {
+                return Vec::new();
+            }
+            let differing: Vec<String> = (0..got.len().max(x.filters.len()))
+                .filter(|i| got.get(*i) != x.filters.get(*i))
+                .map(|i| match i {
+                    0 => "layer 0 (the germline's)".to_string(),
+                    1 => "layer 1 (the copy's)".to_string(),
+                    i => format!("layer {i}"),
+                })
+                .collect();
+            vec![format!(
+            "the copy's seccomp filters ({} programs of {:?} instructions) differ from the expected ones ({} programs of {:?}): {}",
+            got.len(),
+            got.iter().map(|p| p.0.len()).collect::<Vec<_>>(),
+            x.filters.len(),
+            x.filters.iter().map(|p| p.0.len()).collect::<Vec<_>>(),
+            differing.join(", ")
+        )]
+        },
+    )
 }
 
 #[cfg(test)]

@@ -14,6 +14,18 @@ pub(crate) fn status_field(st: &BTreeMap<String, String>, key: &str) -> String {
     st.get(key).cloned().unwrap_or_default()
 }
 
+/// `judge` on what was read; if it could not be read, the one reason `{unread}: {error}`.
+pub(crate) fn judged<T, E: std::fmt::Display>(
+    reading: &std::result::Result<T, E>,
+    unread: &str,
+    judge: impl FnOnce(&T) -> Vec<String>,
+) -> Vec<String> {
+    match reading {
+        Ok(v) => judge(v),
+        Err(e) => vec![format!("{unread}: {e}")],
+    }
+}
+
 /// G1-G3 on the germline. A germline whose cgroup is empty is gone: that is the only reason
 /// given then (nothing else can be read of it).
 pub fn germline(facts: &GermlineFacts, snap: &GermlineSnapshot) -> Vec<String> {
@@ -46,50 +58,54 @@ pub fn g1(facts: &GermlineFacts, snap: &GermlineSnapshot) -> Vec<String> {
             snap.cgroup_threads.len()
         ));
     }
-    match &snap.status {
-        Ok(st) => {
-            if status_field(st, "Threads") != "1" {
-                bad.push(format!(
-                    "G1: the germline has {} threads",
-                    status_field(st, "Threads")
-                ));
+    bad.extend(judged(
+        &snap.status,
+        "G1: cannot read the germline's status",
+        |st| {
+            let n = status_field(st, "Threads");
+            if n == "1" {
+                Vec::new()
+            } else {
+                vec![format!("G1: the germline has {n} threads")]
             }
-        }
-        Err(e) => bad.push(format!("G1: cannot read the germline's status: {e}")),
-    }
+        },
+    ));
     bad
 }
 
 /// G2: descriptors 0-2 are `/dev/null`, 3 is the control socket, any other one is
 /// `/dev/null` or a file of the read-only rootfs (or of an extra mount).
 pub fn g2(facts: &GermlineFacts, snap: &GermlineSnapshot) -> Vec<String> {
-    let mut bad = Vec::new();
-    match &snap.fds {
-        Ok(fds) => {
-            for f in fds {
-                let ok = if f.num <= 2 {
-                    facts.is_devnull(f)
-                } else {
-                    (f.num == 3
-                        && f.ino == facts.ctl_inode
-                        && f.mode & libc::S_IFMT == libc::S_IFSOCK)
-                        || facts.is_devnull(f)
-                        || facts.is_rootfs_file(f)
-                };
-                if !ok {
-                    bad.push(format!(
-                        "G2: descriptor {} is {} (not /dev/null, the control socket or a rootfs file)",
-                        f.num, f.target
-                    ));
-                }
-            }
+    judged(
+        &snap.fds,
+        "G2: cannot list the germline's descriptors",
+        |fds| {
+            let mut bad: Vec<String> = fds
+                .iter()
+                .filter(|f| {
+                    !if f.num <= 2 {
+                        facts.is_devnull(f)
+                    } else {
+                        (f.num == 3
+                            && f.ino == facts.ctl_inode
+                            && f.mode & libc::S_IFMT == libc::S_IFSOCK)
+                            || facts.is_devnull(f)
+                            || facts.is_rootfs_file(f)
+                    }
+                })
+                .map(|f| {
+                    format!(
+                    "G2: descriptor {} is {} (not /dev/null, the control socket or a rootfs file)",
+                    f.num, f.target
+                )
+                })
+                .collect();
             if !fds.iter().any(|f| f.num == 3 && f.ino == facts.ctl_inode) {
                 bad.push("G2: the control socket is not on descriptor 3".into());
             }
-        }
-        Err(e) => bad.push(format!("G2: cannot list the germline's descriptors: {e}")),
-    }
-    bad
+            bad
+        },
+    )
 }
 
 /// G3: shared mappings only of rootfs files, read-only.
