@@ -376,6 +376,18 @@ fn locked_flags(path: &Path) -> Result<libc::c_ulong> {
 }
 
 impl Prepared {
+    /// Mounts the keeper's small tmpfs (`size=64k,mode=755`) on `dir` with `flags`
+    /// (fork-safe: allocates nothing).
+    fn mount_tmpfs(&self, dir: &std::ffi::CStr, flags: libc::c_ulong) -> std::io::Result<()> {
+        sys::mount(
+            Some(&self.tmpfs),
+            dir,
+            Some(&self.tmpfs),
+            flags,
+            Some(&self.tmpfs_opts),
+        )
+    }
+
     /// Leaves the germline without its Landlock ruleset (tests that show what it prevents).
     #[cfg(feature = "ablation")]
     pub fn without_landlock(&mut self) {
@@ -710,13 +722,7 @@ fn keeper(c: Child<'_>) -> ! {
     step!(
         to_parent,
         Step::DevTmpfs,
-        sys::mount(
-            Some(&p.tmpfs),
-            &p.dev_dir,
-            Some(&p.tmpfs),
-            libc::MS_NOSUID | libc::MS_NOEXEC,
-            Some(&p.tmpfs_opts)
-        )
+        p.mount_tmpfs(&p.dev_dir, libc::MS_NOSUID | libc::MS_NOEXEC)
     );
     for (host, target) in &p.dev_nodes {
         match sys::open_raw(
@@ -747,12 +753,9 @@ fn keeper(c: Child<'_>) -> ! {
     step!(
         to_parent,
         Step::RunTmpfs,
-        sys::mount(
-            Some(&p.tmpfs),
+        p.mount_tmpfs(
             &p.run_dir,
-            Some(&p.tmpfs),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            Some(&p.tmpfs_opts)
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC
         )
     );
     for d in &p.run_subdirs {
