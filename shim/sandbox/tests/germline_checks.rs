@@ -183,6 +183,22 @@ fn initialisation_cannot_open_vsock_or_netlink_sockets() {
     );
 }
 
+/// The descriptors of `pid` as the fixtures record them: one a line, as `procfs::fds` reads
+/// them (number, mode in octal, device, inode, rdev, mount id or `-`, link target).
+fn recorded_fds(pid: i32) -> String {
+    germline_sandbox::procfs::fds(pid)
+        .expect("fds")
+        .iter()
+        .map(|f| {
+            let mnt = f.mnt_id.map_or("-".to_string(), |m| m.to_string());
+            format!(
+                "{} {:o} {} {} {} {mnt} {}\n",
+                f.num, f.mode, f.dev, f.ino, f.rdev, f.target
+            )
+        })
+        .collect()
+}
+
 /// Records what G1-G3 read of real germlines into `$GERMLINE_RECORD_FIXTURES/<release>/`, the
 /// fixtures of the rules' unit tests (`src/checks/rules.rs`, `tests/fixtures/proc/`): `status`,
 /// `maps` and `mountinfo` as the kernel wrote them, `cgroup.procs` and `cgroup.threads` of the
@@ -219,18 +235,7 @@ fn record_proc_fixtures() {
         let threads = g.cgroup().threads().expect("threads");
         std::fs::write(dir.join("cgroup.procs"), lines(procs)).expect("write");
         std::fs::write(dir.join("cgroup.threads"), lines(threads)).expect("write");
-        let fds: String = germline_sandbox::procfs::fds(pid)
-            .expect("fds")
-            .iter()
-            .map(|f| {
-                let mnt = f.mnt_id.map_or("-".to_string(), |m| m.to_string());
-                format!(
-                    "{} {:o} {} {} {} {mnt} {}\n",
-                    f.num, f.mode, f.dev, f.ino, f.rdev, f.target
-                )
-            })
-            .collect();
-        std::fs::write(dir.join("fds"), fds).expect("write");
+        std::fs::write(dir.join("fds"), recorded_fds(pid)).expect("write");
         let facts = g.facts();
         std::fs::write(
             dir.join("shim"),
@@ -296,18 +301,7 @@ fn record_copy_proc_fixtures() {
             let mountinfo =
                 std::fs::read_to_string(format!("/proc/{}/mountinfo", g.pid())).expect("read");
             std::fs::write(dir.join("mountinfo"), mountinfo).expect("write");
-            let fds: String = procfs::fds(pid)
-                .expect("fds")
-                .iter()
-                .map(|f| {
-                    let mnt = f.mnt_id.map_or("-".to_string(), |m| m.to_string());
-                    format!(
-                        "{} {:o} {} {} {} {mnt} {}\n",
-                        f.num, f.mode, f.dev, f.ino, f.rdev, f.target
-                    )
-                })
-                .collect();
-            std::fs::write(dir.join("fds"), fds).expect("write");
+            std::fs::write(dir.join("fds"), recorded_fds(pid)).expect("write");
             let ns = Namespaces::of(pid).expect("namespaces");
             std::fs::write(dir.join("ns"), ns_lines(&ns)).expect("write");
             let seccomp: String = read_seccomp_filters(pid)
