@@ -82,15 +82,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECS", default_value_t = crate::http::BODY_TIMEOUT.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub body_timeout: u64,
-    /// Use the broker already serving at this control socket instead of starting one.
-    #[arg(long)]
-    pub broker: Option<PathBuf>,
-    /// Where a broker this command starts keeps its CA and slots.
-    #[arg(long, default_value = germline_sys::paths::BROKER_STATE)]
-    pub state_dir: PathBuf,
-    /// The broker's audit log (JSON lines).
-    #[arg(long)]
-    pub audit: Option<PathBuf>,
+    #[command(flatten)]
+    pub broker: crate::cli::BrokerArgs,
     /// Pre-forked, checked, data-free copies to keep ready per release (germline, nosplit).
     #[arg(long, default_value_t = 0)]
     pub pool: usize,
@@ -99,13 +92,8 @@ pub struct ServeArgs {
     /// The maxima an image layout release is read under (docs/release.md).
     #[command(flatten)]
     pub image_limits: germline_release::untrusted::LimitArgs,
-    /// Serve Prometheus metrics at http://ADDR/metrics (off by default; docs/operations.md).
-    #[arg(long, value_name = "ADDR")]
-    pub metrics_listen: Option<SocketAddr>,
-    /// Send one OpenTelemetry trace per call, OTLP/JSON over HTTP, to this collector
-    /// (`http://HOST:PORT`; off by default; docs/operations.md).
-    #[arg(long, value_name = "URL")]
-    pub otlp_endpoint: Option<String>,
+    #[command(flatten)]
+    pub telemetry: crate::cli::TelemetryArgs,
     /// Where results for the recipients a tool's manifest names go (docs/run.md).
     #[arg(long)]
     pub outbox: Option<PathBuf>,
@@ -305,13 +293,8 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
     } else {
         Some(generate_token()?)
     };
-    let mut broker = Sidecar::start(&SidecarConfig {
-        existing: a.broker.clone(),
-        policy: a.policy.clone(),
-        state_dir: a.state_dir.clone(),
-        audit: a.audit.clone(),
-    })?;
-    let metrics = match a.metrics_listen {
+    let mut broker = a.broker.start(&a.policy)?;
+    let metrics = match a.telemetry.metrics_listen {
         Some(addr) => {
             let m = Arc::new(germline_engine::metrics::Metrics::new());
             let local = germline_engine::metrics::serve(addr, m.clone())?;
@@ -320,12 +303,9 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         }
         None => None,
     };
-    let tracer = match &a.otlp_endpoint {
-        Some(url) => Some(Arc::new(germline_engine::trace::Tracer::start(url)?)),
-        None => None,
-    };
+    let tracer = a.telemetry.tracer()?;
     let policy_path = a.policy.clone();
-    let state_dir = a.state_dir.clone();
+    let state_dir = a.broker.state_dir.clone();
     let broker_socket = broker.socket().to_path_buf();
     let mut described = Vec::new();
     for release in &releases {
