@@ -541,20 +541,16 @@ pub fn run(a: &SuiteArgs) -> Result<(), String> {
             }));
         }
     }
-    let p50 = |case: &str, rt: &str| -> f64 {
+    // The latency row's `key` (ms) for `case` under runtime `rt`.
+    let ms = |case: &str, rt: &str, key: &str| -> f64 {
         latency
             .iter()
             .find(|r| r["case"] == case && r["runtime"] == rt)
-            .and_then(|r| r["p50_ms"].as_f64())
+            .and_then(|r| r[key].as_f64())
             .unwrap_or(f64::NAN)
     };
-    let p99 = |case: &str, rt: &str| -> f64 {
-        latency
-            .iter()
-            .find(|r| r["case"] == case && r["runtime"] == rt)
-            .and_then(|r| r["p99_ms"].as_f64())
-            .unwrap_or(f64::NAN)
-    };
+    let p50 = |case: &str, rt: &str| ms(case, rt, "p50_ms");
+    let p99 = |case: &str, rt: &str| ms(case, rt, "p99_ms");
     let mut table7 = Vec::new();
     for case in &cases {
         let copies = if case.name == "summarize_many" { 3 } else { 1 };
