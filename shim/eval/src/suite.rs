@@ -825,7 +825,7 @@ fn germline_run_args(
 /// `get_current_time`), and the germline's own.
 fn live_copies(a: &SuiteArgs, policy: &Path, n: usize) -> Result<Vec<Value>, String> {
     let ra = germline_run_args(a, policy, 0, &a.time_release);
-    let mut s = germline_mcp::cli::start_session(&ra)?;
+    let mut s = germline_mcp::cli::start_session(&ra).map_err(|e| e.to_string())?;
     let mut rows = Vec::new();
     let r = (|| -> Result<(), String> {
         let g = s.runtime.germline_mut().ok_or("no germline")?;
@@ -901,7 +901,7 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
         ),
     ] {
         let ra = germline_run_args(a, policy, pool, release);
-        let mut s = germline_mcp::cli::start_session(&ra)?;
+        let mut s = germline_mcp::cli::start_session(&ra).map_err(|e| e.to_string())?;
         s.handle(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params":
             {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}}));
         let n = a.breakdown_calls.unwrap_or(sz.calls.min(100));

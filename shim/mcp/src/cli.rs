@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::Args;
 use germline_policy::Policy;
 
+use crate::error::Error;
 use crate::session::Session;
 use germline_engine::builder::RuntimeBuilder;
 use germline_engine::release::Release;
@@ -153,18 +154,16 @@ pub fn evidence_for(
 }
 
 /// Verifies the release, starts the broker (unless given) and the germline.
-pub fn start_session(a: &RunArgs) -> Result<Session, String> {
-    let policy = Arc::new(Policy::load(&a.policy).map_err(|e| e.to_string())?);
+pub fn start_session(a: &RunArgs) -> Result<Session, Error> {
+    let policy = Arc::new(Policy::load(&a.policy)?);
     germline_engine::limits::check_pool(policy.limits(), a.pool)?;
     let release = Release::load_with(&a.release, &a.key, &a.image_limits.limits())?;
     let lifetime = policy.lifetime(&release.manifest.name);
     if lifetime == germline_policy::limits::Lifetime::LongLived {
-        return Err(format!(
-            "{}: the policy's lifetimes.{:?} = \"long-lived\" needs `germline serve`, whose \
-             germline outlives agent sessions; `germline run` is one session",
-            release.label(),
-            release.manifest.name
-        ));
+        return Err(Error::LongLived {
+            release: release.label(),
+            name: release.manifest.name.clone(),
+        });
     }
     let broker = a.broker.start(&a.policy)?;
     let outbox = a.outbox.as_deref().map(check_outbox).transpose()?;
@@ -199,20 +198,17 @@ pub fn start_session(a: &RunArgs) -> Result<Session, String> {
 }
 
 /// `--outbox DIR` must be an existing directory.
-pub fn check_outbox(dir: &std::path::Path) -> Result<PathBuf, String> {
+pub fn check_outbox(dir: &std::path::Path) -> Result<PathBuf, Error> {
     if dir.is_dir() {
         Ok(dir.to_path_buf())
     } else {
-        Err(format!(
-            "--outbox {}: expected an existing directory for the recipients' results",
-            dir.display()
-        ))
+        Err(Error::Outbox(dir.to_path_buf()))
     }
 }
 
 /// `germline run`.
-pub fn run(a: &RunArgs) -> Result<(), String> {
-    let sigfd = crate::stdio::stop_signals().map_err(|e| format!("signals: {e}"))?;
+pub fn run(a: &RunArgs) -> Result<(), Error> {
+    let sigfd = crate::stdio::stop_signals().map_err(Error::sys("signals"))?;
     germline_engine::sweep::at_start("run");
     let mut session = start_session(a)?;
     eprintln!(
