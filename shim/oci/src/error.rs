@@ -169,7 +169,7 @@ pub enum Error {
     Policy {
         config: PathBuf,
         #[source]
-        source: germline_policy::policy::PolicyError,
+        source: Box<germline_policy::policy::PolicyError>,
     },
     #[error(
         "release refused: {} has {layers} image layers; a germline release image has exactly one",
@@ -186,11 +186,11 @@ pub enum Error {
     PinnedKey {
         path: PathBuf,
         #[source]
-        source: germline_release::error::Error,
+        source: Box<germline_release::error::Error>,
     },
     /// No pinned key verified the release (the first key's reason).
     #[error("release refused: {0}")]
-    NotVerified(#[source] germline_release::error::Error),
+    NotVerified(#[source] Box<germline_release::error::Error>),
     /// The node's trust metadata refused the release `release` (`NAME VERSION`).
     #[error("release refused: {release}: {source}")]
     Refused {
@@ -232,13 +232,13 @@ pub enum Error {
     },
     /// The release crate refused (the rollback state).
     #[error("{0}")]
-    Release(#[source] germline_release::error::Error),
+    Release(#[source] Box<germline_release::error::Error>),
     /// The TUF chain from the pinned root refused.
     #[error("{source} (pinned root {})", .root.display())]
     Tuf {
         root: PathBuf,
         #[source]
-        source: germline_release::error::Error,
+        source: Box<germline_release::error::Error>,
     },
 }
 

@@ -439,7 +439,7 @@ fn prepare(
     // broker's environment (only the broker reads them; copies get the manifest's).
     let policy = germline_policy::Policy::load(&cfg.policy).map_err(|source| Error::Policy {
         config: cfg.source.clone(),
-        source,
+        source: Box::new(source),
     })?;
     let mut by_name: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
     for (host, c) in policy.credentials() {

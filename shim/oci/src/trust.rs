@@ -20,7 +20,7 @@ pub fn verify(
         let key =
             germline_release::keys::load_public_key(k).map_err(|source| Error::PinnedKey {
                 path: k.clone(),
-                source,
+                source: Box::new(source),
             })?;
         match germline_release::release::verify_bundle_dir(dir, &key) {
             Ok(v) => return Ok((k.clone(), v)),
@@ -30,7 +30,10 @@ pub fn verify(
         }
     }
     // No key at all, or none verified it (the first key's reason).
-    Err(first.map_or_else(|| Error::NoKey(cfg.source.clone()), Error::NotVerified))
+    Err(first.map_or_else(
+        || Error::NoKey(cfg.source.clone()),
+        |e| Error::NotVerified(Box::new(e)),
+    ))
 }
 
 /// What the node's trust metadata established about a verified release.
@@ -104,7 +107,7 @@ fn check_metadata(cfg: &Config, v: &germline_release::release::Verified) -> Resu
             e @ germline_release::error::Error::Rollback { .. } => refusal(e),
             source => Error::Tuf {
                 root: t.root.clone(),
-                source,
+                source: Box::new(source),
             },
         })
 }
@@ -124,7 +127,7 @@ fn refusal(e: germline_release::error::Error) -> Error {
             seen,
             state,
         },
-        e => Error::Release(e),
+        e => Error::Release(Box::new(e)),
     }
 }
 
