@@ -167,7 +167,7 @@ impl Config {
                 http_token_file: None,
                 tuf: None,
             },
-            Err(e) => return Err(Error::io(&source, e)),
+            Err(e) => return Err(Error::io(&source)(e)),
         };
         let base = source
             .parent()

@@ -3,7 +3,7 @@
 //! runtime's contract: a variant carrying an underlying error shows it after a colon, as
 //! runc's messages do, and keeps it as its `source`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Everything a runtime command can fail on.
 #[derive(Debug, thiserror::Error)]
@@ -219,17 +219,10 @@ pub enum Error {
         root: PathBuf,
         config: PathBuf,
     },
-    #[error(
-        "rollback: the image carries {name} {offered}, older than {name} {seen}, which this \
-         node already accepted (rollback state {})",
-        .state.display()
-    )]
-    Rollback {
-        name: String,
-        offered: String,
-        seen: String,
-        state: PathBuf,
-    },
+    /// The release crate's rollback refusal ([`germline_release::error::Error::Rollback`]),
+    /// told as the node sees it.
+    #[error("{}", rollback_text(.0))]
+    Rollback(#[source] Box<germline_release::error::Error>),
     /// The release crate refused (the rollback state).
     #[error("{0}")]
     Release(#[source] Box<germline_release::error::Error>),
@@ -242,14 +235,32 @@ pub enum Error {
     },
 }
 
+/// A rollback refusal names the release, the version the image carries, the version this node
+/// already accepted and the state file that records it.
+fn rollback_text(e: &germline_release::error::Error) -> String {
+    match e {
+        germline_release::error::Error::Rollback {
+            name,
+            offered,
+            seen,
+            state,
+        } => format!(
+            "rollback: the image carries {name} {offered}, older than {name} {seen}, which this \
+             node already accepted (rollback state {})",
+            state.display()
+        ),
+        e => e.to_string(),
+    }
+}
+
 /// The result type of this crate.
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
-    /// An I/O error on `path`.
-    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io {
-            path: path.into(),
+    /// An I/O error on `path`, for `map_err` (the path is copied only on error).
+    pub fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Self + '_ {
+        move |source| Error::Io {
+            path: path.to_path_buf(),
             source,
         }
     }
@@ -284,12 +295,14 @@ mod tests {
     fn wrapped_errors_keep_the_runtime_texts() {
         let rollback = Error::Refused {
             release: "mcp-server-time 2026.10.20".into(),
-            source: Box::new(Error::Rollback {
-                name: "mcp-server-time".into(),
-                offered: "2026.10.20".into(),
-                seen: "2026.11.01".into(),
-                state: "/var/lib/germline/release-state".into(),
-            }),
+            source: Box::new(Error::Rollback(Box::new(
+                germline_release::error::Error::Rollback {
+                    name: "mcp-server-time".into(),
+                    offered: "2026.10.20".into(),
+                    seen: "2026.11.01".into(),
+                    state: "/var/lib/germline/release-state".into(),
+                },
+            ))),
         };
         assert_eq!(
             rollback.hook().to_string(),
@@ -333,7 +346,7 @@ mod tests {
     #[test]
     fn an_underlying_error_is_the_source() {
         use std::error::Error as _;
-        let e = Error::io("/x", std::io::Error::from_raw_os_error(libc::ENOENT)).hook();
+        let e = Error::io(Path::new("/x"))(std::io::Error::from_raw_os_error(libc::ENOENT)).hook();
         let inner = e.source().expect("the hook's error");
         let io = inner.source().expect("the io error");
         assert!(io.downcast_ref::<std::io::Error>().is_some(), "{io:?}");

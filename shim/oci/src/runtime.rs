@@ -183,7 +183,7 @@ fn to_runc(cli: &Globals, id: &str, deleting: bool) -> Result<()> {
     let status = Command::new(&cfg.runc)
         .args(runc_args(&cli.root))
         .status()
-        .map_err(|e| Error::io(&cfg.runc, e))?;
+        .map_err(Error::io(&cfg.runc))?;
     if deleting && status.success() {
         let _ = std::fs::remove_dir_all(state::dir(&cli.root, id));
     }
@@ -313,7 +313,7 @@ fn precreate_decide(
         let source = image_layer(&spec.rootfs).map_err(Error::hook)?;
         let dir = paths::precreate_dir(std::process::id());
         let rfs = dir.join("rootfs");
-        std::fs::create_dir_all(&rfs).map_err(|e| Error::io(&rfs, e))?;
+        std::fs::create_dir_all(&rfs).map_err(Error::io(&rfs))?;
         let r = host::bind_readonly(&source, &rfs).and_then(|()| verify(&dir, &cfg.keys, &cfg));
         while mountinfo::is_mount_point(&rfs) {
             if host::unmount(&rfs).is_err() {
@@ -368,9 +368,8 @@ fn create(
     }
     if !is_germline_release(&spec.rootfs) {
         if cfg.non_germline == NonGermline::Runc {
-            std::fs::create_dir_all(&sdir).map_err(|e| Error::io(&sdir, e))?;
-            std::fs::write(state::handoff_marker(root, id), b"")
-                .map_err(|e| Error::io(&sdir, e))?;
+            std::fs::create_dir_all(&sdir).map_err(Error::io(&sdir))?;
+            std::fs::write(state::handoff_marker(root, id), b"").map_err(Error::io(&sdir))?;
             log.write(
                 "info",
                 &format!("{id}: not a germline release, handed to runc"),
@@ -390,8 +389,8 @@ fn create(
     if console || spec.terminal {
         return Err(Error::Terminal);
     }
-    std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
-    std::fs::create_dir(&sdir).map_err(|e| Error::io(&sdir, e))?;
+    std::fs::create_dir_all(root).map_err(Error::io(root))?;
+    std::fs::create_dir(&sdir).map_err(Error::io(&sdir))?;
     // Traversable: the germline's unprivileged user (its own user namespace) binds the
     // rootfs below it. The state file holds nothing secret.
     let _ = std::fs::set_permissions(&sdir, std::fs::Permissions::from_mode(0o711));
@@ -424,10 +423,10 @@ fn prepare(
         Path::new(paths::RUNTIME_RELEASES),
         &rel,
     ] {
-        std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
+        std::fs::create_dir_all(d).map_err(Error::io(d))?;
         let _ = std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711));
     }
-    std::fs::create_dir_all(&rfs).map_err(|e| Error::io(&rfs, e))?;
+    std::fs::create_dir_all(&rfs).map_err(Error::io(&rfs))?;
     // An engine writes into its overlay's upper layer before the runtime runs (podman adds
     // /etc/mtab): verify and run the image's own layer, its one lower directory.
     let source = image_layer(&spec.rootfs)?;
@@ -535,8 +534,8 @@ fn prepare(
     st.save(root)?;
     if let Some(p) = pid_file {
         let tmp = p.with_extension("germline-tmp");
-        std::fs::write(&tmp, pid.to_string()).map_err(|e| Error::io(&tmp, e))?;
-        std::fs::rename(&tmp, p).map_err(|e| Error::io(p, e))?;
+        std::fs::write(&tmp, pid.to_string()).map_err(Error::io(&tmp))?;
+        std::fs::rename(&tmp, p).map_err(Error::io(p))?;
     }
     // The child outlives us: the engine (conmon, a subreaper) reaps it.
     drop(child);
@@ -637,7 +636,7 @@ fn start(root: &Path, id: &str) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(2));
     }
-    std::fs::remove_file(&fifo).map_err(|e| Error::io(&fifo, e))
+    std::fs::remove_file(&fifo).map_err(Error::io(&fifo))
 }
 
 fn pause(root: &Path, id: &str, frozen: bool) -> Result<()> {

@@ -109,10 +109,10 @@ impl EngineSpec {
     /// Reads `bundle/config.json`.
     pub fn load(bundle: &Path) -> Result<EngineSpec> {
         let p = bundle.join("config.json");
-        let f = std::fs::File::open(&p).map_err(|e| Error::io(&p, e))?;
+        let f = std::fs::File::open(&p).map_err(Error::io(&p))?;
         let mut text = String::new();
         std::io::Read::read_to_string(&mut std::io::Read::take(f, MAX_CONFIG + 1), &mut text)
-            .map_err(|e| Error::io(&p, e))?;
+            .map_err(Error::io(&p))?;
         if text.len() as u64 > MAX_CONFIG {
             return Err(Error::TooLarge(p));
         }

@@ -99,7 +99,7 @@ impl State {
             if e.kind() == std::io::ErrorKind::NotFound {
                 Error::NoSuchContainer(id.to_string())
             } else {
-                Error::io(&p, e)
+                Error::io(&p)(e)
             }
         })?;
         serde_json::from_str(&text).map_err(|source| Error::Json { path: p, source })
@@ -110,8 +110,8 @@ impl State {
         let d = dir(root, &self.id);
         let tmp = d.join(".state.json.tmp");
         let text = serde_json::to_vec_pretty(self).map_err(Error::Encode)?;
-        std::fs::write(&tmp, text).map_err(|e| Error::io(&tmp, e))?;
-        std::fs::rename(&tmp, d.join("state.json")).map_err(|e| Error::io(&d, e))
+        std::fs::write(&tmp, text).map_err(Error::io(&tmp))?;
+        std::fs::rename(&tmp, d.join("state.json")).map_err(Error::io(&d))
     }
 
     /// Whether the container's process is alive (and is the one `create` forked).

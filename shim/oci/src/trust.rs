@@ -86,7 +86,7 @@ fn check_metadata(cfg: &Config, v: &germline_release::release::Verified) -> Resu
         .write(true)
         .mode(0o600)
         .open(&lock_path)
-        .map_err(|e| Error::io(&lock_path, e))?;
+        .map_err(Error::io(&lock_path))?;
     // Released when `lock` is dropped.
     germline_sys::sys::flock(lock.as_raw_fd(), libc::LOCK_EX)
         .map_err(|e| Error::op("locking", &lock_path, e))?;
@@ -112,21 +112,10 @@ fn check_metadata(cfg: &Config, v: &germline_release::release::Verified) -> Resu
         })
 }
 
-/// A rollback refusal names the release, the version the image carries, the version this node
-/// already accepted and the state file that records it.
+/// The release crate's refusal of the rollback state: a rollback, or another reason.
 fn refusal(e: germline_release::error::Error) -> Error {
     match e {
-        germline_release::error::Error::Rollback {
-            name,
-            offered,
-            seen,
-            state,
-        } => Error::Rollback {
-            name,
-            offered,
-            seen,
-            state,
-        },
+        e @ germline_release::error::Error::Rollback { .. } => Error::Rollback(Box::new(e)),
         e => Error::Release(Box::new(e)),
     }
 }
