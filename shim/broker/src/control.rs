@@ -379,14 +379,24 @@ pub fn bind(path: &Path) -> Result<OwnedFd, ControlError> {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(e)?;
     }
     let _ = std::fs::remove_file(path);
+    socket_at(path, |fd, addr| {
+        socket::bind(fd.as_raw_fd(), addr)?;
+        socket::listen(fd, Backlog::new(64)?)
+    })
+}
+
+/// A seqpacket socket for `path`, made ready by `ready` (bound and listening, or connected).
+fn socket_at(
+    path: &Path,
+    ready: impl FnOnce(&OwnedFd, &UnixAddr) -> nix::Result<()>,
+) -> Result<OwnedFd, ControlError> {
     let se = |source| ControlError::Socket {
         path: path.to_path_buf(),
         source,
     };
     let fd = seqpacket().map_err(se)?;
     let addr = UnixAddr::new(path).map_err(se)?;
-    socket::bind(fd.as_raw_fd(), &addr).map_err(se)?;
-    socket::listen(&fd, Backlog::new(64).map_err(se)?).map_err(se)?;
+    ready(&fd, &addr).map_err(se)?;
     Ok(fd)
 }
 
@@ -519,13 +529,7 @@ pub struct BrokerClient {
 
 impl BrokerClient {
     pub fn connect(path: &Path) -> Result<Self, ControlError> {
-        let se = |source| ControlError::Socket {
-            path: path.to_path_buf(),
-            source,
-        };
-        let fd = seqpacket().map_err(se)?;
-        let addr = UnixAddr::new(path).map_err(se)?;
-        socket::connect(fd.as_raw_fd(), &addr).map_err(se)?;
+        let fd = socket_at(path, |fd, addr| socket::connect(fd.as_raw_fd(), addr))?;
         Ok(Self { fd })
     }
 

@@ -541,20 +541,16 @@ pub fn run(a: &SuiteArgs) -> Result<(), String> {
             }));
         }
     }
-    let p50 = |case: &str, rt: &str| -> f64 {
+    // The latency row's `key` (ms) for `case` under runtime `rt`.
+    let ms = |case: &str, rt: &str, key: &str| -> f64 {
         latency
             .iter()
             .find(|r| r["case"] == case && r["runtime"] == rt)
-            .and_then(|r| r["p50_ms"].as_f64())
+            .and_then(|r| r[key].as_f64())
             .unwrap_or(f64::NAN)
     };
-    let p99 = |case: &str, rt: &str| -> f64 {
-        latency
-            .iter()
-            .find(|r| r["case"] == case && r["runtime"] == rt)
-            .and_then(|r| r["p99_ms"].as_f64())
-            .unwrap_or(f64::NAN)
-    };
+    let p50 = |case: &str, rt: &str| ms(case, rt, "p50_ms");
+    let p99 = |case: &str, rt: &str| ms(case, rt, "p99_ms");
     let mut table7 = Vec::new();
     for case in &cases {
         let copies = if case.name == "summarize_many" { 3 } else { 1 };
@@ -809,14 +805,15 @@ fn germline_run_args(
         policy: policy.to_path_buf(),
         key: a.key.clone(),
         mode: Mode::Germline,
-        broker: None,
-        state_dir: a.state_dir.clone(),
-        audit: None,
+        broker: germline_mcp::cli::BrokerArgs {
+            broker: None,
+            state_dir: a.state_dir.clone(),
+            audit: None,
+        },
         pool,
         evidence: Default::default(),
         image_limits: Default::default(),
-        metrics_listen: None,
-        otlp_endpoint: None,
+        telemetry: Default::default(),
         outbox: None,
         copy_cpus: copy_cpus(),
         germline_restart_window: germline_engine::runtime::RESTART_WINDOW.as_secs(),
@@ -828,7 +825,7 @@ fn germline_run_args(
 /// `get_current_time`), and the germline's own.
 fn live_copies(a: &SuiteArgs, policy: &Path, n: usize) -> Result<Vec<Value>, String> {
     let ra = germline_run_args(a, policy, 0, &a.time_release);
-    let mut s = germline_mcp::cli::start_session(&ra)?;
+    let mut s = germline_mcp::cli::start_session(&ra).map_err(|e| e.to_string())?;
     let mut rows = Vec::new();
     let r = (|| -> Result<(), String> {
         let g = s.runtime.germline_mut().ok_or("no germline")?;
@@ -904,7 +901,7 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
         ),
     ] {
         let ra = germline_run_args(a, policy, pool, release);
-        let mut s = germline_mcp::cli::start_session(&ra)?;
+        let mut s = germline_mcp::cli::start_session(&ra).map_err(|e| e.to_string())?;
         s.handle(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params":
             {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}}));
         let n = a.breakdown_calls.unwrap_or(sz.calls.min(100));

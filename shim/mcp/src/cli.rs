@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::Args;
 use germline_policy::Policy;
 
+use crate::error::Error;
 use crate::session::Session;
 use germline_engine::builder::RuntimeBuilder;
 use germline_engine::release::Release;
@@ -24,15 +25,8 @@ pub struct RunArgs {
     /// Which runtime serves the calls: germline execution, or a baseline for comparison.
     #[arg(long, value_enum, default_value = "germline")]
     pub mode: Mode,
-    /// Use the broker already serving at this control socket instead of starting one.
-    #[arg(long)]
-    pub broker: Option<PathBuf>,
-    /// Where a broker this command starts keeps its CA and slots.
-    #[arg(long, default_value = germline_sys::paths::BROKER_STATE)]
-    pub state_dir: PathBuf,
-    /// The broker's audit log (JSON lines).
-    #[arg(long)]
-    pub audit: Option<PathBuf>,
+    #[command(flatten)]
+    pub broker: BrokerArgs,
     /// Pre-forked, checked, data-free copies to keep ready (germline and nosplit modes).
     #[arg(long, default_value_t = 0)]
     pub pool: usize,
@@ -50,6 +44,45 @@ pub struct RunArgs {
     /// The maxima an image layout release is read under (docs/release.md).
     #[command(flatten)]
     pub image_limits: germline_release::untrusted::LimitArgs,
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
+    /// Where results for the recipients a tool's manifest names go (`<recipient>.jsonl`,
+    /// docs/run.md); without it they are not delivered.
+    #[arg(long)]
+    pub outbox: Option<PathBuf>,
+    /// The signed release: an unpacked bundle (with rootfs/) or an OCI image layout.
+    pub release: PathBuf,
+}
+
+/// The broker a session uses: `run` and `serve` take the same options.
+#[derive(Debug, Args, Clone)]
+pub struct BrokerArgs {
+    /// Use the broker already serving at this control socket instead of starting one.
+    #[arg(long)]
+    pub broker: Option<PathBuf>,
+    /// Where a broker this command starts keeps its CA and slots.
+    #[arg(long, default_value = germline_sys::paths::BROKER_STATE)]
+    pub state_dir: PathBuf,
+    /// The broker's audit log (JSON lines).
+    #[arg(long)]
+    pub audit: Option<PathBuf>,
+}
+
+impl BrokerArgs {
+    /// The broker these options name, started (or connected to) under `policy`.
+    pub fn start(&self, policy: &std::path::Path) -> Result<Sidecar, String> {
+        Sidecar::start(&SidecarConfig {
+            existing: self.broker.clone(),
+            policy: policy.to_path_buf(),
+            state_dir: self.state_dir.clone(),
+            audit: self.audit.clone(),
+        })
+    }
+}
+
+/// Metrics and traces, off by default (`run` and `serve` take the same options).
+#[derive(Debug, Args, Clone, Default)]
+pub struct TelemetryArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics (off by default; docs/operations.md).
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<std::net::SocketAddr>,
@@ -57,12 +90,16 @@ pub struct RunArgs {
     /// (`http://HOST:PORT`; off by default; docs/operations.md).
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
-    /// Where results for the recipients a tool's manifest names go (`<recipient>.jsonl`,
-    /// docs/run.md); without it they are not delivered.
-    #[arg(long)]
-    pub outbox: Option<PathBuf>,
-    /// The signed release: an unpacked bundle (with rootfs/) or an OCI image layout.
-    pub release: PathBuf,
+}
+
+impl TelemetryArgs {
+    /// The OTLP tracer `--otlp-endpoint` asks for, if any.
+    pub fn tracer(&self) -> Result<Option<Arc<germline_engine::trace::Tracer>>, String> {
+        self.otlp_endpoint
+            .as_deref()
+            .map(|url| germline_engine::trace::Tracer::start(url).map(Arc::new))
+            .transpose()
+    }
 }
 
 /// The evidence layer's options (docs/evidence.md).
@@ -117,28 +154,21 @@ pub fn evidence_for(
 }
 
 /// Verifies the release, starts the broker (unless given) and the germline.
-pub fn start_session(a: &RunArgs) -> Result<Session, String> {
-    let policy = Arc::new(Policy::load(&a.policy).map_err(|e| e.to_string())?);
+pub fn start_session(a: &RunArgs) -> Result<Session, Error> {
+    let policy = Arc::new(Policy::load(&a.policy)?);
     germline_engine::limits::check_pool(policy.limits(), a.pool)?;
     let release = Release::load_with(&a.release, &a.key, &a.image_limits.limits())?;
     let lifetime = policy.lifetime(&release.manifest.name);
     if lifetime == germline_policy::limits::Lifetime::LongLived {
-        return Err(format!(
-            "{}: the policy's lifetimes.{:?} = \"long-lived\" needs `germline serve`, whose \
-             germline outlives agent sessions; `germline run` is one session",
-            release.label(),
-            release.manifest.name
-        ));
+        return Err(Error::LongLived {
+            release: release.label(),
+            name: release.manifest.name.clone(),
+        });
     }
-    let broker = Sidecar::start(&SidecarConfig {
-        existing: a.broker.clone(),
-        policy: a.policy.clone(),
-        state_dir: a.state_dir.clone(),
-        audit: a.audit.clone(),
-    })?;
+    let broker = a.broker.start(&a.policy)?;
     let outbox = a.outbox.as_deref().map(check_outbox).transpose()?;
-    let evidence = evidence_for(&a.evidence, &a.state_dir, &policy)?;
-    let metrics = match a.metrics_listen {
+    let evidence = evidence_for(&a.evidence, &a.broker.state_dir, &policy)?;
+    let metrics = match a.telemetry.metrics_listen {
         Some(addr) => {
             let m = Arc::new(germline_engine::metrics::Metrics::new());
             m.add_release(
@@ -152,10 +182,7 @@ pub fn start_session(a: &RunArgs) -> Result<Session, String> {
         }
         None => None,
     };
-    let tracer = match &a.otlp_endpoint {
-        Some(url) => Some(Arc::new(germline_engine::trace::Tracer::start(url)?)),
-        None => None,
-    };
+    let tracer = a.telemetry.tracer()?;
     let runtime = RuntimeBuilder::new(a.mode, release, broker)
         .policy(&policy)
         .pool(a.pool)
@@ -171,20 +198,17 @@ pub fn start_session(a: &RunArgs) -> Result<Session, String> {
 }
 
 /// `--outbox DIR` must be an existing directory.
-pub fn check_outbox(dir: &std::path::Path) -> Result<PathBuf, String> {
+pub fn check_outbox(dir: &std::path::Path) -> Result<PathBuf, Error> {
     if dir.is_dir() {
         Ok(dir.to_path_buf())
     } else {
-        Err(format!(
-            "--outbox {}: expected an existing directory for the recipients' results",
-            dir.display()
-        ))
+        Err(Error::Outbox(dir.to_path_buf()))
     }
 }
 
 /// `germline run`.
-pub fn run(a: &RunArgs) -> Result<(), String> {
-    let sigfd = crate::stdio::stop_signals().map_err(|e| format!("signals: {e}"))?;
+pub fn run(a: &RunArgs) -> Result<(), Error> {
+    let sigfd = crate::stdio::stop_signals().map_err(Error::sys("signals"))?;
     germline_engine::sweep::at_start("run");
     let mut session = start_session(a)?;
     eprintln!(

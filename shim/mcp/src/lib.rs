@@ -9,9 +9,12 @@
 
 pub mod cli;
 pub mod conns;
+pub mod error;
 pub mod http;
 pub mod jsonrpc;
 pub mod router;
 pub mod serve;
 pub mod session;
 pub mod stdio;
+
+pub use error::{Error, SessionError};

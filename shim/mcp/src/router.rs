@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use germline_policy::limits::Lifetime;
 use serde_json::{json, Map, Value};
 
+use crate::error::{Error, SessionError};
 use crate::session::{
     error, Session, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, RUNTIME_FAILED,
 };
@@ -64,7 +65,7 @@ pub struct Caller {
 
 /// Starts the [`Session`] (and so the germline or baseline process) of release `index` (the
 /// command line's order) for `user`.
-pub type Factory = dyn Fn(usize, &str) -> Result<Session, String> + Send + Sync;
+pub type Factory = dyn Fn(usize, &str) -> Result<Session, Error> + Send + Sync;
 
 /// One runtime of a release, started at its first need.
 #[derive(Debug, Default)]
@@ -91,9 +92,6 @@ pub struct Served {
     index: usize,
     live: Mutex<HashMap<String, Entry>>,
 }
-
-/// What a request to an ended (or never opened) session is told.
-const ENDED: &str = "germline: unknown or ended session: initialize again";
 
 impl Served {
     /// `long-lived`: one runtime per user, shared by that user's sessions.
@@ -124,21 +122,21 @@ impl Served {
         c: &Caller,
         factory: &Factory,
         f: impl FnOnce(&mut Session) -> T,
-    ) -> Result<T, String> {
+    ) -> Result<T, SessionError> {
         let Some(e) = self.entry(c, true) else {
-            return Err(ENDED.into());
+            return Err(SessionError::Ended);
         };
         let mut live = lock(&e);
         if live.ended {
-            return Err(ENDED.into());
+            return Err(SessionError::Ended);
         }
         if live.session.is_none() {
-            let s = factory(self.index, &c.user).map_err(|e| format!("germline: {e}"))?;
+            let s = factory(self.index, &c.user).map_err(|e| SessionError::Start(Box::new(e)))?;
             live.session = Some(s);
         }
         match live.session.as_mut() {
             Some(s) => Ok(f(s)),
-            None => Err(ENDED.into()),
+            None => Err(SessionError::Ended),
         }
     }
 
@@ -153,8 +151,8 @@ impl Served {
         });
         match r {
             Ok(answer) => answer.unwrap_or_else(|| error(&id, INVALID_PARAMS, "no answer")),
-            Err(e) if e == ENDED => error(&id, INVALID_REQUEST, e),
-            Err(e) => error(&id, RUNTIME_FAILED, e),
+            Err(e @ SessionError::Ended) => error(&id, INVALID_REQUEST, e.to_string()),
+            Err(e @ SessionError::Start(_)) => error(&id, RUNTIME_FAILED, e.to_string()),
         }
     }
 
@@ -246,7 +244,7 @@ impl Router {
 
     /// Starts `user`'s `long-lived` runtimes now (at `germline serve`'s start, so that a
     /// germline that cannot start is reported before anything is served).
-    pub fn warm(&self, user: &str) -> Result<(), String> {
+    pub fn warm(&self, user: &str) -> Result<(), SessionError> {
         let c = Caller {
             session: String::new(),
             user: user.to_string(),
@@ -542,6 +540,34 @@ mod tests {
         );
         assert_eq!(r["instructions"], "fetch things");
         assert_eq!(m["id"], 7);
+    }
+
+    #[test]
+    fn an_ended_session_is_an_invalid_request_and_a_failed_start_a_runtime_failure() {
+        let served = |lifetime| Served {
+            label: "r".into(),
+            digest: "sha256:r".into(),
+            lifetime,
+            index: 0,
+            live: Mutex::new(HashMap::new()),
+        };
+        let factory: Box<Factory> = Box::new(|_, _| Err(Error::Engine("no germline".into())));
+        let c = Caller {
+            session: "s1".into(),
+            user: "alice".into(),
+        };
+        let msg = || json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"});
+        // A session never opened: nothing is started for it.
+        let ended = served(Lifetime::Session).handle(&c, &*factory, msg());
+        assert_eq!(ended["error"]["code"], INVALID_REQUEST, "{ended}");
+        assert_eq!(
+            ended["error"]["message"],
+            "germline: unknown or ended session: initialize again"
+        );
+        // A user's long-lived runtime is started at its first need, and fails to.
+        let failed = served(Lifetime::LongLived).handle(&c, &*factory, msg());
+        assert_eq!(failed["error"]["code"], RUNTIME_FAILED, "{failed}");
+        assert_eq!(failed["error"]["message"], "germline: no germline");
     }
 
     #[test]

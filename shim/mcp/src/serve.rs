@@ -13,6 +13,7 @@ use std::sync::Arc;
 use clap::Args;
 use germline_policy::Policy;
 
+use crate::error::Error;
 use crate::http::{Bearer, Http, HttpConfig, MCP_PATH};
 use crate::router::{describe, tool_owners, Router};
 use crate::session::Session;
@@ -82,15 +83,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECS", default_value_t = crate::http::BODY_TIMEOUT.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub body_timeout: u64,
-    /// Use the broker already serving at this control socket instead of starting one.
-    #[arg(long)]
-    pub broker: Option<PathBuf>,
-    /// Where a broker this command starts keeps its CA and slots.
-    #[arg(long, default_value = germline_sys::paths::BROKER_STATE)]
-    pub state_dir: PathBuf,
-    /// The broker's audit log (JSON lines).
-    #[arg(long)]
-    pub audit: Option<PathBuf>,
+    #[command(flatten)]
+    pub broker: crate::cli::BrokerArgs,
     /// Pre-forked, checked, data-free copies to keep ready per release (germline, nosplit).
     #[arg(long, default_value_t = 0)]
     pub pool: usize,
@@ -99,13 +93,8 @@ pub struct ServeArgs {
     /// The maxima an image layout release is read under (docs/release.md).
     #[command(flatten)]
     pub image_limits: germline_release::untrusted::LimitArgs,
-    /// Serve Prometheus metrics at http://ADDR/metrics (off by default; docs/operations.md).
-    #[arg(long, value_name = "ADDR")]
-    pub metrics_listen: Option<SocketAddr>,
-    /// Send one OpenTelemetry trace per call, OTLP/JSON over HTTP, to this collector
-    /// (`http://HOST:PORT`; off by default; docs/operations.md).
-    #[arg(long, value_name = "URL")]
-    pub otlp_endpoint: Option<String>,
+    #[command(flatten)]
+    pub telemetry: crate::cli::TelemetryArgs,
     /// Where results for the recipients a tool's manifest names go (docs/run.md).
     #[arg(long)]
     pub outbox: Option<PathBuf>,
@@ -134,10 +123,10 @@ impl Drop for Token {
 }
 
 /// Shortest token accepted from a file.
-const MIN_TOKEN: usize = 16;
+pub(crate) const MIN_TOKEN: usize = 16;
 
 /// A secret file's text, with a warning if others may read it.
-fn read_secret(what: &str, path: &Path) -> Result<String, String> {
+fn read_secret(what: &'static str, path: &Path) -> Result<String, Error> {
     let meta = std::fs::metadata(path).map_err(|e| format!("{what} {}: {e}", path.display()))?;
     if meta.permissions().mode() & 0o077 != 0 {
         eprintln!(
@@ -145,20 +134,21 @@ fn read_secret(what: &str, path: &Path) -> Result<String, String> {
             path.display()
         );
     }
-    std::fs::read_to_string(path).map_err(|e| format!("{what} {}: {e}", path.display()))
+    std::fs::read_to_string(path).map_err(|source| Error::Secret {
+        what,
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 fn token_ok(t: &str) -> bool {
     t.len() >= MIN_TOKEN && t.bytes().all(|b| b.is_ascii_graphic())
 }
 
-fn read_token(path: &Path) -> Result<Token, String> {
+fn read_token(path: &Path) -> Result<Token, Error> {
     let value = read_secret("token", path)?.trim().to_string();
     if !token_ok(&value) {
-        return Err(format!(
-            "token {}: needs at least {MIN_TOKEN} printable characters and no spaces",
-            path.display()
-        ));
+        return Err(Error::Token(path.to_path_buf()));
     }
     Ok(Token {
         value,
@@ -175,33 +165,36 @@ fn user_ok(u: &str) -> bool {
 }
 
 /// The `--users` file's text: one `USER TOKEN` pair a line, `#` comments, blank lines.
-pub fn parse_users(path: &Path, text: &str) -> Result<Vec<Bearer>, String> {
+pub fn parse_users(path: &Path, text: &str) -> Result<Vec<Bearer>, Error> {
     let mut out: Vec<Bearer> = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let at = format!("{}:{}", path.display(), n + 1);
+        let wrong = |message: String| Error::Users {
+            at: format!("{}:{}", path.display(), n + 1),
+            message,
+        };
         let words: Vec<&str> = line.split_whitespace().collect();
         let [user, token] = words[..] else {
-            return Err(format!(
-                "users {at}: expected `USER TOKEN` (two words), found {} words",
+            return Err(wrong(format!(
+                "expected `USER TOKEN` (two words), found {} words",
                 words.len()
-            ));
+            )));
         };
         if !user_ok(user) {
-            return Err(format!(
-                "users {at}: the user name must be 1 to 64 letters, digits, '.', '_', '-' or '@'"
+            return Err(wrong(
+                "the user name must be 1 to 64 letters, digits, '.', '_', '-' or '@'".into(),
             ));
         }
         if !token_ok(token) {
-            return Err(format!(
-                "users {at}: the token needs at least {MIN_TOKEN} printable characters"
-            ));
+            return Err(wrong(format!(
+                "the token needs at least {MIN_TOKEN} printable characters"
+            )));
         }
         if out.iter().any(|b| b.token == token) {
-            return Err(format!("users {at}: this token is already given to a user"));
+            return Err(wrong("this token is already given to a user".into()));
         }
         out.push(Bearer {
             token: token.to_string(),
@@ -209,10 +202,10 @@ pub fn parse_users(path: &Path, text: &str) -> Result<Vec<Bearer>, String> {
         });
     }
     if out.is_empty() {
-        return Err(format!(
-            "users {}: no `USER TOKEN` line (nobody could call)",
-            path.display()
-        ));
+        return Err(Error::Users {
+            at: path.display().to_string(),
+            message: "no `USER TOKEN` line (nobody could call)".into(),
+        });
     }
     Ok(out)
 }
@@ -226,11 +219,14 @@ pub fn default_user() -> String {
 }
 
 /// A fresh 256-bit token in a 0600 file of a 0700 directory of its own.
-fn generate_token() -> Result<Token, String> {
+fn generate_token() -> Result<Token, Error> {
     let dir = germline_sys::paths::serve_dir(std::process::id());
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| Error::Io { path, source }
+    };
+    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).map_err(io(&dir))?;
     let path = dir.join("token");
     let _ = std::fs::remove_file(&path);
     let value = germline_engine::ids::random_hex(32)?;
@@ -239,12 +235,12 @@ fn generate_token() -> Result<Token, String> {
         .create_new(true)
         .mode(0o600)
         .open(&path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(io(&path))?;
     let token = Token {
         value,
         generated: Some(path.clone()),
     };
-    writeln!(f, "{}", token.value).map_err(|e| format!("{}: {e}", path.display()))?;
+    writeln!(f, "{}", token.value).map_err(io(&path))?;
     Ok(token)
 }
 
@@ -269,14 +265,14 @@ fn watch_signals(sigfd: i32, stop: tokio::sync::watch::Sender<bool>) {
 }
 
 /// `germline serve`.
-pub fn run(a: &ServeArgs) -> Result<(), String> {
+pub fn run(a: &ServeArgs) -> Result<(), Error> {
     // Before any thread starts, so that every thread (tokio's included) inherits the mask.
-    let sigfd = crate::stdio::stop_signals().map_err(|e| format!("signals: {e}"))?;
-    let listener = std::net::TcpListener::bind(a.listen)
-        .map_err(|e| format!("cannot listen on {}: {e}", a.listen))?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| format!("listener: {e}"))?;
+    let sigfd = crate::stdio::stop_signals().map_err(Error::sys("signals"))?;
+    let listener = std::net::TcpListener::bind(a.listen).map_err(|source| Error::Listen {
+        addr: a.listen,
+        source,
+    })?;
+    let local = listener.local_addr().map_err(Error::sys("listener"))?;
     if !local.ip().is_loopback() {
         eprintln!(
             "germline serve: warning: listening on {local}, not loopback; only requests naming \
@@ -290,7 +286,7 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         .as_deref()
         .map(crate::cli::check_outbox)
         .transpose()?;
-    let policy = Arc::new(Policy::load(&a.policy).map_err(|e| e.to_string())?);
+    let policy = Arc::new(Policy::load(&a.policy)?);
     germline_engine::limits::check_pool(policy.limits(), a.pool)?;
     // Every release is verified before anything of any of them runs.
     let mut releases = Vec::new();
@@ -305,13 +301,8 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
     } else {
         Some(generate_token()?)
     };
-    let mut broker = Sidecar::start(&SidecarConfig {
-        existing: a.broker.clone(),
-        policy: a.policy.clone(),
-        state_dir: a.state_dir.clone(),
-        audit: a.audit.clone(),
-    })?;
-    let metrics = match a.metrics_listen {
+    let mut broker = a.broker.start(&a.policy)?;
+    let metrics = match a.telemetry.metrics_listen {
         Some(addr) => {
             let m = Arc::new(germline_engine::metrics::Metrics::new());
             let local = germline_engine::metrics::serve(addr, m.clone())?;
@@ -320,12 +311,9 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         }
         None => None,
     };
-    let tracer = match &a.otlp_endpoint {
-        Some(url) => Some(Arc::new(germline_engine::trace::Tracer::start(url)?)),
-        None => None,
-    };
+    let tracer = a.telemetry.tracer()?;
     let policy_path = a.policy.clone();
-    let state_dir = a.state_dir.clone();
+    let state_dir = a.broker.state_dir.clone();
     let broker_socket = broker.socket().to_path_buf();
     let mut described = Vec::new();
     for release in &releases {
@@ -350,7 +338,7 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
     // Starts one runtime (germline or baseline process) of a release for a user: at a
     // session's `initialize` under `session` and `single-shot`, at a user's first need under
     // `long-lived` (docs/operations.md).
-    let factory = move |i: usize, user: &str| -> Result<Session, String> {
+    let factory = move |i: usize, user: &str| -> Result<Session, Error> {
         let release = releases
             .get(i)
             .cloned()
@@ -392,7 +380,7 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
     if a.users.is_none() {
         if let Err(e) = router.warm(&default_user()) {
             router.stop();
-            return Err(e);
+            return Err(e.into());
         }
     }
     let http = Arc::new(Http::new(
@@ -438,17 +426,17 @@ pub fn run(a: &ServeArgs) -> Result<(), String> {
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| format!("tokio: {e}"))
+        .map_err(Error::sys("tokio"))
         .and_then(|rt| {
             listener
                 .set_nonblocking(true)
-                .map_err(|e| format!("listener: {e}"))?;
+                .map_err(Error::sys("listener"))?;
             let r = rt.block_on(async {
-                let l = tokio::net::TcpListener::from_std(listener)
-                    .map_err(|e| format!("listener: {e}"))?;
+                let l =
+                    tokio::net::TcpListener::from_std(listener).map_err(Error::sys("listener"))?;
                 watch_signals(sigfd, stop_tx);
                 crate::http::serve(l, http, stop_rx).await;
-                Ok::<(), String>(())
+                Ok::<(), Error>(())
             });
             // Blocking calls still running finish (their copies have deadlines) or are left.
             rt.shutdown_timeout(std::time::Duration::from_secs(5));
@@ -487,7 +475,7 @@ mod tests {
             ("# nobody\n", "no `USER TOKEN` line"),
         ] {
             let e = parse_users(p, text).expect_err(text);
-            assert!(e.contains(want), "{text:?}: {e}");
+            assert!(e.to_string().contains(want), "{text:?}: {e}");
         }
     }
 }

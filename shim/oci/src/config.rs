@@ -8,6 +8,8 @@ use serde::Deserialize;
 
 use germline_sys::paths;
 
+use crate::error::{Error, Result};
+
 /// Default location of the node configuration.
 pub const DEFAULT_CONFIG: &str = paths::RUNTIME_CONFIG;
 /// Environment variable naming another configuration file (for tests and odd layouts).
@@ -138,7 +140,7 @@ fn keys_in(dir: &Path) -> Vec<PathBuf> {
 impl Config {
     /// Loads `path` (or `$GERMLINE_RUNTIME_CONFIG`, or the default). A missing default file
     /// means the defaults; a named file that is missing or malformed is an error.
-    pub fn load(path: Option<&Path>) -> Result<Config, String> {
+    pub fn load(path: Option<&Path>) -> Result<Config> {
         let env = std::env::var_os(CONFIG_ENV).map(PathBuf::from);
         let (source, required) = match (path, env) {
             (Some(p), _) => (p.to_path_buf(), true),
@@ -146,8 +148,10 @@ impl Config {
             (None, None) => (PathBuf::from(DEFAULT_CONFIG), false),
         };
         let file = match std::fs::read_to_string(&source) {
-            Ok(text) => toml::from_str::<File>(&text)
-                .map_err(|e| format!("{}: {}", source.display(), e.to_string().trim()))?,
+            Ok(text) => toml::from_str::<File>(&text).map_err(|e| Error::Toml {
+                path: source.clone(),
+                source: e,
+            })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => File {
                 policy: None,
                 keys: None,
@@ -163,7 +167,7 @@ impl Config {
                 http_token_file: None,
                 tuf: None,
             },
-            Err(e) => return Err(format!("{}: {e}", source.display())),
+            Err(e) => return Err(Error::io(&source)(e)),
         };
         let base = source
             .parent()
@@ -184,11 +188,14 @@ impl Config {
             "sig-pin",
         ];
         if !MODES.contains(&mode.as_str()) {
-            return Err(format!(
-                "{}: field `mode`: unknown mode {mode:?}, expected one of {}",
-                source.display(),
-                MODES.join(", ")
-            ));
+            return Err(Error::Field {
+                file: source.display().to_string(),
+                field: "mode",
+                message: format!(
+                    "unknown mode {mode:?}, expected one of {}",
+                    MODES.join(", ")
+                ),
+            });
         }
         let t = file.tuf.unwrap_or_default();
         let tuf = Tuf {
@@ -240,10 +247,10 @@ mod tests {
         let p = d.path().join("runtime.toml");
         std::fs::write(&p, "polcy = \"x\"\n").expect("write");
         let e = Config::load(Some(&p)).expect_err("unknown field");
-        assert!(e.contains("unknown field `polcy`"), "{e}");
+        assert!(e.to_string().contains("unknown field `polcy`"), "{e}");
         std::fs::write(&p, "mode = \"fast\"\n").expect("write");
         let e = Config::load(Some(&p)).expect_err("bad mode");
-        assert!(e.contains("unknown mode \"fast\""), "{e}");
+        assert!(e.to_string().contains("unknown mode \"fast\""), "{e}");
     }
 
     #[test]
@@ -294,12 +301,12 @@ mod tests {
         assert_eq!(c.tuf.state, d.path().join("st"));
         std::fs::write(&p, "[tuf]\nrequire = false\n").expect("write");
         let e = Config::load(Some(&p)).expect_err("unknown field");
-        assert!(e.contains("unknown field `require`"), "{e}");
+        assert!(e.to_string().contains("unknown field `require`"), "{e}");
     }
 
     #[test]
     fn a_named_missing_file_is_an_error() {
         let e = Config::load(Some(Path::new("/nonexistent/runtime.toml"))).expect_err("missing");
-        assert!(e.contains("/nonexistent/runtime.toml"), "{e}");
+        assert!(e.to_string().contains("/nonexistent/runtime.toml"), "{e}");
     }
 }

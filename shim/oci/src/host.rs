@@ -10,25 +10,23 @@ use std::time::{Duration, Instant};
 
 use germline_sys::{cgroup, procfs, sys};
 
-fn cstr(p: &Path) -> Result<CString, String> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| format!("{}: NUL in path", p.display()))
-}
+use crate::error::{Error, Result};
 
-fn failed(what: &str, p: &Path, e: std::io::Error) -> String {
-    format!("{what} {}: {e}", p.display())
+fn cstr(p: &Path) -> Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| Error::NulInPath(p.to_path_buf()))
 }
 
 /// Binds `src` read-only at `dst` (an existing directory).
-pub fn bind_readonly(src: &Path, dst: &Path) -> Result<(), String> {
+pub fn bind_readonly(src: &Path, dst: &Path) -> Result<()> {
     let s = cstr(src)?;
     let d = cstr(dst)?;
     sys::mount(Some(&s), &d, None, libc::MS_BIND, None)
-        .map_err(|e| failed("bind mount", dst, e))?;
+        .map_err(|e| Error::op("bind mount", dst, e))?;
     // A remount changes only the flags of the bind mount just made.
     let flags =
         libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
     if let Err(e) = sys::mount(None, &d, None, flags, None) {
-        let e = failed("read-only remount", dst, e);
+        let e = Error::op("read-only remount", dst, e);
         let _ = unmount(dst);
         return Err(e);
     }
@@ -36,21 +34,21 @@ pub fn bind_readonly(src: &Path, dst: &Path) -> Result<(), String> {
 }
 
 /// Detaches the mount at `p`.
-pub fn unmount(p: &Path) -> Result<(), String> {
-    sys::umount2(&cstr(p)?, libc::MNT_DETACH).map_err(|e| failed("unmount", p, e))
+pub fn unmount(p: &Path) -> Result<()> {
+    sys::umount2(&cstr(p)?, libc::MNT_DETACH).map_err(|e| Error::op("unmount", p, e))
 }
 
 /// Makes a fifo at `p`, mode 0600.
-pub fn mkfifo(p: &Path) -> Result<(), String> {
-    sys::mkfifo(&cstr(p)?, 0o600).map_err(|e| failed("mkfifo", p, e))
+pub fn mkfifo(p: &Path) -> Result<()> {
+    sys::mkfifo(&cstr(p)?, 0o600).map_err(|e| Error::op("mkfifo", p, e))
 }
 
 /// Sends `sig` to `pid`.
-pub fn kill(pid: i32, sig: i32) -> Result<(), String> {
+pub fn kill(pid: i32, sig: i32) -> Result<()> {
     if pid <= 0 {
-        return Err(format!("refusing to signal pid {pid}"));
+        return Err(Error::BadPid(pid));
     }
-    sys::kill(pid, sig).map_err(|e| format!("signal {sig} to pid {pid}: {e}"))
+    sys::kill(pid, sig).map_err(|source| Error::Signal { sig, pid, source })
 }
 
 /// Waits up to `limit` for `pid` (started at `start`) to be gone.
@@ -71,15 +69,9 @@ pub fn destroy_cgroups(dirs: &[PathBuf]) {
 }
 
 /// Opens `path` and checks that it is a network namespace.
-fn open_netns(path: &Path) -> Result<std::fs::File, String> {
+fn open_netns(path: &Path) -> Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
-    let not_netns = || {
-        format!(
-            "network namespace {}: not a network namespace file (config.json \
-             linux.namespaces[network].path)",
-            path.display()
-        )
-    };
+    let not_netns = || Error::NotNetns(path.to_path_buf());
     // The path comes from config.json: never open a device or wait on a fifo. A namespace
     // file (nsfs) is a regular file to stat.
     let is_file = std::fs::metadata(path)
@@ -92,7 +84,7 @@ fn open_netns(path: &Path) -> Result<std::fs::File, String> {
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)
-        .map_err(|e| format!("network namespace {}: {e}", path.display()))?;
+        .map_err(|e| Error::op("network namespace", path, e))?;
     if sys::ns_type(f.as_raw_fd()).ok() != Some(libc::CLONE_NEWNET) {
         return Err(not_netns());
     }
@@ -100,37 +92,34 @@ fn open_netns(path: &Path) -> Result<std::fs::File, String> {
 }
 
 /// Checks, at `create`, that `path` names a network namespace the process can join.
-pub fn check_netns(path: &Path) -> Result<(), String> {
+pub fn check_netns(path: &Path) -> Result<()> {
     open_netns(path).map(drop)
 }
 
 /// Moves the calling (single-threaded) process into the network namespace at `path`.
-pub fn enter_netns(path: &Path) -> Result<(), String> {
+pub fn enter_netns(path: &Path) -> Result<()> {
     let f = open_netns(path)?;
     sys::setns(f.as_raw_fd(), libc::CLONE_NEWNET)
-        .map_err(|e| format!("cannot join the network namespace {}: {e}", path.display()))
+        .map_err(|e| Error::op("cannot join the network namespace", path, e))
 }
 
 /// Moves the calling (single-threaded) process into a fresh network namespace with `lo` up.
-pub fn new_netns() -> Result<(), String> {
-    sys::unshare(libc::CLONE_NEWNET)
-        .map_err(|e| format!("cannot make a network namespace: {e}"))?;
-    sys::loopback_up().map_err(|e| format!("cannot bring lo up in the new network namespace: {e}"))
+pub fn new_netns() -> Result<()> {
+    sys::unshare(libc::CLONE_NEWNET).map_err(Error::sys("cannot make a network namespace"))?;
+    sys::loopback_up().map_err(Error::sys(
+        "cannot bring lo up in the new network namespace",
+    ))
 }
 
 /// The first IPv4 address of an interface that is up and not loopback, in the calling
 /// process's network namespace (a pod's address, which its spec cannot know in advance).
-pub fn first_address() -> Result<std::net::Ipv4Addr, String> {
+pub fn first_address() -> Result<std::net::Ipv4Addr> {
     let all = sys::ipv4_addresses()
-        .map_err(|e| format!("cannot list the network namespace's addresses: {e}"))?;
+        .map_err(Error::sys("cannot list the network namespace's addresses"))?;
     all.into_iter()
         .find(|a| a.up && !a.loopback)
         .map(|a| a.addr)
-        .ok_or_else(|| {
-            "the container's network namespace has no IPv4 address besides loopback for \
-             dev.germline.mcp/listen 0.0.0.0:PORT (name an address, or give the pod a network)"
-                .to_string()
-        })
+        .ok_or(Error::NoAddress)
 }
 
 #[cfg(test)]
@@ -147,7 +136,7 @@ mod tests {
             "/nonexistent",
         ] {
             let e = check_netns(Path::new(p)).expect_err(p);
-            assert!(e.contains(p), "{e}");
+            assert!(e.to_string().contains(p), "{e}");
         }
     }
 }

@@ -17,10 +17,12 @@
 //! [`Cmd`] and calls [`run`]. See docs/engines.md.
 
 pub mod config;
+pub mod error;
 mod host;
 mod runtime;
 pub mod spec;
 pub mod state;
 pub mod trust;
 
+pub use error::{Error, Result};
 pub use runtime::{run, Cmd, Globals, Log};

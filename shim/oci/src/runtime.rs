@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use crate::config::{Config, NonGermline, Overrides};
 use germline_sys::{cgroup, mountinfo, paths, procfs};
 
+use crate::error::{Error, Result};
 use crate::host;
 use crate::spec::{EngineSpec, Network};
 use crate::state::{self, State};
@@ -98,7 +99,7 @@ impl Log {
 }
 
 /// Runs one command.
-pub fn run(cli: &Globals, cmd: &Cmd, log: &Log) -> Result<(), String> {
+pub fn run(cli: &Globals, cmd: &Cmd, log: &Log) -> Result<()> {
     let root = &cli.root;
     // Commands about a container handed to runc go to runc.
     let id = match cmd {
@@ -127,7 +128,7 @@ pub fn run(cli: &Globals, cmd: &Cmd, log: &Log) -> Result<(), String> {
         Cmd::State { id } => {
             let s = State::load(root, id)?;
             let text =
-                serde_json::to_string_pretty(&s.to_runc_json(root)).map_err(|e| e.to_string())?;
+                serde_json::to_string_pretty(&s.to_runc_json(root)).map_err(Error::Encode)?;
             // A closed stdout (a pager, `| head`) is not an error of the container.
             let _ = writeln!(std::io::stdout(), "{text}");
             Ok(())
@@ -136,18 +137,14 @@ pub fn run(cli: &Globals, cmd: &Cmd, log: &Log) -> Result<(), String> {
             let sig = parse_signal(signal.as_deref().unwrap_or("TERM"))?;
             let s = State::load(root, id)?;
             if !s.alive() {
-                return Err(format!("container \"{id}\" is not running"));
+                return Err(Error::NotRunning(id.clone()));
             }
             host::kill(s.pid, sig)
         }
         Cmd::Delete { id, force } => delete(root, id, *force),
         Cmd::Pause { id } => pause(root, id, true),
         Cmd::Resume { id } => pause(root, id, false),
-        Cmd::Exec => Err(
-            "exec is not supported: a germline container runs only its signed release, whose \
-             code runs in copies forked per call"
-                .into(),
-        ),
+        Cmd::Exec => Err(Error::ExecUnsupported),
         Cmd::Init { id } => init(cli, id),
         Cmd::Hook {
             stage,
@@ -155,9 +152,7 @@ pub fn run(cli: &Globals, cmd: &Cmd, log: &Log) -> Result<(), String> {
             exit_status,
         } => {
             if stage != "precreate" {
-                return Err(format!(
-                    "hook {stage:?}: only the precreate stage is supported"
-                ));
+                return Err(Error::HookStage(stage.clone()));
             }
             hook_precreate(cli, log, *require_release, *exit_status)
         }
@@ -183,23 +178,23 @@ fn runc_args(root: &Path) -> Vec<String> {
     out
 }
 
-fn to_runc(cli: &Globals, id: &str, deleting: bool) -> Result<(), String> {
+fn to_runc(cli: &Globals, id: &str, deleting: bool) -> Result<()> {
     let cfg = Config::load(cli.config.as_deref())?;
     let status = Command::new(&cfg.runc)
         .args(runc_args(&cli.root))
         .status()
-        .map_err(|e| format!("{}: {e}", cfg.runc.display()))?;
+        .map_err(Error::io(&cfg.runc))?;
     if deleting && status.success() {
         let _ = std::fs::remove_dir_all(state::dir(&cli.root, id));
     }
     if status.success() {
         Ok(())
     } else {
-        Err(format!("runc {status}"))
+        Err(Error::Runc(status))
     }
 }
 
-fn parse_signal(s: &str) -> Result<i32, String> {
+fn parse_signal(s: &str) -> Result<i32> {
     if let Ok(n) = s.parse::<i32>() {
         if (1..=64).contains(&n) {
             return Ok(n);
@@ -218,7 +213,7 @@ fn parse_signal(s: &str) -> Result<i32, String> {
         "CONT" => libc::SIGCONT,
         "STOP" => libc::SIGSTOP,
         "WINCH" => libc::SIGWINCH,
-        _ => return Err(format!("unknown signal {s:?}")),
+        _ => return Err(Error::UnknownSignal(s.to_string())),
     };
     Ok(n)
 }
@@ -233,14 +228,13 @@ fn is_germline_release(rootfs: &Path) -> bool {
 /// The directory to verify for the engine's rootfs: an overlay's one lower directory (the image
 /// layer as the engine unpacked it: engines write into the upper layer before the runtime
 /// runs, podman adds /etc/mtab), else the rootfs itself.
-fn image_layer(rootfs: &Path) -> Result<PathBuf, String> {
+fn image_layer(rootfs: &Path) -> Result<PathBuf> {
     match mountinfo::overlay_lowerdirs(rootfs) {
         Some(l) if l.len() == 1 => Ok(l[0].clone()),
-        Some(l) => Err(format!(
-            "release refused: {} has {} image layers; a germline release image has exactly one",
-            rootfs.display(),
-            l.len()
-        )),
+        Some(l) => Err(Error::ImageLayers {
+            rootfs: rootfs.to_path_buf(),
+            layers: l.len(),
+        }),
         None => Ok(rootfs.to_path_buf()),
     }
 }
@@ -262,39 +256,47 @@ fn hook_precreate(
     log: &Log,
     require_release: bool,
     exit_status: bool,
-) -> Result<(), String> {
+) -> Result<()> {
     const MAX: u64 = 4 << 20;
     let mut text = String::new();
     std::io::stdin()
         .take(MAX + 1)
         .read_to_string(&mut text)
-        .map_err(|e| format!("precreate hook: reading config.json from stdin: {e}"))?;
+        .map_err(|e| Error::sys("reading config.json from stdin")(e).hook())?;
     if text.len() as u64 > MAX {
-        return Err("precreate hook: config.json on stdin is larger than 4 MiB".into());
+        return Err(Error::StdinTooLarge.hook());
     }
-    let mut v: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| format!("precreate hook: config.json on stdin: not JSON: {e}"))?;
+    let mut v: serde_json::Value = serde_json::from_str(&text).map_err(|source| {
+        Error::NotJson {
+            file: "config.json on stdin".into(),
+            source,
+        }
+        .hook()
+    })?;
     let out = match precreate_decide(cli, log, require_release, &v) {
         // The configuration goes back unchanged: this hook only decides.
         Ok(()) => text,
         Err(e) if exit_status => return Err(e),
         Err(e) => {
-            log.write("error", &e);
-            let reason: String = e
+            let msg = e.to_string();
+            log.write("error", &msg);
+            let reason: String = msg
                 .chars()
                 .map(|c| if c.is_control() { ' ' } else { c })
                 .collect();
-            let root = v
-                .get_mut("root")
-                .and_then(|r| r.as_object_mut())
-                .ok_or_else(|| format!("{e} (and config.json has no `root` to mark refused)"))?;
+            let Some(root) = v.get_mut("root").and_then(|r| r.as_object_mut()) else {
+                return Err(Error::NoRootToMark(Box::new(e)));
+            };
             root.insert("path".into(), format!("{REFUSED_ROOT}{reason}").into());
-            serde_json::to_string(&v).map_err(|j| format!("{e} (and writing config.json: {j})"))?
+            serde_json::to_string(&v).map_err(|source| Error::MarkRefused {
+                refusal: Box::new(e),
+                source,
+            })?
         }
     };
     std::io::stdout()
         .write_all(out.as_bytes())
-        .map_err(|e| format!("precreate hook: writing config.json: {e}"))
+        .map_err(|e| Error::sys("writing config.json")(e).hook())
 }
 
 /// The precreate hook's decision on the proposed `config.json` `v`.
@@ -303,25 +305,25 @@ fn precreate_decide(
     log: &Log,
     require_release: bool,
     v: &serde_json::Value,
-) -> Result<(), String> {
-    let cfg = Config::load(cli.config.as_deref()).map_err(|e| format!("precreate hook: {e}"))?;
+) -> Result<()> {
+    let cfg = Config::load(cli.config.as_deref()).map_err(Error::hook)?;
     let spec = EngineSpec::parse(v, Path::new("/"), "config.json (precreate hook stdin)")
-        .map_err(|e| format!("precreate hook: {e}"))?;
+        .map_err(Error::hook)?;
     if is_germline_release(&spec.rootfs) {
-        let source = image_layer(&spec.rootfs).map_err(|e| format!("precreate hook: {e}"))?;
+        let source = image_layer(&spec.rootfs).map_err(Error::hook)?;
         let dir = paths::precreate_dir(std::process::id());
         let rfs = dir.join("rootfs");
-        std::fs::create_dir_all(&rfs).map_err(|e| format!("{}: {e}", rfs.display()))?;
+        std::fs::create_dir_all(&rfs).map_err(Error::io(&rfs))?;
         let r = host::bind_readonly(&source, &rfs).and_then(|()| verify(&dir, &cfg.keys, &cfg));
         while mountinfo::is_mount_point(&rfs) {
             if host::unmount(&rfs).is_err() {
                 // Never remove files through a rootfs that is still mounted here.
-                return Err(format!("precreate hook: cannot unmount {}", rfs.display()));
+                return Err(Error::CannotUnmount(rfs).hook());
             }
         }
         let _ = std::fs::remove_dir_all(&dir);
-        let (key, verified) = r.map_err(|e| format!("precreate hook: {e}"))?;
-        let trust = check_trust(&cfg, &verified).map_err(|e| format!("precreate hook: {e}"))?;
+        let (key, verified) = r.map_err(Error::hook)?;
+        let trust = check_trust(&cfg, &verified).map_err(Error::hook)?;
         log.write(
             "info",
             &format!(
@@ -334,11 +336,7 @@ fn precreate_decide(
             ),
         );
     } else if require_release {
-        return Err(format!(
-            "precreate hook: {} is not a germline release (no .germline/manifest.json), and \
-             this hook requires one (--require-release)",
-            spec.rootfs.display()
-        ));
+        return Err(Error::ReleaseRequired(spec.rootfs).hook());
     }
     Ok(())
 }
@@ -350,12 +348,11 @@ fn create(
     pid_file: Option<&Path>,
     console: bool,
     id: &str,
-) -> Result<(), String> {
+) -> Result<()> {
     let root = &cli.root;
     state::check_id(id)?;
     let cfg = Config::load(cli.config.as_deref())?;
-    let bundle =
-        std::fs::canonicalize(bundle).map_err(|e| format!("bundle {}: {e}", bundle.display()))?;
+    let bundle = std::fs::canonicalize(bundle).map_err(|e| Error::op("bundle", bundle, e))?;
     let mut spec = EngineSpec::load(&bundle)?;
     if let Some(reason) = spec
         .rootfs
@@ -363,17 +360,16 @@ fn create(
         .and_then(|p| p.strip_prefix(REFUSED_ROOT))
     {
         let reason = reason.strip_prefix("precreate hook: ").unwrap_or(reason);
-        return Err(format!("refused by the precreate hook: {reason}"));
+        return Err(Error::RefusedByHook(reason.to_string()));
     }
     let sdir = state::dir(root, id);
     if sdir.exists() {
-        return Err(format!("container with id \"{id}\" already exists"));
+        return Err(Error::AlreadyExists(id.to_string()));
     }
     if !is_germline_release(&spec.rootfs) {
         if cfg.non_germline == NonGermline::Runc {
-            std::fs::create_dir_all(&sdir).map_err(|e| format!("{}: {e}", sdir.display()))?;
-            std::fs::write(state::handoff_marker(root, id), b"")
-                .map_err(|e| format!("{}: {e}", sdir.display()))?;
+            std::fs::create_dir_all(&sdir).map_err(Error::io(&sdir))?;
+            std::fs::write(state::handoff_marker(root, id), b"").map_err(Error::io(&sdir))?;
             log.write(
                 "info",
                 &format!("{id}: not a germline release, handed to runc"),
@@ -384,23 +380,17 @@ fn create(
             }
             return r;
         }
-        return Err(format!(
-            "bundle {} is not a germline release: its rootfs {} has no .germline/manifest.json \
-             (set non_germline = \"runc\" in {} to hand such bundles to runc)",
-            bundle.display(),
-            spec.rootfs.display(),
-            cfg.source.display()
-        ));
+        return Err(Error::NotRelease {
+            bundle,
+            rootfs: spec.rootfs,
+            config: cfg.source,
+        });
     }
     if console || spec.terminal {
-        return Err(
-            "a terminal (-t) is not supported: germline serves MCP on the container's plain \
-             stdio; run with -i and without -t"
-                .into(),
-        );
+        return Err(Error::Terminal);
     }
-    std::fs::create_dir_all(root).map_err(|e| format!("{}: {e}", root.display()))?;
-    std::fs::create_dir(&sdir).map_err(|e| format!("{}: {e}", sdir.display()))?;
+    std::fs::create_dir_all(root).map_err(Error::io(root))?;
+    std::fs::create_dir(&sdir).map_err(Error::io(&sdir))?;
     // Traversable: the germline's unprivileged user (its own user namespace) binds the
     // rootfs below it. The state file holds nothing secret.
     let _ = std::fs::set_permissions(&sdir, std::fs::Permissions::from_mode(0o711));
@@ -421,7 +411,7 @@ fn prepare(
     spec: &mut EngineSpec,
     pid_file: Option<&Path>,
     id: &str,
-) -> Result<(), String> {
+) -> Result<()> {
     let root = &cli.root;
     if let Network::Path(p) = &spec.network {
         host::check_netns(p)?;
@@ -433,10 +423,10 @@ fn prepare(
         Path::new(paths::RUNTIME_RELEASES),
         &rel,
     ] {
-        std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        std::fs::create_dir_all(d).map_err(Error::io(d))?;
         let _ = std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711));
     }
-    std::fs::create_dir_all(&rfs).map_err(|e| format!("{}: {e}", rfs.display()))?;
+    std::fs::create_dir_all(&rfs).map_err(Error::io(&rfs))?;
     // An engine writes into its overlay's upper layer before the runtime runs (podman adds
     // /etc/mtab): verify and run the image's own layer, its one lower directory.
     let source = image_layer(&spec.rootfs)?;
@@ -446,8 +436,10 @@ fn prepare(
     let m = &verified.manifest;
     // `-e` variables the deployer's policy names as a host's credential source become the
     // broker's environment (only the broker reads them; copies get the manifest's).
-    let policy = germline_policy::Policy::load(&cfg.policy)
-        .map_err(|e| format!("node policy (`policy` in {}): {e}", cfg.source.display()))?;
+    let policy = germline_policy::Policy::load(&cfg.policy).map_err(|source| Error::Policy {
+        config: cfg.source.clone(),
+        source: Box::new(source),
+    })?;
     let mut by_name: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
     for (host, c) in policy.credentials() {
         if let germline_policy::policy::CredentialSource::Env(n) = &c.source {
@@ -474,11 +466,10 @@ fn prepare(
     }
     if !ignored.is_empty() {
         if cfg.overrides == Overrides::Refuse {
-            return Err(format!(
-                "refused (overrides = \"refuse\" in {}): {}",
-                cfg.source.display(),
-                ignored.join("; ")
-            ));
+            return Err(Error::Overrides {
+                config: cfg.source.clone(),
+                ignored,
+            });
         }
         for i in &ignored {
             log.warn(&format!("ignored {i}"));
@@ -512,7 +503,7 @@ fn prepare(
         listen: spec.listen,
     };
     st.save(root)?;
-    let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
+    let exe = std::env::current_exe().map_err(Error::sys("own executable"))?;
     let mut cmd = Command::new(exe);
     cmd.arg("--root").arg(root);
     if let Some(c) = &cli.config {
@@ -526,10 +517,10 @@ fn prepare(
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())
         .spawn()
-        .map_err(|e| format!("cannot start the container's process: {e}"))?;
+        .map_err(Error::sys("cannot start the container's process"))?;
     let pid = child.id() as i32;
     st.pid = pid;
-    st.start_time = procfs::start_time(pid).ok_or("the container's process exited at once")?;
+    st.start_time = procfs::start_time(pid).ok_or(Error::ExitedAtOnce)?;
     if let Some(cp) = &spec.cgroups_path {
         if cgroup::is_plain_path(cp) {
             st.cgroups = cgroup::join(cp, pid);
@@ -543,8 +534,8 @@ fn prepare(
     st.save(root)?;
     if let Some(p) = pid_file {
         let tmp = p.with_extension("germline-tmp");
-        std::fs::write(&tmp, pid.to_string()).map_err(|e| format!("{}: {e}", tmp.display()))?;
-        std::fs::rename(&tmp, p).map_err(|e| format!("{}: {e}", p.display()))?;
+        std::fs::write(&tmp, pid.to_string()).map_err(Error::io(&tmp))?;
+        std::fs::rename(&tmp, p).map_err(Error::io(p))?;
     }
     // The child outlives us: the engine (conmon, a subreaper) reaps it.
     drop(child);
@@ -552,7 +543,7 @@ fn prepare(
 }
 
 /// The container's process: waits on the exec fifo for `start`, then becomes `germline run`.
-fn init(cli: &Globals, id: &str) -> Result<(), String> {
+fn init(cli: &Globals, id: &str) -> Result<()> {
     let root = &cli.root;
     let st = State::load(root, id)?;
     let cfg = Config::load(cli.config.as_deref())?;
@@ -569,8 +560,8 @@ fn init(cli: &Globals, id: &str) -> Result<(), String> {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .open(state::fifo(root, id))
-            .map_err(|e| format!("exec fifo: {e}"))?;
-        f.write_all(b"0").map_err(|e| format!("exec fifo: {e}"))?;
+            .map_err(Error::sys("exec fifo"))?;
+        f.write_all(b"0").map_err(Error::sys("exec fifo"))?;
     }
     for i in &st.ignored {
         eprintln!("germline-runtime: ignored {i}");
@@ -611,25 +602,23 @@ fn init(cli: &Globals, id: &str) -> Result<(), String> {
     }
     cmd.arg(state::release_dir(root, id));
     let e = cmd.exec();
-    Err(format!("cannot exec {}: {e}", cfg.germline.display()))
+    Err(Error::op("cannot exec", &cfg.germline, e))
 }
 
-fn start(root: &Path, id: &str) -> Result<(), String> {
+fn start(root: &Path, id: &str) -> Result<()> {
     let st = State::load(root, id)?;
     let fifo = state::fifo(root, id);
     if !fifo.exists() {
-        return Err(format!("container \"{id}\" has already been started"));
+        return Err(Error::AlreadyStarted(id.to_string()));
     }
     if !st.alive() {
-        return Err(format!(
-            "container \"{id}\" is not running: its process exited"
-        ));
+        return Err(Error::ProcessExited(id.to_string()));
     }
     let mut f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(&fifo)
-        .map_err(|e| format!("exec fifo: {e}"))?;
+        .map_err(Error::sys("exec fifo"))?;
     let t = Instant::now();
     let mut b = [0u8; 1];
     loop {
@@ -637,25 +626,23 @@ fn start(root: &Path, id: &str) -> Result<(), String> {
             Ok(1) => break,
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(format!("exec fifo: {e}")),
+            Err(e) => return Err(Error::sys("exec fifo")(e)),
         }
         if !st.alive() {
-            return Err(format!("container \"{id}\" exited before it started"));
+            return Err(Error::ExitedBeforeStart(id.to_string()));
         }
         if t.elapsed() > Duration::from_secs(10) {
-            return Err(format!(
-                "container \"{id}\" did not take the start within 10 s"
-            ));
+            return Err(Error::StartTimeout(id.to_string()));
         }
         std::thread::sleep(Duration::from_millis(2));
     }
-    std::fs::remove_file(&fifo).map_err(|e| format!("{}: {e}", fifo.display()))
+    std::fs::remove_file(&fifo).map_err(Error::io(&fifo))
 }
 
-fn pause(root: &Path, id: &str, frozen: bool) -> Result<(), String> {
+fn pause(root: &Path, id: &str, frozen: bool) -> Result<()> {
     let mut st = State::load(root, id)?;
     if !st.alive() {
-        return Err(format!("container \"{id}\" is not running"));
+        return Err(Error::NotRunning(id.to_string()));
     }
     if !cgroup::freeze_dirs(&st.cgroups, frozen) {
         host::kill(st.pid, if frozen { libc::SIGSTOP } else { libc::SIGCONT })?;
@@ -664,7 +651,7 @@ fn pause(root: &Path, id: &str, frozen: bool) -> Result<(), String> {
     st.save(root)
 }
 
-fn delete(root: &Path, id: &str, force: bool) -> Result<(), String> {
+fn delete(root: &Path, id: &str, force: bool) -> Result<()> {
     let st = match State::load(root, id) {
         Ok(s) => s,
         Err(_) if force && !state::dir(root, id).join("state.json").exists() => {
@@ -677,15 +664,19 @@ fn delete(root: &Path, id: &str, force: bool) -> Result<(), String> {
     let status = st.status(root);
     if st.alive() {
         if !force && status != "created" {
-            return Err(format!(
-                "cannot delete container \"{id}\" that is not stopped: {status}"
-            ));
+            return Err(Error::NotStopped {
+                id: id.to_string(),
+                status,
+            });
         }
         cgroup::freeze_dirs(&st.cgroups, false);
         let _ = host::kill(st.pid, libc::SIGKILL);
         let _ = host::kill(st.pid, libc::SIGCONT);
         if !host::wait_gone(st.pid, st.start_time, Duration::from_secs(5)) {
-            return Err(format!("container \"{id}\": pid {} did not die", st.pid));
+            return Err(Error::DidNotDie {
+                id: id.to_string(),
+                pid: st.pid,
+            });
         }
     }
     remove_state(root, id, Some(&st));
@@ -729,11 +720,12 @@ mod tests {
 
     #[test]
     fn signals_by_number_and_name() {
-        assert_eq!(parse_signal("15"), Ok(libc::SIGTERM));
-        assert_eq!(parse_signal("TERM"), Ok(libc::SIGTERM));
-        assert_eq!(parse_signal("SIGKILL"), Ok(libc::SIGKILL));
-        assert_eq!(parse_signal("sigint"), Ok(libc::SIGINT));
+        assert_eq!(parse_signal("15").ok(), Some(libc::SIGTERM));
+        assert_eq!(parse_signal("TERM").ok(), Some(libc::SIGTERM));
+        assert_eq!(parse_signal("SIGKILL").ok(), Some(libc::SIGKILL));
+        assert_eq!(parse_signal("sigint").ok(), Some(libc::SIGINT));
         assert!(parse_signal("0").is_err());
-        assert!(parse_signal("BOGUS").is_err());
+        let e = parse_signal("BOGUS").expect_err("unknown name");
+        assert_eq!(e.to_string(), "unknown signal \"BOGUS\"");
     }
 }

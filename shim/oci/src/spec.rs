@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use crate::error::{Error, Result};
+
 /// Most bytes of a `config.json` we read.
 const MAX_CONFIG: u64 = 4 << 20;
 
@@ -105,26 +107,30 @@ fn strings(v: Option<&Value>) -> Vec<String> {
 
 impl EngineSpec {
     /// Reads `bundle/config.json`.
-    pub fn load(bundle: &Path) -> Result<EngineSpec, String> {
+    pub fn load(bundle: &Path) -> Result<EngineSpec> {
         let p = bundle.join("config.json");
-        let f = std::fs::File::open(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+        let f = std::fs::File::open(&p).map_err(Error::io(&p))?;
         let mut text = String::new();
         std::io::Read::read_to_string(&mut std::io::Read::take(f, MAX_CONFIG + 1), &mut text)
-            .map_err(|e| format!("{}: {e}", p.display()))?;
+            .map_err(Error::io(&p))?;
         if text.len() as u64 > MAX_CONFIG {
-            return Err(format!("{}: larger than 4 MiB", p.display()));
+            return Err(Error::TooLarge(p));
         }
-        let v: Value =
-            serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", p.display()))?;
+        let v: Value = serde_json::from_str(&text).map_err(|source| Error::NotJson {
+            file: p.display().to_string(),
+            source,
+        })?;
         Self::parse(&v, bundle, &p.display().to_string())
     }
 
     /// Interprets a parsed `config.json` of the bundle `bundle` (`file` names it in errors).
-    pub fn parse(v: &Value, bundle: &Path, file: &str) -> Result<EngineSpec, String> {
+    pub fn parse(v: &Value, bundle: &Path, file: &str) -> Result<EngineSpec> {
         let root = field(v, &["root", "path"])
             .and_then(Value::as_str)
-            .ok_or_else(|| {
-                format!("{file}: field `root.path`: missing, expected the rootfs path")
+            .ok_or_else(|| Error::Field {
+                file: file.to_string(),
+                field: "root.path",
+                message: "missing, expected the rootfs path".into(),
             })?;
         let rootfs = if Path::new(root).is_absolute() {
             PathBuf::from(root)
@@ -150,11 +156,13 @@ impl EngineSpec {
             Some(a) => Some(
                 a.as_str()
                     .and_then(|s| s.parse::<std::net::SocketAddr>().ok())
-                    .ok_or_else(|| {
-                        format!(
-                            "{file}: annotation `{LISTEN_ANNOTATION}`: {a}, expected IP:PORT \
-                             (e.g. 10.0.0.5:8080) for the Streamable HTTP endpoint"
-                        )
+                    .ok_or_else(|| Error::Annotation {
+                        file: file.to_string(),
+                        name: LISTEN_ANNOTATION,
+                        message: format!(
+                            "{a}, expected IP:PORT (e.g. 10.0.0.5:8080) for the Streamable \
+                             HTTP endpoint"
+                        ),
                     })?,
             ),
         };
@@ -202,10 +210,11 @@ impl EngineSpec {
             Some(n) => match n.get("path").and_then(Value::as_str) {
                 Some(p) if !p.is_empty() => {
                     if !Path::new(p).is_absolute() {
-                        return Err(format!(
-                            "{file}: field `linux.namespaces[network].path`: {p:?}, expected \
-                             an absolute path"
-                        ));
+                        return Err(Error::Field {
+                            file: file.to_string(),
+                            field: "linux.namespaces[network].path",
+                            message: format!("{p:?}, expected an absolute path"),
+                        });
                     }
                     Network::Path(PathBuf::from(p))
                 }
@@ -365,11 +374,18 @@ mod tests {
         assert_eq!(s.listen, Some("10.0.0.5:8080".parse().expect("addr")));
         v["annotations"] = json!({"dev.germline.mcp/listen": "pod:8080"});
         let e = EngineSpec::parse(&v, Path::new("/b"), "c.json").expect_err("bad listen");
-        assert!(e.contains("annotation `dev.germline.mcp/listen`"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("annotation `dev.germline.mcp/listen`"),
+            "{e}"
+        );
         v["annotations"] = json!({});
         v["linux"]["namespaces"] = json!([{"type": "network", "path": "netns/p1"}]);
         let e = EngineSpec::parse(&v, Path::new("/b"), "c.json").expect_err("relative");
-        assert!(e.contains("linux.namespaces[network].path"), "{e}");
+        assert!(
+            e.to_string().contains("linux.namespaces[network].path"),
+            "{e}"
+        );
         v["linux"]["namespaces"] = json!([{"type": "pid"}]);
         let s = EngineSpec::parse(&v, Path::new("/b"), "c.json").expect("spec");
         assert_eq!(s.network, Network::Host);
@@ -381,6 +397,6 @@ mod tests {
         let s = EngineSpec::parse(&v, Path::new("/b"), "c.json").expect("spec");
         assert_eq!(s.rootfs, PathBuf::from("/b/rootfs"));
         let e = EngineSpec::parse(&json!({}), Path::new("/b"), "c.json").expect_err("no root");
-        assert!(e.contains("c.json: field `root.path`"), "{e}");
+        assert!(e.to_string().contains("c.json: field `root.path`"), "{e}");
     }
 }

@@ -7,6 +7,8 @@ use serde_json::{json, Value};
 
 use germline_sys::{paths, procfs};
 
+use crate::error::{Error, Result};
+
 /// Default `--root`.
 pub const DEFAULT_ROOT: &str = paths::RUNTIME_ROOT;
 
@@ -41,7 +43,7 @@ pub struct State {
 }
 
 /// A container id as runc accepts it: letters, digits, `_`, `.`, `-`, `+`; no path tricks.
-pub fn check_id(id: &str) -> Result<(), String> {
+pub fn check_id(id: &str) -> Result<()> {
     let ok = !id.is_empty()
         && id.len() <= 1024
         && id != "."
@@ -52,9 +54,7 @@ pub fn check_id(id: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "invalid container id {id:?}: expected letters, digits, '_', '.', '-', '+'"
-        ))
+        Err(Error::InvalidId(id.to_string()))
     }
 }
 
@@ -92,26 +92,26 @@ pub fn runc_root(root: &Path) -> PathBuf {
 }
 
 impl State {
-    pub fn load(root: &Path, id: &str) -> Result<State, String> {
+    pub fn load(root: &Path, id: &str) -> Result<State> {
         check_id(id)?;
         let p = dir(root, id).join("state.json");
         let text = std::fs::read_to_string(&p).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
-                format!("container \"{id}\" does not exist")
+                Error::NoSuchContainer(id.to_string())
             } else {
-                format!("{}: {e}", p.display())
+                Error::io(&p)(e)
             }
         })?;
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))
+        serde_json::from_str(&text).map_err(|source| Error::Json { path: p, source })
     }
 
     /// Writes the state atomically.
-    pub fn save(&self, root: &Path) -> Result<(), String> {
+    pub fn save(&self, root: &Path) -> Result<()> {
         let d = dir(root, &self.id);
         let tmp = d.join(".state.json.tmp");
-        let text = serde_json::to_vec_pretty(self).map_err(|e| e.to_string())?;
-        std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", tmp.display()))?;
-        std::fs::rename(&tmp, d.join("state.json")).map_err(|e| format!("{}: {e}", d.display()))
+        let text = serde_json::to_vec_pretty(self).map_err(Error::Encode)?;
+        std::fs::write(&tmp, text).map_err(Error::io(&tmp))?;
+        std::fs::rename(&tmp, d.join("state.json")).map_err(Error::io(&d))
     }
 
     /// Whether the container's process is alive (and is the one `create` forked).
@@ -190,6 +190,10 @@ mod tests {
         assert_eq!(l.network, s.network);
         assert_eq!(l.listen, s.listen);
         let e = State::load(d.path(), "c2").expect_err("missing");
-        assert_eq!(e, "container \"c2\" does not exist");
+        assert!(
+            matches!(&e, Error::NoSuchContainer(id) if id == "c2"),
+            "{e:?}"
+        );
+        assert_eq!(e.to_string(), "container \"c2\" does not exist");
     }
 }

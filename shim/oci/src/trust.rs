@@ -7,34 +7,32 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::config::Config;
+use crate::error::{Error, Result};
 
 /// Verifies the release at `dir` (`dir/rootfs`) under one of the pinned keys.
 pub fn verify(
     dir: &Path,
     keys: &[PathBuf],
     cfg: &Config,
-) -> Result<(PathBuf, germline_release::release::Verified), String> {
-    if keys.is_empty() {
-        return Err(format!(
-            "release refused: no pinned publisher key (put one in /etc/germline/keys/*.pub or \
-             set `keys` in {})",
-            cfg.source.display()
-        ));
-    }
+) -> Result<(PathBuf, germline_release::release::Verified)> {
     let mut first = None;
     for k in keys {
-        let key = germline_release::keys::load_public_key(k)
-            .map_err(|e| format!("pinned key {}: {e}", k.display()))?;
+        let key =
+            germline_release::keys::load_public_key(k).map_err(|source| Error::PinnedKey {
+                path: k.clone(),
+                source: Box::new(source),
+            })?;
         match germline_release::release::verify_bundle_dir(dir, &key) {
             Ok(v) => return Ok((k.clone(), v)),
             Err(e) => {
-                first.get_or_insert(e.to_string());
+                first.get_or_insert(e);
             }
         }
     }
-    Err(format!(
-        "release refused: {}",
-        first.unwrap_or_else(|| "no key verified it".into())
+    // No key at all, or none verified it (the first key's reason).
+    Err(first.map_or_else(
+        || Error::NoKey(cfg.source.clone()),
+        |e| Error::NotVerified(Box::new(e)),
     ))
 }
 
@@ -53,26 +51,33 @@ pub enum Trust {
 /// expiry, metadata-version rollback), the release's target (length, sha256, contents), and
 /// the rollback state (a version older than one accepted on this node is refused), which it
 /// updates. The release crate's checks, as `germline release verify --tuf-repo` does them.
-pub fn check_trust(cfg: &Config, v: &germline_release::release::Verified) -> Result<Trust, String> {
+pub fn check_trust(cfg: &Config, v: &germline_release::release::Verified) -> Result<Trust> {
+    let m = &v.manifest;
+    check_metadata(cfg, v).map_err(|e| Error::Refused {
+        release: format!("{} {}", m.name, m.version),
+        source: Box::new(e),
+    })
+}
+
+/// [`check_trust`]'s checks; an error is the reason the release is refused.
+fn check_metadata(cfg: &Config, v: &germline_release::release::Verified) -> Result<Trust> {
     let t = &cfg.tuf;
     let m = &v.manifest;
-    let what = format!("release refused: {} {}", m.name, m.version);
     let metadata = t.repo.join("metadata");
     let (have_repo, have_root) = (metadata.is_dir(), t.root.is_file());
     if have_repo != have_root {
         let (missing, present) = if have_repo {
-            (t.root.display().to_string(), metadata.display().to_string())
+            (t.root.clone(), metadata)
         } else {
-            (metadata.display().to_string(), t.root.display().to_string())
+            (metadata, t.root.clone())
         };
-        return Err(format!(
-            "{what}: incomplete trust metadata on this node: {present} exists but \
-             {missing} does not (`[tuf]` in {})",
-            cfg.source.display()
-        ));
+        return Err(Error::IncompleteTrust {
+            present,
+            missing,
+            config: cfg.source.clone(),
+        });
     }
-    std::fs::create_dir_all(&t.state)
-        .map_err(|e| format!("{what}: rollback state {}: {e}", t.state.display()))?;
+    std::fs::create_dir_all(&t.state).map_err(|e| Error::op("rollback state", &t.state, e))?;
     // One check at a time per node: the state is read, compared and rewritten.
     let lock_path = t.state.join("lock");
     let lock = std::fs::OpenOptions::new()
@@ -81,49 +86,37 @@ pub fn check_trust(cfg: &Config, v: &germline_release::release::Verified) -> Res
         .write(true)
         .mode(0o600)
         .open(&lock_path)
-        .map_err(|e| format!("{what}: {}: {e}", lock_path.display()))?;
+        .map_err(Error::io(&lock_path))?;
     // Released when `lock` is dropped.
     germline_sys::sys::flock(lock.as_raw_fd(), libc::LOCK_EX)
-        .map_err(|e| format!("{what}: locking {}: {e}", lock_path.display()))?;
+        .map_err(|e| Error::op("locking", &lock_path, e))?;
     if !have_repo {
         if t.required {
-            return Err(format!(
-                "{what}: no trust metadata on this node: neither {} nor {} exists \
-                 (install the publishers' TUF repository and pinned root there, or set `[tuf] \
-                 repo`/`root` in {}; `[tuf] required = false` runs releases checked against \
-                 the pinned keys and the rollback state only)",
-                metadata.display(),
-                t.root.display(),
-                cfg.source.display()
-            ));
+            return Err(Error::NoTrust {
+                metadata,
+                root: t.root.clone(),
+                config: cfg.source.clone(),
+            });
         }
-        let before =
-            germline_release::tuf::check_rollback(&t.state, m).map_err(|e| refusal(&what, e))?;
+        let before = germline_release::tuf::check_rollback(&t.state, m).map_err(refusal)?;
         return Ok(Trust::StateOnly(before));
     }
     germline_release::tuf::check_release(&t.repo, &t.root, &t.state, &v.manifest_bytes, m)
         .map(Trust::Tuf)
         .map_err(|e| match e {
-            e @ germline_release::error::Error::Rollback { .. } => refusal(&what, e),
-            e => format!("{what}: {e} (pinned root {})", t.root.display()),
+            e @ germline_release::error::Error::Rollback { .. } => refusal(e),
+            source => Error::Tuf {
+                root: t.root.clone(),
+                source: Box::new(source),
+            },
         })
 }
 
-/// A rollback refusal names the release, the version the image carries, the version this node
-/// already accepted and the state file that records it.
-fn refusal(what: &str, e: germline_release::error::Error) -> String {
+/// The release crate's refusal of the rollback state: a rollback, or another reason.
+fn refusal(e: germline_release::error::Error) -> Error {
     match e {
-        germline_release::error::Error::Rollback {
-            name,
-            offered,
-            seen,
-            state,
-        } => format!(
-            "{what}: rollback: the image carries {name} {offered}, older than {name} {seen}, \
-             which this node already accepted (rollback state {})",
-            state.display()
-        ),
-        e => format!("{what}: {e}"),
+        e @ germline_release::error::Error::Rollback { .. } => Error::Rollback(Box::new(e)),
+        e => Error::Release(Box::new(e)),
     }
 }
 

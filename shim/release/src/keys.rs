@@ -110,18 +110,17 @@ impl SigningKey {
     }
 
     pub fn from_pkcs8_der(der: &[u8], file: &str) -> Result<SigningKey> {
-        if let Ok(k) =
+        let p256 = || {
             <p256::ecdsa::SigningKey as p256::pkcs8::DecodePrivateKey>::from_pkcs8_der(der)
-        {
-            return Ok(SigningKey::EcdsaP256(k));
-        }
-        if let Ok(k) = ed25519_dalek::SigningKey::from_pkcs8_der(der) {
-            return Ok(SigningKey::Ed25519(k));
-        }
-        Err(Error::Key {
-            file: file.into(),
-            message: "decrypted key is neither an ECDSA P-256 nor an Ed25519 PKCS#8 key".into(),
-        })
+                .map(SigningKey::EcdsaP256)
+        };
+        let ed25519 = || ed25519_dalek::SigningKey::from_pkcs8_der(der).map(SigningKey::Ed25519);
+        first_key(
+            p256,
+            ed25519,
+            file,
+            "decrypted key is neither an ECDSA P-256 nor an Ed25519 PKCS#8 key",
+        )
     }
 
     /// The `ENCRYPTED SIGSTORE PRIVATE KEY` PEM text.
@@ -225,6 +224,23 @@ impl SigningKey {
 }
 
 /// PEM with `\n` line endings, as Go's encoding/pem (and so cosign) writes it.
+/// The key the first of two decodings yields (ECDSA P-256, then Ed25519), else a `Key` error
+/// on `file` saying `message`.
+fn first_key<K, E1, E2>(
+    p256: impl FnOnce() -> std::result::Result<K, E1>,
+    ed25519: impl FnOnce() -> std::result::Result<K, E2>,
+    file: &str,
+    message: &str,
+) -> Result<K> {
+    p256()
+        .ok()
+        .or_else(|| ed25519().ok())
+        .ok_or_else(|| Error::Key {
+            file: file.into(),
+            message: message.into(),
+        })
+}
+
 fn pem_lf(p: &pem::Pem) -> String {
     pem::encode_config(
         p,
@@ -274,18 +290,18 @@ impl PublicKey {
     }
 
     pub fn from_spki_der(der: &[u8], file: &str) -> Result<PublicKey> {
-        if let Ok(k) =
+        let p256 = || {
             <p256::ecdsa::VerifyingKey as p256::pkcs8::DecodePublicKey>::from_public_key_der(der)
-        {
-            return Ok(PublicKey::EcdsaP256(k));
-        }
-        if let Ok(k) = ed25519_dalek::VerifyingKey::from_public_key_der(der) {
-            return Ok(PublicKey::Ed25519(k));
-        }
-        Err(Error::Key {
-            file: file.into(),
-            message: "expected an ECDSA P-256 or Ed25519 public key (SPKI)".into(),
-        })
+                .map(PublicKey::EcdsaP256)
+        };
+        let ed25519 =
+            || ed25519_dalek::VerifyingKey::from_public_key_der(der).map(PublicKey::Ed25519);
+        first_key(
+            p256,
+            ed25519,
+            file,
+            "expected an ECDSA P-256 or Ed25519 public key (SPKI)",
+        )
     }
 
     /// The sigstore bundle's `publicKey.hint`: base64 of sha256(SPKI DER), as cosign writes it.

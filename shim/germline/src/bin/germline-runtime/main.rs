@@ -163,7 +163,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("germline-runtime: {e}");
-            log.write("error", &e);
+            log.write("error", &e.to_string());
             ExitCode::from(1)
         }
     }

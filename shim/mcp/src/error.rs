@@ -1,0 +1,88 @@
+//! The errors of `germline run` and `germline serve`, as `germline` prints them. The engine's
+//! errors are still text ([`Error::Engine`]).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Everything `germline run` or `germline serve` can fail on before or after serving.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The deployer's policy does not load.
+    #[error("{0}")]
+    Policy(#[from] germline_policy::PolicyError),
+    /// A release's runtime could not start, or its session has ended.
+    #[error("{0}")]
+    Session(#[from] SessionError),
+    /// An error of the engine (release, broker, runtime, evidence, metrics, traces).
+    #[error("{0}")]
+    Engine(String),
+    /// A secret file (`token`, `users`) could not be read.
+    #[error("{what} {}: {source}", .path.display())]
+    Secret {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", .path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A system facility failed (`signals`, `listener`, `tokio`).
+    #[error("{what}: {source}")]
+    Sys {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "token {}: needs at least {} printable characters and no spaces",
+        .0.display(), crate::serve::MIN_TOKEN
+    )]
+    Token(PathBuf),
+    /// A line of the `--users` file (`FILE:LINE`), or the whole file.
+    #[error("users {at}: {message}")]
+    Users { at: String, message: String },
+    #[error(
+        "--outbox {}: expected an existing directory for the recipients' results",
+        .0.display()
+    )]
+    Outbox(PathBuf),
+    #[error(
+        "{release}: the policy's lifetimes.{name:?} = \"long-lived\" needs `germline serve`, \
+         whose germline outlives agent sessions; `germline run` is one session"
+    )]
+    LongLived { release: String, name: String },
+}
+
+impl From<String> for Error {
+    fn from(e: String) -> Self {
+        Error::Engine(e)
+    }
+}
+
+impl Error {
+    /// `what` failed with `source`.
+    pub fn sys(what: &'static str) -> impl FnOnce(std::io::Error) -> Self {
+        move |source| Error::Sys { what, source }
+    }
+}
+
+/// Why a request could not reach its release's runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The agent session is unknown or has ended (a JSON-RPC invalid request).
+    #[error("germline: unknown or ended session: initialize again")]
+    Ended,
+    /// The runtime could not start (a runtime failure).
+    #[error("germline: {0}")]
+    Start(#[source] Box<Error>),
+}
