@@ -1,9 +1,68 @@
-//! The typed causes inside [`crate::runtime::RunError`]: the sandbox's and the broker's own
-//! errors are kept as sources, not flattened into strings, and each displays exactly the
-//! text the shim printed before (the fixed outcome names and JSON-RPC codes are chosen by
-//! the `RunError` variant, never by these).
+//! Why a call failed: [`RunError`], and the typed causes inside it. The sandbox's, the
+//! broker's and the call metadata's own errors are kept as sources, not flattened into
+//! strings, and each displays exactly the text the shim printed before (the fixed outcome
+//! names and JSON-RPC codes are chosen by the `RunError` variant, never by its cause).
 
 use germline_broker::control::ControlError;
+
+use crate::callmeta::CallMetaError;
+
+/// Why a call failed; `Agent` texts reach the agent, the others are the shim's own.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Bad input from the agent: unknown tool, bad arguments, an unlabelled path.
+    #[error("{0}")]
+    Invalid(#[source] CallMetaError),
+    /// The agent's own copy failed (crash, deadline, malformed output, an MCP error).
+    #[error("the tool failed: {0}")]
+    Tool(#[source] ToolFailure),
+    /// The broker is down or refused.
+    #[error("the broker is unavailable: {0}")]
+    Broker(#[source] BrokerFailure),
+    /// The germline or a copy was refused, or could not be started.
+    #[error("{0}")]
+    Sandbox(#[source] SandboxFailure),
+    /// Dampening refuses the release until its penalty decays (docs/evidence.md).
+    #[error("{0}")]
+    Suppressed(String),
+    /// A `[limits]` value of the policy refused this call (crate::limits).
+    #[error("{0}")]
+    Limit(#[source] crate::limits::LimitHit),
+    /// A flow the manifest declares would carry an item to a host not cleared for it
+    /// (crate::flows): refused before any copy runs, nothing held against the release.
+    #[error("{0}")]
+    Flow(Box<crate::flows::FlowRefusal>),
+}
+
+impl RunError {
+    /// The outcome name of a failed call, for metrics, traces and `germline status` (a fixed
+    /// set: never the error's own text).
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            RunError::Invalid(_) => "invalid",
+            RunError::Tool(_) => "tool_failed",
+            RunError::Broker(_) => "broker_failed",
+            RunError::Sandbox(_) => "sandbox_failed",
+            RunError::Suppressed(_) => "suppressed",
+            RunError::Limit(_) => "limit",
+            RunError::Flow(_) => "flow_refused",
+        }
+    }
+}
+
+pub(crate) fn limit(e: crate::limits::LimitHit) -> RunError {
+    RunError::Limit(e)
+}
+
+/// A failure of the sandbox side told in the shim's own words.
+pub(crate) fn said(text: String) -> RunError {
+    RunError::Sandbox(SandboxFailure::Said(text))
+}
+
+/// The broker's control channel failed or the broker answered with an error.
+pub(crate) fn broker_failed(e: germline_broker::control::ControlError) -> RunError {
+    RunError::Broker(BrokerFailure::Control(e))
+}
 
 /// Why the germline, a copy or a baseline process failed or was refused.
 #[derive(Debug, thiserror::Error)]
@@ -38,4 +97,21 @@ pub enum BrokerFailure {
     /// A broker whose connection broke could not be reached again.
     #[error("{0}")]
     Unreachable(String),
+}
+
+/// Why the agent's own copy (or the baseline's process) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolFailure {
+    /// The sandbox's error about the copy (it died, missed its deadline, answered badly).
+    #[error(transparent)]
+    Copy(#[from] germline_sandbox::Error),
+    /// Told in the shim's own words, or the tool's MCP error as it said it.
+    #[error("{0}")]
+    Said(String),
+}
+
+impl From<String> for ToolFailure {
+    fn from(text: String) -> ToolFailure {
+        ToolFailure::Said(text)
+    }
 }

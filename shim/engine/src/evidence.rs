@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 use sha2::Digest as _;
 
 use crate::callmeta::{ArgItem, CallMeta, ItemKind};
-use crate::runtime::RunError;
+use crate::error::RunError;
 
 /// Probe and control tries per trigger unless configured.
 pub const DEFAULT_TRIES: usize = 5;

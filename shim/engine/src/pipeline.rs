@@ -24,7 +24,7 @@ use germline_sandbox::Germline;
 use serde_json::{json, Value};
 
 use crate::callmeta::{ArgItem, CallMeta, ItemKind};
-use crate::error::{BrokerFailure, SandboxFailure};
+use crate::error::{broker_failed, limit, said, BrokerFailure, RunError, SandboxFailure};
 use crate::evidence::Evidence;
 use crate::laps::{micros, Laps};
 use crate::limits::Limiter;
@@ -33,8 +33,7 @@ use crate::outbox::{self, Delivery};
 use crate::relay::{self, Agent, Buffered, CopyRelay};
 use crate::release::Release;
 use crate::runtime::{
-    add_meta, agent_clearance_of, broker_failed, limit, said, tool_result, Mode, Outcome, RunError,
-    AGENT, ITEMS_DIR, OTHER_COPY_FAILED,
+    add_meta, agent_clearance_of, tool_result, Mode, Outcome, AGENT, ITEMS_DIR, OTHER_COPY_FAILED,
 };
 use crate::sidecar::Sidecar;
 
@@ -511,7 +510,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         let Some((result, label)) = agent else {
             return Err(said("Plan formed no group for the agent".into()));
         };
-        let mut result = result.map_err(RunError::Tool)?;
+        let mut result = result.map_err(|e| RunError::Tool(e.into()))?;
         let mut g = json!({"label": label, "copies": plan.groups.len(), "mode": self.mode.name()});
         if others_failed {
             g["notice"] = json!(OTHER_COPY_FAILED);
@@ -560,7 +559,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         // Redacted before any copy runs (a copy taken ahead is dropped, so killed, on error).
         let args = meta
             .arguments_for(in_view, ITEMS_DIR)
-            .map_err(|e| RunError::Invalid(e.to_string()))?;
+            .map_err(RunError::Invalid)?;
         let view_bytes = meta
             .items
             .iter()

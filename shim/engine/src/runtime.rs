@@ -26,7 +26,8 @@ use serde_json::{json, Value};
 
 use crate::builder::RuntimeBuilder;
 use crate::callmeta::CallMeta;
-use crate::error::{BrokerFailure, SandboxFailure};
+pub use crate::error::RunError;
+use crate::error::{broker_failed, limit, said, SandboxFailure, ToolFailure};
 use crate::observe::{CallObserver, CallView, Observers, RuntimeView};
 use crate::outbox::{self, Delivery};
 use crate::pipeline::Stages;
@@ -72,49 +73,6 @@ impl Mode {
         Mode::Nosplit,
         Mode::Germline,
     ];
-}
-
-/// Why a call failed; `Agent` texts reach the agent, the others are the shim's own.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// Bad input from the agent: unknown tool, bad arguments, an unlabelled path.
-    #[error("{0}")]
-    Invalid(String),
-    /// The agent's own copy failed (crash, deadline, malformed output, an MCP error).
-    #[error("the tool failed: {0}")]
-    Tool(String),
-    /// The broker is down or refused.
-    #[error("the broker is unavailable: {0}")]
-    Broker(#[source] BrokerFailure),
-    /// The germline or a copy was refused, or could not be started.
-    #[error("{0}")]
-    Sandbox(#[source] SandboxFailure),
-    /// Dampening refuses the release until its penalty decays (docs/evidence.md).
-    #[error("{0}")]
-    Suppressed(String),
-    /// A `[limits]` value of the policy refused this call (crate::limits).
-    #[error("{0}")]
-    Limit(crate::limits::LimitHit),
-    /// A flow the manifest declares would carry an item to a host not cleared for it
-    /// (crate::flows): refused before any copy runs, nothing held against the release.
-    #[error("{0}")]
-    Flow(Box<crate::flows::FlowRefusal>),
-}
-
-impl RunError {
-    /// The outcome name of a failed call, for metrics, traces and `germline status` (a fixed
-    /// set: never the error's own text).
-    pub fn outcome(&self) -> &'static str {
-        match self {
-            RunError::Invalid(_) => "invalid",
-            RunError::Tool(_) => "tool_failed",
-            RunError::Broker(_) => "broker_failed",
-            RunError::Sandbox(_) => "sandbox_failed",
-            RunError::Suppressed(_) => "suppressed",
-            RunError::Limit(_) => "limit",
-            RunError::Flow(_) => "flow_refused",
-        }
-    }
 }
 
 /// What one call returned to the agent.
@@ -575,12 +533,14 @@ impl Runtime {
                         self.germline_down = Some(d);
                         said(text)
                     }
-                    None => RunError::Tool(e.to_string()),
+                    None => RunError::Tool(ToolFailure::Copy(e)),
                 })
             }
             Backend::Process(p) => {
-                p.ensure_initialized(deadline).map_err(RunError::Tool)?;
-                p.request(method, params, deadline).map_err(RunError::Tool)
+                p.ensure_initialized(deadline)
+                    .map_err(|e| RunError::Tool(e.into()))?;
+                p.request(method, params, deadline)
+                    .map_err(|e| RunError::Tool(e.into()))
             }
             Backend::Fresh => {
                 let spec = self
@@ -588,8 +548,10 @@ impl Runtime {
                     .as_ref()
                     .ok_or_else(|| said("no process spec".into()))?;
                 let mut p = ToolProcess::start(spec).map_err(said)?;
-                p.ensure_initialized(deadline).map_err(RunError::Tool)?;
-                p.request(method, params, deadline).map_err(RunError::Tool)
+                p.ensure_initialized(deadline)
+                    .map_err(|e| RunError::Tool(e.into()))?;
+                p.request(method, params, deadline)
+                    .map_err(|e| RunError::Tool(e.into()))
             }
         }
     }
@@ -813,13 +775,15 @@ impl Runtime {
         };
         if !p.alive() {
             let _ = self.broker.client.end_call(call);
-            return Err(RunError::Tool("the tool process has exited".into()));
+            return Err(RunError::Tool(ToolFailure::Said(
+                "the tool process has exited".into(),
+            )));
         }
         let args = match meta.arguments_for(&|_| true, ITEMS_DIR) {
             Ok(a) => a,
             Err(e) => {
                 let _ = self.broker.client.end_call(call);
-                return Err(RunError::Invalid(e.to_string()));
+                return Err(RunError::Invalid(e));
             }
         };
         let start = match &self.host_proxy {
@@ -887,7 +851,7 @@ impl Runtime {
                 label: label.clone(),
             })
             .collect();
-        let mut result = r.map_err(RunError::Tool)?;
+        let mut result = r.map_err(|e| RunError::Tool(e.into()))?;
         let recipients = (!deliveries.is_empty()).then(|| {
             outbox::deliver_all(
                 self.outbox.as_deref(),
@@ -1054,20 +1018,6 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-pub(crate) fn limit(e: crate::limits::LimitHit) -> RunError {
-    RunError::Limit(e)
-}
-
-/// A failure of the sandbox side told in the shim's own words.
-pub(crate) fn said(text: String) -> RunError {
-    RunError::Sandbox(SandboxFailure::Said(text))
-}
-
-/// The broker's control channel failed or the broker answered with an error.
-pub(crate) fn broker_failed(e: germline_broker::control::ControlError) -> RunError {
-    RunError::Broker(BrokerFailure::Control(e))
 }
 
 /// The agent's clearance in this call (public if the call has no agent: nothing to raise).
