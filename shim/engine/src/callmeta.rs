@@ -297,6 +297,34 @@ fn raised(raise: &BTreeMap<String, Label>, path: &ArgPath, label: &mut Label) {
     }
 }
 
+/// An argument whose value the signed manifest reads: the call's destination host
+/// (`destinations.host_of_argument`) or its result's recipients (`consumers.of_argument`).
+struct NamedArg<'a> {
+    tool: &'a str,
+    arg: &'a str,
+    /// It names the recipients (else the destination host).
+    recipients: bool,
+}
+
+impl NamedArg<'_> {
+    /// The error saying what is wrong with the argument (`found`).
+    fn err(&self, found: String) -> CallMetaError {
+        let (tool, arg) = (self.tool.to_string(), self.arg.to_string());
+        if self.recipients {
+            CallMetaError::Recipient { tool, arg, found }
+        } else {
+            CallMetaError::Destination { tool, arg, found }
+        }
+    }
+
+    /// The argument's value in `arguments`.
+    fn value<'v>(&self, arguments: &'v Value) -> Result<&'v Value, CallMetaError> {
+        arguments
+            .get(self.arg)
+            .ok_or_else(|| self.err("the call has no such argument".into()))
+    }
+}
+
 /// The destination hosts `D_f` the signed manifest declares for this call.
 pub fn destinations(
     tool_name: &str,
@@ -311,14 +339,13 @@ pub fn destinations(
         .map(|h| h.to_ascii_lowercase())
         .collect();
     if let Some(arg) = &tool.destinations.host_of_argument {
-        let err = |found: String| CallMetaError::Destination {
-            tool: tool_name.to_string(),
-            arg: arg.clone(),
-            found,
+        let named = NamedArg {
+            tool: tool_name,
+            arg,
+            recipients: false,
         };
-        let v = arguments
-            .get(arg)
-            .ok_or_else(|| err("the call has no such argument".into()))?;
+        let err = |found: String| named.err(found);
+        let v = named.value(arguments)?;
         let s = v
             .as_str()
             .ok_or_else(|| err(format!("its value is not a string: {v}")))?;
@@ -358,14 +385,13 @@ pub fn recipients(
     };
     let mut out: Vec<String> = c.names.clone();
     if let Some(arg) = &c.of_argument {
-        let err = |found: String| CallMetaError::Recipient {
-            tool: tool_name.to_string(),
-            arg: arg.clone(),
-            found,
+        let named = NamedArg {
+            tool: tool_name,
+            arg,
+            recipients: true,
         };
-        let v = arguments
-            .get(arg)
-            .ok_or_else(|| err("the call has no such argument".into()))?;
+        let err = |found: String| named.err(found);
+        let v = named.value(arguments)?;
         let names: Vec<&str> = match v {
             Value::String(s) => vec![s.as_str()],
             Value::Array(a) => a

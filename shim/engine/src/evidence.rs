@@ -656,13 +656,8 @@ pub struct Tries {
 /// request digests to the destination, in order. The evidence layer asks for re-runs through
 /// this and nothing else of the runtime.
 pub trait Replay {
-    fn replay_copy(
-        &mut self,
-        meta: &CallMeta,
-        view: &[String],
-        spec: &ReplaySpec,
-        twin_on: bool,
-    ) -> Result<Vec<String>, RunError>;
+    /// One copy of `job`'s call with `view`'s items (its probe's or its control's).
+    fn replay_copy(&mut self, job: &Job, view: &[String]) -> Result<Vec<String>, RunError>;
 }
 
 /// Runs a job's probe and control `tries` times each (alternating) and classifies them
@@ -688,7 +683,7 @@ pub fn rerun(
             (&job.probe_view, &mut t.probe),
             (&job.control_view, &mut t.control),
         ] {
-            let seq = replay.replay_copy(&job.meta, view, &job.spec, job.twin_on)?;
+            let seq = replay.replay_copy(job, view)?;
             out.push(seq.iter().map(String::as_str).ne(expected.iter().copied()));
         }
     }

@@ -235,7 +235,8 @@ pub(crate) struct Stages<'a, S: CopySource, B: BrokerApi> {
     pub(crate) last_requests: &'a mut Vec<(usize, RequestEvent)>,
 }
 
-/// Plan for `meta` (the broker's `begin_call`).
+/// Plan for `meta` (the broker's `begin_call`); `replay`: a probe or control re-run's, served
+/// by the broker from the record.
 pub(crate) fn begin<B: BrokerApi>(
     broker: &mut B,
     release: &Release,
@@ -243,6 +244,7 @@ pub(crate) fn begin<B: BrokerApi>(
     meta: &CallMeta,
     mode: PlanMode,
     open: bool,
+    replay: Option<&ReplaySpec>,
 ) -> Result<(u64, Twin, Plan), RunError> {
     begin_with(
         broker,
@@ -255,7 +257,7 @@ pub(crate) fn begin<B: BrokerApi>(
             mode,
             rules: LabelRules::default(),
             open,
-            replay: None,
+            replay: replay.cloned(),
         },
     )
 }
@@ -365,8 +367,15 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         meta: &'m CallMeta,
         plan_mode: PlanMode,
     ) -> Result<(CallCtx<'m>, Plan), RunError> {
-        let (call, twin0, plan) =
-            begin(self.broker, self.release, self.user, meta, plan_mode, false)?;
+        let (call, twin0, plan) = begin(
+            self.broker,
+            self.release,
+            self.user,
+            meta,
+            plan_mode,
+            false,
+            None,
+        )?;
         let agent_group = plan
             .groups
             .iter()
@@ -698,24 +707,18 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
     /// the destination, in order.
     pub(crate) fn replay_copy(
         &mut self,
-        meta: &CallMeta,
+        job: &crate::evidence::Job,
         view: &[String],
-        spec: &ReplaySpec,
-        twin_on: bool,
     ) -> Result<Vec<String>, RunError> {
-        let (call, twin, _) = begin_with(
+        let (meta, spec) = (&job.meta, &job.spec);
+        let (call, twin, _) = begin(
             self.broker,
-            BeginCall {
-                release: self.release.digest.clone(),
-                user: self.user.to_string(),
-                items: meta.item_meta(),
-                hosts: meta.hosts.clone(),
-                consumers: meta.consumers.clone(),
-                mode: PlanMode::NoSplit,
-                rules: LabelRules::default(),
-                open: false,
-                replay: Some(spec.clone()),
-            },
+            self.release,
+            self.user,
+            meta,
+            PlanMode::NoSplit,
+            false,
+            Some(spec),
         )?;
         let in_view = |i: &ArgItem| view.iter().any(|v| v == &i.name);
         let job = CopyJob {
@@ -727,7 +730,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             inadmissible: Some(
                 "germline: a probe or control re-run never reaches the agent".into(),
             ),
-            twin: twin_on.then_some((twin.time_ns, twin.seed)),
+            twin: job.twin_on.then_some((twin.time_ns, twin.seed)),
             rerun: true,
             copy: None,
         };

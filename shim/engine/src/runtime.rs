@@ -18,7 +18,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use germline_broker::ca::CopyTrust;
-use germline_policy::witness::ReplaySpec;
 use germline_policy::{Label, Plan, PlanMode};
 use germline_sandbox::spec::BindMount;
 use germline_sandbox::{Germline, LaunchSpec, Limits, Options};
@@ -274,6 +273,22 @@ pub fn launch_spec(
     })
 }
 
+/// The view of a runtime its observers are told through ([`crate::observe`]), borrowed field
+/// by field, so that the runtime's observers can be borrowed mutably beside it.
+macro_rules! view_of {
+    ($rt:expr) => {
+        RuntimeView {
+            release: &$rt.release,
+            mode: $rt.mode,
+            lifetime: $rt.lifetime,
+            pid: $rt.backend.pid(),
+            germline: $rt.backend.germline(),
+            evidence: &$rt.evidence,
+            last_requests: &$rt.last_requests,
+        }
+    };
+}
+
 impl Runtime {
     /// Starts the release's germline (or the baseline's process) for one session, configured
     /// as `cfg` says ([`RuntimeBuilder::build`]).
@@ -467,29 +482,13 @@ impl Runtime {
         if self.observers.is_empty() {
             return;
         }
-        let view = RuntimeView {
-            release: &self.release,
-            mode: self.mode,
-            lifetime: self.lifetime,
-            pid: self.backend.pid(),
-            germline: self.backend.germline(),
-            evidence: &self.evidence,
-            last_requests: &self.last_requests,
-        };
+        let view = view_of!(self);
         self.observers.each(|o| f(o, &view));
     }
 
     /// `f` on a view of this runtime, as its observers see it.
     pub(crate) fn observe_with<T>(&self, f: impl FnOnce(&RuntimeView<'_>) -> T) -> T {
-        f(&RuntimeView {
-            release: &self.release,
-            mode: self.mode,
-            lifetime: self.lifetime,
-            pid: self.backend.pid(),
-            germline: self.backend.germline(),
-            evidence: &self.evidence,
-            last_requests: &self.last_requests,
-        })
+        f(&view_of!(self))
     }
 
     /// The germline, to fork copies outside a call (`germline bench`'s memory of live copies).
@@ -569,6 +568,7 @@ impl Runtime {
             meta,
             mode,
             open,
+            None,
         )
     }
 
@@ -1005,12 +1005,10 @@ impl Runtime {
 impl crate::evidence::Replay for Runtime {
     fn replay_copy(
         &mut self,
-        meta: &CallMeta,
+        job: &crate::evidence::Job,
         view: &[String],
-        spec: &ReplaySpec,
-        twin_on: bool,
     ) -> Result<Vec<String>, RunError> {
-        self.stages()?.replay_copy(meta, view, spec, twin_on)
+        self.stages()?.replay_copy(job, view)
     }
 }
 
