@@ -579,21 +579,10 @@ mod tests {
     use serde_json::json;
 
     fn policy(dir: &Path, extra: &str) -> Policy {
-        let text = format!(
-            r#"[labels]
-hr = "hr"
-finance = "finance"
-
+        let rules = format!(
+            r#"
 [[item]]
-path = "{d}/hr/**"
-label = ["hr"]
-
-[[item]]
-path = "{d}/fin/**"
-label = ["finance"]
-
-[[item]]
-uri = "sqlite://{d}/fin/*"
+path = "{{d}}/fin/**"
 label = ["finance"]
 
 [[argument]]
@@ -606,11 +595,9 @@ label = []
 
 [consumers]
 agent = ["hr", "finance"]
-{extra}
-"#,
-            d = dir.display()
+{extra}"#
         );
-        Policy::parse(Path::new("p.toml"), &text).expect("policy")
+        crate::testkit::policy(dir, &rules)
     }
 
     fn tool(hosts: &[&str], arg: Option<&str>) -> Tool {
@@ -625,14 +612,12 @@ agent = ["hr", "finance"]
     }
 
     fn world() -> tempfile::TempDir {
-        let d = tempfile::tempdir().expect("tempdir");
-        std::fs::create_dir_all(d.path().join("hr")).expect("mkdir");
-        std::fs::create_dir_all(d.path().join("fin")).expect("mkdir");
-        std::fs::write(d.path().join("hr/salary.csv"), "alice,1").expect("write");
-        std::fs::write(d.path().join("fin/invoice.txt"), "INVOICE").expect("write");
-        std::fs::write(d.path().join("fin/ledger.db"), "DB").expect("write");
-        std::fs::write(d.path().join("stray.txt"), "x").expect("write");
-        d
+        crate::testkit::tree([
+            ("hr/salary.csv", "alice,1"),
+            ("fin/invoice.txt", "INVOICE"),
+            ("fin/ledger.db", "DB"),
+            ("stray.txt", "x"),
+        ])
     }
 
     #[test]
@@ -663,6 +648,33 @@ agent = ["hr", "finance"]
             recipients(&p, "mail", &tool(&[], None), &args, None, "agent")
                 .expect("none")
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_missing_named_argument_is_told_as_the_destination_or_the_recipients_it_names() {
+        let d = world();
+        let p = policy(d.path(), "");
+        let args = json!({"body": "hi"});
+        let e = destinations("fetch", &tool(&[], Some("url")), &args).expect_err("no url");
+        assert_eq!(
+            e,
+            CallMetaError::Destination {
+                tool: "fetch".into(),
+                arg: "url".into(),
+                found: "the call has no such argument".into(),
+            }
+        );
+        let mut t = tool(&[], None);
+        t.consumers = Some(germline_release::manifest::Consumers {
+            names: Vec::new(),
+            of_argument: Some("to".into()),
+        });
+        let e = recipients(&p, "mail", &t, &args, None, "agent").expect_err("no to");
+        assert_eq!(
+            e.to_string(),
+            "tool `mail` names its result's recipients by argument `to`, but the call has no \
+             such argument"
         );
     }
 

@@ -267,29 +267,11 @@ impl ToolProcess {
         params: Value,
         deadline: Instant,
     ) -> Result<Value, String> {
-        self.chan.set_deadline(deadline);
-        self.mcp
-            .request(&mut self.chan, method, params)
-            .map_err(text)
+        self.exchange(deadline, |mcp, chan| mcp.request(chan, method, params))
     }
 
-    /// Like [`ToolProcess::request`], handing notifications to `observer`; requests the tool
-    /// makes of the client are answered with an error, as in a germline copy.
-    pub fn request_observed(
-        &mut self,
-        method: &str,
-        params: Value,
-        deadline: Instant,
-        observer: &mut dyn FnMut(&Value),
-    ) -> Result<Value, String> {
-        self.chan.set_deadline(deadline);
-        self.mcp
-            .request_observed(&mut self.chan, method, params, observer)
-            .map_err(text)
-    }
-
-    /// Like [`ToolProcess::request_observed`], with one handler for the notifications and
-    /// the requests the tool sends meanwhile (as `Copy::request_relayed` in the sandbox):
+    /// Like [`ToolProcess::request`], with one handler for the notifications and the requests
+    /// the tool sends meanwhile (as `Copy::request_relayed` in the sandbox):
     /// `Some({"result": ..})` or `Some({"error": ..})` answers a request, `None` refuses it.
     pub fn request_relayed(
         &mut self,
@@ -298,10 +280,9 @@ impl ToolProcess {
         deadline: Instant,
         handler: &mut dyn FnMut(&Value) -> Option<Value>,
     ) -> Result<Value, String> {
-        self.chan.set_deadline(deadline);
-        self.mcp
-            .request_relayed(&mut self.chan, method, params, handler)
-            .map_err(text)
+        self.exchange(deadline, |mcp, chan| {
+            mcp.request_relayed(chan, method, params, handler)
+        })
     }
 
     /// initialize (once), then tools/call with the call's `_meta`.
@@ -319,8 +300,18 @@ impl ToolProcess {
     }
 
     pub fn ensure_initialized(&mut self, deadline: Instant) -> Result<(), String> {
+        self.exchange(deadline, |mcp, chan| mcp.ensure_handshake(chan))
+    }
+
+    /// `f` on the process's MCP session and its channel, before `deadline`; a failure in this
+    /// module's words.
+    fn exchange<T>(
+        &mut self,
+        deadline: Instant,
+        f: impl FnOnce(&mut Session, &mut LineChannel<ChildStdin>) -> Result<T, ClientError<LineError>>,
+    ) -> Result<T, String> {
         self.chan.set_deadline(deadline);
-        self.mcp.ensure_handshake(&mut self.chan).map_err(text)
+        f(&mut self.mcp, &mut self.chan).map_err(text)
     }
 
     pub fn alive(&mut self) -> bool {
