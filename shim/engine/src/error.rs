@@ -105,9 +105,21 @@ pub enum ToolFailure {
     /// The sandbox's error about the copy (it died, missed its deadline, answered badly).
     #[error(transparent)]
     Copy(#[from] germline_sandbox::Error),
-    /// Told in the shim's own words, or the tool's MCP error as it said it.
+    /// A `CallToolResult` that is not an object (malformed).
+    #[error("the tool's result is not an object")]
+    NotAnObject,
+    /// Told in the shim's own words, or the baseline process's failure as it was told.
     #[error("{0}")]
     Said(String),
+}
+
+impl ToolFailure {
+    /// A copy's answer as a recipient's result records it: its failure in words.
+    pub(crate) fn delivered(
+        r: &Result<serde_json::Value, ToolFailure>,
+    ) -> Result<serde_json::Value, String> {
+        r.as_ref().map(Clone::clone).map_err(ToString::to_string)
+    }
 }
 
 impl From<String> for ToolFailure {

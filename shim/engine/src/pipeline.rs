@@ -24,7 +24,9 @@ use germline_sandbox::Germline;
 use serde_json::{json, Value};
 
 use crate::callmeta::{ArgItem, CallMeta, ItemKind};
-use crate::error::{broker_failed, limit, said, BrokerFailure, RunError, SandboxFailure};
+use crate::error::{
+    broker_failed, limit, said, BrokerFailure, RunError, SandboxFailure, ToolFailure,
+};
 use crate::evidence::Evidence;
 use crate::laps::{micros, Laps};
 use crate::limits::Limiter;
@@ -311,7 +313,7 @@ impl CallCtx<'_> {
 struct Gathered {
     laps: Laps,
     /// The agent's group's result and label.
-    agent: Option<(Result<Value, String>, Label)>,
+    agent: Option<(Result<Value, ToolFailure>, Label)>,
     /// A copy of another group failed (its words never reach the agent).
     others_failed: bool,
     triggers: usize,
@@ -463,7 +465,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         for c in group.consumers.iter().filter(|c| c.as_str() != AGENT) {
             got.deliveries.push(Delivery {
                 consumer: c.clone(),
-                result: result.clone(),
+                result: ToolFailure::delivered(&result),
                 label: Some(label.clone()),
             });
         }
@@ -519,7 +521,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         let Some((result, label)) = agent else {
             return Err(said("Plan formed no group for the agent".into()));
         };
-        let mut result = result.map_err(|e| RunError::Tool(e.into()))?;
+        let mut result = result.map_err(RunError::Tool)?;
         let mut g = json!({"label": label, "copies": plan.groups.len(), "mode": self.mode.name()});
         if others_failed {
             g["notice"] = json!(OTHER_COPY_FAILED);
@@ -552,7 +554,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         job: CopyJob<'_, S::Copy>,
         agent: &mut Agent<'_>,
         phases: &mut Laps,
-    ) -> Result<(Result<Value, String>, Label, CopyOutcome, bool), RunError> {
+    ) -> Result<(Result<Value, ToolFailure>, Label, CopyOutcome, bool), RunError> {
         let CopyJob {
             call,
             group: gi,
@@ -698,7 +700,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         self.last_requests
             .extend(requests.into_iter().map(|r| (gi, r)));
         phases.lap("broker.end_copy", s);
-        let r = r.map_err(|e| e.to_string()).and_then(tool_result);
+        let r = r.map_err(ToolFailure::Copy).and_then(tool_result);
         Ok((r, outcome.label.clone(), outcome, relay.answered))
     }
 

@@ -828,7 +828,7 @@ impl Runtime {
         let outcome = self.broker.client.end_copy(call, 0);
         let _ = self.broker.client.end_call(call);
         let outcome = outcome.map_err(broker_failed)?;
-        let r = r.and_then(tool_result);
+        let r = r.map_err(ToolFailure::Said).and_then(tool_result);
         let mut label = match self.mode {
             Mode::SigPin => None,
             // Sig+IFC labels by the call's own inputs only (it sees no state or egress).
@@ -847,11 +847,11 @@ impl Runtime {
             .filter(|c| c.name != AGENT)
             .map(|c| Delivery {
                 consumer: c.name.clone(),
-                result: r.clone(),
+                result: ToolFailure::delivered(&r),
                 label: label.clone(),
             })
             .collect();
-        let mut result = r.map_err(|e| RunError::Tool(e.into()))?;
+        let mut result = r.map_err(RunError::Tool)?;
         let recipients = (!deliveries.is_empty()).then(|| {
             outbox::deliver_all(
                 self.outbox.as_deref(),
@@ -1028,11 +1028,11 @@ pub(crate) fn agent_clearance_of(meta: &CallMeta) -> Label {
 }
 
 /// A `CallToolResult` must be an object; anything else from a copy is malformed.
-pub(crate) fn tool_result(v: Value) -> Result<Value, String> {
+pub(crate) fn tool_result(v: Value) -> Result<Value, ToolFailure> {
     if v.is_object() {
         Ok(v)
     } else {
-        Err("the tool's result is not an object".into())
+        Err(ToolFailure::NotAnObject)
     }
 }
 
