@@ -94,9 +94,9 @@ pub enum BrokerFailure {
     /// The broker refused the call (its reason, as it said it).
     #[error("{0}")]
     Refused(String),
-    /// A broker whose connection broke could not be reached again.
+    /// A broker whose connection broke could not be reached (or started) again.
     #[error("{0}")]
-    Unreachable(String),
+    Unreachable(#[source] SidecarError),
 }
 
 /// Why the agent's own copy (or the baseline's process) failed.
@@ -118,12 +118,54 @@ impl ToolFailure {
     pub(crate) fn delivered(
         r: &Result<serde_json::Value, ToolFailure>,
     ) -> Result<serde_json::Value, String> {
-        r.as_ref().map(Clone::clone).map_err(ToString::to_string)
+        match r {
+            Ok(v) => Ok(v.clone()),
+            Err(e) => Err(e.to_string()),
+        }
     }
 }
 
 impl From<String> for ToolFailure {
     fn from(text: String) -> ToolFailure {
         ToolFailure::Said(text)
+    }
+}
+
+/// Why the broker sidecar could not be reached or started ([`crate::sidecar::Sidecar`]).
+#[derive(Debug, thiserror::Error)]
+pub enum SidecarError {
+    /// No broker answers at the socket.
+    #[error("the broker at {} is not reachable: {source}", socket.display())]
+    Unreachable {
+        socket: std::path::PathBuf,
+        #[source]
+        source: ControlError,
+    },
+    /// The session's directory for the broker's socket could not be made.
+    #[error("{}: {source}", dir.display())]
+    RunDir {
+        dir: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// This executable, which the broker is started from, could not be found.
+    #[error("own executable: {0}")]
+    OwnExe(#[source] std::io::Error),
+    #[error("cannot start the broker: {0}")]
+    Spawn(#[source] std::io::Error),
+    /// The broker exited before it answered (what it wrote to stderr).
+    #[error("the broker exited ({status}): {stderr}")]
+    Exited {
+        status: std::process::ExitStatus,
+        stderr: String,
+    },
+    #[error("the broker did not come up within 20 s")]
+    NotUp,
+}
+
+/// The commands above the engine report a sidecar's failure in its words.
+impl From<SidecarError> for String {
+    fn from(e: SidecarError) -> String {
+        e.to_string()
     }
 }

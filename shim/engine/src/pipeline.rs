@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 
 use crate::callmeta::{ArgItem, CallMeta, ItemKind};
 use crate::error::{
-    broker_failed, limit, said, BrokerFailure, RunError, SandboxFailure, ToolFailure,
+    broker_failed, limit, said, BrokerFailure, RunError, SandboxFailure, SidecarError, ToolFailure,
 };
 use crate::evidence::Evidence;
 use crate::laps::{micros, Laps};
@@ -146,7 +146,7 @@ pub trait BrokerApi {
     /// Plan and the call's twin inputs.
     fn begin_call(&self, call: BeginCall) -> Result<(u64, Twin, Plan), ControlError>;
     /// A fresh connection after the old one broke (a restarted broker).
-    fn reconnect(&mut self) -> Result<(), String>;
+    fn reconnect(&mut self) -> Result<(), SidecarError>;
     /// Serves group `group`'s egress from the copy's network namespace.
     fn start_copy(
         &self,
@@ -171,7 +171,7 @@ impl BrokerApi for Sidecar {
     fn begin_call(&self, call: BeginCall) -> Result<(u64, Twin, Plan), ControlError> {
         self.client.begin_call(call)
     }
-    fn reconnect(&mut self) -> Result<(), String> {
+    fn reconnect(&mut self) -> Result<(), SidecarError> {
         Sidecar::reconnect(self)
     }
     fn start_copy(
@@ -934,9 +934,12 @@ mod tests {
                 p,
             ))
         }
-        fn reconnect(&mut self) -> Result<(), String> {
+        fn reconnect(&mut self) -> Result<(), SidecarError> {
             if self.down {
-                Err("the broker's control socket is gone".into())
+                Err(SidecarError::Unreachable {
+                    socket: "/fake/broker.sock".into(),
+                    source: ControlError::Closed,
+                })
             } else {
                 Ok(())
             }
@@ -1192,7 +1195,12 @@ r2 = ["c"]
         let (r, notes) = call(&mut source, &mut broker, &meta(2));
         let e = r.expect_err("no broker");
         assert_eq!(e.outcome(), "broker_failed", "{e}");
-        assert!(e.to_string().contains("control socket is gone"), "{e}");
+        assert!(
+            e.to_string().contains(
+                "the broker at /fake/broker.sock is not reachable: control channel closed"
+            ),
+            "{e}"
+        );
         assert_eq!(source.count("take"), 0, "{:?}", source.events());
         assert!(notes.is_empty());
     }
