@@ -306,7 +306,23 @@ struct NamedArg<'a> {
     recipients: bool,
 }
 
-impl NamedArg<'_> {
+impl<'a> NamedArg<'a> {
+    fn destination(tool: &'a str, arg: &'a str) -> Self {
+        NamedArg {
+            tool,
+            arg,
+            recipients: false,
+        }
+    }
+
+    fn recipients(tool: &'a str, arg: &'a str) -> Self {
+        NamedArg {
+            tool,
+            arg,
+            recipients: true,
+        }
+    }
+
     /// The error saying what is wrong with the argument (`found`).
     fn err(&self, found: String) -> CallMetaError {
         let (tool, arg) = (self.tool.to_string(), self.arg.to_string());
@@ -339,13 +355,9 @@ pub fn destinations(
         .map(|h| h.to_ascii_lowercase())
         .collect();
     if let Some(arg) = &tool.destinations.host_of_argument {
-        let named = NamedArg {
-            tool: tool_name,
-            arg,
-            recipients: false,
-        };
-        let err = |found: String| named.err(found);
+        let named = NamedArg::destination(tool_name, arg);
         let v = named.value(arguments)?;
+        let err = |found: String| named.err(found);
         let s = v
             .as_str()
             .ok_or_else(|| err(format!("its value is not a string: {v}")))?;
@@ -385,13 +397,9 @@ pub fn recipients(
     };
     let mut out: Vec<String> = c.names.clone();
     if let Some(arg) = &c.of_argument {
-        let named = NamedArg {
-            tool: tool_name,
-            arg,
-            recipients: true,
-        };
-        let err = |found: String| named.err(found);
+        let named = NamedArg::recipients(tool_name, arg);
         let v = named.value(arguments)?;
+        let err = |found: String| named.err(found);
         let names: Vec<&str> = match v {
             Value::String(s) => vec![s.as_str()],
             Value::Array(a) => a

@@ -617,7 +617,8 @@ impl Runtime {
         r
     }
 
-    /// [`Runtime::call_germline`], recovering from a germline that died: if it died before
+    /// One call under germline execution ([`crate::pipeline`]), recovering from a germline
+    /// that died: if it died before
     /// any copy of the call got data (found dead at the call's first fork: under cgroup v1 a
     /// frozen germline killed between calls dies only when thawed), the call runs once more on
     /// a fresh germline; if it died later, the call fails with an error naming the germline,
@@ -628,14 +629,18 @@ impl Runtime {
         plan_mode: PlanMode,
         agent_link: &mut Agent<'_>,
     ) -> Result<Outcome, RunError> {
-        let r = self.call_germline(meta, plan_mode, agent_link);
+        let r = self
+            .stages()
+            .and_then(|mut s| s.call(meta, plan_mode, agent_link));
         let Some(death) = self.died_in(&r) else {
             return r;
         };
         if !self.data_sent {
             self.germline_down = Some(death);
             self.ensure_germline().map_err(said)?;
-            let r = self.call_germline(meta, plan_mode, agent_link);
+            let r = self
+                .stages()
+                .and_then(|mut s| s.call(meta, plan_mode, agent_link));
             let Some(death) = self.died_in(&r) else {
                 return r;
             };
@@ -740,15 +745,6 @@ impl Runtime {
             data_sent: &mut self.data_sent,
             last_requests: &mut self.last_requests,
         })
-    }
-
-    fn call_germline(
-        &mut self,
-        meta: &CallMeta,
-        plan_mode: PlanMode,
-        agent_link: &mut Agent<'_>,
-    ) -> Result<Outcome, RunError> {
-        self.stages()?.call(meta, plan_mode, agent_link)
     }
 
     fn call_process(
