@@ -297,6 +297,50 @@ fn raised(raise: &BTreeMap<String, Label>, path: &ArgPath, label: &mut Label) {
     }
 }
 
+/// An argument whose value the signed manifest reads: the call's destination host
+/// (`destinations.host_of_argument`) or its result's recipients (`consumers.of_argument`).
+struct NamedArg<'a> {
+    tool: &'a str,
+    arg: &'a str,
+    /// It names the recipients (else the destination host).
+    recipients: bool,
+}
+
+impl<'a> NamedArg<'a> {
+    fn destination(tool: &'a str, arg: &'a str) -> Self {
+        NamedArg {
+            tool,
+            arg,
+            recipients: false,
+        }
+    }
+
+    fn recipients(tool: &'a str, arg: &'a str) -> Self {
+        NamedArg {
+            tool,
+            arg,
+            recipients: true,
+        }
+    }
+
+    /// The error saying what is wrong with the argument (`found`).
+    fn err(&self, found: String) -> CallMetaError {
+        let (tool, arg) = (self.tool.to_string(), self.arg.to_string());
+        if self.recipients {
+            CallMetaError::Recipient { tool, arg, found }
+        } else {
+            CallMetaError::Destination { tool, arg, found }
+        }
+    }
+
+    /// The argument's value in `arguments`.
+    fn value<'v>(&self, arguments: &'v Value) -> Result<&'v Value, CallMetaError> {
+        arguments
+            .get(self.arg)
+            .ok_or_else(|| self.err("the call has no such argument".into()))
+    }
+}
+
 /// The destination hosts `D_f` the signed manifest declares for this call.
 pub fn destinations(
     tool_name: &str,
@@ -311,14 +355,9 @@ pub fn destinations(
         .map(|h| h.to_ascii_lowercase())
         .collect();
     if let Some(arg) = &tool.destinations.host_of_argument {
-        let err = |found: String| CallMetaError::Destination {
-            tool: tool_name.to_string(),
-            arg: arg.clone(),
-            found,
-        };
-        let v = arguments
-            .get(arg)
-            .ok_or_else(|| err("the call has no such argument".into()))?;
+        let named = NamedArg::destination(tool_name, arg);
+        let v = named.value(arguments)?;
+        let err = |found: String| named.err(found);
         let s = v
             .as_str()
             .ok_or_else(|| err(format!("its value is not a string: {v}")))?;
@@ -358,14 +397,9 @@ pub fn recipients(
     };
     let mut out: Vec<String> = c.names.clone();
     if let Some(arg) = &c.of_argument {
-        let err = |found: String| CallMetaError::Recipient {
-            tool: tool_name.to_string(),
-            arg: arg.clone(),
-            found,
-        };
-        let v = arguments
-            .get(arg)
-            .ok_or_else(|| err("the call has no such argument".into()))?;
+        let named = NamedArg::recipients(tool_name, arg);
+        let v = named.value(arguments)?;
+        let err = |found: String| named.err(found);
         let names: Vec<&str> = match v {
             Value::String(s) => vec![s.as_str()],
             Value::Array(a) => a
@@ -553,21 +587,10 @@ mod tests {
     use serde_json::json;
 
     fn policy(dir: &Path, extra: &str) -> Policy {
-        let text = format!(
-            r#"[labels]
-hr = "hr"
-finance = "finance"
-
+        let rules = format!(
+            r#"
 [[item]]
-path = "{d}/hr/**"
-label = ["hr"]
-
-[[item]]
-path = "{d}/fin/**"
-label = ["finance"]
-
-[[item]]
-uri = "sqlite://{d}/fin/*"
+path = "{{d}}/fin/**"
 label = ["finance"]
 
 [[argument]]
@@ -580,11 +603,9 @@ label = []
 
 [consumers]
 agent = ["hr", "finance"]
-{extra}
-"#,
-            d = dir.display()
+{extra}"#
         );
-        Policy::parse(Path::new("p.toml"), &text).expect("policy")
+        crate::testkit::policy(dir, &rules)
     }
 
     fn tool(hosts: &[&str], arg: Option<&str>) -> Tool {
@@ -599,14 +620,12 @@ agent = ["hr", "finance"]
     }
 
     fn world() -> tempfile::TempDir {
-        let d = tempfile::tempdir().expect("tempdir");
-        std::fs::create_dir_all(d.path().join("hr")).expect("mkdir");
-        std::fs::create_dir_all(d.path().join("fin")).expect("mkdir");
-        std::fs::write(d.path().join("hr/salary.csv"), "alice,1").expect("write");
-        std::fs::write(d.path().join("fin/invoice.txt"), "INVOICE").expect("write");
-        std::fs::write(d.path().join("fin/ledger.db"), "DB").expect("write");
-        std::fs::write(d.path().join("stray.txt"), "x").expect("write");
-        d
+        crate::testkit::tree([
+            ("hr/salary.csv", "alice,1"),
+            ("fin/invoice.txt", "INVOICE"),
+            ("fin/ledger.db", "DB"),
+            ("stray.txt", "x"),
+        ])
     }
 
     #[test]
@@ -637,6 +656,33 @@ agent = ["hr", "finance"]
             recipients(&p, "mail", &tool(&[], None), &args, None, "agent")
                 .expect("none")
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_missing_named_argument_is_told_as_the_destination_or_the_recipients_it_names() {
+        let d = world();
+        let p = policy(d.path(), "");
+        let args = json!({"body": "hi"});
+        let e = destinations("fetch", &tool(&[], Some("url")), &args).expect_err("no url");
+        assert_eq!(
+            e,
+            CallMetaError::Destination {
+                tool: "fetch".into(),
+                arg: "url".into(),
+                found: "the call has no such argument".into(),
+            }
+        );
+        let mut t = tool(&[], None);
+        t.consumers = Some(germline_release::manifest::Consumers {
+            names: Vec::new(),
+            of_argument: Some("to".into()),
+        });
+        let e = recipients(&p, "mail", &t, &args, None, "agent").expect_err("no to");
+        assert_eq!(
+            e.to_string(),
+            "tool `mail` names its result's recipients by argument `to`, but the call has no \
+             such argument"
         );
     }
 

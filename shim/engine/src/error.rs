@@ -1,9 +1,68 @@
-//! The typed causes inside [`crate::runtime::RunError`]: the sandbox's and the broker's own
-//! errors are kept as sources, not flattened into strings, and each displays exactly the
-//! text the shim printed before (the fixed outcome names and JSON-RPC codes are chosen by
-//! the `RunError` variant, never by these).
+//! Why a call failed: [`RunError`], and the typed causes inside it. The sandbox's, the
+//! broker's and the call metadata's own errors are kept as sources, not flattened into
+//! strings, and each displays exactly the text the shim printed before (the fixed outcome
+//! names and JSON-RPC codes are chosen by the `RunError` variant, never by its cause).
 
 use germline_broker::control::ControlError;
+
+use crate::callmeta::CallMetaError;
+
+/// Why a call failed; `Agent` texts reach the agent, the others are the shim's own.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Bad input from the agent: unknown tool, bad arguments, an unlabelled path.
+    #[error("{0}")]
+    Invalid(#[source] CallMetaError),
+    /// The agent's own copy failed (crash, deadline, malformed output, an MCP error).
+    #[error("the tool failed: {0}")]
+    Tool(#[source] ToolFailure),
+    /// The broker is down or refused.
+    #[error("the broker is unavailable: {0}")]
+    Broker(#[source] BrokerFailure),
+    /// The germline or a copy was refused, or could not be started.
+    #[error("{0}")]
+    Sandbox(#[source] SandboxFailure),
+    /// Dampening refuses the release until its penalty decays (docs/evidence.md).
+    #[error("{0}")]
+    Suppressed(String),
+    /// A `[limits]` value of the policy refused this call (crate::limits).
+    #[error("{0}")]
+    Limit(#[source] crate::limits::LimitHit),
+    /// A flow the manifest declares would carry an item to a host not cleared for it
+    /// (crate::flows): refused before any copy runs, nothing held against the release.
+    #[error("{0}")]
+    Flow(Box<crate::flows::FlowRefusal>),
+}
+
+impl RunError {
+    /// The outcome name of a failed call, for metrics, traces and `germline status` (a fixed
+    /// set: never the error's own text).
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            RunError::Invalid(_) => "invalid",
+            RunError::Tool(_) => "tool_failed",
+            RunError::Broker(_) => "broker_failed",
+            RunError::Sandbox(_) => "sandbox_failed",
+            RunError::Suppressed(_) => "suppressed",
+            RunError::Limit(_) => "limit",
+            RunError::Flow(_) => "flow_refused",
+        }
+    }
+}
+
+pub(crate) fn limit(e: crate::limits::LimitHit) -> RunError {
+    RunError::Limit(e)
+}
+
+/// A failure of the sandbox side told in the shim's own words.
+pub(crate) fn said(text: String) -> RunError {
+    RunError::Sandbox(SandboxFailure::Said(text))
+}
+
+/// The broker's control channel failed or the broker answered with an error.
+pub(crate) fn broker_failed(e: germline_broker::control::ControlError) -> RunError {
+    RunError::Broker(BrokerFailure::Control(e))
+}
 
 /// Why the germline, a copy or a baseline process failed or was refused.
 #[derive(Debug, thiserror::Error)]
@@ -35,7 +94,78 @@ pub enum BrokerFailure {
     /// The broker refused the call (its reason, as it said it).
     #[error("{0}")]
     Refused(String),
-    /// A broker whose connection broke could not be reached again.
+    /// A broker whose connection broke could not be reached (or started) again.
     #[error("{0}")]
-    Unreachable(String),
+    Unreachable(#[source] SidecarError),
+}
+
+/// Why the agent's own copy (or the baseline's process) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolFailure {
+    /// The sandbox's error about the copy (it died, missed its deadline, answered badly).
+    #[error(transparent)]
+    Copy(#[from] germline_sandbox::Error),
+    /// A `CallToolResult` that is not an object (malformed).
+    #[error("the tool's result is not an object")]
+    NotAnObject,
+    /// Told in the shim's own words, or the baseline process's failure as it was told.
+    #[error("{0}")]
+    Said(String),
+}
+
+impl ToolFailure {
+    /// A copy's answer as a recipient's result records it: its failure in words.
+    pub(crate) fn delivered(
+        r: &Result<serde_json::Value, ToolFailure>,
+    ) -> Result<serde_json::Value, String> {
+        match r {
+            Ok(v) => Ok(v.clone()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+impl From<String> for ToolFailure {
+    fn from(text: String) -> ToolFailure {
+        ToolFailure::Said(text)
+    }
+}
+
+/// Why the broker sidecar could not be reached or started ([`crate::sidecar::Sidecar`]).
+#[derive(Debug, thiserror::Error)]
+pub enum SidecarError {
+    /// No broker answers at the socket.
+    #[error("the broker at {} is not reachable: {source}", socket.display())]
+    Unreachable {
+        socket: std::path::PathBuf,
+        #[source]
+        source: ControlError,
+    },
+    /// The session's directory for the broker's socket could not be made.
+    #[error("{}: {source}", dir.display())]
+    RunDir {
+        dir: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// This executable, which the broker is started from, could not be found.
+    #[error("own executable: {0}")]
+    OwnExe(#[source] std::io::Error),
+    #[error("cannot start the broker: {0}")]
+    Spawn(#[source] std::io::Error),
+    /// The broker exited before it answered (what it wrote to stderr).
+    #[error("the broker exited ({status}): {stderr}")]
+    Exited {
+        status: std::process::ExitStatus,
+        stderr: String,
+    },
+    #[error("the broker did not come up within 20 s")]
+    NotUp,
+}
+
+/// The commands above the engine report a sidecar's failure in its words.
+impl From<SidecarError> for String {
+    fn from(e: SidecarError) -> String {
+        e.to_string()
+    }
 }

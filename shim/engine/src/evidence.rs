@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 use sha2::Digest as _;
 
 use crate::callmeta::{ArgItem, CallMeta, ItemKind};
-use crate::runtime::RunError;
+use crate::error::RunError;
 
 /// Probe and control tries per trigger unless configured.
 pub const DEFAULT_TRIES: usize = 5;
@@ -656,13 +656,8 @@ pub struct Tries {
 /// request digests to the destination, in order. The evidence layer asks for re-runs through
 /// this and nothing else of the runtime.
 pub trait Replay {
-    fn replay_copy(
-        &mut self,
-        meta: &CallMeta,
-        view: &[String],
-        spec: &ReplaySpec,
-        twin_on: bool,
-    ) -> Result<Vec<String>, RunError>;
+    /// One copy of `job`'s call with `view`'s items (its probe's or its control's).
+    fn replay_copy(&mut self, job: &Job, view: &[String]) -> Result<Vec<String>, RunError>;
 }
 
 /// Runs a job's probe and control `tries` times each (alternating) and classifies them
@@ -688,7 +683,7 @@ pub fn rerun(
             (&job.probe_view, &mut t.probe),
             (&job.control_view, &mut t.control),
         ] {
-            let seq = replay.replay_copy(&job.meta, view, &job.spec, job.twin_on)?;
+            let seq = replay.replay_copy(job, view)?;
             out.push(seq.iter().map(String::as_str).ne(expected.iter().copied()));
         }
     }
@@ -794,66 +789,103 @@ pub struct VerifyInput<'a> {
     pub limits: germline_release::untrusted::Limits,
 }
 
-/// `germline witness verify`: checks the record's signature, the release and the items
-/// against the record's digests, re-runs probe and control in a germline and broker of this
-/// process's own, and compares the verdict with the recorded one.
-pub fn verify_offline(v: &VerifyInput<'_>) -> Result<Value, String> {
-    let public = keys::load_public_key(v.witness_key)
-        .map_err(|e| format!("--witness-key {}: {e}", v.witness_key.display()))?;
-    let rec = read_signed(v.record, &public)?;
-    let meta = meta_of(&rec, v.items)?;
-    let release = crate::release::Release::load_with(v.release, v.release_key, &v.limits)?;
-    let declared = release.manifest.deterministic;
-    if release.digest != rec.release {
-        return Err(format!(
-            "--release {}: its digest {} is not the record's release {}",
-            v.release.display(),
-            release.digest,
-            rec.release
-        ));
+/// A witness record checked offline and ready for its re-runs (`germline witness verify`):
+/// its signature, its items and the release it names are checked by [`OfflineCheck::prepare`];
+/// the command starts a broker from [`OfflineCheck::sidecar`] and a germline runtime of its own
+/// on them, and hands it to [`OfflineCheck::verify`] as the [`Replay`] that re-runs probe and
+/// control. Evidence never builds a runtime.
+#[derive(Debug)]
+pub struct OfflineCheck {
+    record: PathBuf,
+    rec: WitnessRecord,
+    job: Job,
+    tries: usize,
+    declared: bool,
+    /// The broker's policy and state (removed when the check is dropped: after the runtime).
+    tmp: tempfile::TempDir,
+}
+
+impl OfflineCheck {
+    /// Checks the record's signature with the deployment key, its items against the record's
+    /// digests and the release against the record's; writes the policy of a broker for the
+    /// re-runs. Returns the check and the verified release, for the runtime that re-runs it.
+    pub fn prepare(v: &VerifyInput<'_>) -> Result<(OfflineCheck, crate::release::Release), String> {
+        let public = keys::load_public_key(v.witness_key)
+            .map_err(|e| format!("--witness-key {}: {e}", v.witness_key.display()))?;
+        let rec = read_signed(v.record, &public)?;
+        let meta = meta_of(&rec, v.items)?;
+        let release = crate::release::Release::load_with(v.release, v.release_key, &v.limits)?;
+        let declared = release.manifest.deterministic;
+        if release.digest != rec.release {
+            return Err(format!(
+                "--release {}: its digest {} is not the record's release {}",
+                v.release.display(),
+                release.digest,
+                rec.release
+            ));
+        }
+        let tmp = tempfile::Builder::new()
+            .prefix("germline-witness-")
+            .tempdir_in("/var/tmp")
+            .map_err(|e| format!("temporary directory: {e}"))?;
+        // The re-runs deliver nothing and read no policy decision: the broker only needs the
+        // labels the record names.
+        let mut tags = std::collections::BTreeSet::new();
+        for i in &meta.items {
+            tags.extend(i.label.tags().map(str::to_string));
+        }
+        for m in meta.hosts.iter().chain(&meta.consumers) {
+            tags.extend(m.clearance.tags().map(str::to_string));
+        }
+        let mut policy = String::from("[labels]\n");
+        for t in &tags {
+            policy.push_str(&format!("{t} = \"from the witness record\"\n"));
+        }
+        let pp = tmp.path().join("policy.toml");
+        std::fs::write(&pp, policy).map_err(|e| io(&pp, e))?;
+        let tries = v.tries.unwrap_or(rec.tries as usize).max(1);
+        let job = job_of(&rec, meta);
+        let check = OfflineCheck {
+            record: v.record.to_path_buf(),
+            rec,
+            job,
+            tries,
+            declared,
+            tmp,
+        };
+        Ok((check, release))
     }
-    let tmp = tempfile::Builder::new()
-        .prefix("germline-witness-")
-        .tempdir_in("/var/tmp")
-        .map_err(|e| format!("temporary directory: {e}"))?;
-    // The re-runs deliver nothing and read no policy decision: the broker only needs the
-    // labels the record names.
-    let mut tags = std::collections::BTreeSet::new();
-    for i in &meta.items {
-        tags.extend(i.label.tags().map(str::to_string));
+
+    /// The broker the re-runs talk to: one of this check's own, on the record's labels.
+    pub fn sidecar(&self) -> crate::sidecar::SidecarConfig {
+        crate::sidecar::SidecarConfig {
+            existing: None,
+            policy: self.tmp.path().join("policy.toml"),
+            state_dir: self.tmp.path().join("state"),
+            audit: None,
+        }
     }
-    for m in meta.hosts.iter().chain(&meta.consumers) {
-        tags.extend(m.clearance.tags().map(str::to_string));
+
+    /// Whether the recording deployment's copies ran under a reaper: the re-runs' copies are
+    /// made as it made them.
+    pub fn reaper(&self) -> bool {
+        self.rec.reaper
     }
-    let mut policy = String::from("[labels]\n");
-    for t in &tags {
-        policy.push_str(&format!("{t} = \"from the witness record\"\n"));
+
+    /// Re-runs probe and control through `replay` (a germline runtime) and compares the
+    /// verdict with the recorded one.
+    pub fn verify(&self, replay: &mut impl Replay) -> Result<Value, String> {
+        let rec = &self.rec;
+        let (verdict, t) = rerun(replay, &self.job, self.tries, self.declared)
+            .map_err(|e| format!("re-run: {e}"))?;
+        Ok(json!({
+            "record": self.record, "release": rec.release, "tool": rec.tool,
+            "destination": rec.destination, "key": rec.key, "signature": "valid",
+            "tries": self.tries, "probe": t.probe, "control": t.control,
+            "verdict": verdict, "verdict_name": verdict.name(),
+            "recorded_verdict": rec.verdict, "agrees": verdict == rec.verdict,
+        }))
     }
-    let pp = tmp.path().join("policy.toml");
-    std::fs::write(&pp, policy).map_err(|e| io(&pp, e))?;
-    let broker = crate::sidecar::Sidecar::start(&crate::sidecar::SidecarConfig {
-        existing: None,
-        policy: pp,
-        state_dir: tmp.path().join("state"),
-        audit: None,
-    })?;
-    // The copies are made as the recording deployment made them.
-    let mut rt =
-        crate::builder::RuntimeBuilder::new(crate::runtime::Mode::Germline, release, broker)
-            .reaper(rec.reaper)
-            .build()?;
-    let tries = v.tries.unwrap_or(rec.tries as usize).max(1);
-    let job = job_of(&rec, meta);
-    let r = rerun(&mut rt, &job, tries, declared);
-    rt.stop();
-    let (verdict, t) = r.map_err(|e| format!("re-run: {e}"))?;
-    Ok(json!({
-        "record": v.record, "release": rec.release, "tool": rec.tool,
-        "destination": rec.destination, "key": rec.key, "signature": "valid",
-        "tries": tries, "probe": t.probe, "control": t.control,
-        "verdict": verdict, "verdict_name": verdict.name(),
-        "recorded_verdict": rec.verdict, "agrees": verdict == rec.verdict,
-    }))
 }
 
 #[cfg(test)]

@@ -451,43 +451,26 @@ mod tests {
 
     /// A tempdir with `hr/` and `public/` (and `fin/`), each file holding its own name.
     fn world() -> tempfile::TempDir {
-        let d = tempfile::tempdir().expect("tempdir");
-        for dir in ["hr/deep", "public", "fin"] {
-            std::fs::create_dir_all(d.path().join(dir)).expect("mkdir");
-        }
-        for f in [
-            "hr/salary.csv",
-            "hr/deep/payslip.txt",
-            "public/menu.txt",
-            "fin/ledger.db",
-        ] {
-            std::fs::write(d.path().join(f), format!("CONTENTS {f}")).expect("write");
-        }
-        d
+        crate::testkit::tree(
+            [
+                "hr/salary.csv",
+                "hr/deep/payslip.txt",
+                "public/menu.txt",
+                "fin/ledger.db",
+            ]
+            .map(|f| (f, format!("CONTENTS {f}"))),
+        )
     }
 
     fn policy(dir: &Path, extra: &str) -> Policy {
-        let text = format!(
-            r#"[labels]
-hr = "hr"
-finance = "finance"
-
+        let rules = format!(
+            r#"
 [[item]]
-path = "{d}/hr/**"
-label = ["hr"]
-
-[[item]]
-path = "{d}/public/**"
+path = "{{d}}/public/**"
 label = []
-
-[[item]]
-uri = "sqlite://{d}/fin/*"
-label = ["finance"]
-{extra}
-"#,
-            d = dir.display()
+{extra}"#
         );
-        Policy::parse(Path::new("p.toml"), &text).expect("policy")
+        crate::testkit::policy(dir, &rules)
     }
 
     fn item(p: &Policy, s: &str) -> FileItem {

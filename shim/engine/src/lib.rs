@@ -39,4 +39,6 @@ pub mod runtime;
 pub mod sidecar;
 pub mod status;
 pub mod sweep;
+#[cfg(test)]
+mod testkit;
 pub mod trace;

@@ -20,8 +20,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use crate::error::RunError;
 use crate::observe::{CallObserver, CallView, RuntimeView};
-use crate::runtime::{Outcome, RunError};
+use crate::runtime::Outcome;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReleaseLabels {

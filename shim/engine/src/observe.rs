@@ -15,9 +15,10 @@ use germline_broker::RequestEvent;
 use germline_policy::limits::Lifetime;
 use germline_sandbox::Germline;
 
+use crate::error::RunError;
 use crate::evidence::Evidence;
 use crate::release::Release;
-use crate::runtime::{Mode, Outcome, RunError};
+use crate::runtime::{Mode, Outcome};
 
 /// What an observer may read of the runtime, borrowed for one notification.
 pub struct RuntimeView<'a> {

@@ -24,7 +24,9 @@ use germline_sandbox::Germline;
 use serde_json::{json, Value};
 
 use crate::callmeta::{ArgItem, CallMeta, ItemKind};
-use crate::error::{BrokerFailure, SandboxFailure};
+use crate::error::{
+    broker_failed, limit, said, BrokerFailure, RunError, SandboxFailure, SidecarError, ToolFailure,
+};
 use crate::evidence::Evidence;
 use crate::laps::{micros, Laps};
 use crate::limits::Limiter;
@@ -33,8 +35,7 @@ use crate::outbox::{self, Delivery};
 use crate::relay::{self, Agent, Buffered, CopyRelay};
 use crate::release::Release;
 use crate::runtime::{
-    add_meta, agent_clearance_of, broker_failed, limit, said, tool_result, Mode, Outcome, RunError,
-    AGENT, ITEMS_DIR, OTHER_COPY_FAILED,
+    add_meta, agent_clearance_of, tool_result, Mode, Outcome, AGENT, ITEMS_DIR, OTHER_COPY_FAILED,
 };
 use crate::sidecar::Sidecar;
 
@@ -145,7 +146,7 @@ pub trait BrokerApi {
     /// Plan and the call's twin inputs.
     fn begin_call(&self, call: BeginCall) -> Result<(u64, Twin, Plan), ControlError>;
     /// A fresh connection after the old one broke (a restarted broker).
-    fn reconnect(&mut self) -> Result<(), String>;
+    fn reconnect(&mut self) -> Result<(), SidecarError>;
     /// Serves group `group`'s egress from the copy's network namespace.
     fn start_copy(
         &self,
@@ -170,7 +171,7 @@ impl BrokerApi for Sidecar {
     fn begin_call(&self, call: BeginCall) -> Result<(u64, Twin, Plan), ControlError> {
         self.client.begin_call(call)
     }
-    fn reconnect(&mut self) -> Result<(), String> {
+    fn reconnect(&mut self) -> Result<(), SidecarError> {
         Sidecar::reconnect(self)
     }
     fn start_copy(
@@ -236,7 +237,8 @@ pub(crate) struct Stages<'a, S: CopySource, B: BrokerApi> {
     pub(crate) last_requests: &'a mut Vec<(usize, RequestEvent)>,
 }
 
-/// Plan for `meta` (the broker's `begin_call`).
+/// Plan for `meta` (the broker's `begin_call`); `replay`: a probe or control re-run's, served
+/// by the broker from the record.
 pub(crate) fn begin<B: BrokerApi>(
     broker: &mut B,
     release: &Release,
@@ -244,6 +246,7 @@ pub(crate) fn begin<B: BrokerApi>(
     meta: &CallMeta,
     mode: PlanMode,
     open: bool,
+    replay: Option<&ReplaySpec>,
 ) -> Result<(u64, Twin, Plan), RunError> {
     begin_with(
         broker,
@@ -256,7 +259,7 @@ pub(crate) fn begin<B: BrokerApi>(
             mode,
             rules: LabelRules::default(),
             open,
-            replay: None,
+            replay: replay.cloned(),
         },
     )
 }
@@ -310,7 +313,7 @@ impl CallCtx<'_> {
 struct Gathered {
     laps: Laps,
     /// The agent's group's result and label.
-    agent: Option<(Result<Value, String>, Label)>,
+    agent: Option<(Result<Value, ToolFailure>, Label)>,
     /// A copy of another group failed (its words never reach the agent).
     others_failed: bool,
     triggers: usize,
@@ -366,8 +369,15 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         meta: &'m CallMeta,
         plan_mode: PlanMode,
     ) -> Result<(CallCtx<'m>, Plan), RunError> {
-        let (call, twin0, plan) =
-            begin(self.broker, self.release, self.user, meta, plan_mode, false)?;
+        let (call, twin0, plan) = begin(
+            self.broker,
+            self.release,
+            self.user,
+            meta,
+            plan_mode,
+            false,
+            None,
+        )?;
         let agent_group = plan
             .groups
             .iter()
@@ -455,7 +465,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         for c in group.consumers.iter().filter(|c| c.as_str() != AGENT) {
             got.deliveries.push(Delivery {
                 consumer: c.clone(),
-                result: result.clone(),
+                result: ToolFailure::delivered(&result),
                 label: Some(label.clone()),
             });
         }
@@ -544,7 +554,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         job: CopyJob<'_, S::Copy>,
         agent: &mut Agent<'_>,
         phases: &mut Laps,
-    ) -> Result<(Result<Value, String>, Label, CopyOutcome, bool), RunError> {
+    ) -> Result<(Result<Value, ToolFailure>, Label, CopyOutcome, bool), RunError> {
         let CopyJob {
             call,
             group: gi,
@@ -560,7 +570,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         // Redacted before any copy runs (a copy taken ahead is dropped, so killed, on error).
         let args = meta
             .arguments_for(in_view, ITEMS_DIR)
-            .map_err(|e| RunError::Invalid(e.to_string()))?;
+            .map_err(RunError::Invalid)?;
         let view_bytes = meta
             .items
             .iter()
@@ -690,7 +700,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         self.last_requests
             .extend(requests.into_iter().map(|r| (gi, r)));
         phases.lap("broker.end_copy", s);
-        let r = r.map_err(|e| e.to_string()).and_then(tool_result);
+        let r = r.map_err(ToolFailure::Copy).and_then(tool_result);
         Ok((r, outcome.label.clone(), outcome, relay.answered))
     }
 
@@ -699,24 +709,18 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
     /// the destination, in order.
     pub(crate) fn replay_copy(
         &mut self,
-        meta: &CallMeta,
+        job: &crate::evidence::Job,
         view: &[String],
-        spec: &ReplaySpec,
-        twin_on: bool,
     ) -> Result<Vec<String>, RunError> {
-        let (call, twin, _) = begin_with(
+        let (meta, spec) = (&job.meta, &job.spec);
+        let (call, twin, _) = begin(
             self.broker,
-            BeginCall {
-                release: self.release.digest.clone(),
-                user: self.user.to_string(),
-                items: meta.item_meta(),
-                hosts: meta.hosts.clone(),
-                consumers: meta.consumers.clone(),
-                mode: PlanMode::NoSplit,
-                rules: LabelRules::default(),
-                open: false,
-                replay: Some(spec.clone()),
-            },
+            self.release,
+            self.user,
+            meta,
+            PlanMode::NoSplit,
+            false,
+            Some(spec),
         )?;
         let in_view = |i: &ArgItem| view.iter().any(|v| v == &i.name);
         let job = CopyJob {
@@ -728,7 +732,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             inadmissible: Some(
                 "germline: a probe or control re-run never reaches the agent".into(),
             ),
-            twin: twin_on.then_some((twin.time_ns, twin.seed)),
+            twin: job.twin_on.then_some((twin.time_ns, twin.seed)),
             rerun: true,
             copy: None,
         };
@@ -930,9 +934,12 @@ mod tests {
                 p,
             ))
         }
-        fn reconnect(&mut self) -> Result<(), String> {
+        fn reconnect(&mut self) -> Result<(), SidecarError> {
             if self.down {
-                Err("the broker's control socket is gone".into())
+                Err(SidecarError::Unreachable {
+                    socket: "/fake/broker.sock".into(),
+                    source: ControlError::Closed,
+                })
             } else {
                 Ok(())
             }
@@ -1188,7 +1195,12 @@ r2 = ["c"]
         let (r, notes) = call(&mut source, &mut broker, &meta(2));
         let e = r.expect_err("no broker");
         assert_eq!(e.outcome(), "broker_failed", "{e}");
-        assert!(e.to_string().contains("control socket is gone"), "{e}");
+        assert!(
+            e.to_string().contains(
+                "the broker at /fake/broker.sock is not reachable: control channel closed"
+            ),
+            "{e}"
+        );
         assert_eq!(source.count("take"), 0, "{:?}", source.events());
         assert!(notes.is_empty());
     }

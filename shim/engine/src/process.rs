@@ -5,7 +5,7 @@
 //! Landlock ruleset; unconfined ones share the host's network and reach declared names through
 //! the broker's open forward proxy, as an ordinary deployment behind a proxy would.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -54,6 +54,27 @@ fn check(r: libc::c_int) -> std::io::Result<()> {
     } else {
         Ok(())
     }
+}
+
+/// Binds `src` at `dst` (`rec`: `MS_REC`, with the mounts below `src`, or 0), then makes the
+/// bind read-only. For the forked child before exec: two mount(2) calls on memory prepared
+/// before the fork (async-signal-safe, nothing allocated).
+fn bind_read_only(src: &CStr, dst: &CStr, rec: libc::c_ulong) -> std::io::Result<()> {
+    let (none, no_data) = (std::ptr::null(), std::ptr::null());
+    // SAFETY: `src` and `dst` are NUL-terminated and outlive the call; the type and data
+    // arguments may be null for a bind.
+    check(unsafe {
+        libc::mount(
+            src.as_ptr(),
+            dst.as_ptr(),
+            none,
+            libc::MS_BIND | rec,
+            no_data,
+        )
+    })?;
+    let ro = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY;
+    // SAFETY: as above; a remount takes no source.
+    check(unsafe { libc::mount(none, dst.as_ptr(), none, ro, no_data) })
 }
 
 impl ToolProcess {
@@ -165,20 +186,7 @@ impl ToolProcess {
                 ))?;
                 // The verified rootfs, read-only: not even an unconfined baseline may change
                 // the signed files (its writes would also break the next verification).
-                check(libc::mount(
-                    root.as_ptr(),
-                    root.as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_BIND | libc::MS_REC,
-                    std::ptr::null(),
-                ))?;
-                check(libc::mount(
-                    std::ptr::null(),
-                    root.as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY,
-                    std::ptr::null(),
-                ))?;
+                bind_read_only(&root, &root, libc::MS_REC)?;
                 check(libc::mount(
                     tmpfs.as_ptr(),
                     run.as_ptr(),
@@ -211,20 +219,7 @@ impl ToolProcess {
                     std::ptr::null(),
                 ))?;
                 for (src, dst) in &binds {
-                    check(libc::mount(
-                        src.as_ptr(),
-                        dst.as_ptr(),
-                        std::ptr::null(),
-                        libc::MS_BIND,
-                        std::ptr::null(),
-                    ))?;
-                    check(libc::mount(
-                        std::ptr::null(),
-                        dst.as_ptr(),
-                        std::ptr::null(),
-                        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY,
-                        std::ptr::null(),
-                    ))?;
+                    bind_read_only(src, dst, 0)?;
                 }
                 if let Some(r) = &ruleset {
                     check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
@@ -267,29 +262,11 @@ impl ToolProcess {
         params: Value,
         deadline: Instant,
     ) -> Result<Value, String> {
-        self.chan.set_deadline(deadline);
-        self.mcp
-            .request(&mut self.chan, method, params)
-            .map_err(text)
+        self.exchange(deadline, |mcp, chan| mcp.request(chan, method, params))
     }
 
-    /// Like [`ToolProcess::request`], handing notifications to `observer`; requests the tool
-    /// makes of the client are answered with an error, as in a germline copy.
-    pub fn request_observed(
-        &mut self,
-        method: &str,
-        params: Value,
-        deadline: Instant,
-        observer: &mut dyn FnMut(&Value),
-    ) -> Result<Value, String> {
-        self.chan.set_deadline(deadline);
-        self.mcp
-            .request_observed(&mut self.chan, method, params, observer)
-            .map_err(text)
-    }
-
-    /// Like [`ToolProcess::request_observed`], with one handler for the notifications and
-    /// the requests the tool sends meanwhile (as `Copy::request_relayed` in the sandbox):
+    /// Like [`ToolProcess::request`], with one handler for the notifications and the requests
+    /// the tool sends meanwhile (as `Copy::request_relayed` in the sandbox):
     /// `Some({"result": ..})` or `Some({"error": ..})` answers a request, `None` refuses it.
     pub fn request_relayed(
         &mut self,
@@ -298,10 +275,9 @@ impl ToolProcess {
         deadline: Instant,
         handler: &mut dyn FnMut(&Value) -> Option<Value>,
     ) -> Result<Value, String> {
-        self.chan.set_deadline(deadline);
-        self.mcp
-            .request_relayed(&mut self.chan, method, params, handler)
-            .map_err(text)
+        self.exchange(deadline, |mcp, chan| {
+            mcp.request_relayed(chan, method, params, handler)
+        })
     }
 
     /// initialize (once), then tools/call with the call's `_meta`.
@@ -319,8 +295,18 @@ impl ToolProcess {
     }
 
     pub fn ensure_initialized(&mut self, deadline: Instant) -> Result<(), String> {
+        self.exchange(deadline, |mcp, chan| mcp.ensure_handshake(chan))
+    }
+
+    /// `f` on the process's MCP session and its channel, before `deadline`; a failure in this
+    /// module's words.
+    fn exchange<T>(
+        &mut self,
+        deadline: Instant,
+        f: impl FnOnce(&mut Session, &mut LineChannel<ChildStdin>) -> Result<T, ClientError<LineError>>,
+    ) -> Result<T, String> {
         self.chan.set_deadline(deadline);
-        self.mcp.ensure_handshake(&mut self.chan).map_err(text)
+        f(&mut self.mcp, &mut self.chan).map_err(text)
     }
 
     pub fn alive(&mut self) -> bool {

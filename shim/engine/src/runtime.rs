@@ -18,7 +18,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use germline_broker::ca::CopyTrust;
-use germline_policy::witness::ReplaySpec;
 use germline_policy::{Label, Plan, PlanMode};
 use germline_sandbox::spec::BindMount;
 use germline_sandbox::{Germline, LaunchSpec, Limits, Options};
@@ -26,7 +25,8 @@ use serde_json::{json, Value};
 
 use crate::builder::RuntimeBuilder;
 use crate::callmeta::CallMeta;
-use crate::error::{BrokerFailure, SandboxFailure};
+pub use crate::error::RunError;
+use crate::error::{broker_failed, limit, said, SandboxFailure, ToolFailure};
 use crate::observe::{CallObserver, CallView, Observers, RuntimeView};
 use crate::outbox::{self, Delivery};
 use crate::pipeline::Stages;
@@ -72,49 +72,6 @@ impl Mode {
         Mode::Nosplit,
         Mode::Germline,
     ];
-}
-
-/// Why a call failed; `Agent` texts reach the agent, the others are the shim's own.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// Bad input from the agent: unknown tool, bad arguments, an unlabelled path.
-    #[error("{0}")]
-    Invalid(String),
-    /// The agent's own copy failed (crash, deadline, malformed output, an MCP error).
-    #[error("the tool failed: {0}")]
-    Tool(String),
-    /// The broker is down or refused.
-    #[error("the broker is unavailable: {0}")]
-    Broker(#[source] BrokerFailure),
-    /// The germline or a copy was refused, or could not be started.
-    #[error("{0}")]
-    Sandbox(#[source] SandboxFailure),
-    /// Dampening refuses the release until its penalty decays (docs/evidence.md).
-    #[error("{0}")]
-    Suppressed(String),
-    /// A `[limits]` value of the policy refused this call (crate::limits).
-    #[error("{0}")]
-    Limit(crate::limits::LimitHit),
-    /// A flow the manifest declares would carry an item to a host not cleared for it
-    /// (crate::flows): refused before any copy runs, nothing held against the release.
-    #[error("{0}")]
-    Flow(Box<crate::flows::FlowRefusal>),
-}
-
-impl RunError {
-    /// The outcome name of a failed call, for metrics, traces and `germline status` (a fixed
-    /// set: never the error's own text).
-    pub fn outcome(&self) -> &'static str {
-        match self {
-            RunError::Invalid(_) => "invalid",
-            RunError::Tool(_) => "tool_failed",
-            RunError::Broker(_) => "broker_failed",
-            RunError::Sandbox(_) => "sandbox_failed",
-            RunError::Suppressed(_) => "suppressed",
-            RunError::Limit(_) => "limit",
-            RunError::Flow(_) => "flow_refused",
-        }
-    }
 }
 
 /// What one call returned to the agent.
@@ -316,6 +273,22 @@ pub fn launch_spec(
     })
 }
 
+/// The view of a runtime its observers are told through ([`crate::observe`]), borrowed field
+/// by field, so that the runtime's observers can be borrowed mutably beside it.
+macro_rules! view_of {
+    ($rt:expr) => {
+        RuntimeView {
+            release: &$rt.release,
+            mode: $rt.mode,
+            lifetime: $rt.lifetime,
+            pid: $rt.backend.pid(),
+            germline: $rt.backend.germline(),
+            evidence: &$rt.evidence,
+            last_requests: &$rt.last_requests,
+        }
+    };
+}
+
 impl Runtime {
     /// Starts the release's germline (or the baseline's process) for one session, configured
     /// as `cfg` says ([`RuntimeBuilder::build`]).
@@ -509,29 +482,13 @@ impl Runtime {
         if self.observers.is_empty() {
             return;
         }
-        let view = RuntimeView {
-            release: &self.release,
-            mode: self.mode,
-            lifetime: self.lifetime,
-            pid: self.backend.pid(),
-            germline: self.backend.germline(),
-            evidence: &self.evidence,
-            last_requests: &self.last_requests,
-        };
+        let view = view_of!(self);
         self.observers.each(|o| f(o, &view));
     }
 
     /// `f` on a view of this runtime, as its observers see it.
     pub(crate) fn observe_with<T>(&self, f: impl FnOnce(&RuntimeView<'_>) -> T) -> T {
-        f(&RuntimeView {
-            release: &self.release,
-            mode: self.mode,
-            lifetime: self.lifetime,
-            pid: self.backend.pid(),
-            germline: self.backend.germline(),
-            evidence: &self.evidence,
-            last_requests: &self.last_requests,
-        })
+        f(&view_of!(self))
     }
 
     /// The germline, to fork copies outside a call (`germline bench`'s memory of live copies).
@@ -575,12 +532,14 @@ impl Runtime {
                         self.germline_down = Some(d);
                         said(text)
                     }
-                    None => RunError::Tool(e.to_string()),
+                    None => RunError::Tool(ToolFailure::Copy(e)),
                 })
             }
             Backend::Process(p) => {
-                p.ensure_initialized(deadline).map_err(RunError::Tool)?;
-                p.request(method, params, deadline).map_err(RunError::Tool)
+                p.ensure_initialized(deadline)
+                    .map_err(|e| RunError::Tool(e.into()))?;
+                p.request(method, params, deadline)
+                    .map_err(|e| RunError::Tool(e.into()))
             }
             Backend::Fresh => {
                 let spec = self
@@ -588,8 +547,10 @@ impl Runtime {
                     .as_ref()
                     .ok_or_else(|| said("no process spec".into()))?;
                 let mut p = ToolProcess::start(spec).map_err(said)?;
-                p.ensure_initialized(deadline).map_err(RunError::Tool)?;
-                p.request(method, params, deadline).map_err(RunError::Tool)
+                p.ensure_initialized(deadline)
+                    .map_err(|e| RunError::Tool(e.into()))?;
+                p.request(method, params, deadline)
+                    .map_err(|e| RunError::Tool(e.into()))
             }
         }
     }
@@ -607,6 +568,7 @@ impl Runtime {
             meta,
             mode,
             open,
+            None,
         )
     }
 
@@ -655,7 +617,8 @@ impl Runtime {
         r
     }
 
-    /// [`Runtime::call_germline`], recovering from a germline that died: if it died before
+    /// One call under germline execution ([`crate::pipeline`]), recovering from a germline
+    /// that died: if it died before
     /// any copy of the call got data (found dead at the call's first fork: under cgroup v1 a
     /// frozen germline killed between calls dies only when thawed), the call runs once more on
     /// a fresh germline; if it died later, the call fails with an error naming the germline,
@@ -666,14 +629,18 @@ impl Runtime {
         plan_mode: PlanMode,
         agent_link: &mut Agent<'_>,
     ) -> Result<Outcome, RunError> {
-        let r = self.call_germline(meta, plan_mode, agent_link);
+        let r = self
+            .stages()
+            .and_then(|mut s| s.call(meta, plan_mode, agent_link));
         let Some(death) = self.died_in(&r) else {
             return r;
         };
         if !self.data_sent {
             self.germline_down = Some(death);
             self.ensure_germline().map_err(said)?;
-            let r = self.call_germline(meta, plan_mode, agent_link);
+            let r = self
+                .stages()
+                .and_then(|mut s| s.call(meta, plan_mode, agent_link));
             let Some(death) = self.died_in(&r) else {
                 return r;
             };
@@ -780,15 +747,6 @@ impl Runtime {
         })
     }
 
-    fn call_germline(
-        &mut self,
-        meta: &CallMeta,
-        plan_mode: PlanMode,
-        agent_link: &mut Agent<'_>,
-    ) -> Result<Outcome, RunError> {
-        self.stages()?.call(meta, plan_mode, agent_link)
-    }
-
     fn call_process(
         &mut self,
         meta: &CallMeta,
@@ -813,13 +771,15 @@ impl Runtime {
         };
         if !p.alive() {
             let _ = self.broker.client.end_call(call);
-            return Err(RunError::Tool("the tool process has exited".into()));
+            return Err(RunError::Tool(ToolFailure::Said(
+                "the tool process has exited".into(),
+            )));
         }
         let args = match meta.arguments_for(&|_| true, ITEMS_DIR) {
             Ok(a) => a,
             Err(e) => {
                 let _ = self.broker.client.end_call(call);
-                return Err(RunError::Invalid(e.to_string()));
+                return Err(RunError::Invalid(e));
             }
         };
         let start = match &self.host_proxy {
@@ -864,7 +824,7 @@ impl Runtime {
         let outcome = self.broker.client.end_copy(call, 0);
         let _ = self.broker.client.end_call(call);
         let outcome = outcome.map_err(broker_failed)?;
-        let r = r.and_then(tool_result);
+        let r = r.map_err(ToolFailure::Said).and_then(tool_result);
         let mut label = match self.mode {
             Mode::SigPin => None,
             // Sig+IFC labels by the call's own inputs only (it sees no state or egress).
@@ -883,7 +843,7 @@ impl Runtime {
             .filter(|c| c.name != AGENT)
             .map(|c| Delivery {
                 consumer: c.name.clone(),
-                result: r.clone(),
+                result: ToolFailure::delivered(&r),
                 label: label.clone(),
             })
             .collect();
@@ -1041,12 +1001,10 @@ impl Runtime {
 impl crate::evidence::Replay for Runtime {
     fn replay_copy(
         &mut self,
-        meta: &CallMeta,
+        job: &crate::evidence::Job,
         view: &[String],
-        spec: &ReplaySpec,
-        twin_on: bool,
     ) -> Result<Vec<String>, RunError> {
-        self.stages()?.replay_copy(meta, view, spec, twin_on)
+        self.stages()?.replay_copy(job, view)
     }
 }
 
@@ -1054,20 +1012,6 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-pub(crate) fn limit(e: crate::limits::LimitHit) -> RunError {
-    RunError::Limit(e)
-}
-
-/// A failure of the sandbox side told in the shim's own words.
-pub(crate) fn said(text: String) -> RunError {
-    RunError::Sandbox(SandboxFailure::Said(text))
-}
-
-/// The broker's control channel failed or the broker answered with an error.
-pub(crate) fn broker_failed(e: germline_broker::control::ControlError) -> RunError {
-    RunError::Broker(BrokerFailure::Control(e))
 }
 
 /// The agent's clearance in this call (public if the call has no agent: nothing to raise).
@@ -1080,11 +1024,11 @@ pub(crate) fn agent_clearance_of(meta: &CallMeta) -> Label {
 }
 
 /// A `CallToolResult` must be an object; anything else from a copy is malformed.
-pub(crate) fn tool_result(v: Value) -> Result<Value, String> {
+pub(crate) fn tool_result(v: Value) -> Result<Value, ToolFailure> {
     if v.is_object() {
         Ok(v)
     } else {
-        Err("the tool's result is not an object".into())
+        Err(ToolFailure::NotAnObject)
     }
 }
 

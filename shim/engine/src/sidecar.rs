@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use germline_broker::control::BrokerClient;
 
+use crate::error::SidecarError;
+
 /// A connection to the broker, and the sidecar process if this session started it.
 #[derive(Debug)]
 pub struct Sidecar {
@@ -31,10 +33,9 @@ pub struct SidecarConfig {
 }
 
 impl Sidecar {
-    pub fn start(cfg: &SidecarConfig) -> Result<Sidecar, String> {
+    pub fn start(cfg: &SidecarConfig) -> Result<Sidecar, SidecarError> {
         if let Some(sock) = &cfg.existing {
-            let client = BrokerClient::connect(sock)
-                .map_err(|e| format!("the broker at {} is not reachable: {e}", sock.display()))?;
+            let client = connect(sock)?;
             return Ok(Sidecar {
                 client,
                 socket: sock.clone(),
@@ -54,14 +55,18 @@ impl Sidecar {
         })
     }
 
-    fn spawn(cfg: &SidecarConfig, run_dir: &Path) -> Result<(BrokerClient, Child), String> {
+    fn spawn(cfg: &SidecarConfig, run_dir: &Path) -> Result<(BrokerClient, Child), SidecarError> {
         // Removed again on every way out but success: a failed start leaves nothing behind.
         let made = DirGuard::new(run_dir.to_path_buf());
-        std::fs::create_dir_all(run_dir).map_err(|e| format!("{}: {e}", run_dir.display()))?;
+        let dir_err = |source| SidecarError::RunDir {
+            dir: run_dir.to_path_buf(),
+            source,
+        };
+        std::fs::create_dir_all(run_dir).map_err(dir_err)?;
         std::fs::set_permissions(run_dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| format!("{}: {e}", run_dir.display()))?;
+            .map_err(dir_err)?;
         let socket = run_dir.join("broker.sock");
-        let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
+        let exe = std::env::current_exe().map_err(SidecarError::OwnExe)?;
         let mut cmd = Command::new(exe);
         cmd.arg("broker")
             .arg("serve")
@@ -93,9 +98,7 @@ impl Sidecar {
                 Ok(())
             });
         }
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start the broker: {e}"))?;
+        let mut child = cmd.spawn().map_err(SidecarError::Spawn)?;
         let t = Instant::now();
         loop {
             if let Ok(client) = BrokerClient::connect(&socket) {
@@ -113,12 +116,15 @@ impl Sidecar {
                 if let Some(mut e) = child.stderr.take() {
                     let _ = std::io::Read::read_to_string(&mut e, &mut text);
                 }
-                return Err(format!("the broker exited ({status}): {}", text.trim()));
+                return Err(SidecarError::Exited {
+                    status,
+                    stderr: text.trim().to_string(),
+                });
             }
             if t.elapsed() > Duration::from_secs(20) {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err("the broker did not come up within 20 s".into());
+                return Err(SidecarError::NotUp);
             }
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -126,7 +132,7 @@ impl Sidecar {
 
     /// After the broker's connection broke: restarts a sidecar of ours that died, then
     /// reconnects (also to a shared broker restarted at the same socket).
-    pub fn reconnect(&mut self) -> Result<(), String> {
+    pub fn reconnect(&mut self) -> Result<(), SidecarError> {
         if let (Some(child), Some(dir)) = (self.child.as_mut(), self.run_dir.clone()) {
             if !matches!(child.try_wait(), Ok(None)) {
                 let _ = child.wait();
@@ -138,12 +144,7 @@ impl Sidecar {
                 return Ok(());
             }
         }
-        self.client = BrokerClient::connect(&self.socket).map_err(|e| {
-            format!(
-                "the broker at {} is not reachable: {e}",
-                self.socket.display()
-            )
-        })?;
+        self.client = connect(&self.socket)?;
         Ok(())
     }
 
@@ -166,6 +167,14 @@ impl Sidecar {
             let _ = std::fs::remove_dir_all(d);
         }
     }
+}
+
+/// A connection to the broker at `socket`.
+fn connect(socket: &Path) -> Result<BrokerClient, SidecarError> {
+    BrokerClient::connect(socket).map_err(|source| SidecarError::Unreachable {
+        socket: socket.to_path_buf(),
+        source,
+    })
 }
 
 impl Drop for Sidecar {

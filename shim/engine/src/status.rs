@@ -299,14 +299,7 @@ pub fn render(rows: &[Value]) -> String {
                     .collect()
             })
             .unwrap_or_default();
-        s.push_str(&format!(
-            "  verdicts: {}\n",
-            if verdicts.is_empty() {
-                "none".to_string()
-            } else {
-                verdicts.join(", ")
-            }
-        ));
+        s.push_str(&format!("  verdicts: {}\n", listed(&verdicts)));
         let d = &r["dampening"];
         s.push_str(&format!(
             "  dampening: {}\n",
@@ -336,16 +329,18 @@ pub fn render(rows: &[Value]) -> String {
                     .collect()
             })
             .unwrap_or_default();
-        s.push_str(&format!(
-            "  limits: {}\n",
-            if limits.is_empty() {
-                "none".to_string()
-            } else {
-                limits.join(", ")
-            }
-        ));
+        s.push_str(&format!("  limits: {}\n", listed(&limits)));
     }
     s
+}
+
+/// A list of `germline status` as one line: its entries, or `none`.
+fn listed(entries: &[String]) -> String {
+    if entries.is_empty() {
+        "none".to_string()
+    } else {
+        entries.join(", ")
+    }
 }
 
 /// `germline status [--json]`.

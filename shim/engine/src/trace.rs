@@ -18,8 +18,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
+use crate::error::RunError;
 use crate::observe::{CallObserver, CallView, RuntimeView};
-use crate::runtime::{Outcome, RunError};
+use crate::runtime::Outcome;
 
 /// Traces queued beyond this are dropped (a slow collector never slows the calls).
 const QUEUE: usize = 64;

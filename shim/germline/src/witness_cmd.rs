@@ -4,6 +4,9 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
+use germline_engine::builder::RuntimeBuilder;
+use germline_engine::runtime::Mode;
+use germline_engine::sidecar::Sidecar;
 use germline_sys::paths;
 
 #[derive(Debug, Args)]
@@ -57,7 +60,7 @@ pub fn run(a: &WitnessArgs) -> Result<bool, String> {
             tries,
             limits,
         } => {
-            let v = germline_engine::evidence::verify_offline(
+            let (check, release) = germline_engine::evidence::OfflineCheck::prepare(
                 &germline_engine::evidence::VerifyInput {
                     record,
                     witness_key,
@@ -68,6 +71,16 @@ pub fn run(a: &WitnessArgs) -> Result<bool, String> {
                     limits: limits.limits(),
                 },
             )?;
+            // A germline and a broker of this process's own re-run the record (dropped before
+            // the check, whose directory holds the broker's policy and state).
+            let broker = Sidecar::start(&check.sidecar())?;
+            let mut rt = RuntimeBuilder::new(Mode::Germline, release, broker)
+                .reaper(check.reaper())
+                .build()?;
+            let v = check.verify(&mut rt);
+            rt.stop();
+            drop(rt);
+            let v = v?;
             println!("{v}");
             Ok(v["agrees"] == serde_json::Value::Bool(true))
         }
