@@ -10,6 +10,7 @@ use germline_policy::Policy;
 use crate::error::Error;
 use crate::session::Session;
 use germline_engine::builder::RuntimeBuilder;
+use germline_engine::error::SidecarError;
 use germline_engine::release::Release;
 use germline_engine::runtime::Mode;
 use germline_engine::sidecar::{Sidecar, SidecarConfig};
@@ -70,7 +71,7 @@ pub struct BrokerArgs {
 
 impl BrokerArgs {
     /// The broker these options name, started (or connected to) under `policy`.
-    pub fn start(&self, policy: &std::path::Path) -> Result<Sidecar, String> {
+    pub fn start(&self, policy: &std::path::Path) -> Result<Sidecar, SidecarError> {
         Sidecar::start(&SidecarConfig {
             existing: self.broker.clone(),
             policy: policy.to_path_buf(),

@@ -13,7 +13,10 @@ pub enum Error {
     /// A release's runtime could not start, or its session has ended.
     #[error("{0}")]
     Session(#[from] SessionError),
-    /// An error of the engine (release, broker, runtime, evidence, metrics, traces).
+    /// The broker could not be started or reached.
+    #[error("{0}")]
+    Broker(#[from] germline_engine::error::SidecarError),
+    /// An error of the engine (release, runtime, evidence, metrics, traces).
     #[error("{0}")]
     Engine(String),
     /// A secret file (`token`, `users`) could not be read.
