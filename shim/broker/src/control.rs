@@ -19,7 +19,6 @@ use nix::sys::socket::{
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::{Broker, CallRecord, RequestEvent, Twin};
 
@@ -120,7 +119,7 @@ pub enum Response {
     /// To [`Request::RaiseCopy`].
     CopyRaised(CopyRaised),
     /// To [`Request::EndCall`].
-    CallEnded(CallEnded<CallRecord>),
+    CallEnded(CallEnded),
     /// To [`Request::CaCert`].
     CaCert(CaCert),
     /// To [`Request::CopyProxy`]: where every copy's endpoint listens.
@@ -156,11 +155,10 @@ pub struct CopyEnded {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CopyRaised {}
 
-/// A finished call's record: a [`CallRecord`] from the broker, read back as JSON by the shim
-/// (replies carry hex bodies; the evidence layer reads it as JSON).
+/// A finished call's record, for the evidence layer (replies carry hex bodies on the wire).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CallEnded<R = Value> {
-    pub record: R,
+pub struct CallEnded {
+    pub record: CallRecord,
 }
 
 /// The deployment CA certificate (PEM).
@@ -615,8 +613,8 @@ impl BrokerClient {
         self.call::<CopyRaised>(&req, None).map(drop)
     }
 
-    /// The call's record as JSON (replies carry hex bodies).
-    pub fn end_call(&self, call: u64) -> Result<Value, ControlError> {
+    /// The call's record.
+    pub fn end_call(&self, call: u64) -> Result<CallRecord, ControlError> {
         let r: CallEnded = self.call(&Request::EndCall { call }, None)?;
         Ok(r.record)
     }
@@ -644,7 +642,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use germline_policy::call::{Trigger, TriggerKind};
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     use super::*;
     use crate::{CopyRecord, Reply};
@@ -725,10 +723,13 @@ mod tests {
                 0,
                 CopyRecord {
                     horizon: Label::of(["finance"]),
-                    slot_snapshot: BTreeMap::new(),
-                    slot_values: BTreeMap::new(),
+                    slot_snapshot: BTreeMap::from([(
+                        "k".to_string(),
+                        ("d2".to_string(), Label::of(["hr"])),
+                    )]),
+                    slot_values: BTreeMap::from([("k".to_string(), "0aff".to_string())]),
                     outcome: Some(outcome()),
-                    triggers: Vec::new(),
+                    triggers: outcome().triggers,
                 },
             )]),
         }
@@ -845,8 +846,7 @@ mod tests {
             CopyRaised {}
         );
         let rec: CallEnded = round_trip(Response::CallEnded(CallEnded { record: record() }));
-        assert_eq!(rec.record, serde_json::to_value(record()).expect("record"));
-        assert_eq!(rec.record["delivered"]["ocr.example"][0][1]["body"], "6f6b");
+        assert_eq!(rec.record, record());
         let pem = CaCert {
             pem: "-----BEGIN CERTIFICATE-----\nMII\n".into(),
         };
@@ -855,6 +855,36 @@ mod tests {
             requests: vec![("sha256:r".into(), "undeclared".into(), "denied".into(), 1)],
         };
         assert_eq!(round_trip::<StatsRows>(Response::Stats(rows.clone())), rows);
+    }
+
+    /// The record as the broker wrote it while the client still read it as loose JSON
+    /// (written out here by hand: integer group keys as strings, the twin's clock as a bare
+    /// number, a reply as `[digest, {status, headers, body in hex}]`) reads into the record
+    /// types, and writing them again gives the same bytes.
+    #[test]
+    fn a_call_record_reads_back_to_the_bytes_the_broker_wrote() {
+        let old = concat!(
+            r#"{"ok":true,"record":{"call":3,"release":"sha256:r","#,
+            r#""twin":{"time_ns":1700000000000000000,"seed":9},"#,
+            r#""delivered":{"ocr.example":[["d1",{"status":200,"#,
+            r#""headers":[["content-type","text/plain"]],"body":"6f6b"}]]},"#,
+            r#""copies":{"0":{"horizon":["finance"],"slot_snapshot":{"k":["d2",["hr"]]},"#,
+            r#""slot_values":{"k":"0aff"},"outcome":{"label":["finance"],"#,
+            r#""triggers":[{"group":0,"host":"ocr.example","kind":{"absent":{"sent":0,"recorded":1}}}],"#,
+            r#""contacted":{"mail.example":2},"requests":{"mail.example":["ab"]}},"#,
+            r#""triggers":[{"group":0,"host":"ocr.example","kind":{"absent":{"sent":0,"recorded":1}}}]}}}}"#,
+        );
+        let read: CallEnded = decode_reply(old.as_bytes()).expect("the record reads");
+        assert_eq!(read.record, record());
+        assert_eq!(
+            read.record.delivered["ocr.example"][0].1.body.as_ref(),
+            b"ok"
+        );
+        assert_eq!(encode_reply(&Ok(Response::CallEnded(read))), old);
+        // A body that is not hex is not a record.
+        let bad = old.replace(r#""body":"6f6b""#, r#""body":"6f6""#);
+        let err = decode_reply::<CallEnded>(bad.as_bytes()).expect_err("odd hex");
+        assert!(matches!(err, ControlError::Json(_)), "{err:?}");
     }
 
     #[test]

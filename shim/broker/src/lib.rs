@@ -153,17 +153,34 @@ pub struct Twin {
     pub seed: u64,
 }
 
-/// A reply as the broker recorded it, for replay and for the evidence layer.
-#[derive(Debug, Clone, Serialize)]
+/// A reply as the broker recorded it, for replay and for the evidence layer. On the wire (a
+/// [`CallRecord`] over the control socket) its body is hex.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Reply {
     pub status: u16,
     pub headers: Vec<(String, String)>,
-    #[serde(serialize_with = "ser_hex")]
+    #[serde(serialize_with = "ser_hex", deserialize_with = "de_hex")]
     pub body: Bytes,
 }
 
 fn ser_hex<S: serde::Serializer>(b: &Bytes, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&hex::encode(b))
+}
+
+/// The body's hex straight into its bytes: the text is read in place where the reader can
+/// lend it (no escapes in hex), so decoding makes one copy of a body, the bytes.
+fn de_hex<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Bytes, D::Error> {
+    struct HexBody;
+    impl serde::de::Visitor<'_> for HexBody {
+        type Value = Bytes;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a body in hex")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Bytes, E> {
+            hex::decode(v).map(Bytes::from).map_err(E::custom)
+        }
+    }
+    d.deserialize_str(HexBody)
 }
 
 /// Counters a test or metrics endpoint can read.
@@ -216,8 +233,9 @@ impl Stats {
     }
 }
 
-/// What a call leaves for the evidence layer (issue 5, item 7).
-#[derive(Debug, Clone, Serialize)]
+/// What a call leaves for the evidence layer (issue 5, item 7): the answer to the control
+/// socket's `end_call`, written and read as these types.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct CallRecord {
     pub call: u64,
     pub release: String,
@@ -228,7 +246,7 @@ pub struct CallRecord {
     pub copies: BTreeMap<usize, CopyRecord>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct CopyRecord {
     pub horizon: Label,
     pub slot_snapshot: BTreeMap<String, (String, Label)>,

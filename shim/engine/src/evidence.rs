@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use germline_broker::{CallRecord, Reply};
 use germline_policy::call::{CopyOutcome, TriggerKind};
 use germline_policy::witness::{
     classify, Exchange, ItemRef, Ledger, ReplaySpec, Verdict, WitnessRecord,
@@ -313,7 +314,7 @@ impl Evidence {
         meta: &CallMeta,
         plan: &Plan,
         outcomes: &[(usize, CopyOutcome)],
-        record: &Value,
+        record: &CallRecord,
         twin: (u128, u64),
         twin_on: bool,
     ) {
@@ -326,25 +327,16 @@ impl Evidence {
                 let Some(gd) = plan.group_of_host(&t.host) else {
                     continue;
                 };
-                let transcript = record["delivered"][&t.host]
-                    .as_array()
-                    .map(|a| a.iter().filter_map(exchange_of).collect())
+                let transcript = record
+                    .delivered
+                    .get(&t.host)
+                    .map(|d| d.iter().map(exchange_of).collect())
                     .unwrap_or_default();
-                let slot = record["copies"][gd.to_string()]["slot_values"]
-                    .as_object()
-                    .map(|m| {
-                        m.iter()
-                            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                let control = record.copies.get(&gd);
+                let slot = control.map(|c| c.slot_values.clone()).unwrap_or_default();
                 let mut label = plan.groups[*gi].view_label.clone();
-                if let Some(arr) = record["copies"][gd.to_string()]["slot_snapshot"].as_object() {
-                    for (_, v) in arr {
-                        if let Ok(l) = serde_json::from_value::<Label>(v[1].clone()) {
-                            label.join(&l);
-                        }
-                    }
+                for (_, l) in control.iter().flat_map(|c| c.slot_snapshot.values()) {
+                    label.join(l);
                 }
                 if let Some(h) = meta.hosts.iter().find(|h| h.name == t.host) {
                     label.join(&h.clearance);
@@ -442,13 +434,13 @@ impl Evidence {
     }
 }
 
-fn exchange_of(v: &Value) -> Option<Exchange> {
-    let pair = v.as_array()?;
-    Some(Exchange {
-        request_sha256: pair.first()?.as_str()?.to_string(),
-        reply_status: u16::try_from(pair.get(1)?["status"].as_u64()?).ok()?,
-        reply_body_hex: pair.get(1)?["body"].as_str()?.to_string(),
-    })
+/// One delivered (request digest, reply) of a call's record as a transcript entry.
+fn exchange_of((request, reply): &(String, Reply)) -> Exchange {
+    Exchange {
+        request_sha256: request.clone(),
+        reply_status: reply.status,
+        reply_body_hex: hex::encode(&reply.body),
+    }
 }
 
 fn record_of(

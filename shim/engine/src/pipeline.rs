@@ -16,7 +16,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use germline_broker::control::{BeginCall, ControlError};
-use germline_broker::{RequestEvent, Twin};
+use germline_broker::{CallRecord, RequestEvent, Twin};
 use germline_policy::call::{CopyOutcome, LabelRules};
 use germline_policy::witness::ReplaySpec;
 use germline_policy::{Label, Plan, PlanMode};
@@ -164,7 +164,7 @@ pub trait BrokerApi {
         group: usize,
     ) -> Result<(CopyOutcome, Vec<RequestEvent>), ControlError>;
     /// The call's record.
-    fn end_call(&self, call: u64) -> Result<Value, ControlError>;
+    fn end_call(&self, call: u64) -> Result<CallRecord, ControlError>;
 }
 
 impl BrokerApi for Sidecar {
@@ -193,7 +193,7 @@ impl BrokerApi for Sidecar {
     ) -> Result<(CopyOutcome, Vec<RequestEvent>), ControlError> {
         self.client.end_copy_with_requests(call, group)
     }
-    fn end_call(&self, call: u64) -> Result<Value, ControlError> {
+    fn end_call(&self, call: u64) -> Result<CallRecord, ControlError> {
         self.client.end_call(call)
     }
 }
@@ -982,9 +982,18 @@ mod tests {
             };
             Ok((outcome, Vec::new()))
         }
-        fn end_call(&self, _call: u64) -> Result<Value, ControlError> {
+        fn end_call(&self, call: u64) -> Result<CallRecord, ControlError> {
             *self.ended_calls.borrow_mut() += 1;
-            Ok(json!({}))
+            Ok(CallRecord {
+                call,
+                release: String::new(),
+                twin: Twin {
+                    time_ns: 1,
+                    seed: 2,
+                },
+                delivered: Default::default(),
+                copies: Default::default(),
+            })
         }
     }
 
