@@ -960,6 +960,94 @@ mod tests {
         }
     }
 
+    /// A trigger of group `gi` at a host of group `gd` is queued with the host's delivered
+    /// replies from the call's record, `gd`'s slot values, and the labels of `gd`'s slot
+    /// snapshot joined into the job's label (nothing of another host or group).
+    #[test]
+    fn a_trigger_is_queued_from_the_fields_of_the_call_record() {
+        use germline_broker::{CopyRecord, Twin};
+        use germline_policy::call::Trigger;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut ev = Evidence::open(test_cfg(dir.path())).expect("evidence");
+        let meta = job().meta;
+        let consumers = [Member {
+            name: "agent".into(),
+            clearance: Label::of(["finance", "hr"]),
+        }];
+        let input = germline_policy::PlanInput {
+            items: &meta.item_meta(),
+            hosts: &meta.hosts,
+            consumers: &consumers,
+        };
+        let plan = germline_policy::plan(input, germline_policy::PlanMode::Split).expect("plan");
+        let gd = plan.group_of_host("ocr.example").expect("the host's group");
+        let gi = (plan.groups.iter())
+            .position(|g| g.consumers.iter().any(|c| c == "agent"))
+            .expect("the agent's group");
+        assert_ne!(gi, gd);
+        let reply = |status: u16, body: &'static [u8]| Reply {
+            status,
+            headers: Vec::new(),
+            body: body.into(),
+        };
+        let copy = |key: &str, value: &str, label: &str| CopyRecord {
+            horizon: Label::public(),
+            slot_snapshot: BTreeMap::from([(key.into(), ("d".into(), Label::of([label])))]),
+            slot_values: BTreeMap::from([(key.into(), value.into())]),
+            outcome: None,
+            triggers: Vec::new(),
+        };
+        let record = CallRecord {
+            call: 1,
+            release: "sha256:r".into(),
+            twin: Twin {
+                time_ns: 5,
+                seed: 6,
+            },
+            delivered: BTreeMap::from([
+                ("ocr.example".into(), vec![("ab".into(), reply(201, b"ok"))]),
+                (
+                    "mail.example".into(),
+                    vec![("cd".into(), reply(200, b"no"))],
+                ),
+            ]),
+            copies: BTreeMap::from([
+                (gd, copy("calls", "31", "legal")),
+                (gi, copy("other", "00", "ops")),
+            ]),
+        };
+        let outcome = CopyOutcome {
+            label: Label::public(),
+            triggers: vec![Trigger {
+                group: gi,
+                host: "ocr.example".into(),
+                kind: TriggerKind::Absent {
+                    sent: 0,
+                    recorded: 1,
+                },
+            }],
+            contacted: BTreeMap::new(),
+            requests: BTreeMap::new(),
+        };
+        ev.queue(&meta, &plan, &[(gi, outcome)], &record, (5, 6), true);
+        let [queued] = ev.pending.as_slice() else {
+            panic!("one job, not {}", ev.pending.len());
+        };
+        let want = Exchange {
+            request_sha256: "ab".into(),
+            reply_status: 201,
+            reply_body_hex: hex::encode("ok"),
+        };
+        assert_eq!(queued.spec.transcript, [want]);
+        assert_eq!(
+            queued.spec.slot,
+            BTreeMap::from([("calls".to_string(), "31".to_string())])
+        );
+        let mut label = plan.groups[gi].view_label.clone();
+        label.join(&Label::of(["legal", "finance"]));
+        assert_eq!(queued.label, label);
+    }
+
     #[test]
     fn a_record_round_trips_and_every_single_byte_change_is_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
