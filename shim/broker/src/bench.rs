@@ -106,7 +106,7 @@ pub fn run(requests: usize, state_dir: &Path) -> Result<BenchResult, String> {
     )
     .map_err(|e| e.to_string())?;
     let (call, _) = broker
-        .begin_call("sha256:bench", "", p, &hosts, LabelRules::default())
+        .begin_call("sha256:bench", "", p, &hosts, LabelRules::default(), false)
         .map_err(|e| e.to_string())?;
     let deadline = Instant::now() + Duration::from_secs(3600);
 

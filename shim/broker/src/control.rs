@@ -455,14 +455,9 @@ fn handle(broker: &Broker, req: Request, passed: Option<OwnedFd>) -> Result<Resp
             let p = plan(input, c.mode).map_err(|e| e.to_string())?;
             let (call, twin) = match c.replay {
                 Some(r) => broker.begin_replay(&c.release, &c.user, p.clone(), &c.hosts, r),
-                None => broker.begin_call_with(
-                    &c.release,
-                    &c.user,
-                    p.clone(),
-                    &c.hosts,
-                    c.rules,
-                    c.open,
-                ),
+                None => {
+                    broker.begin_call(&c.release, &c.user, p.clone(), &c.hosts, c.rules, c.open)
+                }
             }
             .map_err(|e| e.to_string())?;
             Ok(Response::CallBegun(CallBegun {
@@ -489,9 +484,7 @@ fn handle(broker: &Broker, req: Request, passed: Option<OwnedFd>) -> Result<Resp
             Ok(Response::CopyStarted(ProxyAddr { proxy: addr }))
         }
         Request::EndCopy { call, group } => {
-            let (out, requests) = broker
-                .end_copy_with_requests(call, group)
-                .map_err(|e| e.to_string())?;
+            let (out, requests) = broker.end_copy(call, group).map_err(|e| e.to_string())?;
             Ok(Response::CopyEnded(CopyEnded {
                 outcome: out,
                 requests,
@@ -589,12 +582,8 @@ impl BrokerClient {
         Ok(r.proxy.to_string())
     }
 
-    pub fn end_copy(&self, call: u64, group: usize) -> Result<CopyOutcome, ControlError> {
-        self.end_copy_with_requests(call, group).map(|(o, _)| o)
-    }
-
-    /// [`BrokerClient::end_copy`], with the copy's request events (for its trace).
-    pub fn end_copy_with_requests(
+    /// Ends a copy: its outcome (label, triggers) and its request events (for its trace).
+    pub fn end_copy(
         &self,
         call: u64,
         group: usize,

@@ -567,20 +567,9 @@ impl Broker {
     }
 
     /// Registers a call: its release digest, user, plan and declared hosts with clearances.
+    /// `open`: as an open forward proxy (the baselines' reference behaviour: every request is
+    /// delivered, to any host; labels still accumulate).
     pub fn begin_call(
-        &self,
-        release: &str,
-        user: &str,
-        plan: Plan,
-        hosts: &[Member],
-        rules: LabelRules,
-    ) -> Result<(u64, Twin), BrokerError> {
-        self.begin_call_with(release, user, plan, hosts, rules, false)
-    }
-
-    /// [`Broker::begin_call`], optionally as an open forward proxy (the baselines' reference
-    /// behaviour: every request is delivered, to any host; labels still accumulate).
-    pub fn begin_call_with(
         &self,
         release: &str,
         user: &str,
@@ -758,13 +747,8 @@ impl Broker {
     }
 
     /// Ends a copy: closes its endpoint (cutting anything in flight) and returns its output
-    /// label `ℓ(g)` and triggers.
-    pub fn end_copy(&self, call: u64, group: usize) -> Result<CopyOutcome, BrokerError> {
-        self.end_copy_with_requests(call, group).map(|(o, _)| o)
-    }
-
-    /// [`Broker::end_copy`], with the copy's request events (for its trace).
-    pub fn end_copy_with_requests(
+    /// label `ℓ(g)` and triggers, with the copy's request events (for its trace).
+    pub fn end_copy(
         &self,
         call: u64,
         group: usize,

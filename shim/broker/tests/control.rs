@@ -78,7 +78,7 @@ fn a_call_through_the_control_socket() {
         http(addr, "POST", "http://ocr.example/ocr", &[], b"invoice").expect("request")
     });
     assert_eq!(r.status, 200);
-    let out = c.end_copy(call, 0).expect("end copy");
+    let (out, _) = c.end_copy(call, 0).expect("end copy");
     assert_eq!(out.label, Label::of(["finance"]));
     // A copy's namespace is required, and a malformed request is answered without closing.
     let err = c.end_copy(call, 0).expect_err("no live copy");

@@ -158,7 +158,7 @@ pub trait BrokerApi {
     /// Raises the copy's label (an answer of the agent is about to enter it).
     fn raise_copy(&self, call: u64, group: usize, label: &Label) -> Result<(), ControlError>;
     /// The copy's outcome (its label, triggers) and its requests.
-    fn end_copy_with_requests(
+    fn end_copy(
         &self,
         call: u64,
         group: usize,
@@ -186,12 +186,12 @@ impl BrokerApi for Sidecar {
     fn raise_copy(&self, call: u64, group: usize, label: &Label) -> Result<(), ControlError> {
         self.client.raise_copy(call, group, label)
     }
-    fn end_copy_with_requests(
+    fn end_copy(
         &self,
         call: u64,
         group: usize,
     ) -> Result<(CopyOutcome, Vec<RequestEvent>), ControlError> {
-        self.client.end_copy_with_requests(call, group)
+        self.client.end_copy(call, group)
     }
     fn end_call(&self, call: u64) -> Result<CallRecord, ControlError> {
         self.client.end_call(call)
@@ -693,10 +693,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             ("copy.teardown", marks[3]),
         ]);
         let s = Instant::now();
-        let (outcome, requests) = self
-            .broker
-            .end_copy_with_requests(call, gi)
-            .map_err(broker_failed)?;
+        let (outcome, requests) = self.broker.end_copy(call, gi).map_err(broker_failed)?;
         self.last_requests
             .extend(requests.into_iter().map(|r| (gi, r)));
         phases.lap("broker.end_copy", s);
@@ -962,7 +959,7 @@ mod tests {
         ) -> Result<(), ControlError> {
             Ok(())
         }
-        fn end_copy_with_requests(
+        fn end_copy(
             &self,
             _call: u64,
             group: usize,

@@ -821,7 +821,7 @@ impl Runtime {
             })
         });
         let answered = relay.answered;
-        let outcome = self.broker.client.end_copy(call, 0);
+        let outcome = self.broker.client.end_copy(call, 0).map(|(o, _)| o);
         let _ = self.broker.client.end_call(call);
         let outcome = outcome.map_err(broker_failed)?;
         let r = r.map_err(ToolFailure::Said).and_then(tool_result);

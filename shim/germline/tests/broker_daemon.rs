@@ -125,7 +125,7 @@ fn broker_serve_process() {
         answer.starts_with("HTTP/1.1 200") && answer.ends_with("done"),
         "{answer}"
     );
-    let out = client.end_copy(call, 0).expect("end copy");
+    let (out, _) = client.end_copy(call, 0).expect("end copy");
     assert_eq!(out.label, Label::of(["finance"]));
     assert!(received.join().expect("sink").ends_with("invoice"));
     client.end_call(call).expect("end call");

@@ -150,7 +150,14 @@ fn fetch_in_copy(g: &mut Germline, b: &Broker, client: &str, url: &str) -> Value
     )
     .expect("plan");
     let (call, _) = b
-        .begin_call("sha256:egress-test", "", p, &hosts, LabelRules::default())
+        .begin_call(
+            "sha256:egress-test",
+            "",
+            p,
+            &hosts,
+            LabelRules::default(),
+            false,
+        )
         .expect("begin call");
     let mut copy = g.copy().expect("copy");
     let netns = std::fs::File::open(format!("/proc/{}/ns/net", copy.pid())).expect("copy netns");

@@ -440,7 +440,7 @@ pub fn begin(
     .expect("plan");
     let (id, _) = w
         .broker
-        .begin_call("sha256:test-release", "", p.clone(), hosts, rules)
+        .begin_call("sha256:test-release", "", p.clone(), hosts, rules, false)
         .expect("begin");
     (id, p)
 }
@@ -460,6 +460,6 @@ pub fn copy<T: Send + 'static>(
         .start_copy(call, g, ns.fd.as_fd(), Instant::now() + deadline)
         .expect("start copy");
     let out = ns.run(move || body(addr));
-    let outcome = w.broker.end_copy(call, g).expect("end copy");
+    let (outcome, _) = w.broker.end_copy(call, g).expect("end copy");
     (out, outcome)
 }
