@@ -3,6 +3,8 @@
 //! strings, and each displays exactly the text the shim printed before (the fixed outcome
 //! names and JSON-RPC codes are chosen by the `RunError` variant, never by its cause).
 
+use std::path::PathBuf;
+
 use germline_broker::control::ControlError;
 
 use crate::callmeta::CallMetaError;
@@ -79,6 +81,9 @@ pub enum SandboxFailure {
     /// A probe and control re-run gave no verdict (crate::evidence).
     #[error(transparent)]
     Classify(#[from] germline_policy::witness::ClassifyError),
+    /// A baseline's tool process could not be started.
+    #[error(transparent)]
+    Process(#[from] ProcessError),
     /// Told in the shim's own words (a germline that died or keeps dying, a baseline process
     /// that did not start, a state the runtime cannot be in).
     #[error("{0}")]
@@ -161,6 +166,135 @@ pub enum SidecarError {
     },
     #[error("the broker did not come up within 20 s")]
     NotUp,
+}
+
+/// Why a release was refused or could not be loaded ([`crate::release::Release::load_with`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ReleaseError {
+    /// The publisher key file could not be read.
+    #[error("key {}: {source}", path.display())]
+    Key {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The publisher key is not a usable public key.
+    #[error(transparent)]
+    PublicKey(Box<germline_release::Error>),
+    /// The directory an image layout is extracted to could not be made.
+    #[error("temporary directory: {0}")]
+    TempDir(#[source] std::io::Error),
+    /// Verification refused the release (printable, whatever the image put into it).
+    #[error("{}", germline_release::error::printable(&format!("release {} refused: {source}", path.display())))]
+    Refused {
+        path: PathBuf,
+        #[source]
+        source: Box<germline_release::Error>,
+    },
+}
+
+/// Why a runtime could not start ([`crate::builder::RuntimeBuilder::build`]).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("the broker's CA certificate: {0}")]
+    BrokerCa(#[source] ControlError),
+    #[error("CA bundles for the copies: {0}")]
+    CopyTrust(#[source] germline_broker::ca::CaError),
+    /// A CA bundle or its directory could not be made readable to the copies.
+    #[error("{}: {source}", path.display())]
+    Permissions {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the broker's copy proxy address: {0}")]
+    CopyProxy(#[source] ControlError),
+    #[error("{release}: the manifest's entry is empty")]
+    EmptyEntry { release: String },
+    #[error("{release}: the germline did not start: {source}")]
+    Germline {
+        release: String,
+        #[source]
+        source: germline_sandbox::Error,
+    },
+    /// The host proxy listener of an unconfined baseline.
+    #[error("proxy listener: {0}")]
+    ProxyListener(#[source] std::io::Error),
+    /// The baseline's persistent process could not be started.
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+    /// The baseline's persistent process failed its MCP handshake (as the process module
+    /// tells it).
+    #[error("{release}: initialisation failed: {reason}")]
+    Init { release: String, reason: String },
+    #[error("--copy-cpus {cpus:?}: sched_setaffinity: {source}")]
+    Affinity {
+        cpus: Vec<usize>,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Launcher(#[from] LauncherError),
+    /// The state file for `germline status`.
+    #[error(transparent)]
+    Status(#[from] StatusError),
+}
+
+/// Why the launcher thread could not run a job ([`crate::launcher::Launcher`]).
+#[derive(Debug, thiserror::Error)]
+pub enum LauncherError {
+    #[error("launcher thread: {0}")]
+    Thread(#[source] std::io::Error),
+    #[error("the launcher is gone")]
+    Gone,
+    #[error("the launcher thread has stopped")]
+    Stopped,
+    #[error("the launcher thread failed")]
+    Failed,
+}
+
+/// Why a baseline's tool process could not be started ([`crate::process::ToolProcess::start`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    #[error("rootfs {}: {source}", path.display())]
+    Rootfs {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the rootfs lacks the directory /{0}")]
+    MissingDir(&'static str),
+    #[error("{}: NUL in path", .0.display())]
+    NulInPath(PathBuf),
+    #[error("shared temporary directory {}: not a directory", .0.display())]
+    SharedTmp(PathBuf),
+    #[error("Landlock: {0}")]
+    Landlock(#[source] std::io::Error),
+    #[error("the manifest has no entry")]
+    NoEntry,
+    #[error("cannot start {argv}: {source}")]
+    Spawn {
+        argv: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The started process's stdin or stdout pipe is missing.
+    #[error("no {0}")]
+    NoPipe(&'static str),
+    #[error("pid out of range")]
+    Pid,
+}
+
+/// Why the state file for `germline status` could not be started ([`crate::status`]).
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// Its directory could not be made.
+    #[error("{}: {source}", dir.display())]
+    Dir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// The commands above the engine report a sidecar's failure in its words.

@@ -814,7 +814,8 @@ impl OfflineCheck {
             .map_err(|e| format!("--witness-key {}: {e}", v.witness_key.display()))?;
         let rec = read_signed(v.record, &public)?;
         let meta = meta_of(&rec, v.items)?;
-        let release = crate::release::Release::load_with(v.release, v.release_key, &v.limits)?;
+        let release = crate::release::Release::load_with(v.release, v.release_key, &v.limits)
+            .map_err(|e| e.to_string())?;
         let declared = release.manifest.deterministic;
         if release.digest != rec.release {
             return Err(format!(

@@ -16,7 +16,16 @@ pub enum Error {
     /// The broker could not be started or reached.
     #[error("{0}")]
     Broker(#[from] germline_engine::error::SidecarError),
-    /// An error of the engine (release, runtime, evidence, metrics, traces).
+    /// The release was refused or could not be loaded.
+    #[error("{0}")]
+    Release(#[from] germline_engine::error::ReleaseError),
+    /// A release's runtime (its germline or baseline process) could not start.
+    #[error("{0}")]
+    Start(#[from] germline_engine::error::StartError),
+    /// The thread germlines are started on.
+    #[error("{0}")]
+    Launcher(#[from] germline_engine::error::LauncherError),
+    /// An error of the engine still told as text (evidence, metrics, traces).
     #[error("{0}")]
     Engine(String),
     /// A secret file (`token`, `users`) could not be read.
