@@ -297,6 +297,127 @@ pub enum StatusError {
     },
 }
 
+/// Why the evidence layer could not open, record, read or check a witness record
+/// ([`crate::evidence`]).
+#[derive(Debug, thiserror::Error)]
+pub enum EvidenceError {
+    #[error("--probe-tries: at least 1 try is needed")]
+    NoTries,
+    #[error("--witness-key {0:?}: a key name is letters, digits, '-' or '_'")]
+    KeyName(String),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The deployment key could not be made or loaded.
+    #[error("witness key {}: {source}", path.display())]
+    WitnessKey {
+        path: PathBuf,
+        #[source]
+        source: Box<germline_release::Error>,
+    },
+    /// The deployment key's public half given to `germline witness verify`.
+    #[error("--witness-key {}: {source}", path.display())]
+    PublicKey {
+        path: PathBuf,
+        #[source]
+        source: Box<germline_release::Error>,
+    },
+    /// The key's fingerprint, for a record.
+    #[error(transparent)]
+    Fingerprint(Box<germline_release::Error>),
+    /// The dampening ledger `Evidence::open` loads.
+    #[error("{}: not a dampening ledger (expected the JSON germline writes): {source}", path.display())]
+    Ledger {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The dampening ledger `germline witness list` reads.
+    #[error("{}: {source}", path.display())]
+    LedgerJson {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A record or its metadata could not be serialised.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error("evidence is not enabled")]
+    Disabled,
+    #[error("witness record {} refused: {why}", path.display())]
+    Refused {
+        path: PathBuf,
+        #[source]
+        why: RecordRefusal,
+    },
+    #[error("the record's metadata: {0}")]
+    Metadata(#[source] serde_json::Error),
+    #[error(
+        "item {name:?} (argument {arg}): {}: {source} (--items names a directory of the items by SHA-256)",
+        path.display()
+    )]
+    Item {
+        name: String,
+        arg: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("item {name:?}: {} does not hash to the record's digest {sha256}", path.display())]
+    ItemDigest {
+        name: String,
+        path: PathBuf,
+        sha256: String,
+    },
+    #[error("item {name:?}: the record's arguments hold no value at {arg}")]
+    ItemArg { name: String, arg: String },
+    #[error(transparent)]
+    Release(#[from] ReleaseError),
+    #[error("--release {}: its digest {digest} is not the record's release {recorded}", path.display())]
+    ReleaseDigest {
+        path: PathBuf,
+        digest: String,
+        recorded: String,
+    },
+    #[error("temporary directory: {0}")]
+    TempDir(#[source] std::io::Error),
+    #[error("re-run: {0}")]
+    Rerun(#[source] Box<RunError>),
+}
+
+impl EvidenceError {
+    /// `path` failed with `source`.
+    pub(crate) fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Self + '_ {
+        move |source| EvidenceError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// Why a witness record file was refused ([`crate::evidence::read_signed`]).
+#[derive(Debug, thiserror::Error)]
+pub enum RecordRefusal {
+    #[error("not UTF-8")]
+    NotUtf8,
+    #[error("expected two lines: the record's JSON and its hex signature")]
+    Lines,
+    #[error("line 2: the signature must be lowercase hex")]
+    SignatureCase,
+    #[error("line 2: the signature is not hex")]
+    SignatureHex,
+    /// The key's own reason, if it gave one.
+    #[error("the signature does not verify with the given key{}", if .0.is_empty() { String::new() } else { format!(" ({})", .0) })]
+    Signature(String),
+    #[error("line 1: {0}")]
+    Json(#[source] serde_json::Error),
+    #[error("version {found} (this germline reads {reads})")]
+    Version { found: u32, reads: u32 },
+}
+
 /// The commands above the engine report a sidecar's failure in its words.
 impl From<SidecarError> for String {
     fn from(e: SidecarError) -> String {

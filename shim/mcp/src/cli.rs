@@ -139,7 +139,7 @@ pub fn evidence_for(
     e: &EvidenceArgs,
     state_dir: &std::path::Path,
     policy: &Policy,
-) -> Result<germline_engine::evidence::Evidence, String> {
+) -> Result<germline_engine::evidence::Evidence, germline_engine::error::EvidenceError> {
     if e.no_evidence {
         return Ok(germline_engine::evidence::Evidence::disabled());
     }

@@ -25,7 +25,10 @@ pub enum Error {
     /// The thread germlines are started on.
     #[error("{0}")]
     Launcher(#[from] germline_engine::error::LauncherError),
-    /// An error of the engine still told as text (evidence, metrics, traces).
+    /// The evidence layer could not open.
+    #[error("{0}")]
+    Evidence(#[from] germline_engine::error::EvidenceError),
+    /// An error of the engine still told as text (metrics, traces).
     #[error("{0}")]
     Engine(String),
     /// A secret file (`token`, `users`) could not be read.
