@@ -418,6 +418,30 @@ pub enum RecordRefusal {
     Version { found: u32, reads: u32 },
 }
 
+/// Why the metrics endpoint could not be served ([`crate::metrics::serve`]).
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error("--metrics-listen {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("metrics thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
+/// Why the OTLP exporter could not start ([`crate::trace::Tracer::start`]).
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("--otlp-endpoint {0:?}: expected http://HOST:PORT (OTLP/HTTP, no TLS)")]
+    Scheme(String),
+    #[error("--otlp-endpoint {0:?}: expected http://HOST:PORT")]
+    Authority(String),
+    #[error("OTLP thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
 /// The commands above the engine report a sidecar's failure in its words.
 impl From<SidecarError> for String {
     fn from(e: SidecarError) -> String {

@@ -348,13 +348,10 @@ fn listed(entries: &[String]) -> String {
 }
 
 /// `germline status [--json]`.
-pub fn run(json_out: bool) -> Result<(), String> {
+pub fn run(json_out: bool) -> Result<(), serde_json::Error> {
     let rows = collect(Path::new(STATUS_DIR));
     if json_out {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?
-        );
+        println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         print!("{}", render(&rows));
     }

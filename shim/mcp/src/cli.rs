@@ -95,7 +95,10 @@ pub struct TelemetryArgs {
 
 impl TelemetryArgs {
     /// The OTLP tracer `--otlp-endpoint` asks for, if any.
-    pub fn tracer(&self) -> Result<Option<Arc<germline_engine::trace::Tracer>>, String> {
+    pub fn tracer(
+        &self,
+    ) -> Result<Option<Arc<germline_engine::trace::Tracer>>, germline_engine::error::TraceError>
+    {
         self.otlp_endpoint
             .as_deref()
             .map(|url| germline_engine::trace::Tracer::start(url).map(Arc::new))
