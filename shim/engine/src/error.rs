@@ -441,10 +441,3 @@ pub enum TraceError {
     #[error("OTLP thread: {0}")]
     Thread(#[source] std::io::Error),
 }
-
-/// The commands above the engine report a sidecar's failure in its words.
-impl From<SidecarError> for String {
-    fn from(e: SidecarError) -> String {
-        e.to_string()
-    }
-}
