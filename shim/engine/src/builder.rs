@@ -10,6 +10,7 @@ use std::time::Duration;
 use germline_policy::limits::Lifetime;
 use germline_policy::Policy;
 
+use crate::error::StartError;
 use crate::evidence::Evidence;
 use crate::launcher::Launcher;
 use crate::limits::Limiter;
@@ -155,7 +156,7 @@ impl RuntimeBuilder {
 
     /// Starts the release's germline (or the baseline's process), on the launcher's thread
     /// if there is one, then pins it to its CPUs and writes its state file.
-    pub fn build(mut self) -> Result<Runtime, String> {
+    pub fn build(mut self) -> Result<Runtime, StartError> {
         let cpus = std::mem::take(&mut self.copy_cpus);
         let status = self.status;
         let mut runtime = match self.launcher.clone() {

@@ -3,6 +3,8 @@
 //! strings, and each displays exactly the text the shim printed before (the fixed outcome
 //! names and JSON-RPC codes are chosen by the `RunError` variant, never by its cause).
 
+use std::path::PathBuf;
+
 use germline_broker::control::ControlError;
 
 use crate::callmeta::CallMetaError;
@@ -79,6 +81,9 @@ pub enum SandboxFailure {
     /// A probe and control re-run gave no verdict (crate::evidence).
     #[error(transparent)]
     Classify(#[from] germline_policy::witness::ClassifyError),
+    /// A baseline's tool process could not be started.
+    #[error(transparent)]
+    Process(#[from] ProcessError),
     /// Told in the shim's own words (a germline that died or keeps dying, a baseline process
     /// that did not start, a state the runtime cannot be in).
     #[error("{0}")]
@@ -163,9 +168,276 @@ pub enum SidecarError {
     NotUp,
 }
 
-/// The commands above the engine report a sidecar's failure in its words.
-impl From<SidecarError> for String {
-    fn from(e: SidecarError) -> String {
-        e.to_string()
+/// Why a release was refused or could not be loaded ([`crate::release::Release::load_with`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ReleaseError {
+    /// The publisher key file could not be read.
+    #[error("key {}: {source}", path.display())]
+    Key {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The publisher key is not a usable public key.
+    #[error(transparent)]
+    PublicKey(Box<germline_release::Error>),
+    /// The directory an image layout is extracted to could not be made.
+    #[error("temporary directory: {0}")]
+    TempDir(#[source] std::io::Error),
+    /// Verification refused the release (printable, whatever the image put into it).
+    #[error("{}", germline_release::error::printable(&format!("release {} refused: {source}", path.display())))]
+    Refused {
+        path: PathBuf,
+        #[source]
+        source: Box<germline_release::Error>,
+    },
+}
+
+/// Why a runtime could not start ([`crate::builder::RuntimeBuilder::build`]).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("the broker's CA certificate: {0}")]
+    BrokerCa(#[source] ControlError),
+    #[error("CA bundles for the copies: {0}")]
+    CopyTrust(#[source] germline_broker::ca::CaError),
+    /// A CA bundle or its directory could not be made readable to the copies.
+    #[error("{}: {source}", path.display())]
+    Permissions {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the broker's copy proxy address: {0}")]
+    CopyProxy(#[source] ControlError),
+    #[error("{release}: the manifest's entry is empty")]
+    EmptyEntry { release: String },
+    #[error("{release}: the germline did not start: {source}")]
+    Germline {
+        release: String,
+        #[source]
+        source: germline_sandbox::Error,
+    },
+    /// The host proxy listener of an unconfined baseline.
+    #[error("proxy listener: {0}")]
+    ProxyListener(#[source] std::io::Error),
+    /// The baseline's persistent process could not be started.
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+    /// The baseline's persistent process failed its MCP handshake (as the process module
+    /// tells it).
+    #[error("{release}: initialisation failed: {reason}")]
+    Init { release: String, reason: String },
+    #[error("--copy-cpus {cpus:?}: sched_setaffinity: {source}")]
+    Affinity {
+        cpus: Vec<usize>,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Launcher(#[from] LauncherError),
+    /// The state file for `germline status`.
+    #[error(transparent)]
+    Status(#[from] StatusError),
+}
+
+/// Why the launcher thread could not run a job ([`crate::launcher::Launcher`]).
+#[derive(Debug, thiserror::Error)]
+pub enum LauncherError {
+    #[error("launcher thread: {0}")]
+    Thread(#[source] std::io::Error),
+    #[error("the launcher is gone")]
+    Gone,
+    #[error("the launcher thread has stopped")]
+    Stopped,
+    #[error("the launcher thread failed")]
+    Failed,
+}
+
+/// Why a baseline's tool process could not be started ([`crate::process::ToolProcess::start`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    #[error("rootfs {}: {source}", path.display())]
+    Rootfs {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the rootfs lacks the directory /{0}")]
+    MissingDir(&'static str),
+    #[error("{}: NUL in path", .0.display())]
+    NulInPath(PathBuf),
+    #[error("shared temporary directory {}: not a directory", .0.display())]
+    SharedTmp(PathBuf),
+    #[error("Landlock: {0}")]
+    Landlock(#[source] std::io::Error),
+    #[error("the manifest has no entry")]
+    NoEntry,
+    #[error("cannot start {argv}: {source}")]
+    Spawn {
+        argv: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The started process's stdin or stdout pipe is missing.
+    #[error("no {0}")]
+    NoPipe(&'static str),
+    #[error("pid out of range")]
+    Pid,
+}
+
+/// Why the state file for `germline status` could not be started ([`crate::status`]).
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// Its directory could not be made.
+    #[error("{}: {source}", dir.display())]
+    Dir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Why the evidence layer could not open, record, read or check a witness record
+/// ([`crate::evidence`]).
+#[derive(Debug, thiserror::Error)]
+pub enum EvidenceError {
+    #[error("--probe-tries: at least 1 try is needed")]
+    NoTries,
+    #[error("--witness-key {0:?}: a key name is letters, digits, '-' or '_'")]
+    KeyName(String),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The deployment key could not be made or loaded.
+    #[error("witness key {}: {source}", path.display())]
+    WitnessKey {
+        path: PathBuf,
+        #[source]
+        source: Box<germline_release::Error>,
+    },
+    /// The deployment key's public half given to `germline witness verify`.
+    #[error("--witness-key {}: {source}", path.display())]
+    PublicKey {
+        path: PathBuf,
+        #[source]
+        source: Box<germline_release::Error>,
+    },
+    /// The key's fingerprint, for a record.
+    #[error(transparent)]
+    Fingerprint(Box<germline_release::Error>),
+    /// The dampening ledger `Evidence::open` loads.
+    #[error("{}: not a dampening ledger (expected the JSON germline writes): {source}", path.display())]
+    Ledger {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The dampening ledger `germline witness list` reads.
+    #[error("{}: {source}", path.display())]
+    LedgerJson {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A record or its metadata could not be serialised.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error("evidence is not enabled")]
+    Disabled,
+    #[error("witness record {} refused: {why}", path.display())]
+    Refused {
+        path: PathBuf,
+        #[source]
+        why: RecordRefusal,
+    },
+    #[error("the record's metadata: {0}")]
+    Metadata(#[source] serde_json::Error),
+    #[error(
+        "item {name:?} (argument {arg}): {}: {source} (--items names a directory of the items by SHA-256)",
+        path.display()
+    )]
+    Item {
+        name: String,
+        arg: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("item {name:?}: {} does not hash to the record's digest {sha256}", path.display())]
+    ItemDigest {
+        name: String,
+        path: PathBuf,
+        sha256: String,
+    },
+    #[error("item {name:?}: the record's arguments hold no value at {arg}")]
+    ItemArg { name: String, arg: String },
+    #[error(transparent)]
+    Release(#[from] ReleaseError),
+    #[error("--release {}: its digest {digest} is not the record's release {recorded}", path.display())]
+    ReleaseDigest {
+        path: PathBuf,
+        digest: String,
+        recorded: String,
+    },
+    #[error("temporary directory: {0}")]
+    TempDir(#[source] std::io::Error),
+    #[error("re-run: {0}")]
+    Rerun(#[source] Box<RunError>),
+}
+
+impl EvidenceError {
+    /// `path` failed with `source`.
+    pub(crate) fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Self + '_ {
+        move |source| EvidenceError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
     }
+}
+
+/// Why a witness record file was refused ([`crate::evidence::read_signed`]).
+#[derive(Debug, thiserror::Error)]
+pub enum RecordRefusal {
+    #[error("not UTF-8")]
+    NotUtf8,
+    #[error("expected two lines: the record's JSON and its hex signature")]
+    Lines,
+    #[error("line 2: the signature must be lowercase hex")]
+    SignatureCase,
+    #[error("line 2: the signature is not hex")]
+    SignatureHex,
+    /// The key's own reason, if it gave one.
+    #[error("the signature does not verify with the given key{}", if .0.is_empty() { String::new() } else { format!(" ({})", .0) })]
+    Signature(String),
+    #[error("line 1: {0}")]
+    Json(#[source] serde_json::Error),
+    #[error("version {found} (this germline reads {reads})")]
+    Version { found: u32, reads: u32 },
+}
+
+/// Why the metrics endpoint could not be served ([`crate::metrics::serve`]).
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error("--metrics-listen {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("metrics thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
+/// Why the OTLP exporter could not start ([`crate::trace::Tracer::start`]).
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("--otlp-endpoint {0:?}: expected http://HOST:PORT (OTLP/HTTP, no TLS)")]
+    Scheme(String),
+    #[error("--otlp-endpoint {0:?}: expected http://HOST:PORT")]
+    Authority(String),
+    #[error("OTLP thread: {0}")]
+    Thread(#[source] std::io::Error),
 }

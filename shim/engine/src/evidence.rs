@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 use sha2::Digest as _;
 
 use crate::callmeta::{ArgItem, CallMeta, ItemKind};
-use crate::error::RunError;
+use crate::error::{EvidenceError, RecordRefusal, RunError};
 
 /// Probe and control tries per trigger unless configured.
 pub const DEFAULT_TRIES: usize = 5;
@@ -103,7 +103,7 @@ struct LedgerLock {
 }
 
 impl LedgerLock {
-    fn take(dir: &Path) -> Result<LedgerLock, String> {
+    fn take(dir: &Path) -> Result<LedgerLock, EvidenceError> {
         use std::os::unix::fs::OpenOptionsExt as _;
         use std::os::unix::io::AsRawFd as _;
         let p = dir.join("dampening.lock");
@@ -113,7 +113,7 @@ impl LedgerLock {
             .write(true)
             .mode(0o600)
             .open(&p)
-            .map_err(|e| io(&p, e))?;
+            .map_err(EvidenceError::io(&p))?;
         loop {
             // SAFETY: flock(2) on a descriptor we own and keep open for the lock's lifetime.
             let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
@@ -122,19 +122,24 @@ impl LedgerLock {
             }
             let e = std::io::Error::last_os_error();
             if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(io(&p, e));
+                return Err(EvidenceError::io(&p)(e));
             }
         }
     }
 }
 
-fn io(p: &Path, e: std::io::Error) -> String {
-    format!("{}: {e}", p.display())
+/// The deployment key at `kp` could not be made or loaded.
+fn witness_key(kp: &Path) -> impl FnOnce(germline_release::Error) -> EvidenceError + '_ {
+    move |e| EvidenceError::WitnessKey {
+        path: kp.to_path_buf(),
+        source: Box::new(e),
+    }
 }
 
-fn private_dir(p: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(p).map_err(|e| io(p, e))?;
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700)).map_err(|e| io(p, e))
+fn private_dir(p: &Path) -> Result<(), EvidenceError> {
+    std::fs::create_dir_all(p).map_err(EvidenceError::io(p))?;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700))
+        .map_err(EvidenceError::io(p))
 }
 
 fn sha256_hex(b: &[u8]) -> String {
@@ -158,9 +163,9 @@ impl Evidence {
 
     /// Opens (or creates, 0700) the evidence directory, loads the ledger and the named
     /// deployment key, generating the key on first use.
-    pub fn open(cfg: EvidenceConfig) -> Result<Evidence, String> {
+    pub fn open(cfg: EvidenceConfig) -> Result<Evidence, EvidenceError> {
         if cfg.tries == 0 {
-            return Err("--probe-tries: at least 1 try is needed".into());
+            return Err(EvidenceError::NoTries);
         }
         let valid = !cfg.key_name.is_empty()
             && cfg
@@ -168,10 +173,7 @@ impl Evidence {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b));
         if !valid {
-            return Err(format!(
-                "--witness-key {:?}: a key name is letters, digits, '-' or '_'",
-                cfg.key_name
-            ));
+            return Err(EvidenceError::KeyName(cfg.key_name));
         }
         private_dir(&cfg.dir)?;
         let keys_dir = cfg.dir.join("keys");
@@ -188,21 +190,18 @@ impl Evidence {
                 Algorithm::Ed25519,
                 &keys::password_from_env(),
             )
-            .map_err(|e| format!("witness key {}: {e}", kp.display()))?;
+            .map_err(witness_key(&kp))?;
         }
-        let key = keys::load_signing_key(&kp)
-            .map_err(|e| format!("witness key {}: {e}", kp.display()))?;
+        let key = keys::load_signing_key(&kp).map_err(witness_key(&kp))?;
         drop(made);
         let lp = cfg.dir.join("dampening.json");
         let ledger = match std::fs::read(&lp) {
-            Ok(b) => serde_json::from_slice(&b).map_err(|e| {
-                format!(
-                    "{}: not a dampening ledger (expected the JSON germline writes): {e}",
-                    lp.display()
-                )
+            Ok(b) => serde_json::from_slice(&b).map_err(|source| EvidenceError::Ledger {
+                path: lp.clone(),
+                source,
             })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ledger::default(),
-            Err(e) => return Err(io(&lp, e)),
+            Err(e) => return Err(EvidenceError::io(&lp)(e)),
         };
         let ledger = Ledger {
             params: cfg.params.clone(),
@@ -246,7 +245,10 @@ impl Evidence {
             Ok(l) => Some(l),
             Err(e) => {
                 // Fails open on the file only: the update still applies in memory.
-                eprintln!("{}", json!({"evidence": "ledger lock failed", "error": e}));
+                eprintln!(
+                    "{}",
+                    json!({"evidence": "ledger lock failed", "error": e.to_string()})
+                );
                 None
             }
         };
@@ -405,11 +407,11 @@ impl Evidence {
         rt_release: (&str, &str, bool),
         job: &Job,
         verdict: Verdict,
-    ) -> Result<PathBuf, String> {
+    ) -> Result<PathBuf, EvidenceError> {
         let (digest, _label, declared) = rt_release;
         self.update(digest, |l| l.record(digest, verdict, declared));
         let (Some(cfg), Some((name, key))) = (&self.cfg, &self.key) else {
-            return Err("evidence is not enabled".into());
+            return Err(EvidenceError::Disabled);
         };
         let rec = record_of(digest, job, self.tries(), verdict, name, &key.public())?;
         let dir = cfg.dir.join("witnesses").join(clearance_dir(&job.label));
@@ -427,7 +429,7 @@ impl Evidence {
         private_dir(&items)?;
         for i in &job.meta.items {
             let p = items.join(sha256_hex(&i.contents));
-            std::fs::write(&p, &i.contents).map_err(|e| io(&p, e))?;
+            std::fs::write(&p, &i.contents).map_err(EvidenceError::io(&p))?;
         }
         self.written.push(path.clone());
         Ok(path)
@@ -450,7 +452,7 @@ fn record_of(
     verdict: Verdict,
     key_name: &str,
     public: &PublicKey,
-) -> Result<WitnessRecord, String> {
+) -> Result<WitnessRecord, EvidenceError> {
     let refs = |view: &[String]| -> Vec<ItemRef> {
         job.meta
             .items
@@ -480,12 +482,14 @@ fn record_of(
         hosts: job.meta.hosts.clone(),
         consumers: job.meta.consumers.clone(),
     };
-    let fp = public.fingerprint().map_err(|e| e.to_string())?;
+    let fp = public
+        .fingerprint()
+        .map_err(|e| EvidenceError::Fingerprint(Box::new(e)))?;
     Ok(WitnessRecord {
         version: WitnessRecord::VERSION,
         release: release.to_string(),
         tool: job.meta.tool.clone(),
-        metadata: serde_json::to_value(&meta).map_err(|e| e.to_string())?,
+        metadata: serde_json::to_value(&meta)?,
         destination: job.spec.host.clone(),
         probe_items: refs(&job.probe_view),
         control_items: refs(&job.control_view),
@@ -503,8 +507,8 @@ fn record_of(
     })
 }
 
-fn write_signed(path: &Path, rec: &WitnessRecord, key: &SigningKey) -> Result<(), String> {
-    let line = serde_json::to_vec(rec).map_err(|e| e.to_string())?;
+fn write_signed(path: &Path, rec: &WitnessRecord, key: &SigningKey) -> Result<(), EvidenceError> {
+    let line = serde_json::to_vec(rec)?;
     let mut msg = SIGNED_PREFIX.to_vec();
     msg.extend(&line);
     let sig = key.sign(&msg);
@@ -512,85 +516,72 @@ fn write_signed(path: &Path, rec: &WitnessRecord, key: &SigningKey) -> Result<()
     out.push(b'\n');
     out.extend(hex::encode(sig).as_bytes());
     out.push(b'\n');
-    std::fs::write(path, out).map_err(|e| io(path, e))
+    std::fs::write(path, out).map_err(EvidenceError::io(path))
 }
 
 /// Reads a record file and checks its signature with `public`; any byte changed is refused.
-pub fn read_signed(path: &Path, public: &PublicKey) -> Result<WitnessRecord, String> {
-    let bytes = std::fs::read(path).map_err(|e| io(path, e))?;
-    let bad = |why: &str| format!("witness record {} refused: {why}", path.display());
-    let text = std::str::from_utf8(&bytes).map_err(|_| bad("not UTF-8"))?;
+pub fn read_signed(path: &Path, public: &PublicKey) -> Result<WitnessRecord, EvidenceError> {
+    let bytes = std::fs::read(path).map_err(EvidenceError::io(path))?;
+    let bad = |why: RecordRefusal| EvidenceError::Refused {
+        path: path.to_path_buf(),
+        why,
+    };
+    let text = std::str::from_utf8(&bytes).map_err(|_| bad(RecordRefusal::NotUtf8))?;
     let mut parts = text.split('\n');
     let (Some(line), Some(sig), Some(""), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
     else {
-        return Err(bad(
-            "expected two lines: the record's JSON and its hex signature",
-        ));
+        return Err(bad(RecordRefusal::Lines));
     };
     let valid_hex = !sig.is_empty()
         && sig
             .bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
     if !valid_hex {
-        return Err(bad("line 2: the signature must be lowercase hex"));
+        return Err(bad(RecordRefusal::SignatureCase));
     }
-    let sig = hex::decode(sig).map_err(|_| bad("line 2: the signature is not hex"))?;
+    let sig = hex::decode(sig).map_err(|_| bad(RecordRefusal::SignatureHex))?;
     let mut msg = SIGNED_PREFIX.to_vec();
     msg.extend(line.as_bytes());
-    public.verify(&msg, &sig).map_err(|e| {
-        bad(&format!(
-            "the signature does not verify with the given key{}",
-            if e.is_empty() {
-                String::new()
-            } else {
-                format!(" ({e})")
-            }
-        ))
-    })?;
-    let rec: WitnessRecord =
-        serde_json::from_str(line).map_err(|e| bad(&format!("line 1: {e}")))?;
+    public
+        .verify(&msg, &sig)
+        .map_err(|e| bad(RecordRefusal::Signature(e)))?;
+    let rec: WitnessRecord = serde_json::from_str(line).map_err(|e| bad(RecordRefusal::Json(e)))?;
     if rec.version != WitnessRecord::VERSION {
-        return Err(bad(&format!(
-            "version {} (this germline reads {})",
-            rec.version,
-            WitnessRecord::VERSION
-        )));
+        return Err(bad(RecordRefusal::Version {
+            found: rec.version,
+            reads: WitnessRecord::VERSION,
+        }));
     }
     Ok(rec)
 }
 
 /// The [`CallMeta`] of a record, with the item contents read from `items` (content
 /// addressed, each checked against its digest).
-pub fn meta_of(rec: &WitnessRecord, items: &Path) -> Result<CallMeta, String> {
-    let m: RecordMeta = serde_json::from_value(rec.metadata.clone())
-        .map_err(|e| format!("the record's metadata: {e}"))?;
+pub fn meta_of(rec: &WitnessRecord, items: &Path) -> Result<CallMeta, EvidenceError> {
+    let m: RecordMeta =
+        serde_json::from_value(rec.metadata.clone()).map_err(EvidenceError::Metadata)?;
     let mut out = Vec::new();
     for i in &m.items {
         let p = items.join(&i.sha256);
-        let contents = std::fs::read(&p).map_err(|e| {
-            format!(
-                "item {:?} (argument {}): {} (--items names a directory of the items by SHA-256)",
-                i.name,
-                i.arg,
-                io(&p, e)
-            )
+        let contents = std::fs::read(&p).map_err(|source| EvidenceError::Item {
+            name: i.name.clone(),
+            arg: i.arg.clone(),
+            path: p.clone(),
+            source,
         })?;
         if sha256_hex(&contents) != i.sha256 {
-            return Err(format!(
-                "item {:?}: {} does not hash to the record's digest {}",
-                i.name,
-                p.display(),
-                i.sha256
-            ));
+            return Err(EvidenceError::ItemDigest {
+                name: i.name.clone(),
+                path: p,
+                sha256: i.sha256.clone(),
+            });
         }
         // The record's path, typed by the record's own arguments: one that names no value
         // there is refused, never passed over.
-        let arg = ArgPath::resolve(&i.arg, &m.arguments).ok_or_else(|| {
-            format!(
-                "item {:?}: the record's arguments hold no value at {}",
-                i.name, i.arg
-            )
+        let arg = ArgPath::resolve(&i.arg, &m.arguments).ok_or_else(|| EvidenceError::ItemArg {
+            name: i.name.clone(),
+            arg: i.arg.clone(),
         })?;
         out.push(ArgItem {
             name: i.name.clone(),
@@ -703,7 +694,7 @@ impl Evidence {
                     "{}",
                     json!({"evidence": "verdict", "release": label, "destination": job.spec.host,
                            "verdict": v, "probe": t.probe, "control": t.control, "rerun_ms": ms,
-                           "record": r.as_ref().ok(), "error": r.as_ref().err()})
+                           "record": r.as_ref().ok(), "error": r.as_ref().err().map(ToString::to_string)})
                 );
             }
             Err(e) => eprintln!(
@@ -716,13 +707,13 @@ impl Evidence {
 
 /// `germline witness list`: every record under `dir` (with its verdict) and each release's
 /// dampening state.
-pub fn list(dir: &Path) -> Result<Value, String> {
+pub fn list(dir: &Path) -> Result<Value, EvidenceError> {
     let mut records = Vec::new();
     let wdir = dir.join("witnesses");
     if wdir.is_dir() {
         let mut stack = vec![wdir];
         while let Some(d) = stack.pop() {
-            let rd = std::fs::read_dir(&d).map_err(|e| io(&d, e))?;
+            let rd = std::fs::read_dir(&d).map_err(EvidenceError::io(&d))?;
             for e in rd.flatten() {
                 let p = e.path();
                 if p.is_dir() {
@@ -748,7 +739,10 @@ pub fn list(dir: &Path) -> Result<Value, String> {
     records.sort_by(|a, b| a["path"].as_str().cmp(&b["path"].as_str()));
     let lp = dir.join("dampening.json");
     let ledger: Ledger = match std::fs::read(&lp) {
-        Ok(b) => serde_json::from_slice(&b).map_err(|e| format!("{}: {e}", lp.display()))?,
+        Ok(b) => serde_json::from_slice(&b).map_err(|source| EvidenceError::LedgerJson {
+            path: lp.clone(),
+            source,
+        })?,
         Err(_) => Ledger::default(),
     };
     let releases: BTreeMap<&String, Value> = ledger
@@ -801,25 +795,29 @@ impl OfflineCheck {
     /// Checks the record's signature with the deployment key, its items against the record's
     /// digests and the release against the record's; writes the policy of a broker for the
     /// re-runs. Returns the check and the verified release, for the runtime that re-runs it.
-    pub fn prepare(v: &VerifyInput<'_>) -> Result<(OfflineCheck, crate::release::Release), String> {
-        let public = keys::load_public_key(v.witness_key)
-            .map_err(|e| format!("--witness-key {}: {e}", v.witness_key.display()))?;
+    pub fn prepare(
+        v: &VerifyInput<'_>,
+    ) -> Result<(OfflineCheck, crate::release::Release), EvidenceError> {
+        let public =
+            keys::load_public_key(v.witness_key).map_err(|e| EvidenceError::PublicKey {
+                path: v.witness_key.to_path_buf(),
+                source: Box::new(e),
+            })?;
         let rec = read_signed(v.record, &public)?;
         let meta = meta_of(&rec, v.items)?;
         let release = crate::release::Release::load_with(v.release, v.release_key, &v.limits)?;
         let declared = release.manifest.deterministic;
         if release.digest != rec.release {
-            return Err(format!(
-                "--release {}: its digest {} is not the record's release {}",
-                v.release.display(),
-                release.digest,
-                rec.release
-            ));
+            return Err(EvidenceError::ReleaseDigest {
+                path: v.release.to_path_buf(),
+                digest: release.digest,
+                recorded: rec.release,
+            });
         }
         let tmp = tempfile::Builder::new()
             .prefix("germline-witness-")
             .tempdir_in("/var/tmp")
-            .map_err(|e| format!("temporary directory: {e}"))?;
+            .map_err(EvidenceError::TempDir)?;
         // The re-runs deliver nothing and read no policy decision: the broker only needs the
         // labels the record names.
         let mut tags = std::collections::BTreeSet::new();
@@ -834,7 +832,7 @@ impl OfflineCheck {
             policy.push_str(&format!("{t} = \"from the witness record\"\n"));
         }
         let pp = tmp.path().join("policy.toml");
-        std::fs::write(&pp, policy).map_err(|e| io(&pp, e))?;
+        std::fs::write(&pp, policy).map_err(EvidenceError::io(&pp))?;
         let tries = v.tries.unwrap_or(rec.tries as usize).max(1);
         let job = job_of(&rec, meta);
         let check = OfflineCheck {
@@ -866,10 +864,10 @@ impl OfflineCheck {
 
     /// Re-runs probe and control through `replay` (a germline runtime) and compares the
     /// verdict with the recorded one.
-    pub fn verify(&self, replay: &mut impl Replay) -> Result<Value, String> {
+    pub fn verify(&self, replay: &mut impl Replay) -> Result<Value, EvidenceError> {
         let rec = &self.rec;
         let (verdict, t) = rerun(replay, &self.job, self.tries, self.declared)
-            .map_err(|e| format!("re-run: {e}"))?;
+            .map_err(|e| EvidenceError::Rerun(Box::new(e)))?;
         Ok(json!({
             "record": self.record, "release": rec.release, "tool": rec.tool,
             "destination": rec.destination, "key": rec.key, "signature": "valid",
@@ -1078,7 +1076,16 @@ mod tests {
         );
         // Another key does not verify it.
         let other = SigningKey::generate(Algorithm::Ed25519).public();
-        assert!(read_signed(&p, &other).is_err());
+        let e = read_signed(&p, &other).expect_err("another key");
+        assert!(
+            e.to_string().starts_with(&format!(
+                "witness record {} refused: the signature does not verify with the given key",
+                p.display()
+            )),
+            "{e}"
+        );
+        let why = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<RecordRefusal>());
+        assert!(matches!(why, Some(RecordRefusal::Signature(_))), "{e:?}");
         let bytes = std::fs::read(&p).expect("read");
         let q = dir.path().join("altered.json");
         for at in 0..bytes.len() {
@@ -1094,7 +1101,8 @@ mod tests {
         let first = items.join(sha256_hex(&j.meta.items[0].contents));
         std::fs::write(&first, b"INVOICE, altered").expect("write");
         let e = meta_of(&rec, &items).expect_err("altered item");
-        assert!(e.contains("does not hash"), "{e}");
+        assert!(matches!(e, EvidenceError::ItemDigest { .. }), "{e}");
+        assert!(e.to_string().contains("does not hash"), "{e}");
     }
 
     #[test]
@@ -1146,7 +1154,7 @@ mod tests {
             .collect();
         let keys: Vec<_> = openers
             .into_iter()
-            .map(|t| t.join().expect("opener"))
+            .map(|t| t.join().expect("opener").map_err(|e| e.to_string()))
             .collect();
         let first = keys[0].clone().expect("open");
         assert!(first.is_some(), "a key was made");

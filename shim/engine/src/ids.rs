@@ -1,7 +1,7 @@
 //! Random identifiers (bearer tokens, session ids, trace and span ids).
 
 /// `n` bytes from the kernel's CSPRNG, hex-encoded (tokens and session ids).
-pub fn random_hex(n: usize) -> Result<String, String> {
+pub fn random_hex(n: usize) -> Result<String, RandomError> {
     let mut buf = vec![0u8; n];
     let mut got = 0;
     while got < n {
@@ -12,9 +12,14 @@ pub fn random_hex(n: usize) -> Result<String, String> {
             if e.kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
-            return Err(format!("getrandom: {e}"));
+            return Err(RandomError(e));
         }
         got += r as usize;
     }
     Ok(hex::encode(buf))
 }
+
+/// The kernel's CSPRNG failed ([`random_hex`]).
+#[derive(Debug, thiserror::Error)]
+#[error("getrandom: {0}")]
+pub struct RandomError(#[source] pub std::io::Error);

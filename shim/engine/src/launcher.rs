@@ -7,6 +7,8 @@
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Mutex;
 
+use crate::error::LauncherError;
+
 type Job = Box<dyn FnOnce() + Send>;
 
 #[derive(Debug)]
@@ -16,7 +18,7 @@ pub struct Launcher {
 }
 
 impl Launcher {
-    pub fn start() -> Result<Launcher, String> {
+    pub fn start() -> Result<Launcher, LauncherError> {
         let (tx, rx) = channel::<Job>();
         let thread = std::thread::Builder::new()
             .name("germline-launch".into())
@@ -25,7 +27,7 @@ impl Launcher {
                     job();
                 }
             })
-            .map_err(|e| format!("launcher thread: {e}"))?;
+            .map_err(LauncherError::Thread)?;
         Ok(Launcher {
             tx: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
@@ -36,7 +38,7 @@ impl Launcher {
     pub fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce() -> T + Send + 'static,
-    ) -> Result<T, String> {
+    ) -> Result<T, LauncherError> {
         let (back, answer) = channel();
         let job: Job = Box::new(move || {
             let _ = back.send(f());
@@ -44,15 +46,13 @@ impl Launcher {
         let sent = self
             .tx
             .lock()
-            .map_err(|_| "the launcher is gone".to_string())?
+            .map_err(|_| LauncherError::Gone)?
             .as_ref()
             .map(|tx| tx.send(job).is_ok());
         if sent != Some(true) {
-            return Err("the launcher thread has stopped".into());
+            return Err(LauncherError::Stopped);
         }
-        answer
-            .recv()
-            .map_err(|_| "the launcher thread failed".to_string())
+        answer.recv().map_err(|_| LauncherError::Failed)
     }
 }
 

@@ -219,18 +219,27 @@ fn fmt_rate(r: f64) -> String {
 }
 
 /// `--pool N` against `limits.pool_max`: an operator asking for more is refused at start.
-pub fn check_pool(limits: &OperatingLimits, pool: usize) -> Result<(), String> {
+pub fn check_pool(limits: &OperatingLimits, pool: usize) -> Result<(), PoolTooLarge> {
     match limits.pool_max {
-        Some(max) if pool > max => Err(format!(
-            "--pool {pool}: {}",
-            LimitHit {
+        Some(max) if pool > max => Err(PoolTooLarge {
+            pool,
+            hit: LimitHit {
                 name: "pool_max",
                 value: max.to_string(),
                 detail: String::new(),
-            }
-        )),
+            },
+        }),
         _ => Ok(()),
     }
+}
+
+/// A `--pool` above the policy's `[limits] pool_max` ([`check_pool`]).
+#[derive(Debug, thiserror::Error)]
+#[error("--pool {pool}: {hit}")]
+pub struct PoolTooLarge {
+    pub pool: usize,
+    #[source]
+    pub hit: LimitHit,
 }
 
 #[cfg(test)]
@@ -304,6 +313,7 @@ mod tests {
         assert_eq!(e.name, "item_bytes_per_copy");
         assert!(check_pool(&limits, 2).is_ok());
         let e = check_pool(&limits, 3).expect_err("pool");
-        assert!(e.contains("limits.pool_max = 2"), "{e}");
+        assert!(e.to_string().contains("limits.pool_max = 2"), "{e}");
+        assert_eq!((e.pool, e.hit.name), (3, "pool_max"));
     }
 }

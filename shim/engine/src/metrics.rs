@@ -20,7 +20,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::error::RunError;
+use crate::error::{MetricsError, RunError};
 use crate::observe::{CallObserver, CallView, RuntimeView};
 use crate::runtime::Outcome;
 
@@ -364,11 +364,10 @@ fn note_dampening(m: &Metrics, rt: &RuntimeView<'_>) {
 }
 
 /// Serves `GET /metrics` on `addr` from a thread of its own, for the life of the process.
-pub fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<SocketAddr, String> {
-    let l = TcpListener::bind(addr).map_err(|e| format!("--metrics-listen {addr}: {e}"))?;
-    let local = l
-        .local_addr()
-        .map_err(|e| format!("--metrics-listen {addr}: {e}"))?;
+pub fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<SocketAddr, MetricsError> {
+    let listen = |source| MetricsError::Listen { addr, source };
+    let l = TcpListener::bind(addr).map_err(listen)?;
+    let local = l.local_addr().map_err(listen)?;
     if !local.ip().is_loopback() {
         eprintln!("germline: warning: metrics on {local}, not loopback (no authentication)");
     }
@@ -379,7 +378,7 @@ pub fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<SocketAddr, Stri
                 let _ = answer(conn, &metrics);
             }
         })
-        .map_err(|e| format!("metrics thread: {e}"))?;
+        .map_err(MetricsError::Thread)?;
     Ok(local)
 }
 

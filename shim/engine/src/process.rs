@@ -15,6 +15,8 @@ use std::time::Instant;
 use germline_sandbox::mcp_client::{ClientError, LineChannel, LineError, Session};
 use serde_json::Value;
 
+use crate::error::ProcessError;
+
 /// A running tool process speaking MCP over its stdio.
 #[derive(Debug)]
 pub struct ToolProcess {
@@ -44,8 +46,8 @@ pub struct ProcessSpec {
     pub proxy_port: u16,
 }
 
-fn cstr(p: &Path) -> Result<CString, String> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| format!("{}: NUL in path", p.display()))
+fn cstr(p: &Path) -> Result<CString, ProcessError> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| ProcessError::NulInPath(p.to_path_buf()))
 }
 
 fn check(r: libc::c_int) -> std::io::Result<()> {
@@ -78,14 +80,17 @@ fn bind_read_only(src: &CStr, dst: &CStr, rec: libc::c_ulong) -> std::io::Result
 }
 
 impl ToolProcess {
-    pub fn start(spec: &ProcessSpec) -> Result<ToolProcess, String> {
+    pub fn start(spec: &ProcessSpec) -> Result<ToolProcess, ProcessError> {
         let rootfs = spec
             .rootfs
             .canonicalize()
-            .map_err(|e| format!("rootfs {}: {e}", spec.rootfs.display()))?;
+            .map_err(|source| ProcessError::Rootfs {
+                path: spec.rootfs.clone(),
+                source,
+            })?;
         for d in ["run", "dev", "tmp"] {
             if !rootfs.join(d).is_dir() {
-                return Err(format!("the rootfs lacks the directory /{d}"));
+                return Err(ProcessError::MissingDir(d));
             }
         }
         let root = cstr(&rootfs)?;
@@ -93,19 +98,11 @@ impl ToolProcess {
         let items = cstr(&rootfs.join("run/items"))?;
         let dev = cstr(&rootfs.join("dev"))?;
         let tmp = cstr(&rootfs.join("tmp"))?;
-        let tmp_opts = CString::new("size=64m,mode=1777").map_err(|e| e.to_string())?;
-        let host_dev = CString::new("/dev").map_err(|e| e.to_string())?;
-        let tmpfs = CString::new("tmpfs").map_err(|e| e.to_string())?;
-        let opts = CString::new("size=256m,mode=755").map_err(|e| e.to_string())?;
-        let slash = CString::new("/").map_err(|e| e.to_string())?;
+        let (tmp_opts, host_dev, tmpfs) = (c"size=64m,mode=1777", c"/dev", c"tmpfs");
+        let (opts, slash) = (c"size=256m,mode=755", c"/");
         let shared_tmp = match &spec.shared_tmp {
             Some(d) if d.is_dir() => Some(cstr(d)?),
-            Some(d) => {
-                return Err(format!(
-                    "shared temporary directory {}: not a directory",
-                    d.display()
-                ))
-            }
+            Some(d) => return Err(ProcessError::SharedTmp(d.clone())),
             None => None,
         };
         let ruleset = if spec.confined {
@@ -147,7 +144,7 @@ impl ToolProcess {
             // TCP connect only to the broker's proxy port, in the process's own namespace.
             Some(
                 germline_sandbox::landlock::Ruleset::new(abi, rules, vec![], Some(spec.proxy_port))
-                    .map_err(|e| format!("Landlock: {e}"))?,
+                    .map_err(ProcessError::Landlock)?,
             )
         } else {
             None
@@ -160,7 +157,7 @@ impl ToolProcess {
                 binds.push((cstr(src)?, cstr(&target)?));
             }
         }
-        let mut cmd = Command::new(spec.argv.first().ok_or("the manifest has no entry")?);
+        let mut cmd = Command::new(spec.argv.first().ok_or(ProcessError::NoEntry)?);
         cmd.args(&spec.argv[1..])
             .env_clear()
             .envs(spec.env.iter().cloned())
@@ -230,13 +227,14 @@ impl ToolProcess {
                 Ok(())
             });
         }
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", spec.argv.join(" ")))?;
-        let stdin = child.stdin.take().ok_or("no stdin")?;
-        let stdout: ChildStdout = child.stdout.take().ok_or("no stdout")?;
+        let mut child = cmd.spawn().map_err(|source| ProcessError::Spawn {
+            argv: spec.argv.join(" "),
+            source,
+        })?;
+        let stdin = child.stdin.take().ok_or(ProcessError::NoPipe("stdin"))?;
+        let stdout: ChildStdout = child.stdout.take().ok_or(ProcessError::NoPipe("stdout"))?;
         let chan = LineChannel::spawn(stdout, stdin);
-        let pid = i32::try_from(child.id()).map_err(|_| "pid out of range")?;
+        let pid = i32::try_from(child.id()).map_err(|_| ProcessError::Pid)?;
         Ok(ToolProcess {
             child,
             chan,

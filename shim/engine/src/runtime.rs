@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 use crate::builder::RuntimeBuilder;
 use crate::callmeta::CallMeta;
 pub use crate::error::RunError;
-use crate::error::{broker_failed, limit, said, SandboxFailure, ToolFailure};
+use crate::error::{broker_failed, limit, said, SandboxFailure, StartError, ToolFailure};
 use crate::observe::{CallObserver, CallView, Observers, RuntimeView};
 use crate::outbox::{self, Delivery};
 use crate::pipeline::Stages;
@@ -233,12 +233,14 @@ pub fn launch_spec(
     release: &Release,
     trust: &CopyTrust,
     proxy: std::net::SocketAddr,
-) -> Result<LaunchSpec, String> {
+) -> Result<LaunchSpec, StartError> {
     let m = &release.manifest;
     let (interpreter, entry) = m
         .entry
         .split_first()
-        .ok_or_else(|| format!("{}: the manifest's entry is empty", release.label()))?;
+        .ok_or_else(|| StartError::EmptyEntry {
+            release: release.label(),
+        })?;
     let mut env: Vec<String> = base_env()
         .into_iter()
         .chain(proxy_env(&proxy.to_string()))
@@ -292,7 +294,7 @@ macro_rules! view_of {
 impl Runtime {
     /// Starts the release's germline (or the baseline's process) for one session, configured
     /// as `cfg` says ([`RuntimeBuilder::build`]).
-    pub(crate) fn start(cfg: RuntimeBuilder) -> Result<Runtime, String> {
+    pub(crate) fn start(cfg: RuntimeBuilder) -> Result<Runtime, StartError> {
         let RuntimeBuilder {
             mode,
             release,
@@ -328,24 +330,18 @@ impl Runtime {
         // Removed on every error below (the germline not starting among them); kept once the
         // runtime exists, whose `stop` removes it.
         let ca_made = crate::sidecar::DirGuard::new(ca_dir.clone());
-        let pem = broker
-            .client
-            .ca_cert()
-            .map_err(|e| format!("the broker's CA certificate: {e}"))?;
+        let pem = broker.client.ca_cert().map_err(StartError::BrokerCa)?;
         let _ = std::fs::remove_dir_all(&ca_dir);
         let trust = germline_broker::ca::copy_trust(&release.rootfs, &pem, &ca_dir)
-            .map_err(|e| format!("CA bundles for the copies: {e}"))?;
+            .map_err(StartError::CopyTrust)?;
         let mut readable = vec![ca_dir.clone()];
         readable.extend(trust.mounts.iter().map(|(src, _)| src.clone()));
         for p in readable {
             let mode = if p.is_dir() { 0o755 } else { 0o644 };
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
-                .map_err(|e| format!("{}: {e}", p.display()))?;
+                .map_err(|source| StartError::Permissions { path: p, source })?;
         }
-        let copy_proxy = broker
-            .client
-            .copy_proxy()
-            .map_err(|e| format!("the broker's copy proxy address: {e}"))?;
+        let copy_proxy = broker.client.copy_proxy().map_err(StartError::CopyProxy)?;
         let mut host_proxy = None;
         let mut proc_spec = None;
         let mut launch = None;
@@ -357,8 +353,10 @@ impl Runtime {
                 opts.pool = pool;
                 opts.reaper = reaper;
                 launch = Some((spec.clone(), opts.clone()));
-                let g = Germline::start(spec, opts)
-                    .map_err(|e| format!("{}: the germline did not start: {e}", release.label()))?;
+                let g = Germline::start(spec, opts).map_err(|source| StartError::Germline {
+                    release: release.label(),
+                    source,
+                })?;
                 Backend::Germline(Box::new(g))
             }
             Mode::SigPin | Mode::SigIfc | Mode::ConfinedIfc | Mode::FreshIfc => {
@@ -367,8 +365,11 @@ impl Runtime {
                     copy_proxy.to_string()
                 } else {
                     let l = std::net::TcpListener::bind("127.0.0.1:0")
-                        .map_err(|e| format!("proxy listener: {e}"))?;
-                    let a = l.local_addr().map_err(|e| e.to_string())?.to_string();
+                        .map_err(StartError::ProxyListener)?;
+                    let a = l
+                        .local_addr()
+                        .map_err(StartError::ProxyListener)?
+                        .to_string();
                     host_proxy = Some(l);
                     a
                 };
@@ -394,7 +395,10 @@ impl Runtime {
                     p.ensure_initialized(
                         Instant::now() + Duration::from_millis(limits.init_timeout_ms),
                     )
-                    .map_err(|e| format!("{}: initialisation failed: {e}", release.label()))?;
+                    .map_err(|reason| StartError::Init {
+                        release: release.label(),
+                        reason,
+                    })?;
                     Backend::Process(p)
                 }
             }
@@ -447,7 +451,7 @@ impl Runtime {
     /// lifetime starts later) or the baseline's persistent process to `cpus`; the shim and
     /// the broker keep their own affinity (`germline run --copy-cpus`, `germline bench --pin
     /// split`). A fresh-ifc process per call inherits the shim's.
-    pub(crate) fn set_copy_cpus(&mut self, cpus: &[usize]) -> Result<(), String> {
+    pub(crate) fn set_copy_cpus(&mut self, cpus: &[usize]) -> Result<(), StartError> {
         if let Some((_, opts)) = &mut self.launch {
             opts.cpus = cpus.to_vec();
         }
@@ -457,8 +461,12 @@ impl Runtime {
             .map(Germline::copy_processes)
             .unwrap_or_default();
         for pid in self.pid().into_iter().chain(copies) {
-            germline_sandbox::sys::set_affinity(pid, cpus)
-                .map_err(|e| format!("--copy-cpus {cpus:?}: sched_setaffinity: {e}"))?;
+            germline_sandbox::sys::set_affinity(pid, cpus).map_err(|source| {
+                StartError::Affinity {
+                    cpus: cpus.to_vec(),
+                    source,
+                }
+            })?;
         }
         Ok(())
     }
@@ -546,7 +554,7 @@ impl Runtime {
                     .proc_spec
                     .as_ref()
                     .ok_or_else(|| said("no process spec".into()))?;
-                let mut p = ToolProcess::start(spec).map_err(said)?;
+                let mut p = ToolProcess::start(spec).map_err(|e| RunError::Sandbox(e.into()))?;
                 p.ensure_initialized(deadline)
                     .map_err(|e| RunError::Tool(e.into()))?;
                 p.request(method, params, deadline)
@@ -764,7 +772,7 @@ impl Runtime {
                     .proc_spec
                     .as_ref()
                     .ok_or_else(|| said("no process spec".into()))?;
-                fresh = ToolProcess::start(spec).map_err(said)?;
+                fresh = ToolProcess::start(spec).map_err(|e| RunError::Sandbox(e.into()))?;
                 &mut fresh
             }
             Backend::Germline(_) => return Err(said("no process".into())),
@@ -973,7 +981,9 @@ impl Runtime {
         opts.id = format!("{}-g{}", opts.id, self.generation);
         let spec = spec.clone();
         let started = match &self.launcher {
-            Some(l) => l.run(move || Germline::start(spec, opts))?,
+            Some(l) => l
+                .run(move || Germline::start(spec, opts))
+                .map_err(|e| e.to_string())?,
             None => Germline::start(spec, opts),
         };
         let fresh =

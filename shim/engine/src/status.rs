@@ -16,6 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::error::StatusError;
 use crate::observe::{CallObserver, CallView, RuntimeView};
 use crate::runtime::Runtime;
 
@@ -100,13 +101,13 @@ fn limits_json(rt: &Runtime) -> Value {
 
 impl StatusWriter {
     /// Starts the state file of `rt` (`command`: "run" or "serve").
-    pub fn start(rt: &Runtime, command: &str) -> Result<StatusWriter, String> {
+    pub fn start(rt: &Runtime, command: &str) -> Result<StatusWriter, StatusError> {
         let mut w = StatusWriter::new(rt, command)?;
         rt.observe_with(|view| w.refresh(view));
         Ok(w)
     }
 
-    fn new(rt: &Runtime, command: &str) -> Result<StatusWriter, String> {
+    fn new(rt: &Runtime, command: &str) -> Result<StatusWriter, StatusError> {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = Path::new(STATUS_DIR);
@@ -114,7 +115,10 @@ impl StatusWriter {
             .recursive(true)
             .mode(0o700)
             .create(dir)
-            .map_err(|e| format!("{}: {e}", dir.display()))?;
+            .map_err(|source| StatusError::Dir {
+                dir: dir.to_path_buf(),
+                source,
+            })?;
         Ok(StatusWriter {
             path: dir.join(format!("{}-{n}.json", std::process::id())),
             doc: RuntimeStatus {
@@ -344,13 +348,10 @@ fn listed(entries: &[String]) -> String {
 }
 
 /// `germline status [--json]`.
-pub fn run(json_out: bool) -> Result<(), String> {
+pub fn run(json_out: bool) -> Result<(), serde_json::Error> {
     let rows = collect(Path::new(STATUS_DIR));
     if json_out {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?
-        );
+        println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         print!("{}", render(&rows));
     }

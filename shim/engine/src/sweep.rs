@@ -159,17 +159,24 @@ fn orphaned_keepers(rel: &str, alive: &dyn Fn(i32) -> bool) -> Option<Vec<i32>> 
 }
 
 /// `germline gc`: sweeps and reports what it removed (JSON on stdout).
-pub fn gc() -> Result<(), String> {
+pub fn gc() -> Result<(), GcError> {
     let s = sweep();
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&s).map_err(|e| e.to_string())?
-    );
+    println!("{}", serde_json::to_string_pretty(&s)?);
     if s.failed.is_empty() {
         Ok(())
     } else {
-        Err(format!("could not remove: {}", s.failed.join("; ")))
+        Err(GcError::NotRemoved(s.failed))
     }
+}
+
+/// Why `germline gc` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum GcError {
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// What could not be removed, each as the sweep told it.
+    #[error("could not remove: {}", .0.join("; "))]
+    NotRemoved(Vec<String>),
 }
 
 /// The sweep at the start of `run` and `serve`: what it removed goes to stderr, never stdout

@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
-use crate::error::RunError;
+use crate::error::{RunError, TraceError};
 use crate::observe::{CallObserver, CallView, RuntimeView};
 use crate::runtime::Outcome;
 
@@ -31,24 +31,22 @@ pub struct Tracer {
 }
 
 /// `http://host:port[/prefix]` -> (host:port, prefix + "/v1/traces").
-fn parse_endpoint(url: &str) -> Result<(String, String), String> {
-    let rest = url.strip_prefix("http://").ok_or_else(|| {
-        format!("--otlp-endpoint {url:?}: expected http://HOST:PORT (OTLP/HTTP, no TLS)")
-    })?;
+fn parse_endpoint(url: &str) -> Result<(String, String), TraceError> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| TraceError::Scheme(url.to_string()))?;
     let (auth, path) = match rest.find('/') {
         Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
         None => (rest, ""),
     };
     if auth.is_empty() || !auth.contains(':') {
-        return Err(format!(
-            "--otlp-endpoint {url:?}: expected http://HOST:PORT"
-        ));
+        return Err(TraceError::Authority(url.to_string()));
     }
     Ok((auth.to_string(), format!("{path}/v1/traces")))
 }
 
 impl Tracer {
-    pub fn start(endpoint: &str) -> Result<Tracer, String> {
+    pub fn start(endpoint: &str) -> Result<Tracer, TraceError> {
         let (auth, path) = parse_endpoint(endpoint)?;
         let (tx, rx) = sync_channel::<Value>(QUEUE);
         std::thread::Builder::new()
@@ -64,7 +62,7 @@ impl Tracer {
                     }
                 }
             })
-            .map_err(|e| format!("OTLP thread: {e}"))?;
+            .map_err(TraceError::Thread)?;
         Ok(Tracer { tx })
     }
 

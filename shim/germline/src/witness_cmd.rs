@@ -49,7 +49,8 @@ enum WitnessCmd {
     },
 }
 
-pub fn run(a: &WitnessArgs) -> Result<bool, String> {
+/// `Ok(false)`: the re-run disagrees with the record; an error keeps its typed source.
+pub fn run(a: &WitnessArgs) -> Result<bool, Box<dyn std::error::Error>> {
     match &a.cmd {
         WitnessCmd::Verify {
             record,

@@ -95,7 +95,10 @@ pub struct TelemetryArgs {
 
 impl TelemetryArgs {
     /// The OTLP tracer `--otlp-endpoint` asks for, if any.
-    pub fn tracer(&self) -> Result<Option<Arc<germline_engine::trace::Tracer>>, String> {
+    pub fn tracer(
+        &self,
+    ) -> Result<Option<Arc<germline_engine::trace::Tracer>>, germline_engine::error::TraceError>
+    {
         self.otlp_endpoint
             .as_deref()
             .map(|url| germline_engine::trace::Tracer::start(url).map(Arc::new))
@@ -139,7 +142,7 @@ pub fn evidence_for(
     e: &EvidenceArgs,
     state_dir: &std::path::Path,
     policy: &Policy,
-) -> Result<germline_engine::evidence::Evidence, String> {
+) -> Result<germline_engine::evidence::Evidence, germline_engine::error::EvidenceError> {
     if e.no_evidence {
         return Ok(germline_engine::evidence::Evidence::disabled());
     }

@@ -1,5 +1,5 @@
 //! The errors of `germline run` and `germline serve`, as `germline` prints them. The engine's
-//! errors are still text ([`Error::Engine`]).
+//! errors are wrapped typed, with their sources (`#[from]`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,9 +16,43 @@ pub enum Error {
     /// The broker could not be started or reached.
     #[error("{0}")]
     Broker(#[from] germline_engine::error::SidecarError),
-    /// An error of the engine (release, runtime, evidence, metrics, traces).
+    /// The release was refused or could not be loaded.
     #[error("{0}")]
-    Engine(String),
+    Release(#[from] germline_engine::error::ReleaseError),
+    /// A release's runtime (its germline or baseline process) could not start.
+    #[error("{0}")]
+    Start(#[from] germline_engine::error::StartError),
+    /// The thread germlines are started on.
+    #[error("{0}")]
+    Launcher(#[from] germline_engine::error::LauncherError),
+    /// The evidence layer could not open.
+    #[error("{0}")]
+    Evidence(#[from] germline_engine::error::EvidenceError),
+    /// `--pool` is above the policy's `[limits] pool_max`.
+    #[error("{0}")]
+    Pool(#[from] germline_engine::limits::PoolTooLarge),
+    /// The metrics endpoint could not be served.
+    #[error("{0}")]
+    Metrics(#[from] germline_engine::error::MetricsError),
+    /// The OTLP exporter could not start.
+    #[error("{0}")]
+    Trace(#[from] germline_engine::error::TraceError),
+    /// A bearer token or session id could not be drawn.
+    #[error("{0}")]
+    Random(#[from] germline_engine::ids::RandomError),
+    /// Two releases `germline serve` was given declare one tool.
+    #[error(
+        "two releases declare the tool {tool:?}: {first} and {second}; an agent could not tell \
+         which one it calls (serve them from separate endpoints)"
+    )]
+    ToolClash {
+        tool: String,
+        first: String,
+        second: String,
+    },
+    /// A session asked for a release index the router does not have (a bug of the router).
+    #[error("no release {0}")]
+    NoRelease(usize),
     /// A secret file (`token`, `users`) could not be read.
     #[error("{what} {}: {source}", .path.display())]
     Secret {
@@ -64,12 +98,6 @@ pub enum Error {
          whose germline outlives agent sessions; `germline run` is one session"
     )]
     LongLived { release: String, name: String },
-}
-
-impl From<String> for Error {
-    fn from(e: String) -> Self {
-        Error::Engine(e)
-    }
 }
 
 impl Error {

@@ -139,7 +139,10 @@ impl Sessions {
     }
 
     /// A new session of `user`, and the least recently used one it ended to stay in bounds.
-    fn open(&mut self, user: &str) -> Result<(String, Option<String>), String> {
+    fn open(
+        &mut self,
+        user: &str,
+    ) -> Result<(String, Option<String>), germline_engine::ids::RandomError> {
         let mut evicted = None;
         if self.open.len() >= self.max {
             if let Some(oldest) = self

@@ -31,16 +31,18 @@ use germline_engine::runtime::Mode;
 /// Which release declares each tool, or an error naming both releases of a clashing name.
 /// `releases` holds each release's name for messages (`name@version (digest)`) and its
 /// manifest's tools; called on the verified manifests before any germline starts.
-pub fn tool_owners(releases: &[(String, Vec<String>)]) -> Result<BTreeMap<String, usize>, String> {
+pub fn tool_owners(
+    releases: &[(String, Vec<String>)],
+) -> Result<BTreeMap<String, usize>, crate::error::Error> {
     let mut owners: BTreeMap<String, usize> = BTreeMap::new();
     for (i, (name, tools)) in releases.iter().enumerate() {
         for tool in tools {
             if let Some(&j) = owners.get(tool) {
-                return Err(format!(
-                    "two releases declare the tool {tool:?}: {} and {}; an agent could not tell \
-                     which one it calls (serve them from separate endpoints)",
-                    releases[j].0, name
-                ));
+                return Err(crate::error::Error::ToolClash {
+                    tool: tool.clone(),
+                    first: releases[j].0.clone(),
+                    second: name.clone(),
+                });
             }
             owners.insert(tool.clone(), i);
         }
@@ -482,6 +484,7 @@ mod tests {
             rel("clock@3", &["get_current_time"]),
         ])
         .expect_err("a clash");
+        let e = e.to_string();
         assert!(
             e.contains("\"get_current_time\"") && e.contains("time@1") && e.contains("clock@3"),
             "{e}"
@@ -551,7 +554,7 @@ mod tests {
             index: 0,
             live: Mutex::new(HashMap::new()),
         };
-        let factory: Box<Factory> = Box::new(|_, _| Err(Error::Engine("no germline".into())));
+        let factory: Box<Factory> = Box::new(|i, _| Err(Error::NoRelease(i)));
         let c = Caller {
             session: "s1".into(),
             user: "alice".into(),
@@ -567,7 +570,7 @@ mod tests {
         // A user's long-lived runtime is started at its first need, and fails to.
         let failed = served(Lifetime::LongLived).handle(&c, &*factory, msg());
         assert_eq!(failed["error"]["code"], RUNTIME_FAILED, "{failed}");
-        assert_eq!(failed["error"]["message"], "germline: no germline");
+        assert_eq!(failed["error"]["message"], "germline: no release 0");
     }
 
     #[test]

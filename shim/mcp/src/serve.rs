@@ -127,7 +127,11 @@ pub(crate) const MIN_TOKEN: usize = 16;
 
 /// A secret file's text, with a warning if others may read it.
 fn read_secret(what: &'static str, path: &Path) -> Result<String, Error> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("{what} {}: {e}", path.display()))?;
+    let meta = std::fs::metadata(path).map_err(|source| Error::Secret {
+        what,
+        path: path.to_path_buf(),
+        source,
+    })?;
     if meta.permissions().mode() & 0o077 != 0 {
         eprintln!(
             "germline serve: warning: {} is readable by others (chmod 600 it)",
@@ -339,10 +343,7 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
     // session's `initialize` under `session` and `single-shot`, at a user's first need under
     // `long-lived` (docs/operations.md).
     let factory = move |i: usize, user: &str| -> Result<Session, Error> {
-        let release = releases
-            .get(i)
-            .cloned()
-            .ok_or_else(|| format!("no release {i}"))?;
+        let release = releases.get(i).cloned().ok_or(Error::NoRelease(i))?;
         // Each runtime has its own connection to the one broker (never the sidecar's owner).
         let client = Sidecar::start(&SidecarConfig {
             existing: Some(broker_socket.clone()),
