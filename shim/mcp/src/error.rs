@@ -8,37 +8,37 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The deployer's policy does not load.
-    #[error("{0}")]
+    #[error(transparent)]
     Policy(#[from] germline_policy::PolicyError),
     /// A release's runtime could not start, or its session has ended.
-    #[error("{0}")]
+    #[error(transparent)]
     Session(#[from] SessionError),
     /// The broker could not be started or reached.
-    #[error("{0}")]
+    #[error(transparent)]
     Broker(#[from] germline_engine::error::SidecarError),
     /// The release was refused or could not be loaded.
-    #[error("{0}")]
+    #[error(transparent)]
     Release(#[from] germline_engine::error::ReleaseError),
     /// A release's runtime (its germline or baseline process) could not start.
-    #[error("{0}")]
+    #[error(transparent)]
     Start(#[from] germline_engine::error::StartError),
     /// The thread germlines are started on.
-    #[error("{0}")]
+    #[error(transparent)]
     Launcher(#[from] germline_engine::error::LauncherError),
     /// The evidence layer could not open.
-    #[error("{0}")]
+    #[error(transparent)]
     Evidence(#[from] germline_engine::error::EvidenceError),
     /// `--pool` is above the policy's `[limits] pool_max`.
-    #[error("{0}")]
+    #[error(transparent)]
     Pool(#[from] germline_engine::limits::PoolTooLarge),
     /// The metrics endpoint could not be served.
-    #[error("{0}")]
+    #[error(transparent)]
     Metrics(#[from] germline_engine::error::MetricsError),
     /// The OTLP exporter could not start.
-    #[error("{0}")]
+    #[error(transparent)]
     Trace(#[from] germline_engine::error::TraceError),
     /// A bearer token or session id could not be drawn.
-    #[error("{0}")]
+    #[error(transparent)]
     Random(#[from] germline_engine::ids::RandomError),
     /// Two releases `germline serve` was given declare one tool.
     #[error(
