@@ -544,17 +544,11 @@ pub fn build(
     }
     let hosts = destinations(tool_name, tool, &arguments)?
         .into_iter()
-        .map(|h| Member {
-            clearance: policy.host_clearance(&h),
-            name: h,
-        })
+        .map(|h| policy.host_member(h))
         .collect();
     let consumers = consumers
         .iter()
-        .map(|c| Member {
-            name: c.clone(),
-            clearance: policy.consumer_clearance(c),
-        })
+        .map(|c| policy.consumer_member(c.clone()))
         .collect();
     let progress_token = meta
         .and_then(|m| m.get("progressToken"))

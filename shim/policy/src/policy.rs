@@ -824,6 +824,22 @@ impl Policy {
             .unwrap_or_else(|| self.default_consumer_clearance.clone())
     }
 
+    /// A declared destination host as Plan and the broker take it: its name and clearance.
+    pub fn host_member(&self, name: String) -> Member {
+        Member {
+            clearance: self.host_clearance(&name),
+            name,
+        }
+    }
+
+    /// A consumer as Plan takes it: its name and clearance.
+    pub fn consumer_member(&self, name: String) -> Member {
+        Member {
+            clearance: self.consumer_clearance(&name),
+            name,
+        }
+    }
+
     pub fn dampening(&self) -> &DampeningParams {
         &self.dampening
     }
@@ -1067,18 +1083,12 @@ impl CallSpec {
         let hosts = self
             .destinations
             .iter()
-            .map(|h| Member {
-                name: h.to_ascii_lowercase(),
-                clearance: policy.host_clearance(h),
-            })
+            .map(|h| policy.host_member(h.to_ascii_lowercase()))
             .collect();
         let consumers = self
             .consumers
             .iter()
-            .map(|u| Member {
-                name: u.clone(),
-                clearance: policy.consumer_clearance(u),
-            })
+            .map(|u| policy.consumer_member(u.clone()))
             .collect();
         Ok(ResolvedCall {
             items,
