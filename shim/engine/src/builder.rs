@@ -166,6 +166,9 @@ impl RuntimeBuilder {
         if !cpus.is_empty() {
             runtime.set_copy_cpus(&cpus)?;
         }
+        // Triggers an earlier runtime of this release queued but did not settle (it ended
+        // first): re-run off the call path, like this runtime's own.
+        runtime.resume_evidence();
         if let Some(command) = status {
             let writer = StatusWriter::start(&runtime, command)?;
             runtime.observers.push(Box::new(writer));

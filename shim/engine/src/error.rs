@@ -342,6 +342,13 @@ pub enum EvidenceError {
         #[source]
         source: serde_json::Error,
     },
+    /// A pending job's file (`<dir>/pending/*.json`) is not what germline writes.
+    #[error("{}: not a pending evidence job (expected the JSON germline writes): {source}", path.display())]
+    Pending {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
     /// A record or its metadata could not be serialised.
     #[error(transparent)]
     Json(#[from] serde_json::Error),

@@ -29,6 +29,9 @@ use sha2::Digest as _;
 use crate::callmeta::{ArgItem, CallMeta, ItemKind};
 use crate::error::{EvidenceError, RecordRefusal, RunError};
 
+mod pending;
+pub use pending::Claim;
+
 /// Probe and control tries per trigger unless configured.
 pub const DEFAULT_TRIES: usize = 5;
 const SIGNED_PREFIX: &[u8] = b"germline-witness-v1\n";
@@ -79,6 +82,10 @@ pub struct Job {
     pub twin_on: bool,
     /// Whether the copies ran under a reaper (`[copies] reaper`); re-runs do the same.
     pub reaper: bool,
+    /// The job's pending file, held by this runtime until the job is settled (none without
+    /// an evidence directory, or when the file could not be written: the job then lives in
+    /// memory only, as it did before pending files).
+    pub claim: Option<std::sync::Arc<Claim>>,
 }
 
 /// The runtime's evidence state: pending triggers, the ledger, where records go.
@@ -88,6 +95,8 @@ pub struct Evidence {
     key: Option<(String, SigningKey)>,
     pub ledger: Ledger,
     pending: Vec<Job>,
+    /// Jobs this runtime queued (names its pending files apart).
+    queued: u64,
     /// Records written in this session (paths), newest last.
     pub written: Vec<PathBuf>,
     /// Per release, the attempts this runtime admitted while the ledger file had no entry
@@ -212,6 +221,7 @@ impl Evidence {
             cfg: Some(cfg),
             ledger,
             pending: Vec::new(),
+            queued: 0,
             written: Vec::new(),
             unwritten: BTreeMap::new(),
         })
@@ -309,10 +319,12 @@ impl Evidence {
         self.update(release, |l| l.admit(release))
     }
 
-    /// Queues every trigger of a finished call for its re-runs.
+    /// Queues every trigger of a finished call of `release` (its digest) for its re-runs, each
+    /// also written as a pending file before the call's answer goes out ([`pending`]).
     #[allow(clippy::too_many_arguments)]
     pub fn queue(
         &mut self,
+        release: &str,
         meta: &CallMeta,
         plan: &Plan,
         outcomes: &[(usize, CopyOutcome)],
@@ -343,7 +355,7 @@ impl Evidence {
                 if let Some(h) = meta.hosts.iter().find(|h| h.name == t.host) {
                     label.join(&h.clearance);
                 }
-                self.pending.push(Job {
+                let mut job = Job {
                     meta: meta.clone(),
                     spec: ReplaySpec {
                         host: t.host.clone(),
@@ -359,9 +371,102 @@ impl Evidence {
                     twin_on,
                     // Set by the runtime that runs the job ([`process`]).
                     reaper: false,
-                });
+                    claim: None,
+                };
+                match self.persist(release, &job) {
+                    Ok(c) => job.claim = Some(std::sync::Arc::new(c)),
+                    // The job still runs in this session; only a kill before it would lose it.
+                    Err(e) => eprintln!(
+                        "{}",
+                        json!({"evidence": "pending file not written", "destination": job.spec.host,
+                               "error": e.to_string()})
+                    ),
+                }
+                self.pending.push(job);
             }
         }
+    }
+
+    /// Writes `job` (of `release`) as a pending file, claimed.
+    fn persist(&mut self, release: &str, job: &Job) -> Result<Claim, EvidenceError> {
+        let (Some(cfg), Some((name, key))) = (&self.cfg, &self.key) else {
+            return Err(EvidenceError::Disabled);
+        };
+        // `verdict` and `tries` are decided by the re-runs; a resumed job ignores these.
+        let record = record_of(
+            release,
+            job,
+            0,
+            Verdict::UnverifiedNondeterminism,
+            name,
+            &key.public(),
+        )?;
+        self.queued += 1;
+        let stem = format!(
+            "{}-{}-{:04}-{}",
+            job.spec.twin_time_ns,
+            std::process::id(),
+            self.queued,
+            &sha256_hex(job.spec.host.as_bytes())[..8]
+        );
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let items: Vec<(String, &[u8])> = job
+            .meta
+            .items
+            .iter()
+            .map(|i| (sha256_hex(&i.contents), i.contents.as_slice()))
+            .collect();
+        pending::write(
+            &pending::dir(&cfg.dir),
+            &stem,
+            &pending::PendingFile { since, record },
+            &items,
+        )
+    }
+
+    /// Claims every pending job of `release` that no live runtime holds (one whose runtime
+    /// ended before its re-runs) and queues it; returns how many. An unreadable pending file
+    /// is reported and left where it is.
+    pub fn resume(&mut self, release: &str) -> usize {
+        let Some(cfg) = &self.cfg else {
+            return 0;
+        };
+        let mut n = 0;
+        for p in pending::list(&pending::dir(&cfg.dir)) {
+            let job = pending::claim(&p, release).and_then(|c| {
+                c.map(|(file, claim)| {
+                    let stem = p
+                        .file_stem()
+                        .map(|s| s.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    let meta = meta_of(&file.record, &p.with_file_name(format!("{stem}.items")))?;
+                    let mut job = job_of(&file.record, meta);
+                    job.claim = Some(std::sync::Arc::new(claim));
+                    Ok(job)
+                })
+                .transpose()
+            });
+            match job {
+                Ok(Some(job)) => {
+                    self.pending.push(job);
+                    n += 1;
+                }
+                Ok(None) => {}
+                Err(e) => eprintln!(
+                    "{}",
+                    json!({"evidence": "pending job not resumed", "path": p, "error": e.to_string()})
+                ),
+            }
+        }
+        if n > 0 {
+            eprintln!(
+                "{}",
+                json!({"evidence": "resumed", "release": release, "jobs": n})
+            );
+        }
+        n
     }
 
     /// Weighs a finished call's broker denials (issue 25 item 7): one unverified event for
@@ -623,6 +728,7 @@ pub fn job_of(rec: &WitnessRecord, meta: CallMeta) -> Job {
         label: Label::of(&rec.label),
         twin_on: rec.twin,
         reaper: rec.reaper,
+        claim: None,
     }
 }
 
@@ -687,19 +793,28 @@ impl Evidence {
     ) {
         let label = release.1;
         let ms = took.as_secs_f64() * 1e3;
+        let kept = job.claim.as_ref().map(|c| c.path());
         match r {
             Ok((v, t)) => {
-                let r = self.finish(release, job, v);
+                let mut r = self.finish(release, job, v);
+                // Recorded: the pending file goes. Not recorded: it stays for the next runtime.
+                if let (Ok(_), Some(c)) = (&r, &job.claim) {
+                    if let Err(e) = c.settled() {
+                        r = Err(e);
+                    }
+                }
                 eprintln!(
                     "{}",
                     json!({"evidence": "verdict", "release": label, "destination": job.spec.host,
                            "verdict": v, "probe": t.probe, "control": t.control, "rerun_ms": ms,
-                           "record": r.as_ref().ok(), "error": r.as_ref().err().map(ToString::to_string)})
+                           "record": r.as_ref().ok(), "error": r.as_ref().err().map(ToString::to_string),
+                           "kept": r.is_err().then_some(kept).flatten()})
                 );
             }
             Err(e) => eprintln!(
                 "{}",
-                json!({"evidence": "rerun failed", "release": label, "destination": job.spec.host, "error": e.to_string()})
+                json!({"evidence": "rerun failed", "release": label, "destination": job.spec.host,
+                       "error": e.to_string(), "kept": kept})
             ),
         }
     }
@@ -737,6 +852,15 @@ pub fn list(dir: &Path) -> Result<Value, EvidenceError> {
         }
     }
     records.sort_by(|a, b| a["path"].as_str().cmp(&b["path"].as_str()));
+    // Triggers whose re-runs have not settled (their runtime ended first, or is running them).
+    let pending: Vec<Value> = pending::list(&pending::dir(dir))
+        .into_iter()
+        .map(|p| match pending::read(&p) {
+            Ok(f) => json!({"path": p, "release": f.record.release, "tool": f.record.tool,
+                "destination": f.record.destination, "since": f.since}),
+            Err(e) => json!({"path": p, "error": e.to_string()}),
+        })
+        .collect();
     let lp = dir.join("dampening.json");
     let ledger: Ledger = match std::fs::read(&lp) {
         Ok(b) => serde_json::from_slice(&b).map_err(|source| EvidenceError::LedgerJson {
@@ -756,7 +880,9 @@ pub fn list(dir: &Path) -> Result<Value, EvidenceError> {
             )
         })
         .collect();
-    Ok(json!({"witnesses": records, "dampening": releases, "params": ledger.params}))
+    Ok(
+        json!({"witnesses": records, "pending": pending, "dampening": releases, "params": ledger.params}),
+    )
 }
 
 /// What `germline witness verify` needs.
@@ -955,7 +1081,119 @@ mod tests {
             label: Label::of(["finance", "hr"]),
             twin_on: true,
             reaper: true,
+            claim: None,
         }
+    }
+
+    /// The pending files under an evidence directory.
+    fn pending_files(dir: &Path) -> Vec<PathBuf> {
+        pending::list(&pending::dir(&dir.join("evidence")))
+    }
+
+    /// A queued job is on disk, held by its runtime, until it is settled; a runtime that
+    /// ends first leaves it to the next runtime of the same release, and to no other.
+    #[test]
+    fn a_pending_job_outlives_its_runtime_and_is_claimed_once_by_the_next_of_its_release() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let open = || Evidence::open(test_cfg(dir.path())).expect("evidence");
+        let (mut a, mut b) = (open(), open());
+        let j = job();
+        let held = a.persist("sha256:r", &j).expect("persist");
+        let [p] = pending_files(dir.path())
+            .try_into()
+            .expect("one pending file");
+        assert_eq!(held.path(), p);
+        // Held by a live runtime: nobody else takes it.
+        assert_eq!(b.resume("sha256:r"), 0);
+        // Its runtime ended (the lock went with it): the next runtime of the release has it,
+        // rebuilt from the file as it was queued.
+        drop(held);
+        assert_eq!(b.resume("sha256:other"), 0);
+        assert_eq!(b.resume("sha256:r"), 1);
+        let got = b.next_job().expect("the resumed job");
+        assert_eq!(
+            (&got.spec, &got.probe_view, &got.control_view, &got.label),
+            (&j.spec, &j.probe_view, &j.control_view, &j.label)
+        );
+        let contents: Vec<&[u8]> = got.meta.items.iter().map(|i| &i.contents[..]).collect();
+        assert_eq!(contents, [&b"INVOICE"[..], b"alice,1"]);
+        // Claimed now: a third runtime does not run it twice.
+        assert_eq!(open().resume("sha256:r"), 0);
+        let listed = list(&dir.path().join("evidence")).expect("list");
+        assert_eq!(listed["pending"][0]["destination"], "ocr.example");
+        // Settled: the file and its items are gone, and nobody resumes it again.
+        got.claim
+            .as_ref()
+            .expect("claimed")
+            .settled()
+            .expect("settled");
+        drop(got);
+        assert_eq!(pending_files(dir.path()), Vec::<PathBuf>::new());
+        let left: Vec<_> = std::fs::read_dir(pending::dir(&dir.path().join("evidence")))
+            .expect("pending dir")
+            .collect();
+        assert_eq!(left.len(), 0, "items left behind");
+        assert_eq!(open().resume("sha256:r"), 0);
+    }
+
+    /// A job whose re-runs failed stays pending for the next runtime; a recorded verdict
+    /// removes it, and the witness is written.
+    #[test]
+    fn a_failed_rerun_keeps_the_job_pending_and_a_verdict_settles_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let open = || Evidence::open(test_cfg(dir.path())).expect("evidence");
+        let mut a = open();
+        let mut j = job();
+        j.claim = Some(std::sync::Arc::new(
+            a.persist("sha256:r", &j).expect("persist"),
+        ));
+        let release = ("sha256:r", "docs@1", false);
+        let took = std::time::Duration::from_millis(1);
+        a.settle(
+            release,
+            &j,
+            Err(RunError::Tool(crate::error::ToolFailure::Said(
+                "the copy crashed".into(),
+            ))),
+            took,
+        );
+        drop(j);
+        assert_eq!(
+            pending_files(dir.path()).len(),
+            1,
+            "kept after a failed re-run"
+        );
+        let mut b = open();
+        assert_eq!(b.resume("sha256:r"), 1);
+        let j = b.next_job().expect("resumed");
+        let tries = Tries {
+            probe: vec![true],
+            control: vec![false],
+        };
+        b.settle(release, &j, Ok((Verdict::ItemWitness, tries)), took);
+        drop(j);
+        assert_eq!(pending_files(dir.path()), Vec::<PathBuf>::new());
+        assert_eq!(b.written.len(), 1, "the witness");
+        assert_eq!(open().resume("sha256:r"), 0);
+    }
+
+    /// A pending file that is not germline's is reported with its path and left alone.
+    #[test]
+    fn an_unreadable_pending_file_is_left_where_it_is() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut a = Evidence::open(test_cfg(dir.path())).expect("evidence");
+        let pdir = pending::dir(&dir.path().join("evidence"));
+        std::fs::create_dir_all(&pdir).expect("mkdir");
+        let p = pdir.join("1-2-0001-abcdef01.json");
+        std::fs::write(&p, b"{\"since\": 1}").expect("write");
+        assert_eq!(a.resume("sha256:r"), 0);
+        assert!(p.exists());
+        let e = pending::read(&p).expect_err("refused");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("{}: not a pending evidence job", p.display())),
+            "{e}"
+        );
     }
 
     /// A trigger of group `gi` at a host of group `gd` is queued with the host's delivered
@@ -1027,7 +1265,15 @@ mod tests {
             contacted: BTreeMap::new(),
             requests: BTreeMap::new(),
         };
-        ev.queue(&meta, &plan, &[(gi, outcome)], &record, (5, 6), true);
+        ev.queue(
+            "sha256:r",
+            &meta,
+            &plan,
+            &[(gi, outcome)],
+            &record,
+            (5, 6),
+            true,
+        );
         let [queued] = ev.pending.as_slice() else {
             panic!("one job, not {}", ev.pending.len());
         };
@@ -1044,6 +1290,9 @@ mod tests {
         let mut label = plan.groups[gi].view_label.clone();
         label.join(&Label::of(["legal", "finance"]));
         assert_eq!(queued.label, label);
+        // Written before the answer goes out, held by this runtime.
+        let claim = queued.claim.as_ref().expect("a pending file");
+        assert_eq!(pending_files(dir.path()), [claim.path()]);
     }
 
     #[test]

@@ -512,8 +512,15 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         }
         let record = end.map_err(broker_failed)?;
         let s = Instant::now();
-        self.evidence
-            .queue(meta, plan, &outcomes, &record, cx.twin_in, self.twin_on);
+        self.evidence.queue(
+            &self.release.digest,
+            meta,
+            plan,
+            &outcomes,
+            &record,
+            cx.twin_in,
+            self.twin_on,
+        );
         let declared = self.release.manifest.deterministic;
         self.evidence
             .weigh_denials(&self.release.digest, declared, &outcomes);

@@ -898,7 +898,20 @@ impl Runtime {
     /// Runs every pending evidence job (off the agent's critical path): its re-runs through
     /// this runtime ([`crate::evidence::Replay`]), then its verdict into the evidence layer.
     pub fn process_evidence(&mut self) {
-        while let Some(mut job) = self.evidence.next_job() {
+        while self.evidence_step() {}
+    }
+
+    /// Claims the pending evidence jobs of this release that an earlier runtime left (it
+    /// ended before their re-runs); they run with this runtime's own
+    /// ([`crate::evidence::Evidence::resume`]).
+    pub fn resume_evidence(&mut self) -> usize {
+        self.evidence.resume(&self.release.digest)
+    }
+
+    /// Runs one pending evidence job, if any: `true` if one ran. A transport that can tell a
+    /// request is waiting stops between jobs.
+    pub fn evidence_step(&mut self) -> bool {
+        if let Some(mut job) = self.evidence.next_job() {
             job.reaper = self.copy_reaper();
             let tries = self.evidence.tries();
             let declared = self.release.manifest.deterministic;
@@ -912,6 +925,9 @@ impl Runtime {
                 t0.elapsed(),
             );
             self.notify(|o, rt| o.after_verdict(rt));
+            true
+        } else {
+            false
         }
     }
 

@@ -366,18 +366,22 @@ fn noise_trojans_disclose_nothing_and_every_trigger_verifies_as_an_item_witness(
     let tools = ["noise_urandom", "noise_perf", "noise_clock"];
     let script: Vec<Value> = (0..20).map(|i| call(&w, tools[i % 3])).collect();
     fresh_audit(w.path(), RELEASE);
-    let out = run_agent(
+    let server = cmd(
+        &policy,
         w.path(),
-        &json!(script),
-        &cmd(
-            &policy,
-            w.path(),
-            RELEASE,
-            &[],
-            &["--evidence", &ev, "--probe-tries", "2"],
-        ),
+        RELEASE,
+        &[],
+        &["--evidence", &ev, "--probe-tries", "2"],
     );
+    let out = run_agent(w.path(), &json!(script), &server);
     assert!(out.iter().all(|r| r["ok"] == json!(true)), "{out:?}");
+    // The SDK kills its server 2-4 s after closing stdin: the last call's re-runs may still be
+    // pending then (on disk, never lost); the next session of the release settles them.
+    let list = witness_list(&evidence);
+    let pending = list["pending"].as_array().map_or(0, Vec::len);
+    assert_eq!(verdicts(&list).len() + pending, 20, "{list}");
+    settle_pending(&server);
+    assert_eq!(witness_list(&evidence)["pending"], json!([]));
     // Only copy 1's requests (invoice only) were delivered, one per call.
     let bodies = sink.bodies();
     assert_eq!(bodies.len(), 20);
@@ -603,4 +607,79 @@ fn matrix_triggers_verify_offline_pool_evasive_item_witnesses_capsule_state_laun
     assert!(!p["fields"].to_string().contains("metrics"), "{p}");
     let pool_fields = by("docs-pool")["fields"].to_string();
     assert!(pool_fields.contains("trace"), "{pool_fields}");
+}
+
+/// A session killed (SIGKILL) right after a triggering call's answer, before that call's
+/// re-runs could end, loses nothing: the trigger was on disk before the answer went out, and
+/// the next `germline run` of the release re-runs it and records its witness. Driven over raw
+/// stdio, since no SDK client lets a test kill its server at a chosen moment.
+#[test]
+fn a_trigger_outlives_a_session_killed_before_its_reruns() {
+    use std::io::{BufRead as _, Write as _};
+    if !can_run() {
+        return;
+    }
+    let w = World::new();
+    let sink = Sink::start(w.path(), "ocr");
+    let policy = w.policy(sink.port, "\n[dampening]\nsuppress_at = 1e12\n");
+    let evidence = w.path().join("evidence");
+    let ev = evidence.display().to_string();
+    let server = cmd(
+        &policy,
+        w.path(),
+        RELEASE,
+        &[],
+        &["--evidence", &ev, "--probe-tries", "2"],
+    );
+    let mut child = std::process::Command::new(&server[0])
+        .args(&server[1..])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("germline run");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut answer = |id: u64| -> Value {
+        for line in lines.by_ref() {
+            let v: Value = serde_json::from_str(&line.expect("a line")).expect("JSON-RPC");
+            if v["id"] == json!(id) {
+                return v;
+            }
+        }
+        panic!("germline run ended before answering {id}");
+    };
+    let c = call(&w, "noise_urandom");
+    for msg in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "kill-test", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": c["tool"], "arguments": c["arguments"]}}),
+    ] {
+        writeln!(stdin, "{msg}").expect("write");
+    }
+    stdin.flush().expect("flush");
+    assert!(answer(1)["result"].is_object());
+    let a = answer(2);
+    assert!(
+        a["result"].is_object() && a["result"]["isError"] != json!(true),
+        "{a}"
+    );
+    // The answer is out: the re-runs (2 tries of probe and control) are just starting.
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    let list = witness_list(&evidence);
+    assert_eq!(verdicts(&list), vec![], "{list}");
+    assert_eq!(list["pending"].as_array().map_or(0, Vec::len), 1, "{list}");
+    assert_eq!(list["pending"][0]["tool"], "noise_urandom", "{list}");
+    let log = settle_pending(&server);
+    assert!(log.contains("\"evidence\":\"resumed\""), "{log}");
+    let list = witness_list(&evidence);
+    assert_eq!(list["pending"], json!([]), "{list}");
+    assert_eq!(
+        verdicts(&list),
+        vec![("noise_urandom".to_string(), "item_witness".to_string())]
+    );
 }

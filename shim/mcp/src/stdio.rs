@@ -89,6 +89,8 @@ struct Input {
     later: VecDeque<Vec<u8>>,
     /// Why the session must end (EOF, a signal, a read error), once seen.
     ended: Option<String>,
+    /// The agent closed stdin (not a signal or an error): the session may finish its work.
+    closed: bool,
 }
 
 enum Read {
@@ -125,6 +127,7 @@ impl Input {
             skipping: false,
             later: VecDeque::new(),
             ended: None,
+            closed: false,
         }
     }
 
@@ -258,6 +261,7 @@ impl Input {
             }
             if r == 0 {
                 self.ended = Some("the agent closed stdin".into());
+                self.closed = true;
                 continue;
             }
             self.push(&chunk[..r as usize]);
@@ -358,7 +362,16 @@ pub fn serve(session: &mut Session, sigfd: i32) -> String {
                 continue;
             }
             Read::Timeout => continue,
-            Read::Ended(why) => return why,
+            Read::Ended(why) => {
+                // The agent is done: settle the evidence jobs still queued (an earlier
+                // runtime's, resumed at start) before the session ends. On a signal they stay
+                // pending on disk for the next runtime instead (crate germline-engine,
+                // evidence::pending).
+                if input.closed {
+                    session.runtime.process_evidence();
+                }
+                return why;
+            }
         };
         let mut link = StdioLink {
             input: &mut input,

@@ -394,3 +394,39 @@ pub fn descendants(pid: i32) -> Vec<i32> {
     out.sort_unstable();
     out
 }
+
+/// Runs `server` (a `germline run` command line) with stdin closed at once, as a session that
+/// makes no call: it settles the evidence jobs earlier sessions of the release left pending
+/// (an MCP client kills its server a few seconds after closing stdin, which can be before the
+/// last call's re-runs end) and exits. Its stderr, once it exited successfully within 300 s.
+pub fn settle_pending(server: &[String]) -> String {
+    let (prog, args) = server.split_first().expect("a command line");
+    let mut child = Command::new(prog)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("germline run");
+    let mut err = child.stderr.take().expect("stderr");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut s);
+        s
+    });
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if t0.elapsed() > Duration::from_secs(300) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the settling session did not end within 300 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stderr = reader.join().expect("stderr reader");
+    assert!(status.success(), "settling session: {status}\n{stderr}");
+    stderr
+}
