@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tags: demo test
 # Base toolchain: Rust is on the machine (rustup); the C compiler builds bundled SQLite.
 set -euo pipefail
 command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust with rustup first" >&2; exit 1; }

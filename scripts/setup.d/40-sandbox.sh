@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# germline-sandbox: a small Python rootfs for the test germlines (issue 4).
+# tags: demo test
+# germline-sandbox: a small Python rootfs for the test germlines (issue 4); for the demo
+# (GERMLINE_SETUP_ONLY=demo) only the cgroup flag below.
 # Builds /var/tmp/germline-sandbox/rootfs-python: Debian's python3 with its stdlib and the shared
 # libraries it links, plus the official `mcp` SDK and `mcp-server-time` from PyPI under /app/site.
 # Idempotent: a stamp file records what was built; delete the folder to rebuild.
@@ -16,6 +18,9 @@ for m in /sys/fs/cgroup/unified /sys/fs/cgroup; do
         break
     fi
 done
+
+# The demo runs the example releases, not the test germlines' rootfs.
+[ "${GERMLINE_SETUP_ONLY:-}" = demo ] && exit 0
 
 base=/var/tmp/germline-sandbox
 root="$base/rootfs-python"

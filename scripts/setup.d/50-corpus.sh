@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tags: test
 # The security matrix (issue 7): the attack corpus and its harness.
 #  - the harness venv /var/tmp/germline-venv-corpus (tests/security/requirements.txt): the official
 #    `mcp` SDK (the scripted sessions are its stdio_client), matplotlib (heatmap), cryptography

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tags: demo test
 # germline run (issue 6): the agent's side of the tests and the demo. A venv with the official
 # MCP client SDK (`mcp` from PyPI) and the unprotected servers the compatibility tests compare
 # against (mcp-server-time, mcp-server-fetch, the same versions as bundles/*/manifest.json).

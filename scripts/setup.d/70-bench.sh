@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tags: test
 # `germline bench` (docs/performance.md): the benchmark release bundles/germline-bench (built by
 # bundles/build.sh with the others) and a venv with matplotlib for its PNG plots.
 # Idempotent: the venv is made once per pinned version.

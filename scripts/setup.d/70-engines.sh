@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tags: test
 # Container engines (issue 9): Debian's podman (with conmon, crun, netavark) and containerd
 # (with ctr, and its CRI plugin), which the germline-runtime / containerd shim end-to-end tests
 # drive for real.
