@@ -37,7 +37,11 @@ fi
 
 venv="${GERMLINE_RELEASE_VENV:-/var/tmp/germline-venv-release}"
 req="$root/tests/interop/python/requirements.txt"
-if ! cmp -s "$req" "$venv/.germline-requirements" 2>/dev/null; then
+if [ -n "$demo" ] && [ -x "$venv/bin/pip" ]; then
+    :  # the demo needs only the venv's pip (bundles/build.sh installs the releases with it)
+elif [ -n "$demo" ]; then
+    /usr/bin/python3 -m venv "$venv"
+elif ! cmp -s "$req" "$venv/.germline-requirements" 2>/dev/null; then
     rm -rf "$venv"
     /usr/bin/python3 -m venv "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
