@@ -66,6 +66,13 @@ def run_case(case: str, w: dict, a: argparse.Namespace) -> dict:
         env = sessions.minimal_env({"HOME": w["home"], "TMPDIR": str(rundir / "tmp")})
         coro = sessions.run_session(server, cmd, env, w, rundir / "stderr.log", cwd=str(rundir / "tmp"))
         res = asyncio.run(asyncio.wait_for(coro, SESSION_TIMEOUT))
+        if not a.no_evidence:
+            # The SDK kills its server 2-4 s after closing stdin, which can be before the last
+            # call's re-runs end; they stay pending on disk, and a session of the release that
+            # makes no call settles them (docs/evidence.md, "Pending jobs survive their session").
+            with open(rundir / "stderr.log", "a") as err:
+                subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                               env=env, cwd=str(rundir / "tmp"), timeout=SESSION_TIMEOUT, check=True)
     finally:
         sinks.stop()
     reqs = sinks.requests()
