@@ -7,7 +7,7 @@ mod witness_cmd;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -20,38 +20,58 @@ struct Cli {
     command: Command,
 }
 
+/// User commands first, in the order a user meets them; the research and evaluation commands
+/// (benchmarks, the security matrix, witness records) are hidden from the list and shown apart
+/// after it ([`cli`]); each still has its own `--help`.
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Serve a signed release to an MCP client over stdio, under germline execution.
+    Run(germline_mcp::cli::RunArgs),
+    /// Serve signed releases to MCP clients over Streamable HTTP (bearer token, localhost only).
+    Serve(germline_mcp::serve::ServeArgs),
+    /// Pack, sign, publish, verify and inspect signed releases.
+    Release {
+        #[command(subcommand)]
+        cmd: release_cmd::ReleaseCmd,
+    },
+    /// Write a cosign-compatible key pair (cosign.key, cosign.pub).
+    Keygen(release_cmd::KeygenArgs),
     /// Print the groups Plan forms for a call, in the order their copies run.
     Plan(plan_cmd::PlanArgs),
     /// Check a deployer policy file and print what it defines.
     Policy(plan_cmd::PolicyArgs),
-    /// Serve a signed release to an MCP client over stdio, under germline execution.
-    Run(germline_mcp::cli::RunArgs),
-    /// Per-call latency through `germline run` for one tool under every runtime.
-    RunBench(germline_eval::bench::BenchArgs),
-    /// The paper's cost figures (Table VII, Fig. 4) on this machine: bench.json, bench.md, plots.
-    Bench(germline_eval::suite::SuiteArgs),
-    /// Serve signed releases to MCP clients over Streamable HTTP (bearer token, localhost only).
-    Serve(germline_mcp::serve::ServeArgs),
+    #[command(flatten)]
+    Sandbox(germline_sandbox::cli::Command),
     /// Remove what `run` and `serve` processes that died without stopping left behind
     /// (their germlines' cgroups and processes, their /run/germline directories).
     Gc,
     /// The broker sidecar, and its benchmark.
     Broker(broker_cmd::BrokerArgs),
     /// Witness records of the evidence layer: verify one offline, list them with dampening.
+    #[command(hide = true)]
     Witness(witness_cmd::WitnessArgs),
+    /// The paper's cost figures (Table VII, Fig. 4) on this machine: bench.json, bench.md, plots.
+    #[command(hide = true)]
+    Bench(germline_eval::suite::SuiteArgs),
+    /// Per-call latency through `germline run` for one tool under every runtime.
+    #[command(hide = true)]
+    RunBench(germline_eval::bench::BenchArgs),
     /// Evaluations: the security matrix of signed Trojans against every runtime.
+    #[command(hide = true)]
     Eval(germline_eval::matrix::EvalArgs),
-    #[command(flatten)]
-    Sandbox(germline_sandbox::cli::Command),
-    /// Write a cosign-compatible key pair (cosign.key, cosign.pub).
-    Keygen(release_cmd::KeygenArgs),
-    /// Pack, sign, publish, verify and inspect signed releases.
-    Release {
-        #[command(subcommand)]
-        cmd: release_cmd::ReleaseCmd,
-    },
+}
+
+/// The command line: the hidden (research and evaluation) commands listed after the user
+/// commands under a heading of their own, from their own descriptions.
+fn cli() -> clap::Command {
+    let cmd = Cli::command();
+    let mut research =
+        String::from("Research and evaluation commands (each has its own --help):\n");
+    for s in cmd.get_subcommands().filter(|s| s.is_hide_set()) {
+        let about = s.get_about().map(ToString::to_string).unwrap_or_default();
+        research.push_str(&format!("  {:<14} {about}\n", s.get_name()));
+    }
+    cmd.after_help(research)
 }
 
 /// Errors of bad input exit 2 with the message on stderr.
@@ -66,7 +86,10 @@ fn report(result: Result<(), Box<dyn std::error::Error>>) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::from_arg_matches(&cli().get_matches()) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
     match cli.command {
         Command::Plan(args) => report(plan_cmd::run_plan(&args)),
         Command::Policy(args) => report(plan_cmd::run_policy(&args)),

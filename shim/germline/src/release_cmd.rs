@@ -14,10 +14,16 @@ use germline_release::release::{self, Source};
 use germline_release::untrusted::LimitArgs;
 use germline_release::{bundle, digest, tuf};
 
-/// `germline keygen`: a cosign-compatible key pair (password from `COSIGN_PASSWORD`).
+/// `germline keygen`: a cosign-compatible key pair. The private key's password, as cosign
+/// takes it: `COSIGN_PASSWORD` if it is set (even empty); else, on a terminal, asked twice
+/// without echo; else empty. An empty password is warned of.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Password: COSIGN_PASSWORD if set (even empty); else asked twice on a \
+terminal; else empty. An empty password leaves the private key unprotected and is warned of."
+)]
 pub struct KeygenArgs {
-    /// Directory to write `<prefix>.key` and `<prefix>.pub` into.
+    /// Directory to write `<prefix>.key` and `<prefix>.pub` into (made if missing).
     #[arg(long, default_value = ".")]
     pub dir: PathBuf,
     /// File name prefix, as cosign's `--output-key-prefix`.
@@ -195,15 +201,40 @@ fn print_json(v: &serde_json::Value) {
 }
 
 /// `germline keygen`.
+/// The private key's password for `keygen` (see [`KeygenArgs`]).
+fn keygen_password() -> Result<Vec<u8>> {
+    use std::io::IsTerminal as _;
+    let password = if std::env::var_os("COSIGN_PASSWORD").is_some() {
+        keys::password_from_env()
+    } else if std::io::stdin().is_terminal() {
+        let ask =
+            |prompt: &str| rpassword::prompt_password(prompt).map_err(|e| Error::io("/dev/tty", e));
+        let first = ask("Enter password for private key: ")?;
+        if first != ask("Enter password for private key again: ")? {
+            return Err(Error::Usage(
+                "the two passwords differ; no key was written".into(),
+            ));
+        }
+        first.into_bytes()
+    } else {
+        Vec::new()
+    };
+    if password.is_empty() {
+        eprintln!(
+            "germline: keygen: warning: the private key's password is empty: anyone who can \
+             read the file can sign with it (set COSIGN_PASSWORD, or run keygen on a terminal \
+             to be asked)"
+        );
+    }
+    Ok(password)
+}
+
 pub fn run_keygen(a: &KeygenArgs) -> ExitCode {
     finish(
         (|| {
-            let public = keys::keygen(
-                &a.dir,
-                &a.output_key_prefix,
-                a.algorithm,
-                &keys::password_from_env(),
-            )?;
+            let password = keygen_password()?;
+            std::fs::create_dir_all(&a.dir).map_err(|e| Error::io(&a.dir, e))?;
+            let public = keys::keygen(&a.dir, &a.output_key_prefix, a.algorithm, &password)?;
             println!(
                 "Private key written to {}\nPublic key written to {}\nfingerprint {}",
                 a.dir.join(format!("{}.key", a.output_key_prefix)).display(),

@@ -30,6 +30,8 @@ pub enum Command {
     /// Stop a germline: kill its copies and remove its cgroups.
     Stop(IdArgs),
     /// Measure fork-to-ready latency and private memory per copy (a benchmark, not a test).
+    // Listed apart, with the research commands (`germline --help`).
+    #[command(hide = true)]
     SandboxBench(BenchArgs),
 }
 
