@@ -495,3 +495,60 @@ fn read_json_blob(layout: &Path, d: &Descriptor, limits: &Limits) -> Result<Vec<
     }
     Ok(bytes)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(version: &str) -> Manifest {
+        let v = serde_json::json!({
+            "schema": crate::manifest::SCHEMA, "name": "mcp-server-demo", "version": version,
+            "language": "python", "entry": ["python3", "-m", "demo"],
+            "initialisation": {"imports": [], "warm": false},
+            "tools": {"t": {"destinations": {"hosts": []}}},
+            "readable_paths": ["/usr"], "deterministic": true,
+            "rootfs": {"digest": format!("sha256:{}", "ab".repeat(32)), "algorithm": crate::digest::ALGORITHM}
+        });
+        Manifest::parse(&serde_json::to_vec(&v).expect("json"), "m.json").expect("manifest")
+    }
+
+    /// A fixed rootfs's layout, as (index.json, manifest digest, oci-layout).
+    fn layout_of(version: &str) -> (String, String, String) {
+        let d = tempfile::tempdir().expect("tempdir");
+        let rootfs = d.path().join("rootfs");
+        std::fs::create_dir_all(rootfs.join("usr/bin")).expect("mkdir");
+        std::fs::write(rootfs.join("usr/bin/demo"), b"#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(rootfs.join("usr/bin"), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        std::fs::set_permissions(rootfs.join("usr"), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        std::fs::set_permissions(&rootfs, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        std::fs::set_permissions(
+            rootfs.join("usr/bin/demo"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .expect("chmod");
+        let out = d.path().join("image");
+        let desc = write_image_layout(&rootfs, &manifest(version), &out).expect("layout");
+        let index = std::fs::read_to_string(out.join("index.json")).expect("index");
+        let layout = std::fs::read_to_string(out.join("oci-layout")).expect("oci-layout");
+        (index, desc.digest, layout)
+    }
+
+    /// The image manifest, config and index are the bytes germline wrote before they were
+    /// built with oci-spec's types (pinned here from that code): digests of packed releases
+    /// do not change.
+    #[test]
+    fn the_layout_is_byte_for_byte_what_it_was() {
+        let (index, digest, layout) = layout_of("1.4.0");
+        assert_eq!(
+            digest,
+            "sha256:846422ce12e8749824a7355c81c9bc8f20bdff703dd546d92b25fdbc2bff0160"
+        );
+        assert_eq!(
+            index,
+            r#"{"manifests":[{"annotations":{"org.opencontainers.image.ref.name":"1.4.0"},"digest":"sha256:846422ce12e8749824a7355c81c9bc8f20bdff703dd546d92b25fdbc2bff0160","mediaType":"application/vnd.oci.image.manifest.v1+json","size":614}],"mediaType":"application/vnd.oci.image.index.v1+json","schemaVersion":2}"#
+        );
+        assert_eq!(layout, r#"{"imageLayoutVersion":"1.0.0"}"#);
+    }
+}
