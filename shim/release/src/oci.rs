@@ -197,8 +197,58 @@ pub fn write_layer(rootfs: &Path, blobs: &Path) -> Result<(Descriptor, String)> 
     ))
 }
 
-/// Writes an OCI image layout of a packed rootfs (its `.germline/` included) into `out`.
+/// Whether `s` is an OCI tag (distribution-spec; image-spec's `org.opencontainers.image.ref.name`
+/// for a tag): `[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}`.
+pub fn is_tag(s: &str) -> bool {
+    let ok = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 128
+        && ok(b[0])
+        && b[1..].iter().all(|&c| ok(c) || c == b'.' || c == b'-')
+}
+
+/// The image ref name (an OCI tag) under which a release version is written into an image
+/// layout. SemVer's `+` (build metadata) is not allowed in a tag, so it becomes `_` (Helm's
+/// convention for OCI tags); SemVer never uses `_`, so [`version_of_ref`] undoes it. A version
+/// that cannot be a tag (more than 128 characters once mapped) is an error, as a message for
+/// the caller to attach to the manifest's field `version`.
+pub fn ref_name_of(version: &str) -> std::result::Result<String, String> {
+    let tag = version.replace('+', "_");
+    if is_tag(&tag) {
+        return Ok(tag);
+    }
+    let n = tag.chars().count();
+    Err(if n > 128 {
+        format!(
+            "{version:?} cannot be an OCI image tag (the image ref name): {n} characters, at most 128"
+        )
+    } else {
+        format!(
+            "{version:?} cannot be an OCI image tag (the image ref name): expected \
+             [a-zA-Z0-9_][a-zA-Z0-9._-]{{0,127}} once `+` is written `_`"
+        )
+    })
+}
+
+/// The release version an image ref name stands for: a tag [`ref_name_of`] wrote (`0.2.1_g1`),
+/// or the version itself, as germline wrote ref names before they were tags (`0.2.1+g1`).
+pub fn version_of_ref(name: &str) -> String {
+    name.replace('_', "+")
+}
+
+/// Writes an OCI image layout of a packed rootfs (its `.germline/` included) into `out`, with
+/// oci-spec's image types. Every document is written with its keys sorted and no spaces, as
+/// germline wrote them before it used those types (the bytes, hence the digests, are the same:
+/// tests::the_layout_is_byte_for_byte_what_it_was). The index names the manifest by
+/// [`ref_name_of`] the release version.
 pub fn write_image_layout(rootfs: &Path, m: &Manifest, out: &Path) -> Result<Descriptor> {
+    use oci_spec::image as spec;
+    let ref_name = ref_name_of(&m.version).map_err(|message| Error::Manifest {
+        file: "release manifest".into(),
+        field: "version".into(),
+        message,
+    })?;
     let blobs = out.join("blobs/sha256");
     std::fs::create_dir_all(&blobs).map_err(|e| Error::io(&blobs, e))?;
     let (layer, diff_id) = write_layer(rootfs, &blobs)?;
@@ -207,43 +257,104 @@ pub fn write_image_layout(rootfs: &Path, m: &Manifest, out: &Path) -> Result<Des
         .as_ref()
         .map(|p| p.digest.clone())
         .unwrap_or_default();
-    let config = json!({
-        "architecture": "amd64",
-        "os": "linux",
-        "config": {"Env": [DEFAULT_PATH], "Entrypoint": m.entry, "WorkingDir": "/",
-                   "Labels": {"org.opencontainers.image.title": m.name, "org.opencontainers.image.version": m.version, ANN_ROOTFS: rootfs_digest}},
-        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
-        "history": [{"created_by": "germline release pack"}]
-    });
+    let labels: std::collections::HashMap<String, String> = [
+        (spec::ANNOTATION_TITLE, m.name.as_str()),
+        (spec::ANNOTATION_VERSION, m.version.as_str()),
+        (ANN_ROOTFS, rootfs_digest.as_str()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let config = spec::ImageConfigurationBuilder::default()
+        .architecture(spec::Arch::Amd64)
+        .os(spec::Os::Linux)
+        .config(
+            spec::ConfigBuilder::default()
+                .env(vec![DEFAULT_PATH.to_string()])
+                .entrypoint(m.entry.clone())
+                .working_dir("/")
+                .labels(labels.clone())
+                .build()
+                .map_err(oci_err)?,
+        )
+        .rootfs(
+            spec::RootFsBuilder::default()
+                .typ("layers")
+                .diff_ids(vec![diff_id])
+                .build()
+                .map_err(oci_err)?,
+        )
+        .history(vec![spec::HistoryBuilder::default()
+            .created_by("germline release pack")
+            .build()
+            .map_err(oci_err)?])
+        .build()
+        .map_err(oci_err)?;
     let config = write_blob(&blobs, &to_vec(&config)?)?;
-    let manifest = json!({
-        "schemaVersion": 2,
-        "mediaType": MT_MANIFEST,
-        "config": {"mediaType": MT_CONFIG, "digest": config.digest, "size": config.size},
-        "layers": [{"mediaType": MT_LAYER_GZIP, "digest": layer.digest, "size": layer.size}],
-        "annotations": {"org.opencontainers.image.title": m.name, "org.opencontainers.image.version": m.version, ANN_ROOTFS: rootfs_digest}
-    });
+    let manifest = spec::ImageManifestBuilder::default()
+        .schema_version(2u32)
+        .media_type(spec::MediaType::ImageManifest)
+        .config(descriptor_of(spec::MediaType::ImageConfig, &config, None)?)
+        .layers(vec![descriptor_of(
+            spec::MediaType::ImageLayerGzip,
+            &layer,
+            None,
+        )?])
+        .annotations(labels)
+        .build()
+        .map_err(oci_err)?;
     let mdesc = write_blob(&blobs, &to_vec(&manifest)?)?;
-    let index = json!({
-        "schemaVersion": 2,
-        "mediaType": MT_INDEX,
-        "manifests": [{"mediaType": MT_MANIFEST, "digest": mdesc.digest, "size": mdesc.size,
-                       "annotations": {"org.opencontainers.image.ref.name": m.version}}]
-    });
+    let refs = [(spec::ANNOTATION_REF_NAME.to_string(), ref_name)].into();
+    let index = spec::ImageIndexBuilder::default()
+        .schema_version(2u32)
+        .media_type(spec::MediaType::ImageIndex)
+        .manifests(vec![descriptor_of(
+            spec::MediaType::ImageManifest,
+            &mdesc,
+            Some(refs),
+        )?])
+        .build()
+        .map_err(oci_err)?;
     let write = |name: &str, bytes: Vec<u8>| {
         let p = out.join(name);
         std::fs::write(&p, bytes).map_err(|e| Error::io(&p, e))
     };
     write("index.json", to_vec(&index)?)?;
-    write(
-        "oci-layout",
-        to_vec(&json!({"imageLayoutVersion": "1.0.0"}))?,
-    )?;
+    let layout = spec::OciLayoutBuilder::default()
+        .image_layout_version("1.0.0")
+        .build()
+        .map_err(oci_err)?;
+    write("oci-layout", to_vec(&layout)?)?;
     Ok(mdesc)
 }
 
-fn to_vec(v: &serde_json::Value) -> Result<Vec<u8>> {
-    serde_json::to_vec(v).map_err(|e| Error::Usage(e.to_string()))
+fn oci_err(e: oci_spec::OciSpecError) -> Error {
+    Error::Usage(format!("building an OCI image document: {e}"))
+}
+
+/// An oci-spec descriptor of a blob germline wrote.
+fn descriptor_of(
+    media_type: oci_spec::image::MediaType,
+    d: &Descriptor,
+    annotations: Option<std::collections::HashMap<String, String>>,
+) -> Result<oci_spec::image::Descriptor> {
+    let digest: oci_spec::image::Digest = d.digest.parse().map_err(oci_err)?;
+    let mut b = oci_spec::image::DescriptorBuilder::default()
+        .media_type(media_type)
+        .digest(digest)
+        .size(d.size);
+    if let Some(a) = annotations {
+        b = b.annotations(a);
+    }
+    b.build().map_err(oci_err)
+}
+
+/// Compact JSON with every object's keys sorted (through `serde_json::Value`, whose maps are
+/// ordered), whatever order a type declares its fields in.
+fn to_vec<T: serde::Serialize>(v: &T) -> Result<Vec<u8>> {
+    serde_json::to_value(v)
+        .and_then(|v| serde_json::to_vec(&v))
+        .map_err(|e| Error::Usage(e.to_string()))
 }
 
 /// An image layout opened for reading: every blob is checked against its digest and size,
@@ -518,8 +629,11 @@ mod tests {
         let rootfs = d.path().join("rootfs");
         std::fs::create_dir_all(rootfs.join("usr/bin")).expect("mkdir");
         std::fs::write(rootfs.join("usr/bin/demo"), b"#!/bin/sh\n").expect("write");
-        std::fs::set_permissions(rootfs.join("usr/bin"), std::fs::Permissions::from_mode(0o755))
-            .expect("chmod");
+        std::fs::set_permissions(
+            rootfs.join("usr/bin"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .expect("chmod");
         std::fs::set_permissions(rootfs.join("usr"), std::fs::Permissions::from_mode(0o755))
             .expect("chmod");
         std::fs::set_permissions(&rootfs, std::fs::Permissions::from_mode(0o755)).expect("chmod");

@@ -117,6 +117,12 @@ pub fn pack_with(
     refuse_existing(bundle_out)?;
     if let Some(i) = image_out {
         refuse_existing(i)?;
+        // The image's ref name is the version as an OCI tag: refuse before any work.
+        oci::ref_name_of(&manifest.version).map_err(|message| Error::Manifest {
+            file: manifest_path.display().to_string(),
+            field: "version".into(),
+            message,
+        })?;
     }
     let tmp = sibling_tmp(bundle_out)?;
     let rootfs = tmp.path().join("rootfs");

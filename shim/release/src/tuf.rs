@@ -341,7 +341,19 @@ pub fn check_release(
     })
 }
 
-/// Refuses a version lower than the highest seen for this name; records the new highest.
+/// SemVer 2.0 precedence (§11): major, minor, patch numerically, then a pre-release is lower
+/// than its release and pre-release identifiers compare one by one. Build metadata has no
+/// precedence (§10): `0.2.1` and `0.2.1+g1` are the same version for the rollback check, and
+/// neither is a rollback of the other. (The semver crate's `Ord` also orders build metadata,
+/// to be a total order consistent with `Eq`; it is not the rollback order.)
+pub fn precedence(a: &semver::Version, b: &semver::Version) -> std::cmp::Ordering {
+    a.cmp_precedence(b)
+}
+
+/// Refuses a version lower in SemVer precedence ([`precedence`]) than the highest seen for
+/// this name; records a higher one. A version equal in precedence to the one recorded (the
+/// same version, with other build metadata or none) is accepted and leaves the record as it
+/// was.
 pub fn check_rollback(state: &Path, m: &Manifest) -> Result<Option<String>> {
     let path = state.join("seen-versions.json");
     let mut seen: BTreeMap<String, String> = match std::fs::read(&path) {
@@ -361,16 +373,17 @@ pub fn check_rollback(state: &Path, m: &Manifest) -> Result<Option<String>> {
             what: "rollback state",
             message: e.to_string(),
         })?;
-        if offered < sv {
-            return Err(Error::Rollback {
-                name: m.name.clone(),
-                offered: m.version.clone(),
-                seen: s.clone(),
-                state: path,
-            });
-        }
-        if offered == sv {
-            return Ok(before);
+        match precedence(&offered, &sv) {
+            std::cmp::Ordering::Less => {
+                return Err(Error::Rollback {
+                    name: m.name.clone(),
+                    offered: m.version.clone(),
+                    seen: s.clone(),
+                    state: path,
+                })
+            }
+            std::cmp::Ordering::Equal => return Ok(before),
+            std::cmp::Ordering::Greater => {}
         }
     }
     seen.insert(m.name.clone(), m.version.clone());
