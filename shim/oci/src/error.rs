@@ -122,6 +122,23 @@ pub enum Error {
          stdio; run with -i and without -t"
     )]
     Terminal,
+    #[error("{command} is not supported: {reason}")]
+    Unsupported {
+        command: &'static str,
+        reason: &'static str,
+    },
+    #[error("invalid format {0:?}: expected table or json")]
+    Format(String),
+    #[error("building the OCI {what}: {source}")]
+    OciSpec {
+        what: &'static str,
+        #[source]
+        source: oci_spec::OciSpecError,
+    },
+    #[error("{}: exists; remove it first (spec writes a new config.json)", .0.display())]
+    ConfigExists(PathBuf),
+    #[error("ps printed no header with a PID column (ps options {0:?})")]
+    PsHeader(Vec<String>),
     #[error("hook {0:?}: only the precreate stage is supported")]
     HookStage(String),
     #[error("runc {0}")]

@@ -12,6 +12,8 @@
 //!   as the agent's MCP endpoint.
 //! * `state`, `kill`, `delete`, `pause`, `resume` behave as runc's; `delete` also removes what a
 //!   killed `germline run` could not (its germlines' cgroups and run directories).
+//! * `run` is `create` and `start`; `list`, `ps`, `events`, `features` and `spec` report as
+//!   runc's do (`info.rs`).
 //!
 //! The binary (`shim/germline/src/bin/germline-runtime/main.rs`) parses runc's command line into a
 //! [`Cmd`] and calls [`run`]. See docs/engines.md.
@@ -19,6 +21,7 @@
 pub mod config;
 pub mod error;
 mod host;
+mod info;
 mod runtime;
 pub mod spec;
 pub mod state;
@@ -26,3 +29,13 @@ pub mod trust;
 
 pub use error::{Error, Result};
 pub use runtime::{run, Cmd, Globals, Log};
+
+/// The OCI runtime-spec version germline-runtime writes and reads up to (oci-spec's): the
+/// `ociVersion` of `state` and `features`, and the `spec:` line of `--version`.
+pub const OCI_VERSION: &str = oci_spec::runtime::VERSION;
+
+/// What `germline-runtime --version` prints after the program name, as runc's `--version`
+/// (`runc version X` then `spec: Y`).
+pub fn version_text() -> String {
+    format!("version {}\nspec: {OCI_VERSION}", env!("CARGO_PKG_VERSION"))
+}

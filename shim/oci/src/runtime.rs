@@ -1,6 +1,8 @@
 //! The runtime's commands (runc's contract): `create` verifies and forks the container's
-//! process, `init` waits for `start` and execs `germline run`, and `state`, `kill`, `delete`,
-//! `pause`, `resume` behave as runc's. See the crate documentation and docs/engines.md.
+//! process, `init` waits for `start` and execs `germline run`, `run` is `create` and `start`
+//! (in the foreground: waiting for the container and removing it), and `state`, `kill`,
+//! `delete`, `pause`, `resume` behave as runc's; `list`, `ps`, `events`, `features` and `spec`
+//! are in `info.rs`. See the crate documentation and docs/engines.md.
 
 use std::io::{Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -14,6 +16,7 @@ use germline_sys::{cgroup, mountinfo, paths, procfs};
 
 use crate::error::{Error, Result};
 use crate::host;
+use crate::info;
 use crate::spec::{EngineSpec, Network};
 use crate::state::{self, State};
 use crate::trust::{check_trust, trust_note, verify};
@@ -41,6 +44,46 @@ pub enum Cmd {
     },
     /// Start the created container.
     Start { id: String },
+    /// `create` then `start`; in the foreground (without `detach`) it forwards signals to the
+    /// container's process, waits for it, removes the container (unless `keep`) and exits
+    /// with its status.
+    Run {
+        bundle: PathBuf,
+        pid_file: Option<PathBuf>,
+        console_socket: bool,
+        detach: bool,
+        keep: bool,
+        id: String,
+    },
+    /// The containers under `--root` (runc's table, or JSON with `json`; ids only with
+    /// `quiet`).
+    List { format: String, quiet: bool },
+    /// The container's processes: its pids as JSON, or `ps`'s table (run with `ps_options`,
+    /// default `-ef`) cut to them.
+    Ps {
+        format: String,
+        id: String,
+        ps_options: Vec<String>,
+    },
+    /// Resource statistics as runc's JSON events: once with `stats`, else every `interval`
+    /// seconds while the container runs.
+    Events {
+        id: String,
+        interval: u32,
+        stats: bool,
+    },
+    /// The runtime-spec features document (JSON).
+    Features,
+    /// Writes a template `config.json` into `bundle` (default `.`).
+    Spec {
+        bundle: Option<PathBuf>,
+        rootless: bool,
+    },
+    /// A runc command germline-runtime does not do, with the reason.
+    Unsupported {
+        command: &'static str,
+        reason: &'static str,
+    },
     /// Print the container's state as runc does (JSON).
     State { id: String },
     /// Send a signal (default TERM) to the container's process.
@@ -98,8 +141,9 @@ impl Log {
     }
 }
 
-/// Runs one command.
-pub fn run(cli: &Globals, cmd: &Cmd, log: &Log) -> Result<()> {
+/// Runs one command; `Ok` carries the exit status (0, or the container's for a foreground
+/// `run`).
+pub fn run(cli: &Globals, cmd: &Cmd, log: &Log) -> Result<u8> {
     let root = &cli.root;
     // Commands about a container handed to runc go to runc.
     let id = match cmd {
@@ -108,13 +152,15 @@ pub fn run(cli: &Globals, cmd: &Cmd, log: &Log) -> Result<()> {
         | Cmd::Kill { id, .. }
         | Cmd::Delete { id, .. }
         | Cmd::Pause { id }
-        | Cmd::Resume { id } => Some(id.as_str()),
+        | Cmd::Resume { id }
+        | Cmd::Ps { id, .. }
+        | Cmd::Events { id, .. } => Some(id.as_str()),
         _ => None,
     };
     if let Some(id) = id {
         state::check_id(id)?;
         if state::handoff_marker(root, id).exists() {
-            return to_runc(cli, id, matches!(cmd, Cmd::Delete { .. }));
+            return to_runc(cli, id, matches!(cmd, Cmd::Delete { .. })).map(|()| 0);
         }
     }
     match cmd {
@@ -123,17 +169,52 @@ pub fn run(cli: &Globals, cmd: &Cmd, log: &Log) -> Result<()> {
             pid_file,
             console_socket,
             id,
-        } => create(cli, log, bundle, pid_file.as_deref(), *console_socket, id),
-        Cmd::Start { id } => start(root, id),
+        } => create(cli, log, bundle, pid_file.as_deref(), *console_socket, id).map(|_| 0),
+        Cmd::Run {
+            bundle,
+            pid_file,
+            console_socket,
+            detach,
+            keep,
+            id,
+        } => run_container(
+            cli,
+            log,
+            bundle,
+            pid_file.as_deref(),
+            *console_socket,
+            *detach,
+            *keep,
+            id,
+        ),
+        Cmd::Start { id } => start(root, id).map(|()| 0),
         Cmd::State { id } => {
             let s = State::load(root, id)?;
-            let text =
-                serde_json::to_string_pretty(&s.to_runc_json(root)).map_err(Error::Encode)?;
-            // A closed stdout (a pager, `| head`) is not an error of the container.
-            let _ = writeln!(std::io::stdout(), "{text}");
-            Ok(())
+            info::print_json(&s.to_runc_json(root)?).map(|()| 0)
         }
-        Cmd::Kill { id, signal, .. } => {
+        Cmd::List { format, quiet } => info::list(cli, format, *quiet).map(|()| 0),
+        Cmd::Ps {
+            format,
+            id,
+            ps_options,
+        } => info::ps(root, id, format, ps_options).map(|()| 0),
+        Cmd::Events {
+            id,
+            interval,
+            stats,
+        } => info::events(root, id, *interval, *stats).map(|()| 0),
+        Cmd::Features => info::print_json(&info::features()?).map(|()| 0),
+        Cmd::Spec { bundle, rootless } => info::spec(bundle.as_deref(), *rootless).map(|()| 0),
+        Cmd::Unsupported { command, reason } => Err(Error::Unsupported { command, reason }),
+        other => run_other(cli, log, other).map(|()| 0),
+    }
+}
+
+/// The commands that print nothing and return no status.
+fn run_other(cli: &Globals, log: &Log, cmd: &Cmd) -> Result<()> {
+    let root = &cli.root;
+    match cmd {
+        Cmd::Kill { id, signal } => {
             let sig = parse_signal(signal.as_deref().unwrap_or("TERM"))?;
             let s = State::load(root, id)?;
             if !s.alive() {
@@ -156,7 +237,91 @@ pub fn run(cli: &Globals, cmd: &Cmd, log: &Log) -> Result<()> {
             }
             hook_precreate(cli, log, *require_release, *exit_status)
         }
+        // Handled by `run`.
+        Cmd::Create { .. }
+        | Cmd::Run { .. }
+        | Cmd::Start { .. }
+        | Cmd::State { .. }
+        | Cmd::List { .. }
+        | Cmd::Ps { .. }
+        | Cmd::Events { .. }
+        | Cmd::Features
+        | Cmd::Spec { .. }
+        | Cmd::Unsupported { .. } => Ok(()),
     }
+}
+
+/// The signals a foreground `run` passes on to the container's process (runc passes every
+/// signal but SIGCHLD, SIGWINCH and SIGURG; these are the ones a shell or a supervisor sends).
+const FORWARDED: [i32; 6] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGTERM,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
+/// `run`: `create` and `start`. In the foreground the container's process is this process's
+/// child: signals sent to `germline-runtime run` reach it, its exit status is returned, and the
+/// container is removed afterwards (as `delete` would) unless `keep`.
+#[allow(clippy::too_many_arguments)]
+fn run_container(
+    cli: &Globals,
+    log: &Log,
+    bundle: &Path,
+    pid_file: Option<&Path>,
+    console: bool,
+    detach: bool,
+    keep: bool,
+    id: &str,
+) -> Result<u8> {
+    let root = &cli.root;
+    if !detach {
+        // Before the container's process exists, so that no signal is lost in between; that
+        // process starts with an empty mask (std::process::Command resets it).
+        germline_sys::sys::block_signals(&FORWARDED).map_err(Error::sys("blocking signals"))?;
+    }
+    let mut child = match create(cli, log, bundle, pid_file, console, id)? {
+        Created::Germline(child) => child,
+        // runc ran the whole `run` (this command line, handed on), and removed its container
+        // unless it was kept or detached: so goes our record of it.
+        Created::HandedToRunc => {
+            if !detach && !keep {
+                let _ = std::fs::remove_dir_all(state::dir(root, id));
+            }
+            return Ok(0);
+        }
+    };
+    if let Err(e) = start(root, id) {
+        if !detach {
+            let _ = delete(root, id, true);
+        }
+        return Err(e);
+    }
+    if detach {
+        // The container's process outlives us, as after `create` and `start`.
+        return Ok(0);
+    }
+    let pid = child.id() as i32;
+    std::thread::spawn(move || {
+        while let Ok(sig) = germline_sys::sys::wait_signal(&FORWARDED) {
+            let _ = germline_sys::sys::kill(pid, sig);
+        }
+    });
+    let status = child
+        .wait()
+        .map_err(Error::sys("waiting for the container"))?;
+    if !keep {
+        delete(root, id, true)?;
+    }
+    use std::os::unix::process::ExitStatusExt;
+    Ok(match (status.code(), status.signal()) {
+        (Some(c), _) => u8::try_from(c).unwrap_or(1),
+        // A shell's convention, as runc's: 128 + the signal.
+        (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(255),
+        (None, None) => 1,
+    })
 }
 
 /// The runc command line for a handed-off container: this one's arguments with our own
@@ -341,6 +506,15 @@ fn precreate_decide(
     Ok(())
 }
 
+/// What `create` made.
+#[derive(Debug)]
+enum Created {
+    /// A germline container: its process (our child, waiting for `start`).
+    Germline(std::process::Child),
+    /// Not a germline release: runc was given this command line.
+    HandedToRunc,
+}
+
 fn create(
     cli: &Globals,
     log: &Log,
@@ -348,7 +522,7 @@ fn create(
     pid_file: Option<&Path>,
     console: bool,
     id: &str,
-) -> Result<()> {
+) -> Result<Created> {
     let root = &cli.root;
     state::check_id(id)?;
     let cfg = Config::load(cli.config.as_deref())?;
@@ -378,7 +552,7 @@ fn create(
             if r.is_err() {
                 let _ = std::fs::remove_dir_all(&sdir);
             }
-            return r;
+            return r.map(|()| Created::HandedToRunc);
         }
         return Err(Error::NotRelease {
             bundle,
@@ -395,7 +569,7 @@ fn create(
     // rootfs below it. The state file holds nothing secret.
     let _ = std::fs::set_permissions(&sdir, std::fs::Permissions::from_mode(0o711));
     match prepare(cli, log, &cfg, &bundle, &mut spec, pid_file, id) {
-        Ok(()) => Ok(()),
+        Ok(child) => Ok(Created::Germline(child)),
         Err(e) => {
             remove_state(root, id, None);
             Err(e)
@@ -411,7 +585,7 @@ fn prepare(
     spec: &mut EngineSpec,
     pid_file: Option<&Path>,
     id: &str,
-) -> Result<()> {
+) -> Result<std::process::Child> {
     let root = &cli.root;
     if let Network::Path(p) = &spec.network {
         host::check_netns(p)?;
@@ -537,9 +711,9 @@ fn prepare(
         std::fs::write(&tmp, pid.to_string()).map_err(Error::io(&tmp))?;
         std::fs::rename(&tmp, p).map_err(Error::io(p))?;
     }
-    // The child outlives us: the engine (conmon, a subreaper) reaps it.
-    drop(child);
-    Ok(())
+    // `create` drops it: the child outlives us, and the engine (conmon, a subreaper) reaps
+    // it; a foreground `run` waits for it.
+    Ok(child)
 }
 
 /// The container's process: waits on the exec fifo for `start`, then becomes `germline run`.

@@ -132,20 +132,46 @@ impl State {
         }
     }
 
-    /// The JSON `runc state` prints.
-    pub fn to_runc_json(&self, root: &Path) -> Value {
+    /// The JSON `runc state` prints: the runtime-spec state (oci-spec's `State`: `ociVersion`,
+    /// `id`, `status`, `pid`, `bundle`, `annotations`) and runc's `rootfs`, `created` and
+    /// `owner`. The runtime-spec has no `paused` status (runc's, which engines read): oci-spec's
+    /// type cannot hold it, so it is written over `running` in the JSON. `annotations` is left
+    /// out when there are none, as runc does; keys are sorted.
+    pub fn to_runc_json(&self, root: &Path) -> Result<Value> {
+        use oci_spec::runtime::{ContainerState, StateBuilder};
         let status = self.status(root);
-        json!({
-            "ociVersion": "1.0.2",
-            "id": self.id,
-            "pid": if status == "stopped" { 0 } else { self.pid },
-            "status": status,
-            "bundle": self.bundle,
-            "rootfs": self.rootfs,
-            "created": self.created,
-            "owner": "",
-            "annotations": self.annotations,
-        })
+        let oci_status = match status {
+            "created" => ContainerState::Created,
+            "running" | "paused" => ContainerState::Running,
+            _ => ContainerState::Stopped,
+        };
+        // The runtime-spec's annotations are strings (engines write only strings).
+        let annotations: std::collections::HashMap<String, String> = self
+            .annotations
+            .iter()
+            .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
+            .collect();
+        let mut b = StateBuilder::default()
+            .version(crate::OCI_VERSION)
+            .id(self.id.clone())
+            .status(oci_status)
+            .pid(if status == "stopped" { 0 } else { self.pid })
+            .bundle(self.bundle.clone());
+        if !annotations.is_empty() {
+            b = b.annotations(annotations);
+        }
+        let state = b.build().map_err(|source| Error::OciSpec {
+            what: "state",
+            source,
+        })?;
+        let mut v = serde_json::to_value(&state).map_err(Error::Encode)?;
+        if let Some(o) = v.as_object_mut() {
+            o.insert("status".into(), status.into());
+            o.insert("rootfs".into(), json!(self.rootfs));
+            o.insert("created".into(), self.created.clone().into());
+            o.insert("owner".into(), "".into());
+        }
+        Ok(v)
     }
 }
 
@@ -183,10 +209,17 @@ mod tests {
         };
         s.save(d.path()).expect("save");
         let l = State::load(d.path(), "c1").expect("load");
-        let j = l.to_runc_json(d.path());
+        let j = l.to_runc_json(d.path()).expect("state json");
         assert_eq!(j["status"], "stopped");
         assert_eq!(j["pid"], 0);
         assert_eq!(j["id"], "c1");
+        assert_eq!(j["ociVersion"], crate::OCI_VERSION);
+        assert_eq!(j["rootfs"], "/b/rootfs");
+        assert_eq!(j["created"], "2026-12-03T07:00:00Z");
+        assert!(
+            j.get("annotations").is_none(),
+            "none: left out, as runc does"
+        );
         assert_eq!(l.network, s.network);
         assert_eq!(l.listen, s.listen);
         let e = State::load(d.path(), "c2").expect_err("missing");

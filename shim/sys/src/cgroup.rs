@@ -492,6 +492,15 @@ fn subtree(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Every process listed in the cgroup subtrees `dirs` (`cgroup.procs`; a directory already
+/// gone lists none). The same process may appear once per hierarchy.
+pub fn procs_in_trees(dirs: &[PathBuf]) -> Vec<i32> {
+    dirs.iter()
+        .flat_map(|d| subtree(d))
+        .flat_map(|s| listed(&s, "cgroup.procs"))
+        .collect()
+}
+
 /// Freezes (`true`) or thaws the cgroup directories that have a freezer. Whether any did.
 pub fn freeze_dirs(dirs: &[PathBuf], frozen: bool) -> bool {
     let mut any = false;

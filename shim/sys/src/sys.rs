@@ -285,6 +285,46 @@ pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
     check(unsafe { libc::kill(pid, sig) }).map(drop)
 }
 
+/// A signal set holding `sigs`.
+fn sigset(sigs: &[libc::c_int]) -> io::Result<libc::sigset_t> {
+    let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigemptyset initialises the set it is given a pointer to.
+    check(unsafe { libc::sigemptyset(set.as_mut_ptr()) })?;
+    // SAFETY: initialised by sigemptyset just above.
+    let mut set = unsafe { set.assume_init() };
+    for s in sigs {
+        // SAFETY: `set` is an initialised sigset_t; a bad signal number is reported as EINVAL.
+        check(unsafe { libc::sigaddset(&mut set, *s) })?;
+    }
+    Ok(set)
+}
+
+/// `pthread_sigmask(SIG_BLOCK)`: blocks `sigs` in the calling thread; threads it starts later
+/// inherit the mask (children of `std::process::Command` start with an empty one).
+pub fn block_signals(sigs: &[libc::c_int]) -> io::Result<()> {
+    let set = sigset(sigs)?;
+    // SAFETY: `set` is an initialised sigset_t; the old mask is not asked for (null).
+    let r = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(r))
+    }
+}
+
+/// `sigwait()`: waits until one of `sigs` (blocked in every thread) is pending and takes it.
+pub fn wait_signal(sigs: &[libc::c_int]) -> io::Result<libc::c_int> {
+    let set = sigset(sigs)?;
+    let mut sig: libc::c_int = 0;
+    // SAFETY: `set` is an initialised sigset_t and `sig` a valid place for the signal taken.
+    let r = unsafe { libc::sigwait(&set, &mut sig) };
+    if r == 0 {
+        Ok(sig)
+    } else {
+        Err(io::Error::from_raw_os_error(r))
+    }
+}
+
 /// `mkfifo()`.
 pub fn mkfifo(path: &CStr, mode: libc::mode_t) -> io::Result<()> {
     // SAFETY: path is a NUL-terminated string.
