@@ -494,7 +494,11 @@ async fn cri_germline_handler_runs_a_verified_release_and_refuses_a_tampered_one
         c.log()
     );
     let runs: Vec<i32> = procs_naming(&needle);
-    assert!(!runs.is_empty(), "no germline run for {good}: {log}\n{}", c.log());
+    assert!(
+        !runs.is_empty(),
+        "no germline run for {good}: {log}\n{}",
+        c.log()
+    );
     // The container joined the pod's network namespace (the one the CNI plugin was given),
     // and so did the broker `germline run` started: what it delivers leaves from the pod.
     let pod_netns = std::fs::read_to_string(c.dir.join("pod-netns")).expect("CNI ADD ran");
