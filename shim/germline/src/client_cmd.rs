@@ -127,12 +127,12 @@ pub enum ClientError {
     )]
     Relative { flag: &'static str, path: PathBuf },
     #[error("policy: {0}")]
-    Policy(#[from] germline_policy::PolicyError),
+    Policy(#[source] Box<germline_policy::PolicyError>),
     #[error("release {} refused: {source}", .path.display())]
     Release {
         path: PathBuf,
         #[source]
-        source: germline_release::error::Error,
+        source: Box<germline_release::error::Error>,
     },
     #[error(
         "the policy's lifetimes.{0:?} = \"long-lived\" needs `germline serve`; an MCP client \
@@ -544,10 +544,10 @@ struct Outcome {
 pub fn setup(a: &SetupArgs) -> Result<(), ClientError> {
     let (args, run) = run_args(a)?;
     let release_path = PathBuf::from(args.last().cloned().unwrap_or_default());
-    let policy = Policy::load(&run.policy)?;
+    let policy = Policy::load(&run.policy).map_err(|e| ClientError::Policy(Box::new(e)))?;
     let refused = |source| ClientError::Release {
         path: release_path.clone(),
-        source,
+        source: Box::new(source),
     };
     let key = keys::load_public_key(&run.key).map_err(refused)?;
     let verified = release::verify_path_with(&release_path, &key, None, &run.image_limits.limits())
