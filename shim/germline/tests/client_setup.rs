@@ -564,3 +564,117 @@ fn wait_output(mut child: std::process::Child, limit: Duration) -> Output {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Runs `program args` as uid/gid 65534 (nobody) with `HOME=home` (util-linux setpriv).
+fn as_nobody(home: &Path, program: &Path, args: &[String]) -> Output {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "env"])
+        .arg(format!("HOME={}", home.display()))
+        .arg("XDG_CONFIG_HOME=")
+        .arg(program)
+        .args(args)
+        .output()
+        .expect("setpriv")
+}
+
+#[test]
+fn an_unprivileged_user_sets_up_their_own_file_and_their_client_gets_a_reason() {
+    if !can_run() {
+        return;
+    }
+    // A directory nobody can read (World's is private to root), and nobody's home in it.
+    let dir = tempfile::Builder::new()
+        .prefix("germline-client-user-")
+        .tempdir_in("/var/tmp")
+        .expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).expect("mkdir");
+    std::os::unix::fs::chown(&home, Some(65534), Some(65534)).expect("chown");
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, "[labels]\n[consumers]\nagent = []\n").expect("policy");
+    let script = dir.path().join("initialize.py");
+    std::fs::copy(root().join("tests/run/initialize.py"), &script).expect("copy");
+    for f in [&policy, &script] {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    }
+    let setup: Vec<String> = [
+        "client",
+        "setup",
+        "vscode",
+        "--release",
+        s(&bundle("germline-office")),
+        "--key",
+        s(&key()),
+        "--policy",
+        s(&policy),
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let out = as_nobody(&home, &germline(), &setup);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // The file is the user's own, at ~/.config (XDG_CONFIG_HOME empty counts as unset).
+    let file = home.join(".config/Code/User/mcp.json");
+    let meta = std::fs::metadata(&file).expect("written");
+    assert_eq!(
+        (
+            std::os::unix::fs::MetadataExt::uid(&meta),
+            std::os::unix::fs::MetadataExt::gid(&meta),
+            mode(&file)
+        ),
+        (65534, 65534, 0o600)
+    );
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("read")).expect("JSON");
+    let e = &v["servers"]["germline-office"];
+    let mut server = vec![e["command"].as_str().expect("command").to_string()];
+    server.extend(
+        e["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .map(|a| a.as_str().expect("string").to_string()),
+    );
+
+    // The SDK, as that user, spawns exactly that. Today `germline run` needs root, so its
+    // `initialize` must fail with the reason (code -32004), not "Connection closed"; once
+    // running without root is supported, it succeeds.
+    let mut args = vec![s(&script).to_string(), "--".into()];
+    args.extend(server);
+    let out = as_nobody(&home, &agent_python(), &args);
+    let r: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("initialize.py: {}", text(&out.stderr)));
+    if r["ok"] != true {
+        assert_eq!(r["code"], -32004, "{r}");
+        let m = r["message"].as_str().unwrap_or_default();
+        assert!(
+            m.starts_with("germline run could not start: ") && m.len() > 31,
+            "{m}"
+        );
+    }
+
+    // root setting up that user's file keeps it theirs, and the backup too.
+    let mut again = setup.clone();
+    again.extend(["--name".into(), "second".into()]);
+    let out = Command::new(germline())
+        .args(&again)
+        .env("HOME", &home)
+        .env_remove("XDG_CONFIG_HOME")
+        .output()
+        .expect("germline client");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for f in std::iter::once(file.clone()).chain(backups(&file)) {
+        let m = std::fs::metadata(&f).expect("stat");
+        assert_eq!(
+            (
+                std::os::unix::fs::MetadataExt::uid(&m),
+                std::os::unix::fs::MetadataExt::gid(&m)
+            ),
+            (65534, 65534),
+            "{}",
+            f.display()
+        );
+    }
+    assert_eq!(backups(&file).len(), 1);
+}
