@@ -382,7 +382,8 @@ impl<'a> Doc<'a> {
                 out.push((k, Member::Raw(v)));
                 continue;
             }
-            let at = v.get().as_ptr() as usize - text.as_ptr() as usize;
+            // Where the value starts in the file (it is borrowed from `text`).
+            let at = (v.get().as_ptr() as usize).saturating_sub(text.as_ptr() as usize);
             let servers: Ordered<'a> = serde_json::from_str(v.get()).map_err(|_| {
                 let (line, column) = line_col(text, at);
                 let found = match v.get().as_bytes().first() {
