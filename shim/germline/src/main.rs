@@ -1,6 +1,7 @@
 //! The `germline` command: parses arguments and calls the component crates.
 
 mod broker_cmd;
+mod client_cmd;
 mod plan_cmd;
 mod release_cmd;
 mod witness_cmd;
@@ -29,6 +30,9 @@ enum Command {
     Run(germline_mcp::cli::RunArgs),
     /// Serve signed releases to MCP clients over Streamable HTTP (bearer token, localhost only).
     Serve(germline_mcp::serve::ServeArgs),
+    /// Add `germline run` for a release to Claude Desktop's, VS Code's or Cursor's MCP
+    /// configuration, or list the germline servers they have.
+    Client(client_cmd::ClientArgs),
     /// Pack, sign, publish, verify and inspect signed releases.
     Release {
         #[command(subcommand)]
@@ -107,6 +111,7 @@ fn main() -> ExitCode {
         Command::RunBench(args) => report(germline_eval::bench::run(&args).map_err(Into::into)),
         Command::Bench(args) => report(germline_eval::suite::run(&args).map_err(Into::into)),
         Command::Serve(args) => report(germline_mcp::serve::run(&args).map_err(Into::into)),
+        Command::Client(args) => report(client_cmd::run(&args).map_err(Into::into)),
         Command::Sandbox(germline_sandbox::cli::Command::Status(a)) if a.id.is_none() => {
             report(germline_engine::status::run(a.json).map_err(Into::into))
         }

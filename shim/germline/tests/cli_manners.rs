@@ -37,10 +37,12 @@ fn help_lists_user_commands_first_and_the_research_commands_apart() {
             .map(|i| help.lines().take(i).map(|l| l.len() + 1).sum::<usize>())
     };
     // User commands, in the order a user meets them, before the heading.
-    let user: Vec<usize> = ["run", "serve", "release", "keygen", "plan", "policy", "gc"]
-        .iter()
-        .map(|c| listed_at(c).unwrap_or_else(|| panic!("{c} listed:\n{help}")))
-        .collect();
+    let user: Vec<usize> = [
+        "run", "serve", "client", "release", "keygen", "plan", "policy", "gc",
+    ]
+    .iter()
+    .map(|c| listed_at(c).unwrap_or_else(|| panic!("{c} listed:\n{help}")))
+    .collect();
     assert!(user.windows(2).all(|w| w[0] < w[1]), "{help}");
     assert!(user.iter().all(|&p| p < heading), "{help}");
     // Each research command once, after it, and still runnable with its own help.

@@ -214,7 +214,15 @@ pub fn check_outbox(dir: &std::path::Path) -> Result<PathBuf, Error> {
 pub fn run(a: &RunArgs) -> Result<(), Error> {
     let sigfd = crate::stdio::stop_signals().map_err(Error::sys("signals"))?;
     germline_engine::sweep::at_start("run");
-    let mut session = start_session(a)?;
+    let mut session = match start_session(a) {
+        Ok(s) => s,
+        Err(e) => {
+            // The client learns why from its `initialize` (not only "Connection closed");
+            // the exit status stays that of a failure to start (docs/run.md).
+            crate::stdio::refuse_start(&e.to_string(), sigfd);
+            return Err(e);
+        }
+    };
     eprintln!(
         "germline run: {} ({}) in mode {}, broker {}",
         session.runtime.release().label(),

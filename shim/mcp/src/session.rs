@@ -25,6 +25,10 @@ pub const LIMIT_REACHED: i64 = -32002;
 /// A flow the release's manifest declares would carry an item to a host not cleared for it
 /// (germline_engine::flows, docs/release.md): the call was not run.
 pub const FLOW_REFUSED: i64 = -32003;
+/// `germline run` could not start the release (a bad or tampered release, a wrong key, a policy
+/// that does not load, a germline that failed to start): the client's `initialize` is answered
+/// with this code and the reason, and nothing of the release runs (docs/run.md).
+pub const START_FAILED: i64 = -32004;
 
 /// Methods answered by a data-free copy.
 const PASSTHROUGH: &[&str] = &[

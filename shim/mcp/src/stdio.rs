@@ -9,11 +9,11 @@
 
 use std::collections::VecDeque;
 use std::io::Write;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::session::{error, Session, INVALID_REQUEST};
+use crate::session::{error, Session, INVALID_REQUEST, START_FAILED};
 use germline_engine::relay::AgentLink;
 
 /// Blocks the stop signals in this thread (call before any thread starts, so all inherit the
@@ -406,6 +406,106 @@ pub fn serve(session: &mut Session, sigfd: i32) -> String {
     }
 }
 
+/// How long `germline run` that could not start waits for the client's `initialize` to answer
+/// it with the reason ([`refuse_start`]). Clients send `initialize` as soon as they have
+/// started the server, so it is usually read at once; the bound is for a stdin that stays open
+/// and silent (an engine's `podman run -i` whose agent never speaks), which then ends the
+/// process after this long instead of never.
+pub const START_FAILURE_WAIT: Duration = Duration::from_secs(5);
+
+/// What [`refuse_start`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The client's `initialize` was answered with the reason.
+    Answered,
+    /// stdin is a terminal (a person, who reads the reason on stderr): nothing was waited for.
+    Terminal,
+    /// stdin ended, a stop signal came, or nothing came within [`START_FAILURE_WAIT`].
+    NoInitialize,
+}
+
+/// `germline run` could not start (`reason`: the error a user can act on). So that the MCP
+/// client shows why rather than only "Connection closed", every request it sends is answered
+/// with a JSON-RPC error of code [`START_FAILED`] whose message carries the reason, until its
+/// `initialize` has been answered; then this returns (and `germline run` exits non-zero as
+/// before). It returns at once when stdin is a terminal, and otherwise when stdin ends, a stop
+/// signal arrives or [`START_FAILURE_WAIT`] has passed.
+pub fn refuse_start(reason: &str, sigfd: i32) -> Refusal {
+    // SAFETY: isatty(3) only inspects the descriptor.
+    if unsafe { libc::isatty(0) } == 1 {
+        return Refusal::Terminal;
+    }
+    let message = format!("germline run could not start: {reason}");
+    let mut input = Input::new(sigfd);
+    let until = Instant::now() + START_FAILURE_WAIT;
+    loop {
+        let line = match input.next(Some(until), true) {
+            Read::Line(l) => l,
+            Read::Refused(answer) => {
+                if !write_line(&answer) {
+                    return Refusal::NoInitialize;
+                }
+                continue;
+            }
+            Read::Timeout | Read::Ended(_) => return Refusal::NoInitialize,
+        };
+        let (answer, initialize) = start_failure_answer(&line, &message);
+        if let Some(a) = answer {
+            if !write_line(&a) {
+                return Refusal::NoInitialize;
+            }
+        }
+        if initialize {
+            return Refusal::Answered;
+        }
+    }
+}
+
+/// Writes one line to the agent; false if stdout is closed.
+fn write_line(text: &str) -> bool {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}").and_then(|()| out.flush()).is_ok()
+}
+
+/// The answer to one line from the agent while the release could not start (each request of
+/// it, a batch's too, gets the error `message`; notifications and responses none), and whether
+/// it held the `initialize` request.
+fn start_failure_answer(line: &[u8], message: &str) -> (Option<String>, bool) {
+    if line.trim_ascii().is_empty() {
+        return (None, false);
+    }
+    let parsed = std::str::from_utf8(line)
+        .map_err(|e| format!("the line is not UTF-8 ({e})"))
+        .and_then(|t| {
+            serde_json::from_str::<Value>(t).map_err(|e| crate::session::parse_error_text(&e))
+        });
+    let msg = match parsed {
+        Ok(v) => v,
+        Err(why) => return (Some(crate::session::parse_error(line, &why)), false),
+    };
+    let mut initialize = false;
+    let mut answer_one = |m: &Value| -> Option<Value> {
+        let obj = m.as_object()?;
+        match crate::jsonrpc::classify(obj) {
+            Ok(crate::jsonrpc::Kind::Request { id, method }) => {
+                initialize |= method == "initialize";
+                Some(error(id, START_FAILED, message))
+            }
+            Ok(_) => None,
+            Err(e) => Some(e),
+        }
+    };
+    let answer = match &msg {
+        Value::Array(batch) => {
+            let all: Vec<Value> = batch.iter().filter_map(&mut answer_one).collect();
+            (!all.is_empty()).then_some(Value::Array(all))
+        }
+        m => answer_one(m),
+    };
+    let raw = crate::jsonrpc::raw_ids_if_needed(&msg, line);
+    (answer.map(|a| crate::jsonrpc::render(&a, &raw)), initialize)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -426,6 +526,36 @@ mod tests {
             assert!(input.buf.len() - input.start <= MAX_LINE + chunk);
         }
         out
+    }
+
+    #[test]
+    fn a_start_failure_answers_each_request_and_tells_initialize_apart() {
+        let why = "germline run could not start: release refused";
+        let init = br#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}"#;
+        let (a, done) = start_failure_answer(init, why);
+        let a: Value = serde_json::from_str(&a.expect("answered")).expect("JSON");
+        assert!(done);
+        assert_eq!(a["id"], 0);
+        assert_eq!(a["error"]["code"], START_FAILED);
+        assert_eq!(a["error"]["message"], why);
+        // A ping before it is answered with the same error, and the wait goes on.
+        let (a, done) = start_failure_answer(br#"{"jsonrpc":"2.0","id":"p","method":"ping"}"#, why);
+        assert!(!done);
+        assert!(a.is_some_and(|a| a.contains(r#""id":"p""#) && a.contains("-32004")));
+        // Notifications and blank lines get nothing.
+        let note = br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        assert_eq!(start_failure_answer(note, why), (None, false));
+        assert_eq!(start_failure_answer(b"\n", why), (None, false));
+        // A batch holding initialize; an id of any spelling comes back as written.
+        let batch =
+            br#"[{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"initialize"}]"#;
+        let (a, done) = start_failure_answer(batch, why);
+        assert!(done);
+        assert!(a.is_some_and(|a| a.contains(r#""id":123456789012345678901234567890"#)));
+        // Not JSON: a parse error, and the wait goes on.
+        let (a, done) = start_failure_answer(b"{\"id\": 4, \"method\":", why);
+        assert!(!done);
+        assert!(a.is_some_and(|a| a.contains("-32700")));
     }
 
     #[test]
