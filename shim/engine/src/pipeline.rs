@@ -13,6 +13,7 @@
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use germline_broker::control::{BeginCall, ControlError};
@@ -83,6 +84,8 @@ pub trait SourcedCopy {
         meta: Option<Value>,
         handler: &mut dyn FnMut(&Value) -> Option<Value>,
     ) -> SandboxResult<Value>;
+    /// Every wait for the copy from now on also ends when `cancel` fires.
+    fn set_cancel(&mut self, _cancel: Option<Arc<relay::Cancel>>) {}
 }
 
 impl CopySource for Germline {
@@ -138,6 +141,9 @@ impl SourcedCopy for germline_sandbox::Copy {
         handler: &mut dyn FnMut(&Value) -> Option<Value>,
     ) -> SandboxResult<Value> {
         germline_sandbox::Copy::mcp_call_relayed(self, tool, arguments, meta, handler)
+    }
+    fn set_cancel(&mut self, cancel: Option<Arc<relay::Cancel>>) {
+        germline_sandbox::Copy::set_cancel(self, cancel)
     }
 }
 
@@ -342,7 +348,17 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         let mut failure = None;
         for (gi, group) in plan.groups.iter().enumerate() {
             let ahead = early.get_mut(gi).and_then(Option::take);
-            if let Err(e) = self.run_group(&cx, gi, group, ahead, agent_link, &mut got) {
+            let r = self.run_group(&cx, gi, group, ahead, agent_link, &mut got);
+            if agent_link.cancelled() {
+                // The agent cancelled the call: the running copy was killed (run_copy); the
+                // copies taken ahead for the later groups die now, with their cgroups, and
+                // no group runs any more. The broker's end_call (finish) drops what is still
+                // pending for them.
+                early.clear();
+                failure = Some(RunError::Cancelled);
+                break;
+            }
+            if let Err(e) = r {
                 failure = Some(e);
                 break;
             }
@@ -620,6 +636,8 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             m.item_bytes(&release.label(), view_bytes);
         }
         copy.set_twin(twin);
+        let cancel = agent.cancel();
+        copy.set_cancel(cancel.clone());
         // The fork's laps (none for a pool copy); a copy taken ahead reports when it was.
         match laps_ahead {
             Some((us, laps)) => {
@@ -688,8 +706,17 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             v
         })();
         let s = Instant::now();
-        // Killed now; the kernel's exit of the copy completes off the call's path.
-        let r = g.retire(copy, r);
+        let r = if cancel.as_ref().is_some_and(|c| c.fired()) {
+            // The agent cancelled the call: the copy is killed now with every descendant and
+            // its cgroup emptied and removed (not frozen for later: the agent is waiting for
+            // its next request, and nothing of the copy may run on).
+            copy.kill();
+            drop(copy);
+            Err(germline_sandbox::Error::Cancelled)
+        } else {
+            // Killed now; the kernel's exit of the copy completes off the call's path.
+            g.retire(copy, r)
+        };
         marks[3] = us(s);
         phases.lap("copy", t);
         phases.extend([
