@@ -6,8 +6,10 @@
 //! `ping` at once, turns `notifications/cancelled` into the running call's [`Cancel`] (or drops
 //! a request still waiting), hands the agent's answers to germline's own requests to the call
 //! that waits for them, and queues everything else for the main thread, which handles requests
-//! one at a time, in order. Answers may therefore leave in another order than their requests
-//! came (a ping's before a running call's), which MCP allows: responses are matched by id.
+//! one at a time, in order. A ping's answer may therefore overtake the answers of requests sent
+//! before it (a running call's), which MCP allows: responses are matched by id. It never
+//! overtakes the answer to anything else sent before it (an invalid line, a refused one, a
+//! notification): those are answered in order, and a ping behind one waits its turn.
 //!
 //! During a call the agent's copy talks to the agent live ([`germline_engine::relay`]): its
 //! log and progress notifications are written as they arrive, and its sampling and elicitation
@@ -251,10 +253,21 @@ struct Shared {
     cv: Condvar,
 }
 
+/// One thing for the main thread to handle.
+enum Item {
+    /// A line from the agent.
+    Line(Vec<u8>),
+    /// The answer to a refused over-long line, written in its turn.
+    Answer(String),
+}
+
 #[derive(Default)]
 struct State {
-    /// Lines for the main thread, in arrival order, each with its id if it is a request.
-    queue: VecDeque<(Option<Value>, Vec<u8>)>,
+    /// What the main thread handles, in arrival order, each request with its id (`None`:
+    /// an item a ping may not overtake).
+    queue: VecDeque<(Option<Value>, Item)>,
+    /// Items without an id queued or being handled: a ping waits behind them.
+    plain_ahead: usize,
     /// The agent's answers to germline's own requests (`germline-N`), with their ids.
     answers: Vec<(Value, Value)>,
     /// The request the main thread handles now, and its cancellation.
@@ -279,9 +292,20 @@ impl Shared {
         !st.queue.is_empty() || st.ended.is_some()
     }
 
-    fn queue(&self, id: Option<Value>, line: Vec<u8>) {
-        self.lock().queue.push_back((id, line));
+    fn queue(&self, id: Option<Value>, item: Item) {
+        let mut st = self.lock();
+        if id.is_none() {
+            st.plain_ahead += 1;
+        }
+        st.queue.push_back((id, item));
+        drop(st);
         self.cv.notify_all();
+    }
+
+    /// An item without an id was answered (or needed no answer).
+    fn release_plain(&self) {
+        let mut st = self.lock();
+        st.plain_ahead = st.plain_ahead.saturating_sub(1);
     }
 
     /// The agent cancelled request `id`: the running call's cancellation fires, or the
@@ -291,6 +315,7 @@ impl Shared {
         let mut st = self.lock();
         match &st.running {
             Some((rid, c)) if rid == id => c.fire(),
+            // Only a request has an id here, so `plain_ahead` stays right.
             _ => st.queue.retain(|(rid, _)| rid.as_ref() != Some(id)),
         }
         drop(st);
@@ -316,10 +341,7 @@ fn read_agent(mut input: Input, shared: &Shared) {
     loop {
         match input.next(None) {
             Read::Line(line) => route(shared, line),
-            Read::Refused(answer) => {
-                // A closed stdout is found by the main thread's next write.
-                let _ = write_line(&answer);
-            }
+            Read::Refused(answer) => shared.queue(None, Item::Answer(answer)),
             Read::Timeout => {}
             Read::Ended(why) => {
                 let mut st = shared.lock();
@@ -339,19 +361,24 @@ fn route(shared: &Shared, line: Vec<u8>) {
         .and_then(|t| serde_json::from_str(t).ok());
     let Some(Value::Object(obj)) = &msg else {
         // Not an object (a parse error, a batch, ...): the main thread answers it.
-        return shared.queue(None, line);
+        return shared.queue(None, Item::Line(line));
     };
     match jsonrpc::classify(obj) {
         Ok(Kind::Request { id, method: "ping" }) => {
-            // Answered here, at once, whatever runs.
+            // Answered here, at once, whatever request runs; behind anything else sent before
+            // it, it waits its turn (the main thread answers it then).
+            if shared.lock().plain_ahead > 0 {
+                return shared.queue(None, Item::Line(line));
+            }
             let raw = msg
                 .as_ref()
                 .map(|m| jsonrpc::raw_ids_if_needed(m, &line))
                 .unwrap_or_default();
             let answer = json!({"jsonrpc": "2.0", "id": id, "result": {}});
+            // A closed stdout is found by the main thread's next write.
             let _ = write_line(&jsonrpc::render(&answer, &raw));
         }
-        Ok(Kind::Request { id, .. }) => shared.queue(Some(id.clone()), line),
+        Ok(Kind::Request { id, .. }) => shared.queue(Some(id.clone()), Item::Line(line)),
         Ok(Kind::Notification {
             method: "notifications/cancelled",
         }) => {
@@ -364,7 +391,7 @@ fn route(shared: &Shared, line: Vec<u8>) {
             shared.lock().answers.push((id, Value::Object(obj.clone())));
             shared.cv.notify_all();
         }
-        _ => shared.queue(None, line),
+        _ => shared.queue(None, Item::Line(line)),
     }
 }
 
@@ -463,14 +490,15 @@ pub fn serve(session: &mut Session, sigfd: i32) -> String {
     loop {
         // The next line, marked as running (with a fresh cancellation if it is a request)
         // under the same lock the reader cancels under, so no cancellation is lost between.
-        let (line, cancel) = {
+        let (item, plain, cancel) = {
             let mut st = shared.lock();
             loop {
-                if let Some((id, line)) = st.queue.pop_front() {
+                if let Some((id, item)) = st.queue.pop_front() {
+                    let plain = id.is_none();
                     let running = id.and_then(|id| Some((id, Arc::new(Cancel::new().ok()?))));
                     let cancel = running.as_ref().map(|(_, c)| c.clone());
                     st.running = running;
-                    break (line, cancel);
+                    break (item, plain, cancel);
                 }
                 if let Some(why) = st.ended.clone() {
                     let closed = st.closed;
@@ -490,6 +518,17 @@ pub fn serve(session: &mut Session, sigfd: i32) -> String {
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
             }
         };
+        let line = match item {
+            Item::Line(l) => l,
+            Item::Answer(a) => {
+                let written = write_line(&a);
+                shared.release_plain();
+                if !written {
+                    return "the agent closed stdout".into();
+                }
+                continue;
+            }
+        };
         let mut link = StdioLink {
             shared: &shared,
             next_id: &mut next_id,
@@ -505,17 +544,24 @@ pub fn serve(session: &mut Session, sigfd: i32) -> String {
         // MCP: a cancelled request gets no answer, even one that was ready.
         let cancelled = cancel.as_ref().is_some_and(|c| c.fired());
         let answer = answer.filter(|_| !cancelled);
+        if answer.is_none() && plain {
+            shared.release_plain();
+        }
         if let Some(a) = answer {
             let mut out = std::io::stdout().lock();
+            let mut written = true;
             for n in session.pending.drain(..) {
-                if writeln!(out, "{n}").is_err() {
-                    return "the agent closed stdout".into();
-                }
+                written = written && writeln!(out, "{n}").is_ok();
             }
-            if writeln!(out, "{a}").and_then(|()| out.flush()).is_err() {
+            written = written && writeln!(out, "{a}").and_then(|()| out.flush()).is_ok();
+            drop(out);
+            // Only now may a ping sent after this line be answered.
+            if plain {
+                shared.release_plain();
+            }
+            if !written {
                 return "the agent closed stdout".into();
             }
-            drop(out);
             // Probe and control re-runs of this call's triggers, after its answer went out
             // (docs/evidence.md).
             session.runtime.process_evidence();
