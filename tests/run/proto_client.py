@@ -14,7 +14,7 @@ Every output line is one JSON object:
           (N pings sent one after the other, starting S s into the call);
   cancel: {"cancel_monotonic": T, "request_id": ID} just before the SDK's caller-cancel sends
           `notifications/cancelled` (T is CLOCK_MONOTONIC in seconds, as a test reads it), then
-          {"late": [...messages for that id that arrived within --quiet S...],
+          {"late": [...messages for that id, --quiet S and the next call's answer later],
            "next_ms": float, "next_ok": bool, "next_text": [...]}.
           With --go-file the cancel waits (at most 60 s) for PATH to exist instead of --after.
 The messages the server sends are observed on the transport's stream, before the SDK's
@@ -132,7 +132,6 @@ async def cancel(s, a, seen):
         dump({"cancel_monotonic": t, "request_id": rid, "answered_before": "answered" in ids})
         scope.cancel()
     await anyio.sleep(a.quiet)
-    late = [m for m in seen["in"] if m.get("id") == rid]
     sent = [m for m in seen["out"] if m.get("method") == "notifications/cancelled"]
     t0 = time.perf_counter()
     try:
@@ -141,7 +140,11 @@ async def cancel(s, a, seen):
                "next_text": [c.text for c in r.content if getattr(c, "type", "") == "text"]}
     except MCPError as e:
         nxt = {"next_ok": False, "next_text": [str(e)]}
-    dump({"late": late, "cancel_sent": sent, "next_ms": (time.perf_counter() - t0) * 1000, **nxt})
+    next_ms = (time.perf_counter() - t0) * 1000
+    # Anything for the cancelled id, up to the next call's answer (a server that served the
+    # cancelled call to its end would have answered it before the next one).
+    late = [m for m in seen["in"] if m.get("id") == rid]
+    dump({"late": late, "cancel_sent": sent, "next_ms": next_ms, **nxt})
 
 
 async def main():
