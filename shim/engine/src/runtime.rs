@@ -544,10 +544,8 @@ impl Runtime {
                 })
             }
             Backend::Process(p) => {
-                p.ensure_initialized(deadline)
-                    .map_err(|e| RunError::Tool(e.into()))?;
-                p.request(method, params, deadline)
-                    .map_err(|e| RunError::Tool(e.into()))
+                p.ensure_initialized(deadline).map_err(RunError::Tool)?;
+                p.request(method, params, deadline).map_err(RunError::Tool)
             }
             Backend::Fresh => {
                 let spec = self
@@ -555,10 +553,8 @@ impl Runtime {
                     .as_ref()
                     .ok_or_else(|| said("no process spec".into()))?;
                 let mut p = ToolProcess::start(spec).map_err(|e| RunError::Sandbox(e.into()))?;
-                p.ensure_initialized(deadline)
-                    .map_err(|e| RunError::Tool(e.into()))?;
-                p.request(method, params, deadline)
-                    .map_err(|e| RunError::Tool(e.into()))
+                p.ensure_initialized(deadline).map_err(RunError::Tool)?;
+                p.request(method, params, deadline).map_err(RunError::Tool)
             }
         }
     }

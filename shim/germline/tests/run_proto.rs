@@ -199,7 +199,11 @@ fn live_copies(pid: u32) -> Vec<(String, Vec<i32>)> {
         if !run.file_name().to_string_lossy().starts_with(&prefix) {
             continue;
         }
-        for c in std::fs::read_dir(run.path()).into_iter().flatten().flatten() {
+        for c in std::fs::read_dir(run.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             let name = c.file_name().to_string_lossy().to_string();
             if !name.starts_with("copy-") {
                 continue;
@@ -245,8 +249,7 @@ fn germline_run_pid(client_pid: u32) -> Option<u32> {
     descendants(client_pid as i32).into_iter().find_map(|p| {
         let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
         let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
-        (args.len() > 1 && args[0].ends_with(b"germline") && args[1] == b"run")
-            .then_some(p as u32)
+        (args.len() > 1 && args[0].ends_with(b"germline") && args[1] == b"run").then_some(p as u32)
     })
 }
 
@@ -297,15 +300,7 @@ fn cancel_run(
     let go = w.path().join(format!("go-{:x}", rand_u64()));
     let go_s = go.display().to_string();
     let c = Client::start(
-        &[
-            "cancel",
-            tool,
-            args,
-            "--go-file",
-            &go_s,
-            "--quiet",
-            "3",
-        ],
+        &["cancel", tool, args, "--go-file", &go_s, "--quiet", "3"],
         server,
     );
     let stop = Arc::new(AtomicBool::new(false));
@@ -390,11 +385,7 @@ fn a_cancel_kills_the_calls_copies_and_the_next_call_is_served_at_once() {
     }
     let w = World::new();
     // A slow OCR service: the call waits 5 s for its answer.
-    let sink = Sink::start_args(
-        w.path(),
-        "slow",
-        &["--delay".to_string(), "5".to_string()],
-    );
+    let sink = Sink::start_args(w.path(), "slow", &["--delay".to_string(), "5".to_string()]);
     let policy = w.policy(sink.port, "");
     let files = json!({"invoice": w.invoice, "salary_sheet": w.salary}).to_string();
     let annotate = ("ocr_annotate", files.as_str());
@@ -423,7 +414,11 @@ fn a_cancel_kills_the_calls_copies_and_the_next_call_is_served_at_once() {
     );
     let ms = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1} ms"));
     eprintln!("run          | late answers | next call  | pending request dropped | copies gone");
-    for (name, r) in [("unprotected", &plain), ("sig-pin", &sigpin), ("germline", &germ)] {
+    for (name, r) in [
+        ("unprotected", &plain),
+        ("sig-pin", &sigpin),
+        ("germline", &germ),
+    ] {
         eprintln!(
             "{name:<12} | {:<12} | {:>7.1} ms | {:<23} | {}",
             r.late.len(),
@@ -436,18 +431,35 @@ fn a_cancel_kills_the_calls_copies_and_the_next_call_is_served_at_once() {
             }
         );
     }
-    for (name, r) in [("unprotected", &plain), ("sig-pin", &sigpin), ("germline", &germ)] {
-        assert!(r.late.is_empty(), "{name}: an answer to the cancelled id: {:?}", r.late);
+    for (name, r) in [
+        ("unprotected", &plain),
+        ("sig-pin", &sigpin),
+        ("germline", &germ),
+    ] {
+        assert!(
+            r.late.is_empty(),
+            "{name}: an answer to the cancelled id: {:?}",
+            r.late
+        );
         assert!(r.next_ok, "{name}: the next call failed");
         // At once: well before the 5 s the cancelled call would have waited.
-        assert!(r.next_ms < 2500.0, "{name}: next call took {} ms", r.next_ms);
+        assert!(
+            r.next_ms < 2500.0,
+            "{name}: next call took {} ms",
+            r.next_ms
+        );
     }
     // Fig. 2c: two groups, so two copies, both killed, with every task of their cgroups.
     assert_eq!(germ.copies, 2, "the call's copies were live at the cancel");
     let gone = germ.gone_ms.expect("the copies' cgroups emptied");
     assert!(gone < 100.0, "copies gone after {gone:.1} ms");
-    let dropped = germ.dropped_ms.expect("the broker dropped the pending request");
-    assert!(dropped < 100.0, "pending request dropped after {dropped:.1} ms");
+    let dropped = germ
+        .dropped_ms
+        .expect("the broker dropped the pending request");
+    assert!(
+        dropped < 100.0,
+        "pending request dropped after {dropped:.1} ms"
+    );
 }
 
 /// Issue 29: a ping sent during a long call waited for the call. Now it is answered at once
@@ -459,11 +471,7 @@ fn a_ping_during_a_long_call_is_answered_at_once() {
         return;
     }
     let w = World::new();
-    let sink = Sink::start_args(
-        w.path(),
-        "slow",
-        &["--delay".to_string(), "3".to_string()],
-    );
+    let sink = Sink::start_args(w.path(), "slow", &["--delay".to_string(), "3".to_string()]);
     let policy = w.policy(sink.port, "");
     let args = json!({"invoice": w.invoice, "salary_sheet": w.salary}).to_string();
     let ping = ["ping", "ocr_annotate", args.as_str(), "--after", "1.5"];
@@ -475,7 +483,11 @@ fn a_ping_during_a_long_call_is_answered_at_once() {
     );
     let sigpin = client(&ping, &germline_office(&w, &policy, "sig-pin", "ping"));
     let germ = client(&ping, &germline_office(&w, &policy, "germline", "ping"));
-    for (name, out) in [("unprotected", &plain), ("sig-pin", &sigpin), ("germline", &germ)] {
+    for (name, out) in [
+        ("unprotected", &plain),
+        ("sig-pin", &sigpin),
+        ("germline", &germ),
+    ] {
         let r = out.first().expect("one line");
         eprintln!(
             "{name:<12} pings {:?} ms during a call of {:.0} ms",
@@ -491,7 +503,10 @@ fn a_ping_during_a_long_call_is_answered_at_once() {
         );
         assert_eq!(r["call_ok"], json!(true), "{name}: {r}");
         assert_eq!(r["call_done_before_pings"], json!(false), "{name}: {r}");
-        assert!(r["call_ms"].as_f64().unwrap_or_default() > 3000.0, "{name}: {r}");
+        assert!(
+            r["call_ms"].as_f64().unwrap_or_default() > 3000.0,
+            "{name}: {r}"
+        );
         let pings = r["pings_ms"].as_array().expect("pings");
         assert_eq!(pings.len(), 5, "{name}: {r}");
         assert!(
