@@ -187,11 +187,10 @@ impl Session {
                 // Each request is served by a copy that is gone after it: none lives on to
                 // send `notifications/resources/updated`, so a subscription cannot be kept
                 // and is not offered (docs/run.md, "Subscriptions").
-                if let Some(res) = r
-                    .pointer_mut("/capabilities/resources")
-                    .and_then(Value::as_object_mut)
-                {
-                    res.remove("subscribe");
+                if let Some(sub) = r.pointer_mut("/capabilities/resources/subscribe") {
+                    if sub.as_bool() != Some(false) {
+                        *sub = Value::Bool(false);
+                    }
                 }
                 if let Some(info) = r.get_mut("serverInfo").and_then(Value::as_object_mut) {
                     info.insert(
