@@ -9,7 +9,8 @@ against `germline run`, so a test can compare the two on the same calls:
 
 Every output line is one JSON object:
   errors: {"req": NAME, "ok": bool, "code": int|null, "message": str|null, "data": ...} per
-          request (the server's answer as the SDK raised it);
+          request (the server's answer as the SDK raised it), after one with the resources
+          capability `initialize` announced (in "data");
   ping:   {"pings_ms": [...], "call_ms": float, "call_ok": bool, "call_done_before_pings": bool}
           (N pings sent one after the other, starting S s into the call);
   cancel: {"cancel_monotonic": T, "request_id": ID} just before the SDK's caller-cancel sends
@@ -57,7 +58,11 @@ def error_of(e):
     }
 
 
-async def errors(s):
+async def errors(s, init):
+    caps = init.capabilities.model_dump(by_alias=True, mode="json", exclude_none=True)
+    dump({"req": "initialize: resources capability", "ok": True, "code": None, "message": None,
+          "data": caps.get("resources")})
+
     async def raw(method, params):
         req = types.Request[dict, str](method=method, params=params)
         return await s.send_request(req, types.EmptyResult)
@@ -70,6 +75,8 @@ async def errors(s):
         ("tools/call missing argument", lambda: s.call_tool("summarize", {})),
         ("tools/call bad argument type", lambda: s.call_tool("summarize", {"text": {"a": 1}})),
         ("tools/call ok", lambda: s.call_tool("summarize", {"text": "one two three"})),
+        # germline answers this itself (its own -32602, before any copy runs).
+        ("tools/call unknown tool", lambda: s.call_tool("no_such_tool", {})),
     ]
     for name, send in requests:
         out = {"req": name}
@@ -187,9 +194,9 @@ async def main():
             tg.start_soon(tap_in)
             tg.start_soon(tap_out)
             async with ClientSession(in_rx, out_tx, read_timeout_seconds=60) as s:
-                await s.initialize()
+                init = await s.initialize()
                 if a.what == "errors":
-                    await errors(s)
+                    await errors(s, init)
                 elif a.what == "ping":
                     await ping(s, a)
                 else:
