@@ -6,6 +6,8 @@ against `germline run`, so a test can compare the two on the same calls:
     python3 proto_client.py ping TOOL ARGS_JSON --after S --pings N -- COMMAND [ARGS...]
     python3 proto_client.py cancel TOOL ARGS_JSON --after S --quiet S --next TOOL2 ARGS2_JSON
                                    [--go-file PATH] -- COMMAND [ARGS...]
+    python3 proto_client.py cancel-queued TOOL ARGS_JSON --after S --next TOOL2 ARGS2_JSON
+                                   -- COMMAND [ARGS...]
 
 Every output line is one JSON object:
   errors: {"req": NAME, "ok": bool, "code": int|null, "message": str|null, "data": ...} per
@@ -18,6 +20,9 @@ Every output line is one JSON object:
           {"late": [...messages for that id, --quiet S and the next call's answer later],
            "next_ms": float, "next_ok": bool, "next_text": [...]}.
           With --go-file the cancel waits (at most 60 s) for PATH to exist instead of --after.
+  cancel-queued (same arguments): TOOL2 is called S s into TOOL's call and cancelled 0.3 s
+          later, while it waits for its turn: {"first_ok", "second_answered", "late": [...
+          messages for its id, up to the answer of one more TOOL2 call], "after_ok"}.
 The messages the server sends are observed on the transport's stream, before the SDK's
 session reads them (a tap), so that an answer the SDK would drop is still seen.
 """
@@ -154,6 +159,34 @@ async def cancel(s, a, seen):
     dump({"late": late, "cancel_sent": sent, "next_ms": next_ms, **nxt})
 
 
+async def cancel_queued(s, a, seen):
+    """A call sent while another runs, cancelled before its turn: no answer for it, ever."""
+    done = {}
+    scope = anyio.CancelScope()
+
+    async def first():
+        r = await s.call_tool(a.tool, json.loads(a.args))
+        done["first_ok"] = not bool(getattr(r, "is_error", False))
+
+    async def second():
+        with scope:
+            await s.call_tool(a.next, json.loads(a.next_args))
+            done["second_answered"] = True
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(first)
+        await anyio.sleep(a.after)
+        tg.start_soon(second)
+        await anyio.sleep(0.3)
+        rid = [m["id"] for m in seen["out"] if m.get("method") == "tools/call"][-1]
+        scope.cancel()
+    # One more call: every answer the server was going to give has been given before it.
+    r = await s.call_tool(a.next, json.loads(a.next_args))
+    dump({"first_ok": done.get("first_ok"), "second_answered": "second_answered" in done,
+          "late": [m for m in seen["in"] if m.get("id") == rid],
+          "after_ok": not bool(getattr(r, "is_error", False))})
+
+
 async def main():
     argv = sys.argv[1:]
     if "--" not in argv:
@@ -161,7 +194,7 @@ async def main():
     cut = argv.index("--")
     ours, server = argv[:cut], argv[cut + 1:]
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["errors", "ping", "cancel"])
+    ap.add_argument("what", choices=["errors", "ping", "cancel", "cancel-queued"])
     ap.add_argument("tool", nargs="?")
     ap.add_argument("args", nargs="?", default="{}")
     ap.add_argument("--after", type=float, default=1.0)
@@ -199,6 +232,8 @@ async def main():
                     await errors(s, init)
                 elif a.what == "ping":
                     await ping(s, a)
+                elif a.what == "cancel-queued":
+                    await cancel_queued(s, a, seen)
                 else:
                     await cancel(s, a, seen)
             tg.cancel_scope.cancel()

@@ -527,3 +527,28 @@ fn a_ping_during_a_long_call_is_answered_at_once() {
         );
     }
 }
+
+/// A request cancelled while it waits for its turn (germline serves one request at a time) is
+/// dropped unanswered, and the call running meanwhile is not disturbed.
+#[test]
+fn a_request_cancelled_before_its_turn_is_never_answered() {
+    if !can_run() {
+        return;
+    }
+    let w = World::new();
+    let sink = Sink::start_args(w.path(), "slow", &["--delay".to_string(), "2".to_string()]);
+    let policy = w.policy(sink.port, "");
+    let args = json!({"invoice": w.invoice, "salary_sheet": w.salary}).to_string();
+    for mode in ["sig-pin", "germline"] {
+        let out = client(
+            &["cancel-queued", "ocr_annotate", &args, "--after", "1"],
+            &germline_office(&w, &policy, mode, "queued"),
+        );
+        let r = out.first().expect("one line");
+        eprintln!("{mode}: {r}");
+        assert_eq!(r["first_ok"], json!(true), "{mode}: {r}");
+        assert_eq!(r["second_answered"], json!(false), "{mode}: {r}");
+        assert_eq!(r["late"], json!([]), "{mode}: {r}");
+        assert_eq!(r["after_ok"], json!(true), "{mode}: {r}");
+    }
+}
