@@ -2,17 +2,23 @@
 headers, body) as one JSON line, answers 200 with a short fixed text, and stops by itself.
 
     python3 sink.py --port PORT --log FILE [--seconds 600] [--reply TEXT] [--dir DIR] [--bind IP]
-                    [--redirect PATH=URL ...]
+                    [--redirect PATH=URL ...] [--delay SECONDS]
 
 With --dir, GET requests are served from the files in DIR (404 if absent), as a web server.
 With --redirect PATH=URL (repeatable), a request for PATH is answered 302 with Location URL.
+With --delay SECONDS, every answer is sent that long after the request was recorded (a slow
+service: a tool call that waits for it runs that long). If the client closes the connection
+meanwhile, that is recorded as {"dropped": true, "path", "monotonic"} (CLOCK_MONOTONIC, seconds)
+and nothing is answered.
 
 Prints `ready PORT` on stdout once listening (PORT 0 picks a free one)."""
 import argparse
 import base64
 import json
 import os
+import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -25,6 +31,7 @@ def main():
     ap.add_argument("--dir")
     ap.add_argument("--bind", default="127.0.0.1")
     ap.add_argument("--redirect", action="append", default=[])
+    ap.add_argument("--delay", type=float, default=0)
     a = ap.parse_args()
     redirects = dict(r.split("=", 1) for r in a.redirect)
     lock = threading.Lock()
@@ -37,6 +44,21 @@ def main():
                    "body_b64": base64.b64encode(body).decode(), "body": body.decode("utf-8", "replace")}
             with lock, open(a.log, "a") as f:
                 f.write(json.dumps(rec) + "\n")
+            if a.delay:
+                end = time.monotonic() + a.delay
+                while time.monotonic() < end:
+                    try:
+                        gone = self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+                    except BlockingIOError:
+                        gone = False
+                    except OSError:
+                        gone = True
+                    if gone:
+                        with lock, open(a.log, "a") as f:
+                            f.write(json.dumps({"dropped": True, "path": self.path, "monotonic": time.monotonic()}) + "\n")
+                        self.close_connection = True
+                        return
+                    time.sleep(0.002)
             status, ctype = 200, "text/plain"
             out = f"{a.reply} ({len(body)} bytes)".encode()
             location = redirects.get(self.path.split("?")[0])

@@ -34,6 +34,10 @@ pub enum RunError {
     /// (crate::flows): refused before any copy runs, nothing held against the release.
     #[error("{0}")]
     Flow(Box<crate::flows::FlowRefusal>),
+    /// The agent cancelled the call (`notifications/cancelled`): its copies were killed, and
+    /// the agent gets no answer for it.
+    #[error("the agent cancelled the request")]
+    Cancelled,
 }
 
 impl RunError {
@@ -48,6 +52,24 @@ impl RunError {
             RunError::Suppressed(_) => "suppressed",
             RunError::Limit(_) => "limit",
             RunError::Flow(_) => "flow_refused",
+            RunError::Cancelled => "cancelled",
+        }
+    }
+
+    /// The JSON-RPC error object the server itself answered with, when the copy that failed
+    /// is the one serving the agent (or the baseline's process): the agent gets it unchanged
+    /// (docs/run.md, "Errors the agent sees"). `None` for every failure of germline's own.
+    pub fn server_error(&self) -> Option<&serde_json::Value> {
+        match self {
+            RunError::Tool(ToolFailure::Copy(germline_sandbox::Error::Server {
+                error, ..
+            }))
+            | RunError::Tool(ToolFailure::Server(error)) => {
+                let ok = error.get("code").is_some_and(|c| c.is_i64())
+                    && error.get("message").is_some_and(|m| m.is_string());
+                ok.then_some(error)
+            }
+            _ => None,
         }
     }
 }
@@ -116,6 +138,9 @@ pub enum ToolFailure {
     /// Told in the shim's own words, or the baseline process's failure as it was told.
     #[error("{0}")]
     Said(String),
+    /// The baseline's process answered with this JSON-RPC error object.
+    #[error("the tool process answered with an error: {0}")]
+    Server(serde_json::Value),
 }
 
 impl ToolFailure {

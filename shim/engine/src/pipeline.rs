@@ -13,6 +13,7 @@
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use germline_broker::control::{BeginCall, ControlError};
@@ -83,6 +84,8 @@ pub trait SourcedCopy {
         meta: Option<Value>,
         handler: &mut dyn FnMut(&Value) -> Option<Value>,
     ) -> SandboxResult<Value>;
+    /// Every wait for the copy from now on also ends when `cancel` fires.
+    fn set_cancel(&mut self, _cancel: Option<Arc<relay::Cancel>>) {}
 }
 
 impl CopySource for Germline {
@@ -138,6 +141,9 @@ impl SourcedCopy for germline_sandbox::Copy {
         handler: &mut dyn FnMut(&Value) -> Option<Value>,
     ) -> SandboxResult<Value> {
         germline_sandbox::Copy::mcp_call_relayed(self, tool, arguments, meta, handler)
+    }
+    fn set_cancel(&mut self, cancel: Option<Arc<relay::Cancel>>) {
+        germline_sandbox::Copy::set_cancel(self, cancel)
     }
 }
 
@@ -342,7 +348,17 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         let mut failure = None;
         for (gi, group) in plan.groups.iter().enumerate() {
             let ahead = early.get_mut(gi).and_then(Option::take);
-            if let Err(e) = self.run_group(&cx, gi, group, ahead, agent_link, &mut got) {
+            let r = self.run_group(&cx, gi, group, ahead, agent_link, &mut got);
+            if agent_link.cancelled() {
+                // The agent cancelled the call: the running copy was killed (run_copy); the
+                // copies taken ahead for the later groups die now, with their cgroups, and
+                // no group runs any more. The broker's end_call (finish) drops what is still
+                // pending for them.
+                early.clear();
+                failure = Some(RunError::Cancelled);
+                break;
+            }
+            if let Err(e) = r {
                 failure = Some(e);
                 break;
             }
@@ -620,6 +636,8 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             m.item_bytes(&release.label(), view_bytes);
         }
         copy.set_twin(twin);
+        let cancel = agent.cancel();
+        copy.set_cancel(cancel.clone());
         // The fork's laps (none for a pool copy); a copy taken ahead reports when it was.
         match laps_ahead {
             Some((us, laps)) => {
@@ -688,8 +706,17 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             v
         })();
         let s = Instant::now();
-        // Killed now; the kernel's exit of the copy completes off the call's path.
-        let r = g.retire(copy, r);
+        let r = if cancel.as_ref().is_some_and(|c| c.fired()) {
+            // The agent cancelled the call: the copy is killed now with every descendant and
+            // its cgroup emptied and removed (not frozen for later: the agent is waiting for
+            // its next request, and nothing of the copy may run on).
+            copy.kill();
+            drop(copy);
+            Err(germline_sandbox::Error::Cancelled)
+        } else {
+            // Killed now; the kernel's exit of the copy completes off the call's path.
+            g.retire(copy, r)
+        };
         marks[3] = us(s);
         phases.lap("copy", t);
         phases.extend([
@@ -781,6 +808,10 @@ mod tests {
         fail_takes: BTreeSet<usize>,
         /// A copy that sees a non-empty value of this argument crashes during its call.
         crash_with: Option<&'static str>,
+        /// A copy that sees a non-empty value of this argument answers with a JSON-RPC error.
+        rpc_error_with: Option<&'static str>,
+        /// The copy (by take) during whose call the agent cancels.
+        cancel_in: Option<usize>,
     }
 
     struct FakeCopy {
@@ -788,6 +819,15 @@ mod tests {
         events: Events,
         files_in_view: usize,
         crash_with: Option<&'static str>,
+        rpc_error_with: Option<&'static str>,
+        cancel_in: Option<usize>,
+        cancel: Option<Arc<relay::Cancel>>,
+    }
+
+    impl Drop for FakeCopy {
+        fn drop(&mut self) {
+            self.events.borrow_mut().push(format!("drop {}", self.n));
+        }
     }
 
     impl FakeSource {
@@ -797,6 +837,8 @@ mod tests {
                 taken: 0,
                 fail_takes: BTreeSet::new(),
                 crash_with: None,
+                rpc_error_with: None,
+                cancel_in: None,
             }
         }
         fn events(&self) -> Vec<String> {
@@ -829,6 +871,9 @@ mod tests {
                 events: self.events.clone(),
                 files_in_view: 0,
                 crash_with: self.crash_with,
+                rpc_error_with: self.rpc_error_with,
+                cancel_in: self.cancel_in,
+                cancel: None,
             })
         }
         fn fork_phases(&self) -> &[(&'static str, u64)] {
@@ -856,6 +901,9 @@ mod tests {
             Instant::now() + std::time::Duration::from_secs(30)
         }
         fn set_twin(&mut self, _twin: Option<(u128, u64)>) {}
+        fn set_cancel(&mut self, cancel: Option<Arc<relay::Cancel>>) {
+            self.cancel = cancel;
+        }
         fn kill(&mut self) {
             self.events.borrow_mut().push(format!("kill {}", self.n));
         }
@@ -886,6 +934,21 @@ mod tests {
                         self.n
                     )));
                 }
+            }
+            if let Some(arg) = self.rpc_error_with {
+                if seen.contains(arg) {
+                    return Err(SandboxError::Server {
+                        method: "tools/call".into(),
+                        error: json!({"code": -32602, "message": format!("copy {} says: {seen}", self.n),
+                                      "data": {"n": self.n}}),
+                    });
+                }
+            }
+            if self.cancel_in == Some(self.n) {
+                // The agent cancels while this copy runs: its wait ends as the real one's.
+                let c = self.cancel.as_ref().expect("the call's cancellation");
+                c.fire();
+                return Err(SandboxError::Cancelled);
             }
             Ok(
                 json!({"content": [{"type": "text", "text": format!("copy {} saw {seen}", self.n)}],
@@ -1054,6 +1117,24 @@ r2 = ["c"]
         Release::unverified_for_tests(m)
     }
 
+    /// A link that carries a cancellation (as stdio's does).
+    struct CancelLink {
+        inner: Buffered,
+        cancel: Arc<relay::Cancel>,
+    }
+
+    impl relay::AgentLink for CancelLink {
+        fn notify(&mut self, msg: &Value) {
+            self.inner.notify(msg);
+        }
+        fn request(&mut self, m: &str, p: Value, d: Instant) -> Result<Value, Value> {
+            self.inner.request(m, p, d)
+        }
+        fn cancel(&self) -> Option<Arc<relay::Cancel>> {
+            Some(self.cancel.clone())
+        }
+    }
+
     /// Runs one call through the stages; returns its result and what reached the agent's
     /// link as notifications.
     fn call(
@@ -1080,13 +1161,16 @@ r2 = ["c"]
             data_sent: &mut data_sent,
             last_requests: &mut requests,
         };
-        let mut link = Buffered::default();
+        let mut link = CancelLink {
+            inner: Buffered::default(),
+            cancel: Arc::new(relay::Cancel::new().expect("socketpair")),
+        };
         let mut agent = Agent {
             link: &mut link,
             capabilities: json!({}),
         };
         let r = stages.call(meta, PlanMode::Split, &mut agent);
-        (r, link.notifications)
+        (r, link.inner.notifications)
     }
 
     fn text(result: &Value) -> &str {
@@ -1216,5 +1300,55 @@ r2 = ["c"]
         );
         assert_eq!(source.count("take"), 0, "{:?}", source.events());
         assert!(notes.is_empty());
+    }
+
+    #[test]
+    fn the_agents_copys_json_rpc_error_reaches_the_agent_and_anothers_does_not() {
+        let (mut source, mut broker) = (FakeSource::new(), FakeBroker::default());
+        source.rpc_error_with = Some("x");
+        let (r, _) = call(&mut source, &mut broker, &meta(2));
+        let e = r.expect_err("the agent's copy answered with an error");
+        assert_eq!(
+            e.server_error(),
+            Some(&json!({"code": -32602, "message": "copy 0 says: x", "data": {"n": 0}})),
+            "{e}"
+        );
+        // Another group's error object stays the fixed notice.
+        let (mut source, mut broker) = (FakeSource::new(), FakeBroker::default());
+        source.rpc_error_with = Some("y");
+        let (r, _) = call(&mut source, &mut broker, &meta(2));
+        let out = r.expect("the agent's copy answered");
+        assert_eq!(
+            out.result["_meta"]["germline"]["notice"],
+            json!(OTHER_COPY_FAILED)
+        );
+        assert!(!out.result.to_string().contains("says"), "{}", out.result);
+        // germline's own failures carry no server error.
+        let (mut source, mut broker) = (FakeSource::new(), FakeBroker::default());
+        source.crash_with = Some("x");
+        let (r, _) = call(&mut source, &mut broker, &meta(2));
+        assert_eq!(r.expect_err("crashed").server_error(), None);
+    }
+
+    #[test]
+    fn a_cancel_kills_the_running_copy_and_every_copy_taken_ahead_and_runs_no_more() {
+        let (mut source, mut broker) = (FakeSource::new(), FakeBroker::default());
+        source.cancel_in = Some(0);
+        let (r, notes) = call(&mut source, &mut broker, &meta(3));
+        let e = r.expect_err("cancelled");
+        assert!(matches!(e, RunError::Cancelled), "{e}");
+        let ev = source.events();
+        // Copy 0 was killed (not retired for later), the copies taken ahead for groups 1 and
+        // 2 were dropped (killed) without a call, and the broker ended the copy and the call.
+        assert!(ev.contains(&"kill 0".to_string()), "{ev:?}");
+        assert_eq!(source.count("retire"), 0, "{ev:?}");
+        assert_eq!(source.count("call "), 1, "{ev:?}");
+        for n in 1..3 {
+            assert!(ev.contains(&format!("drop {n}")), "{ev:?}");
+        }
+        assert_eq!(broker.ended_copies.borrow().as_slice(), [0]);
+        assert_eq!(*broker.ended_calls.borrow(), 1);
+        // Only what copy 0 said before the cancel reached the agent (it is the agent's).
+        assert!(notes.len() <= 1, "{notes:?}");
     }
 }

@@ -12,10 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Instant;
 
-use germline_sandbox::mcp_client::{ClientError, LineChannel, LineError, Session};
-use serde_json::Value;
+use germline_sandbox::mcp_client::{Channel, ClientError, LineChannel, LineError, Session};
+use serde_json::{json, Value};
 
-use crate::error::ProcessError;
+use crate::error::{ProcessError, ToolFailure};
 
 /// A running tool process speaking MCP over its stdio.
 #[derive(Debug)]
@@ -259,7 +259,7 @@ impl ToolProcess {
         method: &str,
         params: Value,
         deadline: Instant,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, ToolFailure> {
         self.exchange(deadline, |mcp, chan| mcp.request(chan, method, params))
     }
 
@@ -272,7 +272,7 @@ impl ToolProcess {
         params: Value,
         deadline: Instant,
         handler: &mut dyn FnMut(&Value) -> Option<Value>,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, ToolFailure> {
         self.exchange(deadline, |mcp, chan| {
             mcp.request_relayed(chan, method, params, handler)
         })
@@ -286,13 +286,13 @@ impl ToolProcess {
         meta: Option<Value>,
         deadline: Instant,
         handler: &mut dyn FnMut(&Value) -> Option<Value>,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, ToolFailure> {
         self.ensure_initialized(deadline)?;
         let params = Session::tools_call_params(tool, arguments, meta);
         self.request_relayed("tools/call", params, deadline, handler)
     }
 
-    pub fn ensure_initialized(&mut self, deadline: Instant) -> Result<(), String> {
+    pub fn ensure_initialized(&mut self, deadline: Instant) -> Result<(), ToolFailure> {
         self.exchange(deadline, |mcp, chan| mcp.ensure_handshake(chan))
     }
 
@@ -302,9 +302,28 @@ impl ToolProcess {
         &mut self,
         deadline: Instant,
         f: impl FnOnce(&mut Session, &mut LineChannel<ChildStdin>) -> Result<T, ClientError<LineError>>,
-    ) -> Result<T, String> {
+    ) -> Result<T, ToolFailure> {
         self.chan.set_deadline(deadline);
-        f(&mut self.mcp, &mut self.chan).map_err(text)
+        f(&mut self.mcp, &mut self.chan).map_err(failure)
+    }
+
+    /// Every wait for the process from now on also ends once `cancel` fires.
+    pub fn set_cancel(&mut self, cancel: Option<std::sync::Arc<germline_sandbox::Cancel>>) {
+        self.chan.set_cancel(cancel);
+    }
+
+    /// Tells the process that the agent cancelled the shim's last request to it (as the
+    /// unprotected server would be told), so that it stops working on it; its late answer, if
+    /// it sends one, is skipped by the next request's wait (an id nobody waits for).
+    pub fn cancel_last(&mut self) {
+        if let Some(id) = self.mcp.last_request_id() {
+            let line = format!(
+                "{}\n",
+                json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                       "params": {"requestId": id, "reason": "the agent cancelled the request"}})
+            );
+            let _ = self.chan.send_line(line.as_bytes());
+        }
     }
 
     pub fn alive(&mut self) -> bool {
@@ -323,6 +342,15 @@ impl Drop for ToolProcess {
     }
 }
 
+/// A failed request: the process's own JSON-RPC error object, or in the words this module
+/// always used.
+fn failure(e: ClientError<LineError>) -> ToolFailure {
+    match e {
+        ClientError::Failed { error, .. } => ToolFailure::Server(error),
+        e => ToolFailure::Said(text(e)),
+    }
+}
+
 /// A failed request in the words this module always used.
 fn text(e: ClientError<LineError>) -> String {
     match e {
@@ -334,6 +362,7 @@ fn text(e: ClientError<LineError>) -> String {
         ClientError::Channel(LineError::Write(e)) => {
             format!("the tool process stopped reading: {e}")
         }
+        ClientError::Channel(LineError::Cancelled) => "the agent cancelled the request".into(),
         ClientError::NotJson(_) => "the tool process sent a line that is not JSON".into(),
         // `{method} failed: {error}`, `a response without result`; a lenient session never
         // refuses a message as not JSON-RPC, and `ensure_handshake` never re-initialises.

@@ -10,9 +10,11 @@
 //! outside the agent's group, whose own words never reach the agent. A copy that received an
 //! answer has its output label joined with the agent's clearance.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use germline_policy::Label;
+pub use germline_sandbox::Cancel;
 use serde_json::{json, Value};
 
 /// Requests a copy may have relayed to the agent, with the client capability each needs.
@@ -36,6 +38,11 @@ pub trait AgentLink {
     /// Sends a request to the agent and waits for its answer until `deadline`: the result,
     /// or the JSON-RPC error object (`{code, message}`).
     fn request(&mut self, method: &str, params: Value, deadline: Instant) -> Result<Value, Value>;
+    /// The agent's cancellation of the request being served, where the transport reads the
+    /// agent while a call runs (stdio): the call's waits end when it fires.
+    fn cancel(&self) -> Option<Arc<Cancel>> {
+        None
+    }
 }
 
 /// A transport that answers with one JSON body (HTTP `application/json`, in-process use):
@@ -71,6 +78,16 @@ impl std::fmt::Debug for Agent<'_> {
 }
 
 impl Agent<'_> {
+    /// The agent's cancellation of this call, if its transport can carry one.
+    pub fn cancel(&self) -> Option<Arc<Cancel>> {
+        self.link.cancel()
+    }
+
+    /// Whether the agent cancelled this call.
+    pub fn cancelled(&self) -> bool {
+        self.link.cancel().is_some_and(|c| c.fired())
+    }
+
     /// The client capabilities a copy's `initialize` announces: those of the agent that the
     /// shim relays.
     pub fn relayed_capabilities(&self) -> Value {

@@ -397,7 +397,7 @@ impl Runtime {
                     )
                     .map_err(|reason| StartError::Init {
                         release: release.label(),
-                        reason,
+                        reason: reason.to_string(),
                     })?;
                     Backend::Process(p)
                 }
@@ -544,10 +544,8 @@ impl Runtime {
                 })
             }
             Backend::Process(p) => {
-                p.ensure_initialized(deadline)
-                    .map_err(|e| RunError::Tool(e.into()))?;
-                p.request(method, params, deadline)
-                    .map_err(|e| RunError::Tool(e.into()))
+                p.ensure_initialized(deadline).map_err(RunError::Tool)?;
+                p.request(method, params, deadline).map_err(RunError::Tool)
             }
             Backend::Fresh => {
                 let spec = self
@@ -555,10 +553,8 @@ impl Runtime {
                     .as_ref()
                     .ok_or_else(|| said("no process spec".into()))?;
                 let mut p = ToolProcess::start(spec).map_err(|e| RunError::Sandbox(e.into()))?;
-                p.ensure_initialized(deadline)
-                    .map_err(|e| RunError::Tool(e.into()))?;
-                p.request(method, params, deadline)
-                    .map_err(|e| RunError::Tool(e.into()))
+                p.ensure_initialized(deadline).map_err(RunError::Tool)?;
+                p.request(method, params, deadline).map_err(RunError::Tool)
             }
         }
     }
@@ -818,21 +814,36 @@ impl Runtime {
         // unprotected server would, with no admissibility check.
         let client = &self.broker.client;
         let agent_clearance = agent_clearance_of(meta);
+        let cancel = agent.cancel();
+        p.set_cancel(cancel.clone());
         let mut relay = CopyRelay::new(agent, true, token, None, deadline).with_raise(move || {
             client
                 .raise_copy(call, 0, &agent_clearance)
                 .map_err(|e| e.to_string())
         });
-        let r = p.put_items(&files).and_then(|()| {
-            p.mcp_call(&meta.tool, args, call_meta, deadline, &mut |m| {
-                relay.handle(m)
-            })
-        });
+        let r = p
+            .put_items(&files)
+            .map_err(ToolFailure::Said)
+            .and_then(|()| {
+                p.mcp_call(&meta.tool, args, call_meta, deadline, &mut |m| {
+                    relay.handle(m)
+                })
+            });
+        p.set_cancel(None);
+        let cancelled = cancel.as_ref().is_some_and(|c| c.fired());
+        if cancelled {
+            // As the unprotected server would be: the process is told, and stops (or not:
+            // its late answer is skipped, the agent gets none).
+            p.cancel_last();
+        }
         let answered = relay.answered;
         let outcome = self.broker.client.end_copy(call, 0).map(|(o, _)| o);
         let _ = self.broker.client.end_call(call);
+        if cancelled {
+            return Err(RunError::Cancelled);
+        }
         let outcome = outcome.map_err(broker_failed)?;
-        let r = r.map_err(ToolFailure::Said).and_then(tool_result);
+        let r = r.and_then(tool_result);
         let mut label = match self.mode {
             Mode::SigPin => None,
             // Sig+IFC labels by the call's own inputs only (it sees no state or egress).

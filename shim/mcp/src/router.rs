@@ -333,7 +333,8 @@ impl Router {
                     }
                     first_error.unwrap_or_else(|| error(&id, METHOD_NOT_FOUND, "no release"))
                 } else {
-                    // ping, logging/setLevel, unknown methods: answered alike by every session.
+                    // ping (answered alike by every session), logging/setLevel and methods
+                    // germline does not know: the first release's server answers them.
                     self.on(first, c, msg)
                 }
             }

@@ -30,17 +30,6 @@ pub const FLOW_REFUSED: i64 = -32003;
 /// with this code and the reason, and nothing of the release runs (docs/run.md).
 pub const START_FAILED: i64 = -32004;
 
-/// Methods answered by a data-free copy.
-const PASSTHROUGH: &[&str] = &[
-    "tools/list",
-    "resources/list",
-    "resources/templates/list",
-    "resources/read",
-    "prompts/list",
-    "prompts/get",
-    "completion/complete",
-];
-
 pub struct Session {
     pub runtime: Runtime,
     pub policy: Arc<Policy>,
@@ -183,13 +172,15 @@ impl Session {
                     .unwrap_or_else(|| json!({}));
                 self.initialize(&id, params)
             }
-            "tools/call" => self.tools_call(&id, &params, link),
-            m if PASSTHROUGH.contains(&m) => match self.runtime.passthrough(m, params) {
+            "tools/call" => return self.tools_call(&id, &params, link),
+            // Every other request carries no item (`tools/list`, `resources/*`, `prompts/*`,
+            // `completion/complete`, `logging/setLevel`, and methods germline does not know):
+            // a data-free copy answers it, so a method the server does not implement gets the
+            // server's own -32601, and its errors reach the agent unchanged.
+            m => match self.runtime.passthrough(m, params) {
                 Ok(r) => ok(&id, r),
-                Err(e) => error(&id, code_of(&e), format!("germline: {m}: {e}")),
+                Err(e) => failed(&id, &e, &format!("germline: {m}: ")),
             },
-            "logging/setLevel" => ok(&id, json!({})),
-            other => error(&id, METHOD_NOT_FOUND, format!("method {other:?} not found")),
         })
     }
 
@@ -197,6 +188,14 @@ impl Session {
         let id = id.clone();
         match self.runtime.passthrough("initialize", params) {
             Ok(mut r) => {
+                // Each request is served by a copy that is gone after it: none lives on to
+                // send `notifications/resources/updated`, so a subscription cannot be kept
+                // and is not offered (docs/run.md, "Subscriptions").
+                if let Some(sub) = r.pointer_mut("/capabilities/resources/subscribe") {
+                    if sub.as_bool() != Some(false) {
+                        *sub = Value::Bool(false);
+                    }
+                }
                 if let Some(info) = r.get_mut("serverInfo").and_then(Value::as_object_mut) {
                     info.insert(
                             "germline".into(),
@@ -214,18 +213,24 @@ impl Session {
         }
     }
 
-    fn tools_call(&mut self, id: &Value, params: &Value, link: &mut dyn AgentLink) -> Value {
+    /// A `tools/call`: its answer, or none if the agent cancelled it.
+    fn tools_call(
+        &mut self,
+        id: &Value,
+        params: &Value,
+        link: &mut dyn AgentLink,
+    ) -> Option<Value> {
         let Some(name) = params.get("name").and_then(Value::as_str) else {
-            return error(
+            return Some(error(
                 id,
                 INVALID_PARAMS,
                 "tools/call needs params.name (a string)",
-            );
+            ));
         };
         let manifest = &self.runtime.release().manifest;
         let Some(tool) = manifest.tools.get(name) else {
             let known: Vec<&str> = manifest.tools.keys().map(String::as_str).collect();
-            return error(
+            return Some(error(
                 id,
                 INVALID_PARAMS,
                 format!(
@@ -233,7 +238,7 @@ impl Session {
                     self.runtime.release().label(),
                     known.join(", ")
                 ),
-            );
+            ));
         };
         let args = params
             .get("arguments")
@@ -243,7 +248,7 @@ impl Session {
         let mut consumers = vec![AGENT.to_string()];
         match callmeta::recipients(&self.policy, name, tool, &args, params.get("_meta"), AGENT) {
             Ok(r) => consumers.extend(r),
-            Err(e) => return error(id, INVALID_PARAMS, format!("germline: {e}")),
+            Err(e) => return Some(error(id, INVALID_PARAMS, format!("germline: {e}"))),
         }
         let meta = match callmeta::build(
             &self.policy,
@@ -254,7 +259,7 @@ impl Session {
             &consumers,
         ) {
             Ok(m) => m,
-            Err(e) => return error(id, INVALID_PARAMS, format!("germline: {e}")),
+            Err(e) => return Some(error(id, INVALID_PARAMS, format!("germline: {e}"))),
         };
         self.calls += 1;
         let mut agent = Agent {
@@ -265,13 +270,29 @@ impl Session {
             Ok(out) => {
                 let r = ok(id, out.result.clone());
                 self.last = Some(out);
-                r
+                Some(r)
+            }
+            // MCP: no response to a cancelled request.
+            Err(RunError::Cancelled) => {
+                self.last = None;
+                None
             }
             Err(e) => {
                 self.last = None;
-                error(id, code_of(&e), format!("germline: {e}"))
+                Some(failed(id, &e, "germline: "))
             }
         }
+    }
+}
+
+/// The answer to a request that failed with `e`: the server's own JSON-RPC error object,
+/// unchanged, where the agent's copy (or the baseline's process) answered with one
+/// ([`RunError::server_error`]); else germline's own error, its fixed code and `prefix` and
+/// the error's text.
+fn failed(id: &Value, e: &RunError, prefix: &str) -> Value {
+    match e.server_error() {
+        Some(obj) => json!({"jsonrpc": "2.0", "id": id, "error": obj}),
+        None => error(id, code_of(e), format!("{prefix}{e}")),
     }
 }
 
@@ -282,5 +303,7 @@ fn code_of(e: &RunError) -> i64 {
         RunError::Broker(_) | RunError::Sandbox(_) | RunError::Suppressed(_) => RUNTIME_FAILED,
         RunError::Limit(_) => LIMIT_REACHED,
         RunError::Flow(_) => FLOW_REFUSED,
+        // Never answered (see tools_call); a code for completeness.
+        RunError::Cancelled => INTERNAL_ERROR,
     }
 }

@@ -2,19 +2,29 @@
 //! Ends cleanly when the agent closes stdin or on SIGINT, SIGTERM or SIGHUP: the copies, the
 //! germline, its cgroups and the broker sidecar all go.
 //!
-//! During a call the agent's copy talks to the agent live ([`germline_engine::relay`]): its log and
-//! progress notifications are written as they arrive, and its sampling and elicitation
-//! requests go to the agent, whose answer is read from stdin; anything else the agent sends
-//! meanwhile is kept and handled, in order, after the call.
+//! A reader thread reads the agent all the time, also while a call runs (issue 29): it answers
+//! `ping` at once, turns `notifications/cancelled` into the running call's [`Cancel`] (or drops
+//! a request still waiting), hands the agent's answers to germline's own requests to the call
+//! that waits for them, and queues everything else for the main thread, which handles requests
+//! one at a time, in order. A ping's answer may therefore overtake the answers of requests sent
+//! before it (a running call's), which MCP allows: responses are matched by id. It never
+//! overtakes the answer to anything else sent before it (an invalid line, a refused one, a
+//! notification): those are answered in order, and a ping behind one waits its turn.
+//!
+//! During a call the agent's copy talks to the agent live ([`germline_engine::relay`]): its
+//! log and progress notifications are written as they arrive, and its sampling and elicitation
+//! requests go to the agent, whose answer the reader thread routes back.
 
 use std::collections::VecDeque;
 use std::io::Write;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::jsonrpc::{self, Kind};
 use crate::session::{error, Session, INVALID_REQUEST, START_FAILED};
-use germline_engine::relay::AgentLink;
+use germline_engine::relay::{AgentLink, Cancel};
 
 /// Blocks the stop signals in this thread (call before any thread starts, so all inherit the
 /// mask) and returns a signalfd that reads them.
@@ -35,11 +45,6 @@ pub fn stop_signals() -> std::io::Result<i32> {
         }
         Ok(fd)
     }
-}
-
-/// Whether `fd` (or the signal fd) has input right now.
-fn readable_now(fd: i32, sigfd: i32) -> bool {
-    poll2(fd, sigfd, 0).is_ok_and(|(a, b)| a || b)
 }
 
 /// Polls stdin-like `fd` and the signal fd for up to `ms` (-1: forever): which are readable.
@@ -72,7 +77,7 @@ pub const MAX_LINE: usize = 32 << 20;
 /// How much one read(2) of stdin asks for.
 const CHUNK: usize = 1 << 16;
 
-/// What the agent wrote on stdin, as lines; lines that arrived during a call wait in `later`.
+/// What the agent wrote on stdin, as lines (read by the reader thread only).
 ///
 /// Linear in what the agent sends: each byte is searched for a newline once (`scanned`
 /// remembers where the search stopped), and consumed lines are dropped from the buffer's
@@ -86,7 +91,6 @@ struct Input {
     scanned: usize,
     /// Skipping the rest of a refused over-long line, up to and including its newline.
     skipping: bool,
-    later: VecDeque<Vec<u8>>,
     /// Why the session must end (EOF, a signal, a read error), once seen.
     ended: Option<String>,
     /// The agent closed stdin (not a signal or an error): the session may finish its work.
@@ -125,7 +129,6 @@ impl Input {
             start: 0,
             scanned: 0,
             skipping: false,
-            later: VecDeque::new(),
             ended: None,
             closed: false,
         }
@@ -175,27 +178,6 @@ impl Input {
         }
     }
 
-    /// Whether something the agent sent waits to be handled (a line, or a refusal).
-    fn waiting(&mut self) -> bool {
-        if !self.later.is_empty() {
-            return true;
-        }
-        let from = if self.skipping {
-            self.start
-        } else {
-            self.scanned
-        };
-        match memchr::memchr(b'\n', &self.buf[from..]) {
-            Some(_) => true,
-            None => {
-                if !self.skipping {
-                    self.scanned = self.buf.len();
-                }
-                self.buf.len() - self.start > MAX_LINE
-            }
-        }
-    }
-
     /// Appends one read's bytes, first dropping what was consumed.
     fn push(&mut self, bytes: &[u8]) {
         if self.start > 0 {
@@ -209,14 +191,8 @@ impl Input {
         self.buf.extend_from_slice(bytes);
     }
 
-    /// The next line: one kept from a call first, then stdin; waits until `until` (`None`:
-    /// forever).
-    fn next(&mut self, until: Option<Instant>, kept_first: bool) -> Read {
-        if kept_first {
-            if let Some(l) = self.later.pop_front() {
-                return Read::Line(l);
-            }
-        }
+    /// The next line from stdin; waits until `until` (`None`: forever).
+    fn next(&mut self, until: Option<Instant>) -> Read {
         let mut chunk = vec![0u8; CHUNK];
         loop {
             if let Some(r) = self.buffered() {
@@ -269,22 +245,169 @@ impl Input {
     }
 }
 
-/// The agent over stdio during one call.
+/// What the reader thread and the main thread share.
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    /// Signalled when `state` changes (a line queued, an answer, a cancellation, the end).
+    cv: Condvar,
+}
+
+/// One thing for the main thread to handle.
+enum Item {
+    /// A line from the agent.
+    Line(Vec<u8>),
+    /// The answer to a refused over-long line, written in its turn.
+    Answer(String),
+}
+
+#[derive(Default)]
+struct State {
+    /// What the main thread handles, in arrival order, each request with its id (`None`:
+    /// an item a ping may not overtake).
+    queue: VecDeque<(Option<Value>, Item)>,
+    /// Items without an id queued or being handled: a ping waits behind them.
+    plain_ahead: usize,
+    /// The agent's answers to germline's own requests (`germline-N`), with their ids.
+    answers: Vec<(Value, Value)>,
+    /// The request the main thread handles now, and its cancellation.
+    running: Option<(Value, Arc<Cancel>)>,
+    /// Why reading ended (EOF, a signal, a read error), once it did.
+    ended: Option<String>,
+    /// The agent closed stdin (not a signal or an error): the session may finish its work.
+    closed: bool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic of the other thread leaves the state usable (plain data).
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether something waits for the main thread (a line, or the end).
+    fn has_work(&self) -> bool {
+        let st = self.lock();
+        !st.queue.is_empty() || st.ended.is_some()
+    }
+
+    fn queue(&self, id: Option<Value>, item: Item) {
+        let mut st = self.lock();
+        if id.is_none() {
+            st.plain_ahead += 1;
+        }
+        st.queue.push_back((id, item));
+        drop(st);
+        self.cv.notify_all();
+    }
+
+    /// An item without an id was answered (or needed no answer).
+    fn release_plain(&self) {
+        let mut st = self.lock();
+        st.plain_ahead = st.plain_ahead.saturating_sub(1);
+    }
+
+    /// The agent cancelled request `id`: the running call's cancellation fires, or the
+    /// request, if it still waits, is dropped unanswered; an unknown or finished id is
+    /// ignored (MCP: the cancellation may arrive after the answer).
+    fn cancel(&self, id: &Value) {
+        let mut st = self.lock();
+        match &st.running {
+            Some((rid, c)) if rid == id => c.fire(),
+            // Only a request has an id here, so `plain_ahead` stays right.
+            _ => st.queue.retain(|(rid, _)| rid.as_ref() != Some(id)),
+        }
+        drop(st);
+        self.cv.notify_all();
+    }
+}
+
+/// Writes one line to the agent; `false` if stdout is closed. Lines of the two threads never
+/// interleave: each is written whole under stdout's lock.
+fn write_line(text: &str) -> bool {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}").and_then(|()| out.flush()).is_ok()
+}
+
+/// Whether `id` names one of germline's own requests to the agent.
+fn ours(id: &Value) -> bool {
+    id.as_str().is_some_and(|s| s.starts_with("germline-"))
+}
+
+/// The reader thread: reads the agent until the end, routing each line (see the module's
+/// documentation).
+fn read_agent(mut input: Input, shared: &Shared) {
+    loop {
+        match input.next(None) {
+            Read::Line(line) => route(shared, line),
+            Read::Refused(answer) => shared.queue(None, Item::Answer(answer)),
+            Read::Timeout => {}
+            Read::Ended(why) => {
+                let mut st = shared.lock();
+                st.ended = Some(why);
+                st.closed = input.closed;
+                drop(st);
+                shared.cv.notify_all();
+                return;
+            }
+        }
+    }
+}
+
+fn route(shared: &Shared, line: Vec<u8>) {
+    let msg: Option<Value> = std::str::from_utf8(&line)
+        .ok()
+        .and_then(|t| serde_json::from_str(t).ok());
+    let Some(Value::Object(obj)) = &msg else {
+        // Not an object (a parse error, a batch, ...): the main thread answers it.
+        return shared.queue(None, Item::Line(line));
+    };
+    match jsonrpc::classify(obj) {
+        Ok(Kind::Request { id, method: "ping" }) => {
+            // Answered here, at once, whatever request runs; behind anything else sent before
+            // it, it waits its turn (the main thread answers it then).
+            if shared.lock().plain_ahead > 0 {
+                return shared.queue(None, Item::Line(line));
+            }
+            let raw = msg
+                .as_ref()
+                .map(|m| jsonrpc::raw_ids_if_needed(m, &line))
+                .unwrap_or_default();
+            let answer = json!({"jsonrpc": "2.0", "id": id, "result": {}});
+            // A closed stdout is found by the main thread's next write.
+            let _ = write_line(&jsonrpc::render(&answer, &raw));
+        }
+        Ok(Kind::Request { id, .. }) => shared.queue(Some(id.clone()), Item::Line(line)),
+        Ok(Kind::Notification {
+            method: "notifications/cancelled",
+        }) => {
+            if let Some(id) = obj.get("params").and_then(|p| p.get("requestId")) {
+                shared.cancel(id);
+            }
+        }
+        Ok(Kind::Response) if obj.get("id").is_some_and(ours) => {
+            let id = obj.get("id").cloned().unwrap_or(Value::Null);
+            shared.lock().answers.push((id, Value::Object(obj.clone())));
+            shared.cv.notify_all();
+        }
+        _ => shared.queue(None, Item::Line(line)),
+    }
+}
+
+/// The agent over stdio during one request.
 struct StdioLink<'a> {
-    input: &'a mut Input,
+    shared: &'a Shared,
     next_id: &'a mut u64,
+    /// The request's cancellation (none for a notification or a batch).
+    cancel: Option<Arc<Cancel>>,
     /// Writing to the agent failed: the session ends after the call.
     broken: bool,
 }
 
 impl StdioLink<'_> {
     fn write(&mut self, v: &Value) {
-        self.write_text(&v.to_string());
-    }
-
-    fn write_text(&mut self, text: &str) {
-        let mut out = std::io::stdout().lock();
-        if writeln!(out, "{text}").and_then(|()| out.flush()).is_err() {
+        if !write_line(&v.to_string()) {
             self.broken = true;
         }
     }
@@ -295,114 +418,159 @@ impl AgentLink for StdioLink<'_> {
         self.write(msg);
     }
 
+    fn cancel(&self) -> Option<Arc<Cancel>> {
+        self.cancel.clone()
+    }
+
     fn request(&mut self, method: &str, params: Value, deadline: Instant) -> Result<Value, Value> {
         *self.next_id += 1;
         let id = json!(format!("germline-{}", self.next_id));
+        // Late answers to earlier requests (past their deadline) are of no use any more.
+        self.shared.lock().answers.clear();
         self.write(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
         if self.broken {
             return Err(json!({"code": -32001, "message": "germline: the agent closed stdout"}));
         }
+        let mut st = self.shared.lock();
         loop {
-            let line = match self.input.next(Some(deadline), false) {
-                Read::Line(l) => l,
-                Read::Refused(answer) => {
-                    self.write_text(&answer);
-                    continue;
+            if let Some(at) = st.answers.iter().position(|(i, _)| i == &id) {
+                let (_, mut m) = st.answers.swap_remove(at);
+                drop(st);
+                if let Some(e) = m.get_mut("error").map(Value::take) {
+                    return Err(e);
                 }
-                Read::Timeout => {
-                    // Tell the agent to stop working on it; the copy's deadline has passed.
-                    self.write(
-                        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                        "params": {"requestId": id, "reason": "the tool's deadline passed"}}),
-                    );
-                    return Err(json!({"code": -32001,
-                        "message": "germline: the agent did not answer before the tool's deadline"}));
-                }
-                Read::Ended(why) => {
-                    return Err(json!({"code": -32001, "message": format!("germline: {why}")}))
-                }
-            };
-            let msg: Option<Value> = serde_json::from_slice(&line).ok();
-            let answers_us = msg
-                .as_ref()
-                .is_some_and(|m| m.get("id") == Some(&id) && m.get("method").is_none());
-            if !answers_us {
-                // Another request or notification of the agent: handled after the call.
-                self.input.later.push_back(line);
-                continue;
+                return match m.get_mut("result").map(Value::take) {
+                    Some(r) => Ok(r),
+                    None => Err(json!({"code": -32603,
+                        "message": "germline: the agent's answer has neither result nor error"})),
+                };
             }
-            let Some(mut m) = msg else { continue };
-            if let Some(e) = m.get_mut("error").map(Value::take) {
-                return Err(e);
+            if self.cancel.as_ref().is_some_and(|c| c.fired()) {
+                return Err(json!({"code": -32001,
+                    "message": "germline: the agent cancelled the call"}));
             }
-            return match m.get_mut("result").map(Value::take) {
-                Some(r) => Ok(r),
-                None => Err(json!({"code": -32603,
-                    "message": "germline: the agent's answer has neither result nor error"})),
-            };
+            if let Some(why) = &st.ended {
+                return Err(json!({"code": -32001, "message": format!("germline: {why}")}));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                drop(st);
+                // Tell the agent to stop working on it; the copy's deadline has passed.
+                self.write(
+                    &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                    "params": {"requestId": id, "reason": "the tool's deadline passed"}}),
+                );
+                return Err(json!({"code": -32001,
+                    "message": "germline: the agent did not answer before the tool's deadline"}));
+            }
+            st = self
+                .shared
+                .cv
+                .wait_timeout(st, left)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
         }
     }
 }
 
 /// Serves the session on stdin/stdout until EOF or a stop signal. Returns why it stopped.
 pub fn serve(session: &mut Session, sigfd: i32) -> String {
-    let mut input = Input::new(sigfd);
+    let shared = Arc::new(Shared::default());
+    let input = Input::new(sigfd);
+    let reader = {
+        let shared = shared.clone();
+        std::thread::Builder::new()
+            .name("germline-stdin".into())
+            .spawn(move || read_agent(input, &shared))
+    };
+    if let Err(e) = reader {
+        return format!("cannot start the thread that reads stdin: {e}");
+    }
     let mut next_id = 0u64;
     loop {
-        let line = match input.next(None, true) {
-            Read::Line(l) => l,
-            Read::Refused(answer) => {
-                let mut out = std::io::stdout().lock();
-                if writeln!(out, "{answer}")
-                    .and_then(|()| out.flush())
-                    .is_err()
-                {
+        // The next line, marked as running (with a fresh cancellation if it is a request)
+        // under the same lock the reader cancels under, so no cancellation is lost between.
+        let (item, plain, cancel) = {
+            let mut st = shared.lock();
+            loop {
+                if let Some((id, item)) = st.queue.pop_front() {
+                    let plain = id.is_none();
+                    let running = id.and_then(|id| Some((id, Arc::new(Cancel::new().ok()?))));
+                    let cancel = running.as_ref().map(|(_, c)| c.clone());
+                    st.running = running;
+                    break (item, plain, cancel);
+                }
+                if let Some(why) = st.ended.clone() {
+                    let closed = st.closed;
+                    drop(st);
+                    // The agent is done: settle the evidence jobs still queued (an earlier
+                    // runtime's, resumed at start) before the session ends. On a signal they
+                    // stay pending on disk for the next runtime instead (crate
+                    // germline-engine, evidence::pending).
+                    if closed {
+                        session.runtime.process_evidence();
+                    }
+                    return why;
+                }
+                st = shared
+                    .cv
+                    .wait(st)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+        };
+        let line = match item {
+            Item::Line(l) => l,
+            Item::Answer(a) => {
+                let written = write_line(&a);
+                shared.release_plain();
+                if !written {
                     return "the agent closed stdout".into();
                 }
                 continue;
             }
-            Read::Timeout => continue,
-            Read::Ended(why) => {
-                // The agent is done: settle the evidence jobs still queued (an earlier
-                // runtime's, resumed at start) before the session ends. On a signal they stay
-                // pending on disk for the next runtime instead (crate germline-engine,
-                // evidence::pending).
-                if input.closed {
-                    session.runtime.process_evidence();
-                }
-                return why;
-            }
         };
         let mut link = StdioLink {
-            input: &mut input,
+            shared: &shared,
             next_id: &mut next_id,
+            cancel: cancel.clone(),
             broken: false,
         };
         let answer = session.handle_line(&line, &mut link);
-        if link.broken {
+        let broken = link.broken;
+        shared.lock().running = None;
+        if broken {
             return "the agent closed stdout".into();
         }
-        let Some(a) = answer else { continue };
-        let mut out = std::io::stdout().lock();
-        for n in session.pending.drain(..) {
-            if writeln!(out, "{n}").is_err() {
+        // MCP: a cancelled request gets no answer, even one that was ready.
+        let cancelled = cancel.as_ref().is_some_and(|c| c.fired());
+        let answer = answer.filter(|_| !cancelled);
+        if answer.is_none() && plain {
+            shared.release_plain();
+        }
+        if let Some(a) = answer {
+            let mut out = std::io::stdout().lock();
+            let mut written = true;
+            for n in session.pending.drain(..) {
+                written = written && writeln!(out, "{n}").is_ok();
+            }
+            written = written && writeln!(out, "{a}").and_then(|()| out.flush()).is_ok();
+            drop(out);
+            // Only now may a ping sent after this line be answered.
+            if plain {
+                shared.release_plain();
+            }
+            if !written {
                 return "the agent closed stdout".into();
             }
+            // Probe and control re-runs of this call's triggers, after its answer went out
+            // (docs/evidence.md).
+            session.runtime.process_evidence();
+        } else if !cancelled {
+            continue;
         }
-        if writeln!(out, "{a}").and_then(|()| out.flush()).is_err() {
-            return "the agent closed stdout".into();
-        }
-        drop(out);
-        // Probe and control re-runs of this call's triggers, after its answer went out
-        // (docs/evidence.md).
-        session.runtime.process_evidence();
         // Refill the pool between calls, one copy at a time, stopping as soon as the agent's
         // next request is waiting: the refill never delays a call.
-        while input.ended.is_none()
-            && !input.waiting()
-            && !readable_now(0, sigfd)
-            && session.runtime.idle_step()
-        {}
+        while !shared.has_work() && session.runtime.idle_step() {}
     }
 }
 

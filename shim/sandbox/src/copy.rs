@@ -2,10 +2,12 @@
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::cancel::Cancel;
 use crate::cgroup::Cgroup;
 use crate::error::{Error, Result};
 use crate::mcp_client::{Channel, ClientError, Session};
@@ -97,6 +99,8 @@ struct CopyChannel {
     sock: OwnedFd,
     buf: Vec<u8>,
     deadline: Instant,
+    /// The agent's cancellation of the request this copy serves: a wait ends when it fires.
+    cancel: Option<Arc<Cancel>>,
 }
 
 impl CopyChannel {
@@ -126,14 +130,23 @@ impl Channel for CopyChannel {
             if self.buf.len() > MAX_LINE {
                 return Err(Error::Malformed("a message longer than 16 MiB".into()));
             }
+            if self.cancel.as_ref().is_some_and(|c| c.fired()) {
+                return Err(Error::Cancelled);
+            }
             let left = self.deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(Error::Deadline);
             }
             let ms = i32::try_from(left.as_millis().max(1)).unwrap_or(i32::MAX);
-            if !sys::poll_readable(self.sock.as_raw_fd(), ms)
-                .map_err(|e| Error::sys("poll copy", e))?
-            {
+            let (ready, cancelled) = match &self.cancel {
+                Some(c) => sys::poll_readable2(self.sock.as_raw_fd(), c.fd(), ms),
+                None => sys::poll_readable(self.sock.as_raw_fd(), ms).map(|r| (r, false)),
+            }
+            .map_err(|e| Error::sys("poll copy", e))?;
+            if cancelled {
+                return Err(Error::Cancelled);
+            }
+            if !ready {
                 return Err(Error::Deadline);
             }
             let mut chunk = vec![0u8; 1 << 16];
@@ -154,7 +167,7 @@ fn client_error(e: ClientError<Error>) -> Error {
         e @ (ClientError::NotJson(_) | ClientError::NotJsonRpc | ClientError::NoResult) => {
             Error::Malformed(e.to_string())
         }
-        e @ ClientError::Failed { .. } => Error::Protocol(e.to_string()),
+        ClientError::Failed { method, error } => Error::Server { method, error },
         e @ ClientError::AlreadyInitialized => Error::Spec(e.to_string()),
     }
 }
@@ -174,6 +187,7 @@ impl Copy {
                 sock,
                 buf: Vec::new(),
                 deadline,
+                cancel: None,
             },
             mcp: Session::strict(),
             cgroup,
@@ -260,6 +274,12 @@ impl Copy {
     /// Time from the fork command to a checked copy ready for data.
     pub fn fork_to_ready(&self) -> Option<Duration> {
         self.ready_at.map(|r| r - self.fork_at)
+    }
+
+    /// Every wait for the copy from now on also ends, with [`Error::Cancelled`], when `cancel`
+    /// fires (the agent cancelled the request the copy serves).
+    pub fn set_cancel(&mut self, cancel: Option<Arc<Cancel>>) {
+        self.chan.cancel = cancel;
     }
 
     /// The copy's absolute deadline (monotonic), shared with the broker.

@@ -32,6 +32,16 @@ pub enum Error {
     Malformed(String),
     #[error("protocol: {0}")]
     Protocol(String),
+    /// The copy answered a request with a JSON-RPC error object (kept whole, so that the
+    /// agent's own copy's error can reach the agent unchanged: docs/run.md, "Errors").
+    #[error("protocol: {method} failed: {error}")]
+    Server {
+        method: String,
+        error: serde_json::Value,
+    },
+    /// The agent cancelled the request (`notifications/cancelled`) while the copy ran.
+    #[error("the agent cancelled the request")]
+    Cancelled,
     #[error("invalid launch spec: {0}")]
     Spec(String),
 }

@@ -9,6 +9,7 @@
 //!
 //! See docs/sandbox.md.
 
+pub mod cancel;
 pub mod checks;
 pub mod cli;
 pub mod copy;
@@ -26,6 +27,7 @@ pub mod spec;
 // `crate::sys::...` keep working.
 pub use germline_sys::{cgroup, procfs, sys};
 
+pub use cancel::Cancel;
 pub use copy::{Copy, Item};
 pub use error::{Error, Result};
 #[cfg(feature = "ablation")]

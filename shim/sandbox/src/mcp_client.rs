@@ -10,10 +10,12 @@
 //! one deadline, [`LineChannel`] until the deadline set for the request.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+
+use crate::cancel::Cancel;
 
 /// The MCP protocol version the client announces.
 pub const PROTOCOL_VERSION: &str = "2025-06-18";
@@ -147,6 +149,11 @@ impl Session {
     /// The capabilities this session's `initialize` announced, once sent.
     pub fn initialized_with(&self) -> Option<&Value> {
         self.init_caps.as_ref()
+    }
+
+    /// The id of the last request sent, if any.
+    pub fn last_request_id(&self) -> Option<u64> {
+        (self.next_id > 1).then(|| self.next_id - 1)
     }
 
     /// Whether the handshake is complete.
@@ -362,6 +369,7 @@ pub struct LineChannel<W: Write> {
     writer: W,
     lines: mpsc::Receiver<Result<String, LineError>>,
     deadline: Instant,
+    cancel: Option<Arc<Cancel>>,
 }
 
 /// How a [`LineChannel`] fails.
@@ -379,6 +387,9 @@ pub enum LineError {
     /// Writing failed (the other end stopped reading).
     #[error("writing: {0}")]
     Write(#[source] std::io::Error),
+    /// The agent cancelled the request ([`LineChannel::set_cancel`]).
+    #[error("the agent cancelled the request")]
+    Cancelled,
 }
 
 impl<W: Write> LineChannel<W> {
@@ -410,7 +421,13 @@ impl<W: Write> LineChannel<W> {
             writer,
             lines: rx,
             deadline: Instant::now(),
+            cancel: None,
         }
+    }
+
+    /// Every wait from now on also ends, with [`LineError::Cancelled`], once `cancel` fires.
+    pub fn set_cancel(&mut self, cancel: Option<Arc<Cancel>>) {
+        self.cancel = cancel;
     }
 
     /// Every wait from now on ends at `deadline`.
@@ -435,10 +452,22 @@ impl<W: Write> Channel for LineChannel<W> {
     }
 
     fn recv_line(&mut self) -> Result<Vec<u8>, LineError> {
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        match self.lines.recv_timeout(left.max(Duration::from_millis(1))) {
-            Ok(line) => line.map(String::into_bytes),
-            Err(_) => Err(LineError::Deadline),
+        loop {
+            if self.cancel.as_ref().is_some_and(|c| c.fired()) {
+                return Err(LineError::Cancelled);
+            }
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            // With a cancellation to watch, the wait is cut into slices of 5 ms (the lines
+            // come from a thread's channel, which cannot be polled next to it).
+            let slice = match &self.cancel {
+                Some(_) => left.min(Duration::from_millis(5)),
+                None => left,
+            };
+            match self.lines.recv_timeout(slice.max(Duration::from_millis(1))) {
+                Ok(line) => return line.map(String::into_bytes),
+                Err(mpsc::RecvTimeoutError::Timeout) if !left.is_zero() && slice < left => {}
+                Err(_) => return Err(LineError::Deadline),
+            }
         }
     }
 }

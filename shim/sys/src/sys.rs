@@ -513,6 +513,33 @@ pub fn poll_readable(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
     }
 }
 
+/// Polls `a` and `b` for input for up to `timeout_ms` (-1: forever): which are readable (a
+/// hang-up or an error counts as readable: the next read says what it is).
+pub fn poll_readable2(a: RawFd, b: RawFd, timeout_ms: i32) -> io::Result<(bool, bool)> {
+    let mut p = [
+        libc::pollfd {
+            fd: a,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: b,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    loop {
+        // SAFETY: p is a valid array of two pollfd for the duration of the call.
+        let r = unsafe { libc::poll(p.as_mut_ptr(), 2, timeout_ms) };
+        if r >= 0 {
+            return Ok((p[0].revents != 0, p[1].revents != 0));
+        }
+        if errno() != libc::EINTR {
+            return Err(io::Error::last_os_error());
+        }
+    }
+}
+
 /// `memfd_create(name, MFD_CLOEXEC)`.
 pub fn memfd(name: &CStr) -> io::Result<OwnedFd> {
     // SAFETY: name is NUL-terminated.
