@@ -125,6 +125,9 @@ pub struct BrokerConfig {
     /// broker's first start and kept in `<state_dir>/copy-port`, so a tool cannot recognise a
     /// germline copy by a fixed, well-known proxy port (docs/broker.md).
     pub copy_port: u16,
+    /// Read the policy's credential files with this user's permissions (`germline daemon`'s
+    /// sessions, docs/daemon.md); `None`: with the broker's own.
+    pub read_as: Option<germline_sys::user::FsCreds>,
 }
 
 impl BrokerConfig {
@@ -141,6 +144,7 @@ impl BrokerConfig {
             follow_redirects: false,
             workers: 2,
             copy_port: 0,
+            read_as: None,
         }
     }
 }
@@ -438,7 +442,21 @@ fn upstream_tls(cfg: &BrokerConfig) -> Result<rustls::ClientConfig, BrokerError>
     Ok(c)
 }
 
-fn load_credentials(policy: &Policy) -> Result<HashMap<String, Credential>, BrokerError> {
+/// A credential file's value, read with `read_as`'s permissions when given.
+fn read_credential_file(
+    path: &Path,
+    read_as: Option<&germline_sys::user::FsCreds>,
+) -> std::io::Result<String> {
+    match read_as {
+        Some(c) => c.run(|| std::fs::read_to_string(path))?,
+        None => std::fs::read_to_string(path),
+    }
+}
+
+fn load_credentials(
+    policy: &Policy,
+    read_as: Option<&germline_sys::user::FsCreds>,
+) -> Result<HashMap<String, Credential>, BrokerError> {
     let mut out = HashMap::new();
     for (host, c) in policy.credentials() {
         let err = |reason: String| BrokerError::Credential {
@@ -449,7 +467,7 @@ fn load_credentials(policy: &Policy) -> Result<HashMap<String, Credential>, Brok
             CredentialSource::Inline(v) => v.clone(),
             CredentialSource::Env(name) => std::env::var(name)
                 .map_err(|_| err(format!("environment variable {name} is not set")))?,
-            CredentialSource::File(p) => std::fs::read_to_string(p)
+            CredentialSource::File(p) => read_credential_file(p, read_as)
                 .map_err(|e| err(format!("cannot read {}: {e}", p.display())))?
                 .trim_end_matches(['\n', '\r'])
                 .to_string(),
@@ -532,7 +550,7 @@ impl Broker {
         };
         let inner = Inner {
             upstream_tls: Arc::new(upstream_tls(&cfg)?),
-            credentials: load_credentials(&cfg.policy)?,
+            credentials: load_credentials(&cfg.policy, cfg.read_as.as_ref())?,
             cfg,
             ca,
             audit,
@@ -896,14 +914,14 @@ mod tests {
             "\n",
             " secret",
         ] {
-            let e = load_credentials(&policy(bad)).expect_err(bad).to_string();
+            let e = load_credentials(&policy(bad), None).expect_err(bad).to_string();
             assert!(
                 e.contains("\"ocr.example\"") && e.contains("expected"),
                 "{e}"
             );
             assert!(!e.contains("sec"), "the value is printed: {e}");
         }
-        let ok = load_credentials(&policy("secret\r\n")).expect("good");
+        let ok = load_credentials(&policy("secret\r\n"), None).expect("good");
         assert_eq!(ok["ocr.example"].value, "secret");
     }
 

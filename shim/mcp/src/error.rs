@@ -50,6 +50,10 @@ pub enum Error {
         first: String,
         second: String,
     },
+    /// A policy of a session `germline daemon` runs for a user asks for what root would do
+    /// in the user's name (docs/daemon.md).
+    #[error("{policy}: {what}, which a session of germline daemon does not take (docs/daemon.md)", policy = .policy.display())]
+    UserPolicy { policy: PathBuf, what: String },
     /// A session asked for a release index the router does not have (a bug of the router).
     #[error("no release {0}")]
     NoRelease(usize),
