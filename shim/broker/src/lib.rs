@@ -914,7 +914,9 @@ mod tests {
             "\n",
             " secret",
         ] {
-            let e = load_credentials(&policy(bad), None).expect_err(bad).to_string();
+            let e = load_credentials(&policy(bad), None)
+                .expect_err(bad)
+                .to_string();
             assert!(
                 e.contains("\"ocr.example\"") && e.contains("expected"),
                 "{e}"

@@ -249,7 +249,9 @@ pub fn start_session(a: &RunArgs) -> Result<Session, Error> {
 /// Runs `f` with `creds`'s file permissions (on a thread of its own), or as this process.
 fn read_as<T: Send>(creds: Option<&FsCreds>, f: impl FnOnce() -> T + Send) -> Result<T, Error> {
     match creds {
-        Some(c) => c.run(f).map_err(Error::sys("take the user's file permissions")),
+        Some(c) => c
+            .run(f)
+            .map_err(Error::sys("take the user's file permissions")),
         None => Ok(f()),
     }
 }

@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use nix::sys::socket::{
-    self, sockopt, AddressFamily, Backlog, ControlMessage, ControlMessageOwned, MsgFlags,
-    SockFlag, SockType, UnixAddr,
+    self, sockopt, AddressFamily, Backlog, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag,
+    SockType, UnixAddr,
 };
 use serde::{Deserialize, Serialize};
 
@@ -104,16 +104,16 @@ pub enum Reply {
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
     #[error("germline run as a user takes no {flag}: {why} (docs/daemon.md)")]
-    Option { flag: &'static str, why: &'static str },
+    Option {
+        flag: &'static str,
+        why: &'static str,
+    },
     #[error(
         "cannot reach germline daemon at {}: {source}; as a user, `germline run` asks the \
          system service for its session: start it with `systemctl enable --now \
          germline-daemon.socket` (docs/daemon.md)", socket.display()
     )]
-    Unreachable {
-        socket: PathBuf,
-        source: nix::Error,
-    },
+    Unreachable { socket: PathBuf, source: nix::Error },
     #[error("germline daemon at {}: {what}: {source}", socket.display())]
     Io {
         socket: PathBuf,
@@ -154,7 +154,10 @@ pub fn socket_of(a: &RunArgs) -> PathBuf {
 pub fn request_of(a: &RunArgs) -> Result<RunRequest, DaemonError> {
     let no = |flag, why| Err(DaemonError::Option { flag, why });
     if a.broker.broker.is_some() {
-        return no("--broker", "each session of the daemon starts a broker of its own");
+        return no(
+            "--broker",
+            "each session of the daemon starts a broker of its own",
+        );
     }
     if a.broker.state_dir != Path::new(paths::BROKER_STATE) {
         return no(
@@ -181,7 +184,10 @@ pub fn request_of(a: &RunArgs) -> Result<RunRequest, DaemonError> {
         );
     }
     if a.as_user.is_some() {
-        return no("--as-user", "only the daemon sets it, from the kernel's answer");
+        return no(
+            "--as-user",
+            "only the daemon sets it, from the kernel's answer",
+        );
     }
     let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
     let l = &a.image_limits;
@@ -358,7 +364,10 @@ pub fn check(req: &RunRequest) -> Result<(), String> {
         ));
     }
     if req.pool > MAX_POOL {
-        return Err(format!("a pool of {} copies (at most {MAX_POOL})", req.pool));
+        return Err(format!(
+            "a pool of {} copies (at most {MAX_POOL})",
+            req.pool
+        ));
     }
     if req.probe_tries > MAX_PROBE_TRIES {
         return Err(format!(
@@ -451,8 +460,11 @@ pub fn run(a: &DaemonArgs) -> Result<(), DaemonError> {
     let exe = std::env::current_exe().map_err(setup("own executable".into()))?;
     std::env::set_current_dir("/").map_err(setup("chdir /".into()))?;
     for dir in [paths::RUN_DIR, paths::USERS_STATE] {
-        private_dir(Path::new(dir), if dir == paths::RUN_DIR { 0o755 } else { 0o700 })
-            .map_err(setup(dir.to_string()))?;
+        private_dir(
+            Path::new(dir),
+            if dir == paths::RUN_DIR { 0o755 } else { 0o700 },
+        )
+        .map_err(setup(dir.to_string()))?;
     }
     let (listener, made) = match systemd_socket().map_err(setup("LISTEN_FDS".into()))? {
         Some(fd) => (fd, None),
@@ -465,7 +477,9 @@ pub fn run(a: &DaemonArgs) -> Result<(), DaemonError> {
     eprintln!(
         "germline daemon: listening on {}",
         made.as_deref()
-            .map_or("the socket systemd passed".into(), |p| p.display().to_string())
+            .map_or("the socket systemd passed".into(), |p| p
+                .display()
+                .to_string())
     );
     let sessions: Sessions = Arc::default();
     let mut handlers = Vec::new();
@@ -637,7 +651,10 @@ fn receive(conn: &OwnedFd) -> Result<(Vec<u8>, Vec<OwnedFd>), String> {
             if let ControlMessageOwned::ScmRights(raw) = c {
                 // SAFETY: each descriptor was just installed in this process by recvmsg and
                 // is owned by nothing else.
-                fds.extend(raw.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+                fds.extend(
+                    raw.into_iter()
+                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                );
             }
         }
     }
@@ -732,7 +749,10 @@ fn spawn_session(exe: &Path, args: &[OsString], stdio: [OwnedFd; 3]) -> std::io:
         // Nothing of the daemon's environment (its secrets, e.g. COSIGN_PASSWORD) and
         // nothing of the client's reaches the session.
         .env_clear()
-        .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
         .current_dir("/")
         .stdin(Stdio::from(stdin))
         .stdout(Stdio::from(stdout))

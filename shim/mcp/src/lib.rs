@@ -8,8 +8,8 @@
 //! Each call goes to `germline-engine`'s runtime. See docs/run.md.
 
 pub mod cli;
-pub mod daemon;
 pub mod conns;
+pub mod daemon;
 pub mod error;
 pub mod http;
 pub mod jsonrpc;

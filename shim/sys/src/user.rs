@@ -179,7 +179,10 @@ mod tests {
             std::io::ErrorKind::PermissionDenied
         );
         assert_eq!(o.expect("world-readable"), b"anyone");
-        assert_eq!(std::fs::read(&secret).expect("still root here"), b"root only");
+        assert_eq!(
+            std::fs::read(&secret).expect("still root here"),
+            b"root only"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
