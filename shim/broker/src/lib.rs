@@ -927,6 +927,49 @@ mod tests {
         assert_eq!(ok["ocr.example"].value, "secret");
     }
 
+    /// A broker of a `germline daemon` session reads credential files as the session's user:
+    /// a file that user cannot read is refused even though root (the broker) could, so a
+    /// file swapped in after the session checked the policy is not read for them.
+    #[test]
+    fn credential_files_are_read_with_the_users_permissions() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(
+                std::env::var_os("GERMLINE_REQUIRE_ROOT_TESTS").is_none(),
+                "needs root"
+            );
+            return;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        let file = dir.path().join("key");
+        std::fs::write(&file, "root-only-secret\n").expect("key");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let text = format!(
+            "[labels]\nhr = \"x\"\n[destinations]\n\"ocr.example\" = []\n\
+             [credentials.\"ocr.example\"]\nheader = \"X-Api-Key\"\nvalue_file = \"{}\"\n",
+            file.display()
+        );
+        let policy = Policy::parse(Path::new("p.toml"), &text).expect("policy");
+        let nobody = germline_sys::user::FsCreds {
+            uid: 65534,
+            gid: 65534,
+            groups: vec![],
+        };
+        let e = load_credentials(&policy, Some(&nobody))
+            .expect_err("not the user's to read")
+            .to_string();
+        assert!(
+            e.contains("cannot read") && e.contains("Permission denied"),
+            "{e}"
+        );
+        assert!(!e.contains("root-only-secret"), "{e}");
+        let ok = load_credentials(&policy, None).expect("the broker's own");
+        assert_eq!(ok["ocr.example"].value, "root-only-secret");
+    }
+
     #[test]
     fn the_copy_port_is_drawn_once_per_deployment_and_kept() {
         let dir = tempfile::tempdir().expect("tempdir");
