@@ -41,6 +41,8 @@ use crate::cli::RunArgs;
 pub const MAX_MESSAGE: usize = 64 << 10;
 /// How long a session has to stop after SIGTERM before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(20);
+/// How long a connection may wait before its request, in milliseconds.
+const REQUEST_WAIT_MS: i32 = 10_000;
 /// Most pre-forked copies a user may ask for.
 const MAX_POOL: usize = 16;
 /// Most probe and control re-runs per trigger a user may ask for.
@@ -634,6 +636,20 @@ fn reply(conn: &OwnedFd, r: &Reply) {
 
 /// One request and its descriptors, each descriptor owned as soon as it is received.
 fn receive(conn: &OwnedFd) -> Result<(Vec<u8>, Vec<OwnedFd>), String> {
+    // A client that connects and sends nothing holds a thread only this long (and a stopping
+    // daemon waits at most this long for it).
+    let mut pfd = libc::pollfd {
+        fd: conn.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: pfd is one valid pollfd for the duration of the call.
+    if unsafe { libc::poll(&mut pfd, 1, REQUEST_WAIT_MS) } <= 0 {
+        return Err(format!(
+            "no request within {} s of connecting",
+            REQUEST_WAIT_MS / 1000
+        ));
+    }
     let mut buf = vec![0u8; MAX_MESSAGE];
     let mut cmsg = nix::cmsg_space!([RawFd; 3]);
     let mut iov = [IoSliceMut::new(&mut buf)];
@@ -666,7 +682,6 @@ fn receive(conn: &OwnedFd) -> Result<(Vec<u8>, Vec<OwnedFd>), String> {
     if bytes == 0 {
         return Err("an empty request".into());
     }
-    drop(iov);
     buf.truncate(bytes);
     Ok((buf, fds))
 }
