@@ -404,6 +404,26 @@ fn two_users_sessions_and_slots_are_their_own() {
     assert_eq!(d.sessions(bob.uid).len(), 1, "{}", d.log());
 }
 
+/// An MCP client that keeps its server's stdin and stdout open after the server died (as a
+/// client that killed a server it gave up on may), so that only the daemon's connection tells
+/// the session its client is gone. It initializes, makes one call, prints the answer and the
+/// server's pid, and then holds the pipes.
+const HOLDER: &str = r#"
+import json, subprocess, sys, time
+p = subprocess.Popen(sys.argv[1:], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+def send(m):
+    p.stdin.write((json.dumps(m) + "\n").encode()); p.stdin.flush()
+send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
+      "capabilities": {}, "clientInfo": {"name": "holder", "version": "0"}}})
+p.stdout.readline()
+send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+send({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+      "params": {"name": "summarize", "arguments": {"text": "x y"}}})
+print(p.stdout.readline().decode().strip(), flush=True)
+print(p.pid, flush=True)
+time.sleep(120)
+"#;
+
 #[test]
 fn a_client_killed_mid_session_ends_its_session_and_leaves_nothing() {
     if !can_run() {
@@ -412,42 +432,40 @@ fn a_client_killed_mid_session_ends_its_session_and_leaves_nothing() {
     let alice = user("germtest");
     let (w, policy) = world();
     let d = Daemon::start(w.path());
-    let mut agent = agent_as(
-        &alice,
-        w.path(),
-        &json!([{"tool": "summarize", "arguments": {"text": "x y"}}, {"sleep": 120}]),
-        &client_cmd(&d, &policy, "germline-office"),
+    let mut holder = as_user(&alice)
+        .args(["/usr/bin/python3", "-c", HOLDER])
+        .args(client_cmd(&d, &policy, "germline-office"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("holder");
+    let mut out = std::io::BufReader::new(holder.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).expect("answer");
+    let answer: Value = serde_json::from_str(&line).expect("a JSON-RPC answer");
+    assert_eq!(
+        answer["result"]["content"][0]["text"], "2 words; starts with: x y",
+        "{answer}"
     );
-    let stdout = agent.stdout.take().expect("stdout");
-    let mut first = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut first).expect("line");
-    let line: Value = serde_json::from_str(&first).expect("a call's line");
-    assert_eq!(line["ok"], true, "{line}");
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line).expect("pid");
+    let client: i32 = line.trim().parse().expect("the client's pid");
     let session = *d.sessions(alice.uid).first().expect("a session");
     let cgroups = run_cgroups(session);
     assert!(!cgroups.is_empty(), "the session's germline has cgroups");
     let run_dir = PathBuf::from(format!("/run/germline/session-{session}"));
     assert!(run_dir.exists());
-    // The client (`germline run`, the agent's child) is killed; its stdin and stdout stay
-    // open in the agent, so only the daemon's connection tells that it is gone.
-    let client = descendants(agent.id() as i32)
-        .into_iter()
-        .find(|p| {
-            std::fs::read(format!("/proc/{p}/cmdline"))
-                .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == b"--daemon"))
-        })
-        .expect("the client process");
-    // SAFETY: kill(2) of a process of this test's agent.
+    // SAFETY: kill(2) of the holder's child, the `germline run` client.
     unsafe { libc::kill(client, libc::SIGKILL) };
     let t = Instant::now();
     while Path::new(&format!("/proc/{session}")).exists() && t.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(
-        !Path::new(&format!("/proc/{session}")).exists(),
-        "{}",
-        d.log()
-    );
+    let gone = !Path::new(&format!("/proc/{session}")).exists();
+    // The holder still holds the session's stdin and stdout.
+    assert!(matches!(holder.try_wait(), Ok(None)), "the holder ended");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(gone, "the session outlived its client\n{}", d.log());
     assert!(
         d.log()
             .contains(&format!("session {session}'s client is gone")),
@@ -457,6 +475,4 @@ fn a_client_killed_mid_session_ends_its_session_and_leaves_nothing() {
     let left: Vec<PathBuf> = cgroups.into_iter().filter(|c| c.exists()).collect();
     assert!(left.is_empty(), "{left:?}");
     assert!(!run_dir.exists());
-    let _ = agent.kill();
-    let _ = agent.wait();
 }
