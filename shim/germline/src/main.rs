@@ -120,6 +120,12 @@ fn main() -> ExitCode {
         Command::RunBench(args) => report(germline_eval::bench::run(&args).map_err(Into::into)),
         Command::Bench(args) => report(germline_eval::suite::run(&args).map_err(Into::into)),
         Command::Serve(args) => report(germline_mcp::serve::run(&args).map_err(Into::into)),
+        // As a user: their own sessions, from the daemon.
+        Command::Sandbox(germline_sandbox::cli::Command::Status(a))
+            if a.id.is_none() && germline_mcp::daemon::status_wanted() =>
+        {
+            report(germline_mcp::daemon::status_client(a.json).map_err(Into::into))
+        }
         Command::Sandbox(germline_sandbox::cli::Command::Status(a)) if a.id.is_none() => {
             report(germline_engine::status::run(a.json).map_err(Into::into))
         }

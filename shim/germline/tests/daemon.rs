@@ -476,3 +476,54 @@ fn a_client_killed_mid_session_ends_its_session_and_leaves_nothing() {
     assert!(left.is_empty(), "{left:?}");
     assert!(!run_dir.exists());
 }
+
+/// A holder (above) as `u` on `release`, after its call: the holder and its client's pid.
+fn hold(u: &User, d: &Daemon, policy: &Path) -> (Child, i32) {
+    let mut holder = as_user(u)
+        .args(["/usr/bin/python3", "-c", HOLDER])
+        .args(client_cmd(d, policy, "germline-office"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("holder");
+    let mut out = std::io::BufReader::new(holder.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).expect("answer");
+    assert!(line.contains("2 words"), "{line}");
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line).expect("pid");
+    (holder, line.trim().parse().expect("the client's pid"))
+}
+
+#[test]
+fn each_user_sees_only_their_own_sessions() {
+    if !can_run() {
+        return;
+    }
+    let (alice, bob) = (user("germtest"), user("germtest2"));
+    let (w, policy) = world();
+    let d = Daemon::start(w.path());
+    let (mut ha, _) = hold(&alice, &d, &policy);
+    let (mut hb, _) = hold(&bob, &d, &policy);
+    let status = |u: &User| -> Vec<i64> {
+        let out = as_user(u)
+            .env("GERMLINE_DAEMON_SOCKET", &d.socket)
+            .arg(germline())
+            .args(["status", "--json"])
+            .output()
+            .expect("germline status");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rows: Vec<Value> = serde_json::from_slice(&out.stdout).expect("JSON");
+        rows.iter().filter_map(|r| r["pid"].as_i64()).collect()
+    };
+    let (sa, sb) = (d.sessions(alice.uid), d.sessions(bob.uid));
+    assert_eq!(status(&alice), vec![i64::from(sa[0])], "{}", d.log());
+    assert_eq!(status(&bob), vec![i64::from(sb[0])], "{}", d.log());
+    for h in [&mut ha, &mut hb] {
+        let _ = h.kill();
+        let _ = h.wait();
+    }
+}

@@ -54,6 +54,8 @@ const MAX_PROBE_TRIES: usize = 64;
 pub enum Request {
     /// A `germline run` session on the attached stdin, stdout and stderr.
     Run(RunRequest),
+    /// `germline status` of the asking user's own sessions.
+    Status,
 }
 
 /// The options of `germline run` a user may set through the daemon. Options that would make
@@ -101,6 +103,8 @@ pub enum Reply {
     Exited { code: i32 },
     /// The request was refused; nothing ran.
     Refused { reason: String },
+    /// The asking user's sessions, as `germline status --json` shows them.
+    Status { sessions: Vec<serde_json::Value> },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -219,7 +223,50 @@ pub fn request_of(a: &RunArgs) -> Result<RunRequest, DaemonError> {
 /// streams and waits for the session's exit status, which it returns.
 pub fn client(a: &RunArgs) -> Result<i32, DaemonError> {
     let req = Request::Run(request_of(a)?);
-    let sock = socket_of(a);
+    match exchange(&socket_of(a), &req, &[0, 1, 2])? {
+        Reply::Exited { code } => Ok(code),
+        other => Err(DaemonError::Protocol {
+            socket: socket_of(a),
+            what: format!("an answer to a run request that does not end it: {other:?}"),
+        }),
+    }
+}
+
+/// Whether `germline status` asks the daemon (the caller is not root).
+pub fn status_wanted() -> bool {
+    // SAFETY: geteuid(2) has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    euid != 0
+}
+
+/// `germline status` as a user: their own sessions, from the daemon
+/// (`$GERMLINE_DAEMON_SOCKET`, else the system one).
+pub fn status_client(json_out: bool) -> Result<(), DaemonError> {
+    let sock = std::env::var_os(paths::DAEMON_SOCKET_ENV)
+        .map_or_else(|| PathBuf::from(paths::DAEMON_SOCKET), PathBuf::from);
+    match exchange(&sock, &Request::Status, &[])? {
+        Reply::Status { sessions } if json_out => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&sessions).unwrap_or_default()
+            );
+            Ok(())
+        }
+        Reply::Status { sessions } => {
+            print!("{}", germline_engine::status::render(&sessions));
+            Ok(())
+        }
+        other => Err(DaemonError::Protocol {
+            socket: sock,
+            what: format!("not an answer to a status request: {other:?}"),
+        }),
+    }
+}
+
+/// Sends `req` with `fds` attached and returns the daemon's final answer (a refusal is an
+/// error; [`Reply::Started`] is passed over).
+fn exchange(sock: &Path, req: &Request, fds: &[RawFd]) -> Result<Reply, DaemonError> {
+    let sock = sock.to_path_buf();
     let fd = connect(&sock).map_err(|source| DaemonError::Unreachable {
         socket: sock.clone(),
         source,
@@ -232,15 +279,15 @@ pub fn client(a: &RunArgs) -> Result<i32, DaemonError> {
             source,
         }
     };
-    let body = serde_json::to_vec(&req).map_err(|e| DaemonError::Protocol {
+    let body = serde_json::to_vec(req).map_err(|e| DaemonError::Protocol {
         socket: sock.clone(),
         what: e.to_string(),
     })?;
-    let fds: [RawFd; 3] = [0, 1, 2];
+    let rights = [ControlMessage::ScmRights(fds)];
     socket::sendmsg::<()>(
         fd.as_raw_fd(),
         &[IoSlice::new(&body)],
-        &[ControlMessage::ScmRights(&fds)],
+        if fds.is_empty() { &[] } else { &rights },
         MsgFlags::MSG_NOSIGNAL,
         None,
     )
@@ -262,8 +309,8 @@ pub fn client(a: &RunArgs) -> Result<i32, DaemonError> {
             })?;
         match reply {
             Reply::Started { .. } => continue,
-            Reply::Exited { code } => return Ok(code),
             Reply::Refused { reason } => return Err(DaemonError::Refused(reason)),
+            done => return Ok(done),
         }
     }
 }
@@ -713,6 +760,10 @@ fn serve_conn(conn: &OwnedFd, exe: &Path, sessions: &Sessions, max: usize) {
     };
     let req = match serde_json::from_slice::<Request>(&body) {
         Ok(Request::Run(r)) => r,
+        Ok(Request::Status) => {
+            let sessions = own_sessions(sessions, peer.creds.uid);
+            return reply(conn, &Reply::Status { sessions });
+        }
         Err(e) => return refuse(format!("the request is not one the daemon takes: {e}")),
     };
     if let Err(e) = check(&req) {
@@ -755,6 +806,24 @@ fn serve_conn(conn: &OwnedFd, exe: &Path, sessions: &Sessions, max: usize) {
     let code = watch(conn, child, sessions);
     eprintln!("germline daemon: session {pid} ended with status {code}");
     reply(conn, &Reply::Exited { code });
+}
+
+/// The state files (`germline status`) of the sessions this daemon runs for `uid`: never
+/// another user's, nor a root `germline run`'s.
+fn own_sessions(sessions: &Sessions, uid: u32) -> Vec<serde_json::Value> {
+    let mine: Vec<u64> = sessions
+        .lock()
+        .map(|s| {
+            s.iter()
+                .filter(|(_, &u)| u == uid)
+                .map(|(&pid, _)| u64::from(pid))
+                .collect()
+        })
+        .unwrap_or_default();
+    germline_engine::status::collect(Path::new(paths::STATUS_DIR))
+        .into_iter()
+        .filter(|row| row["pid"].as_u64().is_some_and(|p| mine.contains(&p)))
+        .collect()
 }
 
 fn spawn_session(exe: &Path, args: &[OsString], stdio: [OwnedFd; 3]) -> std::io::Result<Child> {
