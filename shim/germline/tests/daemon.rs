@@ -82,6 +82,36 @@ impl Daemon {
         Daemon { child, socket, log }
     }
 
+    /// The daemon as systemd starts it: `systemd-socket-activate` listens (as the socket
+    /// unit does) and execs `germline daemon` on the first connection, the socket as fd 3
+    /// (`LISTEN_FDS`). `None` without systemd-socket-activate.
+    fn activated(dir: &Path) -> Option<Daemon> {
+        let socket = dir.join("activated.sock");
+        let log = dir.join("activated.log");
+        let child = Command::new("systemd-socket-activate")
+            .arg("--seqpacket")
+            .arg("-l")
+            .arg(&socket)
+            .arg(germline())
+            .arg("daemon")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .ok()?;
+        let t = Instant::now();
+        while !socket.exists() {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "no activation socket"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // What SocketMode=0666 of config/germline-daemon.socket sets.
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        Some(Daemon { child, socket, log })
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -526,4 +556,34 @@ fn each_user_sees_only_their_own_sessions() {
         let _ = h.kill();
         let _ = h.wait();
     }
+}
+
+#[test]
+fn a_socket_activated_daemon_serves_a_session() {
+    if !can_run() {
+        return;
+    }
+    let alice = user("germtest");
+    let (w, policy) = world();
+    let Some(d) = Daemon::activated(w.path()) else {
+        assert!(
+            std::env::var_os("GERMLINE_REQUIRE_ROOT_TESTS").is_none(),
+            "needs systemd-socket-activate (package systemd)"
+        );
+        return;
+    };
+    let out = run_as(
+        &alice,
+        w.path(),
+        &json!([{"tool": "summarize", "arguments": {"text": "activated by systemd"}}]),
+        &client_cmd(&d, &policy, "germline-office"),
+    );
+    assert_eq!(text(&out[0]), "3 words; starts with: activated by systemd");
+    assert!(
+        d.log()
+            .contains("germline daemon: listening on the socket systemd passed"),
+        "{}",
+        d.log()
+    );
+    assert_eq!(d.sessions(alice.uid).len(), 1, "{}", d.log());
 }

@@ -53,7 +53,7 @@ const MAX_PROBE_TRIES: usize = 64;
 #[serde(tag = "request", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum Request {
     /// A `germline run` session on the attached stdin, stdout and stderr.
-    Run(RunRequest),
+    Run(Box<RunRequest>),
     /// `germline status` of the asking user's own sessions.
     Status,
 }
@@ -222,7 +222,7 @@ pub fn request_of(a: &RunArgs) -> Result<RunRequest, DaemonError> {
 /// `germline run` through the daemon: sends the request with this process's standard
 /// streams and waits for the session's exit status, which it returns.
 pub fn client(a: &RunArgs) -> Result<i32, DaemonError> {
-    let req = Request::Run(request_of(a)?);
+    let req = Request::Run(Box::new(request_of(a)?));
     match exchange(&socket_of(a), &req, &[0, 1, 2])? {
         Reply::Exited { code } => Ok(code),
         other => Err(DaemonError::Protocol {
@@ -759,7 +759,7 @@ fn serve_conn(conn: &OwnedFd, exe: &Path, sessions: &Sessions, max: usize) {
         Err(e) => return refuse(e),
     };
     let req = match serde_json::from_slice::<Request>(&body) {
-        Ok(Request::Run(r)) => r,
+        Ok(Request::Run(r)) => *r,
         Ok(Request::Status) => {
             let sessions = own_sessions(sessions, peer.creds.uid);
             return reply(conn, &Reply::Status { sessions });
@@ -968,11 +968,11 @@ mod tests {
         assert_eq!(after("--state-dir"), "/var/lib/germline/users/1234");
         assert_eq!(args.last().map(String::as_str), Some("/r"));
         assert_eq!(args[args.len() - 2], "--");
-        let mut v = serde_json::to_value(Request::Run(request())).expect("json");
+        let mut v = serde_json::to_value(Request::Run(Box::new(request()))).expect("json");
         v["uid"] = 0.into();
         let e = serde_json::from_value::<Request>(v).expect_err("uid refused");
         assert!(e.to_string().contains("unknown field `uid`"), "{e}");
-        let mut v = serde_json::to_value(Request::Run(request())).expect("json");
+        let mut v = serde_json::to_value(Request::Run(Box::new(request()))).expect("json");
         v["state_dir"] = "/tmp/x".into();
         assert!(serde_json::from_value::<Request>(v).is_err());
     }
