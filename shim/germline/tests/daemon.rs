@@ -326,9 +326,36 @@ fn what_the_user_cannot_read_or_may_not_ask_for_is_refused() {
         err.contains("/etc/shadow") && err.contains("Permission denied"),
         "{err}"
     );
-    // Those two sessions started and refused; nothing below starts one.
+    // Her own copy of the release in a directory of hers that others may not search: the
+    // germline's unprivileged user could not bind it; said plainly, not "Permission denied".
+    let private = w.path().join("private");
+    std::fs::create_dir(&private).expect("mkdir");
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(bundle("germline-office"))
+        .arg(private.join("bundle"))
+        .status()
+        .expect("cp");
+    assert!(copied.success());
+    let chowned = Command::new("chown")
+        .arg("-R")
+        .arg(format!("{}:{}", alice.uid, alice.gid))
+        .arg(&private)
+        .status()
+        .expect("chown");
+    assert!(chowned.success());
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let mut args = cmd.clone();
+    *args.last_mut().expect("release") = private.join("bundle").display().to_string();
+    let (code, err) = run(&args);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!("others may not search {}", private.display())),
+        "{err}"
+    );
+    // Those three sessions started and refused; nothing below starts one.
     let started = d.sessions(alice.uid).len();
-    assert_eq!(started, 2, "{}", d.log());
+    assert_eq!(started, 3, "{}", d.log());
     // Options that would make root write or connect where the user says: refused before
     // anything is asked of the daemon.
     let mut args = cmd.clone();

@@ -199,6 +199,16 @@ pub fn start_session(a: &RunArgs) -> Result<Session, Error> {
     }
     let limits = a.image_limits.limits();
     let release = read_as(as_user, || Release::load_with(&a.release, &a.key, &limits))??;
+    if as_user.is_some() {
+        // A user's release often lies in their home: say so plainly rather than let the
+        // germline's keeper fail to bind it ("Permission denied").
+        if let Some(dir) = read_as(as_user, || unsearchable_by_others(&release.rootfs))? {
+            return Err(Error::RootfsHidden {
+                rootfs: release.rootfs.clone(),
+                dir,
+            });
+        }
+    }
     let lifetime = policy.lifetime(&release.manifest.name);
     if lifetime == germline_policy::limits::Lifetime::LongLived {
         return Err(Error::LongLived {
@@ -244,6 +254,20 @@ pub fn start_session(a: &RunArgs) -> Result<Session, Error> {
     let mut session = Session::new(runtime, policy);
     session.read_as = a.as_user.clone();
     Ok(session)
+}
+
+/// The first directory from `/` to `rootfs` (its symlinks resolved) that others may not
+/// search, if any: the germline's keeper binds the rootfs as the germline's unprivileged host
+/// user, for whom only the "others" permission bits count.
+fn unsearchable_by_others(rootfs: &std::path::Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = rootfs.canonicalize().ok()?;
+    path.ancestors()
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .find(|d| std::fs::metadata(d).is_ok_and(|m| m.permissions().mode() & 0o001 == 0))
+        .map(std::path::Path::to_path_buf)
 }
 
 /// Runs `f` with `creds`'s file permissions (on a thread of its own), or as this process.
