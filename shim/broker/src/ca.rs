@@ -172,19 +172,45 @@ fn certifi_bundles(rootfs: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Writes, under `out`, one bundle per CA file of `rootfs` (its own roots plus the deployment
-/// CA) and says where each must be mounted.
-pub fn copy_trust(rootfs: &Path, ca_pem: &str, out: &Path) -> Result<CopyTrust, CaError> {
-    std::fs::create_dir_all(out).map_err(io(out))?;
+/// The CA bundles a rootfs carries: each one's path relative to the rootfs and its text.
+/// Reading only (a release's rootfs may belong to the user a daemon session runs for, who
+/// must not make root read a file for them: [`rootfs_bundles`] then runs on a thread with
+/// the user's permissions, and [`copy_trust_from`] writes as root).
+#[derive(Debug, Clone)]
+pub struct RootfsBundles(Vec<(PathBuf, String)>);
+
+/// Reads the CA bundles of `rootfs` (Debian's, and every certifi's).
+pub fn rootfs_bundles(rootfs: &Path) -> Result<RootfsBundles, CaError> {
     let mut targets = Vec::new();
     if rootfs.join(DEBIAN_BUNDLE).is_file() {
         targets.push(PathBuf::from(DEBIAN_BUNDLE));
     }
     targets.extend(certifi_bundles(rootfs));
+    let mut out = Vec::new();
+    for rel in targets {
+        let src = rootfs.join(&rel);
+        let text = std::fs::read_to_string(&src).map_err(io(&src))?;
+        out.push((rel, text));
+    }
+    Ok(RootfsBundles(out))
+}
+
+/// Writes, under `out`, one bundle per CA file of `rootfs` (its own roots plus the deployment
+/// CA) and says where each must be mounted.
+pub fn copy_trust(rootfs: &Path, ca_pem: &str, out: &Path) -> Result<CopyTrust, CaError> {
+    copy_trust_from(&rootfs_bundles(rootfs)?, ca_pem, out)
+}
+
+/// [`copy_trust`] of bundles already read.
+pub fn copy_trust_from(
+    bundles: &RootfsBundles,
+    ca_pem: &str,
+    out: &Path,
+) -> Result<CopyTrust, CaError> {
+    std::fs::create_dir_all(out).map_err(io(out))?;
     let mut mounts = Vec::new();
-    for (i, rel) in targets.iter().enumerate() {
-        let src = rootfs.join(rel);
-        let mut bundle = std::fs::read_to_string(&src).map_err(io(&src))?;
+    for (i, (rel, text)) in bundles.0.iter().enumerate() {
+        let mut bundle = text.clone();
         if !bundle.ends_with('\n') {
             bundle.push('\n');
         }
@@ -198,9 +224,10 @@ pub fn copy_trust(rootfs: &Path, ca_pem: &str, out: &Path) -> Result<CopyTrust, 
     // the rootfs has one, otherwise a bundle of the deployment CA alone mounted at a fixed path.
     let ca_only = out.join("germline-ca.pem");
     std::fs::write(&ca_only, ca_pem).map_err(io(&ca_only))?;
-    let in_copy = if targets
+    let in_copy = if bundles
+        .0
         .first()
-        .is_some_and(|t| t == Path::new(DEBIAN_BUNDLE))
+        .is_some_and(|(t, _)| t == Path::new(DEBIAN_BUNDLE))
     {
         format!("/{DEBIAN_BUNDLE}")
     } else {

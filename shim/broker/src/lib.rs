@@ -125,6 +125,9 @@ pub struct BrokerConfig {
     /// broker's first start and kept in `<state_dir>/copy-port`, so a tool cannot recognise a
     /// germline copy by a fixed, well-known proxy port (docs/broker.md).
     pub copy_port: u16,
+    /// Read the policy's credential files with this user's permissions (`germline daemon`'s
+    /// sessions, docs/daemon.md); `None`: with the broker's own.
+    pub read_as: Option<germline_sys::user::FsCreds>,
 }
 
 impl BrokerConfig {
@@ -141,6 +144,7 @@ impl BrokerConfig {
             follow_redirects: false,
             workers: 2,
             copy_port: 0,
+            read_as: None,
         }
     }
 }
@@ -438,7 +442,21 @@ fn upstream_tls(cfg: &BrokerConfig) -> Result<rustls::ClientConfig, BrokerError>
     Ok(c)
 }
 
-fn load_credentials(policy: &Policy) -> Result<HashMap<String, Credential>, BrokerError> {
+/// A credential file's value, read with `read_as`'s permissions when given.
+fn read_credential_file(
+    path: &Path,
+    read_as: Option<&germline_sys::user::FsCreds>,
+) -> std::io::Result<String> {
+    match read_as {
+        Some(c) => c.run(|| std::fs::read_to_string(path))?,
+        None => std::fs::read_to_string(path),
+    }
+}
+
+fn load_credentials(
+    policy: &Policy,
+    read_as: Option<&germline_sys::user::FsCreds>,
+) -> Result<HashMap<String, Credential>, BrokerError> {
     let mut out = HashMap::new();
     for (host, c) in policy.credentials() {
         let err = |reason: String| BrokerError::Credential {
@@ -449,7 +467,7 @@ fn load_credentials(policy: &Policy) -> Result<HashMap<String, Credential>, Brok
             CredentialSource::Inline(v) => v.clone(),
             CredentialSource::Env(name) => std::env::var(name)
                 .map_err(|_| err(format!("environment variable {name} is not set")))?,
-            CredentialSource::File(p) => std::fs::read_to_string(p)
+            CredentialSource::File(p) => read_credential_file(p, read_as)
                 .map_err(|e| err(format!("cannot read {}: {e}", p.display())))?
                 .trim_end_matches(['\n', '\r'])
                 .to_string(),
@@ -532,7 +550,7 @@ impl Broker {
         };
         let inner = Inner {
             upstream_tls: Arc::new(upstream_tls(&cfg)?),
-            credentials: load_credentials(&cfg.policy)?,
+            credentials: load_credentials(&cfg.policy, cfg.read_as.as_ref())?,
             cfg,
             ca,
             audit,
@@ -896,15 +914,60 @@ mod tests {
             "\n",
             " secret",
         ] {
-            let e = load_credentials(&policy(bad)).expect_err(bad).to_string();
+            let e = load_credentials(&policy(bad), None)
+                .expect_err(bad)
+                .to_string();
             assert!(
                 e.contains("\"ocr.example\"") && e.contains("expected"),
                 "{e}"
             );
             assert!(!e.contains("sec"), "the value is printed: {e}");
         }
-        let ok = load_credentials(&policy("secret\r\n")).expect("good");
+        let ok = load_credentials(&policy("secret\r\n"), None).expect("good");
         assert_eq!(ok["ocr.example"].value, "secret");
+    }
+
+    /// A broker of a `germline daemon` session reads credential files as the session's user:
+    /// a file that user cannot read is refused even though root (the broker) could, so a
+    /// file swapped in after the session checked the policy is not read for them.
+    #[test]
+    fn credential_files_are_read_with_the_users_permissions() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(
+                std::env::var_os("GERMLINE_REQUIRE_ROOT_TESTS").is_none(),
+                "needs root"
+            );
+            return;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        let file = dir.path().join("key");
+        std::fs::write(&file, "root-only-secret\n").expect("key");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let text = format!(
+            "[labels]\nhr = \"x\"\n[destinations]\n\"ocr.example\" = []\n\
+             [credentials.\"ocr.example\"]\nheader = \"X-Api-Key\"\nvalue_file = \"{}\"\n",
+            file.display()
+        );
+        let policy = Policy::parse(Path::new("p.toml"), &text).expect("policy");
+        let nobody = germline_sys::user::FsCreds {
+            uid: 65534,
+            gid: 65534,
+            groups: vec![],
+        };
+        let e = load_credentials(&policy, Some(&nobody))
+            .expect_err("not the user's to read")
+            .to_string();
+        assert!(
+            e.contains("cannot read") && e.contains("Permission denied"),
+            "{e}"
+        );
+        assert!(!e.contains("root-only-secret"), "{e}");
+        let ok = load_credentials(&policy, None).expect("the broker's own");
+        assert_eq!(ok["ocr.example"].value, "root-only-secret");
     }
 
     #[test]

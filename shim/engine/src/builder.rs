@@ -39,6 +39,7 @@ pub struct RuntimeBuilder {
     pub(crate) outbox: Option<PathBuf>,
     pub(crate) launcher: Option<Arc<Launcher>>,
     pub(crate) status: Option<&'static str>,
+    pub(crate) read_as: Option<germline_sys::user::FsCreds>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -73,6 +74,7 @@ impl RuntimeBuilder {
             outbox: None,
             launcher: None,
             status: None,
+            read_as: None,
         }
     }
 
@@ -145,6 +147,14 @@ impl RuntimeBuilder {
     /// them ([`crate::launcher`]).
     pub fn launcher(mut self, launcher: Arc<Launcher>) -> Self {
         self.launcher = Some(launcher);
+        self
+    }
+
+    /// Read what the release's rootfs holds for the copies (its CA bundles) with this user's
+    /// permissions: a session `germline daemon` runs for an unprivileged user, whose rootfs
+    /// must not make root read a file for them (docs/daemon.md).
+    pub fn read_as(mut self, creds: Option<germline_sys::user::FsCreds>) -> Self {
+        self.read_as = creds;
         self
     }
 

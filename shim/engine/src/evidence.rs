@@ -979,6 +979,7 @@ impl OfflineCheck {
             policy: self.tmp.path().join("policy.toml"),
             state_dir: self.tmp.path().join("state"),
             audit: None,
+            read_as: None,
         }
     }
 

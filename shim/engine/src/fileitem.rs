@@ -214,6 +214,9 @@ impl FileItemError {
 const ELOOP_WHY: &str = "too many levels of symbolic links: a symlink loop, or a /proc magic \
                          link such as /proc/self/fd/N (refused: name the file itself)";
 
+const EACCES_WHY: &str = "permission denied: a directory on the way cannot be searched by \
+                          the user this session reads files for";
+
 /// A resolved file: its `O_PATH` descriptor and what `fstat` says of it.
 struct Resolved {
     fd: OwnedFd,
@@ -227,16 +230,20 @@ impl Resolved {
 }
 
 /// Opens `path` once as an `O_PATH` descriptor. `Ok(None)`: the path names nothing here
-/// (absent, not a directory on the way, not searchable, too long, or containing NUL).
+/// (absent, not a directory on the way, too long, or containing NUL); an error if a directory
+/// on the way cannot be searched (EACCES).
 fn resolve(path: &Path) -> Result<Option<Resolved>, FileItemError> {
     let how = OpenHow::new()
         .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
         .resolve(ResolveFlag::RESOLVE_NO_MAGICLINKS);
     let fd = match openat2(AT_FDCWD, path, how) {
         Ok(fd) => fd,
-        Err(
-            Errno::ENOENT | Errno::ENOTDIR | Errno::EACCES | Errno::ENAMETOOLONG | Errno::EINVAL,
-        ) => return Ok(None),
+        Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ENAMETOOLONG | Errno::EINVAL) => {
+            return Ok(None)
+        }
+        // It exists, but its reader may not reach it: refused, not passed on as text (a
+        // `germline daemon` session resolves items with its user's permissions).
+        Err(Errno::EACCES) => return Err(FileItemError::Unreadable(EACCES_WHY.into())),
         Err(Errno::ELOOP) => return Err(FileItemError::Unreadable(ELOOP_WHY.into())),
         Err(Errno::ENOSYS) => {
             return Err(FileItemError::Unreadable(
@@ -302,7 +309,12 @@ fn read_bounded(r: &Resolved, max: u64) -> Result<Vec<u8>, FileItemError> {
         OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOCTTY | OFlag::O_NONBLOCK,
         Mode::empty(),
     )
-    .map_err(|e| FileItemError::Unreadable(format!("cannot open it for reading: {e}")))?;
+    .map_err(|e| match e {
+        Errno::EACCES => FileItemError::Unreadable(
+            "permission denied: the user this session reads files for may not read it".into(),
+        ),
+        e => FileItemError::Unreadable(format!("cannot open it for reading: {e}")),
+    })?;
     let st = fstat(&fd).map_err(|e| FileItemError::Unreadable(format!("fstat: {e}")))?;
     if st.st_dev != r.stat.st_dev || st.st_ino != r.stat.st_ino {
         return Err(FileItemError::Unreadable(

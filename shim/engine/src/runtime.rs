@@ -312,6 +312,7 @@ impl Runtime {
             outbox,
             launcher: runtime_launcher,
             status: _,
+            read_as,
         } = cfg;
         let mut observers = Observers::default();
         if let Some(m) = &metrics {
@@ -332,7 +333,20 @@ impl Runtime {
         let ca_made = crate::sidecar::DirGuard::new(ca_dir.clone());
         let pem = broker.client.ca_cert().map_err(StartError::BrokerCa)?;
         let _ = std::fs::remove_dir_all(&ca_dir);
-        let trust = germline_broker::ca::copy_trust(&release.rootfs, &pem, &ca_dir)
+        // Read as the user a daemon session runs for (a symlink in their rootfs must not
+        // make root read a file for them), written as root.
+        let read = || germline_broker::ca::rootfs_bundles(&release.rootfs);
+        let bundles = match &read_as {
+            Some(c) => c.run(read).unwrap_or_else(|source| {
+                Err(germline_broker::ca::CaError::Io {
+                    path: release.rootfs.clone(),
+                    source,
+                })
+            }),
+            None => read(),
+        }
+        .map_err(StartError::CopyTrust)?;
+        let trust = germline_broker::ca::copy_trust_from(&bundles, &pem, &ca_dir)
             .map_err(StartError::CopyTrust)?;
         let mut readable = vec![ca_dir.clone()];
         readable.extend(trust.mounts.iter().map(|(src, _)| src.clone()));

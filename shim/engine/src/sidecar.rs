@@ -30,6 +30,9 @@ pub struct SidecarConfig {
     /// Where a started broker keeps its CA and slots.
     pub state_dir: PathBuf,
     pub audit: Option<PathBuf>,
+    /// A started broker reads the policy and its credential files with this user's
+    /// permissions (`germline daemon`'s sessions, docs/daemon.md).
+    pub read_as: Option<germline_sys::user::FsCreds>,
 }
 
 impl Sidecar {
@@ -81,6 +84,9 @@ impl Sidecar {
             .stderr(Stdio::piped());
         if let Some(a) = &cfg.audit {
             cmd.arg("--audit").arg(a);
+        }
+        if let Some(c) = &cfg.read_as {
+            cmd.arg("--read-as").arg(c.to_string());
         }
         // `run` and `serve` block their stop signals (signalfd) and the mask survives exec: give
         // the broker its signals back, and end it if this process dies without stopping it.

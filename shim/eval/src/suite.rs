@@ -817,6 +817,8 @@ fn germline_run_args(
         outbox: None,
         copy_cpus: copy_cpus(),
         germline_restart_window: germline_engine::runtime::RESTART_WINDOW.as_secs(),
+        daemon: None,
+        as_user: None,
         release: release.to_path_buf(),
     }
 }

@@ -35,6 +35,10 @@ enum BrokerCmd {
         /// Slot store (SQLite). Default: <state>/slots.db.
         #[arg(long)]
         slots: Option<PathBuf>,
+        /// Read the policy and its credential files with this user's permissions
+        /// (UID:GID:GROUPS; set by `germline daemon`'s sessions, docs/daemon.md).
+        #[arg(long, hide = true, value_name = "UID:GID:GROUPS")]
+        read_as: Option<germline_sys::user::FsCreds>,
     },
     /// Measure the broker's added latency per delivered request against a direct request.
     Bench {
@@ -54,10 +58,15 @@ pub fn run(args: &BrokerArgs) -> Result<(), Error> {
             state,
             audit,
             slots,
+            read_as,
         } => {
-            let policy = Arc::new(Policy::load(policy)?);
+            let policy = Arc::new(match read_as {
+                Some(c) => c.run(|| Policy::load(policy))??,
+                None => Policy::load(policy)?,
+            });
             let mut cfg = BrokerConfig::new(policy, state);
             cfg.audit_log = audit.clone();
+            cfg.read_as = read_as.clone();
             cfg.slots = Some(slots.clone().unwrap_or_else(|| state.join("slots.db")));
             let broker = Arc::new(Broker::start(cfg)?);
             eprintln!(

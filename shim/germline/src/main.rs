@@ -28,6 +28,8 @@ struct Cli {
 enum Command {
     /// Serve a signed release to an MCP client over stdio, under germline execution.
     Run(germline_mcp::cli::RunArgs),
+    /// The system service that runs `germline run` sessions for users who are not root.
+    Daemon(germline_mcp::daemon::DaemonArgs),
     /// Serve signed releases to MCP clients over Streamable HTTP (bearer token, localhost only).
     Serve(germline_mcp::serve::ServeArgs),
     /// Add `germline run` for a release to Claude Desktop's, VS Code's or Cursor's MCP
@@ -107,11 +109,28 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        // As a user (not root): the session is the daemon's, and its exit status is ours.
+        Command::Run(args) if germline_mcp::daemon::wanted(&args) => {
+            match germline_mcp::daemon::client(&args) {
+                Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+                Err(e) => {
+                    eprintln!("germline: error: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Command::Run(args) => report(germline_mcp::cli::run(&args).map_err(Into::into)),
+        Command::Daemon(args) => report(germline_mcp::daemon::run(&args).map_err(Into::into)),
         Command::RunBench(args) => report(germline_eval::bench::run(&args).map_err(Into::into)),
         Command::Bench(args) => report(germline_eval::suite::run(&args).map_err(Into::into)),
         Command::Serve(args) => report(germline_mcp::serve::run(&args).map_err(Into::into)),
         Command::Client(args) => report(client_cmd::run(&args).map_err(Into::into)),
+        // As a user: their own sessions, from the daemon.
+        Command::Sandbox(germline_sandbox::cli::Command::Status(a))
+            if a.id.is_none() && germline_mcp::daemon::status_wanted() =>
+        {
+            report(germline_mcp::daemon::status_client(a.json).map_err(Into::into))
+        }
         Command::Sandbox(germline_sandbox::cli::Command::Status(a)) if a.id.is_none() => {
             report(germline_engine::status::run(a.json).map_err(Into::into))
         }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use germline_policy::Policy;
+use germline_sys::user::FsCreds;
 
 use crate::error::Error;
 use crate::session::Session;
@@ -51,6 +52,14 @@ pub struct RunArgs {
     /// docs/run.md); without it they are not delivered.
     #[arg(long)]
     pub outbox: Option<PathBuf>,
+    /// Ask this `germline daemon` socket for the session (the default when not root:
+    /// $GERMLINE_DAEMON_SOCKET, else /run/germline/daemon.sock; docs/daemon.md).
+    #[arg(long, value_name = "SOCKET")]
+    pub daemon: Option<PathBuf>,
+    /// Run for this user: every file the session opens because the user named it is opened
+    /// with the user's permissions (set by `germline daemon` only, from SO_PEERCRED).
+    #[arg(long, hide = true, value_name = "UID:GID:GROUPS")]
+    pub as_user: Option<FsCreds>,
     /// The signed release: an unpacked bundle (with rootfs/) or an OCI image layout.
     pub release: PathBuf,
 }
@@ -72,11 +81,22 @@ pub struct BrokerArgs {
 impl BrokerArgs {
     /// The broker these options name, started (or connected to) under `policy`.
     pub fn start(&self, policy: &std::path::Path) -> Result<Sidecar, SidecarError> {
+        self.start_as(policy, None)
+    }
+
+    /// The same, a started broker reading the policy and its credential files with
+    /// `read_as`'s permissions.
+    pub fn start_as(
+        &self,
+        policy: &std::path::Path,
+        read_as: Option<FsCreds>,
+    ) -> Result<Sidecar, SidecarError> {
         Sidecar::start(&SidecarConfig {
             existing: self.broker.clone(),
             policy: policy.to_path_buf(),
             state_dir: self.state_dir.clone(),
             audit: self.audit.clone(),
+            read_as,
         })
     }
 }
@@ -158,10 +178,37 @@ pub fn evidence_for(
 }
 
 /// Verifies the release, starts the broker (unless given) and the germline.
+///
+/// With `--as-user` (a session `germline daemon` runs for an unprivileged user), the policy,
+/// the key, the release and everything they lead to are read with that user's permissions,
+/// here and in the broker this starts (docs/daemon.md).
 pub fn start_session(a: &RunArgs) -> Result<Session, Error> {
-    let policy = Arc::new(Policy::load(&a.policy)?);
+    let as_user = a.as_user.as_ref();
+    let policy = Arc::new(read_as(as_user, || Policy::load(&a.policy))??);
     germline_engine::limits::check_pool(policy.limits(), a.pool)?;
-    let release = Release::load_with(&a.release, &a.key, &a.image_limits.limits())?;
+    if as_user.is_some() {
+        // The node-wide copy slots are lock files root makes: in the node's directory, never
+        // one a user's policy names.
+        let dir = &policy.limits().node_dir;
+        if dir != std::path::Path::new(germline_policy::limits::DEFAULT_NODE_DIR) {
+            return Err(Error::UserPolicy {
+                policy: a.policy.clone(),
+                what: format!("limits.node_dir = {:?}", dir.display().to_string()),
+            });
+        }
+    }
+    let limits = a.image_limits.limits();
+    let release = read_as(as_user, || Release::load_with(&a.release, &a.key, &limits))??;
+    if as_user.is_some() {
+        // A user's release often lies in their home: say so plainly rather than let the
+        // germline's keeper fail to bind it ("Permission denied").
+        if let Some(dir) = read_as(as_user, || unsearchable_by_others(&release.rootfs))? {
+            return Err(Error::RootfsHidden {
+                rootfs: release.rootfs.clone(),
+                dir,
+            });
+        }
+    }
     let lifetime = policy.lifetime(&release.manifest.name);
     if lifetime == germline_policy::limits::Lifetime::LongLived {
         return Err(Error::LongLived {
@@ -169,7 +216,7 @@ pub fn start_session(a: &RunArgs) -> Result<Session, Error> {
             name: release.manifest.name.clone(),
         });
     }
-    let broker = a.broker.start(&a.policy)?;
+    let broker = a.broker.start_as(&a.policy, a.as_user.clone())?;
     let outbox = a.outbox.as_deref().map(check_outbox).transpose()?;
     let evidence = evidence_for(&a.evidence, &a.broker.state_dir, &policy)?;
     let metrics = match a.telemetry.metrics_listen {
@@ -197,8 +244,48 @@ pub fn start_session(a: &RunArgs) -> Result<Session, Error> {
         .metrics(metrics)
         .tracer(tracer)
         .status("run")
-        .build()?;
-    Ok(Session::new(runtime, policy))
+        .read_as(a.as_user.clone());
+    let runtime = match as_user {
+        // The user whose calls these are keys the broker's slots.
+        Some(c) => runtime.user(&user_name(c.uid)),
+        None => runtime,
+    }
+    .build()?;
+    let mut session = Session::new(runtime, policy);
+    session.read_as = a.as_user.clone();
+    Ok(session)
+}
+
+/// The first directory from `/` to `rootfs` (its symlinks resolved) that others may not
+/// search, if any: the germline's keeper binds the rootfs as the germline's unprivileged host
+/// user, for whom only the "others" permission bits count.
+fn unsearchable_by_others(rootfs: &std::path::Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = rootfs.canonicalize().ok()?;
+    path.ancestors()
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .find(|d| std::fs::metadata(d).is_ok_and(|m| m.permissions().mode() & 0o001 == 0))
+        .map(std::path::Path::to_path_buf)
+}
+
+/// Runs `f` with `creds`'s file permissions (on a thread of its own), or as this process.
+fn read_as<T: Send>(creds: Option<&FsCreds>, f: impl FnOnce() -> T + Send) -> Result<T, Error> {
+    match creds {
+        Some(c) => c
+            .run(f)
+            .map_err(Error::sys("take the user's file permissions")),
+        None => Ok(f()),
+    }
+}
+
+/// The login name of `uid`, or `uid-N` if it has none.
+fn user_name(uid: u32) -> String {
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map_or_else(|| format!("uid-{uid}"), |u| u.name)
 }
 
 /// `--outbox DIR` must be an existing directory.

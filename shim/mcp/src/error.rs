@@ -50,6 +50,19 @@ pub enum Error {
         first: String,
         second: String,
     },
+    /// A policy of a session `germline daemon` runs for a user asks for what root would do
+    /// in the user's name (docs/daemon.md).
+    #[error("{policy}: {what}, which a session of germline daemon does not take (docs/daemon.md)", policy = .policy.display())]
+    UserPolicy { policy: PathBuf, what: String },
+    /// A user's release lies below a directory others may not search: the germline's keeper,
+    /// an unprivileged host user, could not bind its rootfs (docs/daemon.md).
+    #[error(
+        "the release's rootfs {} cannot be reached by the germline's unprivileged host user: \
+         others may not search {} (add o+x, e.g. chmod o+x on each directory on the way), or \
+         give an image layout, which is extracted where it can (docs/daemon.md)",
+        .rootfs.display(), .dir.display()
+    )]
+    RootfsHidden { rootfs: PathBuf, dir: PathBuf },
     /// A session asked for a release index the router does not have (a bug of the router).
     #[error("no release {0}")]
     NoRelease(usize),

@@ -9,6 +9,7 @@
 
 pub mod cli;
 pub mod conns;
+pub mod daemon;
 pub mod error;
 pub mod http;
 pub mod jsonrpc;

@@ -350,6 +350,7 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
             policy: policy_path.clone(),
             state_dir: state_dir.clone(),
             audit: None,
+            read_as: None,
         })?;
         let runtime = RuntimeBuilder::new(mode, release, client)
             .policy(&fpolicy)

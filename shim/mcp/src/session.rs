@@ -41,6 +41,10 @@ pub struct Session {
     pub pending: Vec<Value>,
     /// The client capabilities the agent announced at `initialize`.
     pub agent_capabilities: Value,
+    /// Files the agent names (path arguments that become items) are opened with this user's
+    /// permissions: a session `germline daemon` runs for an unprivileged user
+    /// (docs/daemon.md). `None`: with this process's own.
+    pub read_as: Option<germline_sys::user::FsCreds>,
 }
 
 impl std::fmt::Debug for Session {
@@ -91,6 +95,7 @@ impl Session {
             calls: 0,
             pending: Vec::new(),
             agent_capabilities: json!({}),
+            read_as: None,
         }
     }
 
@@ -250,14 +255,22 @@ impl Session {
             Ok(r) => consumers.extend(r),
             Err(e) => return Some(error(id, INVALID_PARAMS, format!("germline: {e}"))),
         }
-        let meta = match callmeta::build(
-            &self.policy,
-            name,
-            tool,
-            &args,
-            params.get("_meta"),
-            &consumers,
-        ) {
+        let policy = &self.policy;
+        let build = || callmeta::build(policy, name, tool, &args, params.get("_meta"), &consumers);
+        let built = match &self.read_as {
+            Some(c) => match c.run(build) {
+                Ok(b) => b,
+                Err(e) => {
+                    return error(
+                        id,
+                        RUNTIME_FAILED,
+                        format!("germline: cannot take the user's permissions to read files: {e}"),
+                    )
+                }
+            },
+            None => build(),
+        };
+        let meta = match built {
             Ok(m) => m,
             Err(e) => return Some(error(id, INVALID_PARAMS, format!("germline: {e}"))),
         };

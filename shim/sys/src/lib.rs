@@ -5,7 +5,8 @@
 //! * [`cgroup`]: cgroups v1 and v2 (create, limit, freeze, kill, destroy);
 //! * [`procfs`]: reading a process from outside through the host's /proc, and
 //!   [`mountinfo`], its mount table's one parser;
-//! * [`paths`]: every host path and cgroup name germline uses.
+//! * [`paths`]: every host path and cgroup name germline uses;
+//! * [`user`]: a thread that opens files with a user's permissions (`germline daemon`).
 //!
 //! It depends on no workspace crate.
 
@@ -15,5 +16,6 @@ pub mod mountinfo;
 pub mod paths;
 pub mod procfs;
 pub mod sys;
+pub mod user;
 
 pub use error::{Error, Result};

@@ -15,6 +15,11 @@ use std::path::PathBuf;
 pub const RUN_DIR: &str = "/run/germline";
 /// The broker daemon's control socket (`germline broker --socket`'s default).
 pub const BROKER_SOCKET: &str = "/run/germline/broker.sock";
+/// `germline daemon`'s socket, where `germline run` started by a user asks for a session
+/// (docs/daemon.md).
+pub const DAEMON_SOCKET: &str = "/run/germline/daemon.sock";
+/// The variable that names another daemon socket to `germline run` (tests, a second daemon).
+pub const DAEMON_SOCKET_ENV: &str = "GERMLINE_DAEMON_SOCKET";
 /// `germline status`'s directory: one file per running front end.
 pub const STATUS_DIR: &str = "/run/germline/status";
 /// Where a copy finds the broker's CA certificate, inside the copy's own view (the file is
@@ -68,6 +73,14 @@ pub const CONTAINERD_ROOT: &str = "/run/containerd/germline";
 
 /// The broker's state directory (slots, the deployment CA, the audit log).
 pub const BROKER_STATE: &str = "/var/lib/germline/broker";
+/// The state of the users `germline daemon` serves: one root-only directory per uid.
+pub const USERS_STATE: &str = "/var/lib/germline/users";
+
+/// The state directory (broker CA, slots, evidence) of the sessions `germline daemon` runs
+/// for `uid`: theirs alone, so one user's slots and records never meet another's.
+pub fn user_state_dir(uid: u32) -> PathBuf {
+    PathBuf::from(format!("{USERS_STATE}/{uid}"))
+}
 /// Where `germline witness` finds the broker's evidence by default.
 pub const BROKER_EVIDENCE: &str = "/var/lib/germline/broker/evidence";
 /// The benchmarks' own broker state (kept apart from a deployment's).
