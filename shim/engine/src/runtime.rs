@@ -312,6 +312,7 @@ impl Runtime {
             outbox,
             launcher: runtime_launcher,
             status: _,
+            observers: _,
         } = cfg;
         let mut observers = Observers::default();
         if let Some(m) = &metrics {

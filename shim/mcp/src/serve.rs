@@ -334,6 +334,9 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
             policy.lifetime(&release.manifest.name),
         ));
     }
+    // The status page's data (`/status`), told by every runtime as metrics are.
+    let board = Arc::new(crate::status_page::Board::new(a.mode.name(), &described));
+    let fboard = board.clone();
     let (mode, pool, evidence) = (a.mode, a.pool, a.evidence.clone());
     let fpolicy = policy.clone();
     // Lives until every germline is stopped (after `router.stop()` below).
@@ -362,6 +365,7 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
             .tracer(tracer.clone())
             .outbox(outbox.clone())
             .status("serve")
+            .observer(Box::new(fboard.observer(i, user)))
             .build()?;
         Ok(Session::new(runtime, fpolicy.clone()))
     };
@@ -384,24 +388,27 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
             return Err(e.into());
         }
     }
-    let http = Arc::new(Http::new(
-        HttpConfig {
-            tokens,
-            anonymous_user: default_user(),
-            max_sessions: a.max_sessions,
-            idle_timeout: std::time::Duration::from_secs(a.session_idle_timeout),
-            extra_hosts: crate::http::extra_hosts_for(local.ip()),
-            max_body: a.max_body,
-            conns: crate::http::ConnLimits {
-                max_total: a.max_connections,
-                max_per_client: a.max_connections_per_client,
-                header_timeout: std::time::Duration::from_secs(a.header_timeout),
-                keepalive_timeout: std::time::Duration::from_secs(a.keepalive_timeout),
-                body_timeout: std::time::Duration::from_secs(a.body_timeout),
+    let http = Arc::new(
+        Http::new(
+            HttpConfig {
+                tokens,
+                anonymous_user: default_user(),
+                max_sessions: a.max_sessions,
+                idle_timeout: std::time::Duration::from_secs(a.session_idle_timeout),
+                extra_hosts: crate::http::extra_hosts_for(local.ip()),
+                max_body: a.max_body,
+                conns: crate::http::ConnLimits {
+                    max_total: a.max_connections,
+                    max_per_client: a.max_connections_per_client,
+                    header_timeout: std::time::Duration::from_secs(a.header_timeout),
+                    keepalive_timeout: std::time::Duration::from_secs(a.keepalive_timeout),
+                    body_timeout: std::time::Duration::from_secs(a.body_timeout),
+                },
             },
-        },
-        router.clone(),
-    ));
+            router.clone(),
+        )
+        .with_status(board),
+    );
     let labels: Vec<String> = router.releases.iter().map(|r| r.label.clone()).collect();
     eprintln!(
         "germline serve: http://{local}{MCP_PATH} serving {} in mode {}, broker {}",
@@ -409,6 +416,7 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
         a.mode.name(),
         broker.socket().display()
     );
+    eprintln!("germline serve: status page at http://{local}/status (same token)");
     match (&token, &a.users) {
         (
             Some(Token {
