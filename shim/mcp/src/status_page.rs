@@ -504,7 +504,7 @@ pub fn render(snap: &Value, nonce: &str) -> String {
     o.push_str(&format!(
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta http-equiv=\"refresh\" content=\"{REFRESH_SECS}\">\
-         <meta name=\"referrer\" content=\"no-referrer\">\
+         <meta name=\"referrer\" content=\"same-origin\">\
          <title>germline serve: status</title><style nonce=\"{}\">{STYLE}</style></head><body>",
         escape(nonce)
     ));
@@ -685,7 +685,8 @@ pub fn render(snap: &Value, nonce: &str) -> String {
 
 type Resp = Response<Full<Bytes>>;
 
-/// Headers of every status answer: no caching, no sniffing, no framing, no referrer; with a
+/// Headers of every status answer: no caching, no sniffing, no framing, no referrer beyond
+/// the page's own origin; with a
 /// nonce, the HTML's Content-Security-Policy.
 pub fn secure_headers(r: &mut Resp, nonce: Option<&str>) {
     let h = r.headers_mut();
@@ -703,7 +704,9 @@ pub fn secure_headers(r: &mut Resp, nonce: Option<&str>) {
     );
     h.insert(
         hyper::header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        // Not `no-referrer`: with it Chromium sends the login form's POST with `Origin:
+        // null`, which the Origin guard refuses; the page links nowhere else.
+        HeaderValue::from_static("same-origin"),
     );
     if let Some(n) = nonce {
         if let Ok(v) = HeaderValue::from_str(&csp(n)) {
@@ -741,7 +744,7 @@ pub fn login_page(status: StatusCode, wrong: bool, refusal: &Resp) -> Resp {
     let n = nonce();
     let body = format!(
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"referrer\" content=\"no-referrer\"><title>germline serve: sign in</title>\
+         <meta name=\"referrer\" content=\"same-origin\"><title>germline serve: sign in</title>\
          <style nonce=\"{n}\">{STYLE}</style></head><body><h1>germline serve</h1>\
          <p>The status page needs the bearer token of <code>germline serve</code> (the token \
          file it printed, or your line of <code>--users</code>).</p>{}\
