@@ -66,7 +66,8 @@ struct CallRow {
     outcome: &'static str,
     copies: usize,
     triggers: usize,
-    label: Vec<String>,
+    /// The label of the call's outputs (none for a refused or failed call).
+    label: Option<Vec<String>>,
     ms: f64,
     /// Broker requests by (declared host or `undeclared`, verdict).
     verdicts: BTreeMap<(String, String), u64>,
@@ -338,12 +339,14 @@ impl CallObserver for BoardObserver {
             Ok(o) => (
                 o.copies,
                 o.triggers,
-                o.label
-                    .as_ref()
-                    .map(|l| l.tags().map(str::to_string).collect())
-                    .unwrap_or_default(),
+                Some(
+                    o.label
+                        .as_ref()
+                        .map(|l| l.tags().map(str::to_string).collect())
+                        .unwrap_or_default(),
+                ),
             ),
-            Err(_) => (0, 0, vec![]),
+            Err(_) => (0, 0, None),
         };
         let mut verdicts = BTreeMap::new();
         for (_, e) in rt.last_requests {
