@@ -342,6 +342,24 @@ fn the_status_page_shows_releases_sessions_calls_verdicts_and_witnesses_never_co
     let second = std::fs::read_to_string(out.join("second.html")).expect("second.html");
     assert!(login.contains("name=\"token\"") && !login.contains("Recent calls"));
 
+    // Never an argument value or an item's contents: the files' paths, names and texts.
+    let json_text = status_json(&s, &token).to_string();
+    for page in [&login, &first, &second, &json_text] {
+        for secret in [
+            w.path().display().to_string(),
+            "salary.csv".into(),
+            "invoice.txt".into(),
+            w.canary_hr.clone(),
+            "INVOICE".into(),
+            "91234".into(),
+        ] {
+            assert!(
+                !page.contains(&secret),
+                "{secret:?} shown on the status page"
+            );
+        }
+    }
+
     // The release, with its digest, calls, outcomes, triggers and dampening.
     let label = {
         let st = status_json(&s, &token);
@@ -425,24 +443,6 @@ fn the_status_page_shows_releases_sessions_calls_verdicts_and_witnesses_never_co
     assert_eq!(seen["th_font_weight"], json!("600"), "{seen}");
     let console = seen["console"].to_string();
     assert!(!console.contains("Content Security Policy"), "{console}");
-
-    // Never an argument value or an item's contents: the files' paths, names and texts.
-    let json_text = status_json(&s, &token).to_string();
-    for page in [&login, &first, &second, &json_text] {
-        for secret in [
-            w.path().display().to_string(),
-            "salary.csv".into(),
-            "invoice.txt".into(),
-            w.canary_hr.clone(),
-            "INVOICE".into(),
-            "91234".into(),
-        ] {
-            assert!(
-                !page.contains(&secret),
-                "{secret:?} shown on the status page"
-            );
-        }
-    }
 
     // The screenshot, for the note.
     let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("status-page.png");
