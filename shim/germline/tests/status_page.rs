@@ -266,6 +266,56 @@ fn the_status_page_shows_releases_sessions_calls_verdicts_and_witnesses_never_co
     );
     assert_eq!(code, 401, "{head}");
     assert!(!head.contains("set-cookie"), "{head}");
+    // The right token, posted from another site's page: the Origin guard refuses it.
+    let form = format!("token={token}");
+    let (code, head, _) = http(
+        &s.addr,
+        "POST",
+        "/status/login",
+        &[
+            ("content-type", "application/x-www-form-urlencoded"),
+            ("origin", "http://evil.example"),
+        ],
+        &form,
+    );
+    assert_eq!(code, 403, "{head}");
+    assert!(!head.contains("set-cookie"), "{head}");
+    // Posted from the page itself: a cookie for the page only, which opens no MCP session.
+    let (code, head, _) = http(
+        &s.addr,
+        "POST",
+        "/status/login",
+        &[("content-type", "application/x-www-form-urlencoded")],
+        &form,
+    );
+    assert_eq!(code, 303, "{head}");
+    let set = head
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .expect("a login cookie")
+        .to_string();
+    assert!(
+        set.contains("; httponly")
+            && set.contains("; samesite=strict")
+            && set.contains("; path=/status;"),
+        "{set}"
+    );
+    let cookie = set.split(';').next().unwrap_or_default().to_string();
+    let (code, _, body) = http(&s.addr, "GET", "/status", &[("cookie", &cookie)], "");
+    assert_eq!(code, 200, "{body}");
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let (code, _, _) = http(
+        &s.addr,
+        "POST",
+        "/mcp",
+        &[
+            ("cookie", &cookie),
+            ("content-type", "application/json"),
+            ("accept", "application/json, text/event-stream"),
+        ],
+        init,
+    );
+    assert_eq!(code, 401, "the page's cookie is no MCP credential");
     // A cookie that was never issued is no login either.
     let (code, _, _) = http(
         &s.addr,

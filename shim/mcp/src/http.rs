@@ -1176,6 +1176,32 @@ mod tests {
     }
 
     #[test]
+    fn status_logins_are_found_by_their_cookie_until_they_expire() {
+        let mut l = Logins::default();
+        let t0 = Instant::now();
+        l.add("c0ffee", "alice", t0);
+        assert_eq!(l.user("c0ffee", t0).as_deref(), Some("alice"));
+        assert_eq!(l.user("c0ffeE", t0), None);
+        assert_eq!(l.user("c0ffee", t0 + STATUS_LOGIN_LIFE), None, "expired");
+        for i in 0..STATUS_LOGINS + 3 {
+            l.add(
+                &format!("k{i}"),
+                "bob",
+                t0 + Duration::from_secs(i as u64 + 1),
+            );
+        }
+        assert_eq!(l.0.len(), STATUS_LOGINS, "bounded");
+        assert_eq!(l.user("c0ffee", t0), None, "the oldest went first");
+        let mut h = HeaderMap::new();
+        h.append(
+            hyper::header::COOKIE,
+            HeaderValue::from_static("a=1; germline_status=xyz"),
+        );
+        assert_eq!(cookie(&h, STATUS_COOKIE), Some("xyz"));
+        assert_eq!(cookie(&h, "germline"), None);
+    }
+
+    #[test]
     fn each_token_names_its_user() {
         let t = |token: &str, user: &str| Bearer {
             token: token.into(),
