@@ -388,27 +388,25 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
             return Err(e.into());
         }
     }
-    let http = Arc::new(
-        Http::new(
-            HttpConfig {
-                tokens,
-                anonymous_user: default_user(),
-                max_sessions: a.max_sessions,
-                idle_timeout: std::time::Duration::from_secs(a.session_idle_timeout),
-                extra_hosts: crate::http::extra_hosts_for(local.ip()),
-                max_body: a.max_body,
-                conns: crate::http::ConnLimits {
-                    max_total: a.max_connections,
-                    max_per_client: a.max_connections_per_client,
-                    header_timeout: std::time::Duration::from_secs(a.header_timeout),
-                    keepalive_timeout: std::time::Duration::from_secs(a.keepalive_timeout),
-                    body_timeout: std::time::Duration::from_secs(a.body_timeout),
-                },
+    let http = Http::new(
+        HttpConfig {
+            tokens,
+            anonymous_user: default_user(),
+            max_sessions: a.max_sessions,
+            idle_timeout: std::time::Duration::from_secs(a.session_idle_timeout),
+            extra_hosts: crate::http::extra_hosts_for(local.ip()),
+            max_body: a.max_body,
+            conns: crate::http::ConnLimits {
+                max_total: a.max_connections,
+                max_per_client: a.max_connections_per_client,
+                header_timeout: std::time::Duration::from_secs(a.header_timeout),
+                keepalive_timeout: std::time::Duration::from_secs(a.keepalive_timeout),
+                body_timeout: std::time::Duration::from_secs(a.body_timeout),
             },
-            router.clone(),
-        )
-        .with_status(board),
+        },
+        router.clone(),
     );
+    let http = Arc::new(http.with_status(board));
     let labels: Vec<String> = router.releases.iter().map(|r| r.label.clone()).collect();
     eprintln!(
         "germline serve: http://{local}{MCP_PATH} serving {} in mode {}, broker {}",
