@@ -15,6 +15,7 @@ use crate::evidence::Evidence;
 use crate::launcher::Launcher;
 use crate::limits::Limiter;
 use crate::metrics::Metrics;
+use crate::observe::CallObserver;
 use crate::release::Release;
 use crate::runtime::{Mode, Runtime, RESTART_WINDOW};
 use crate::sidecar::Sidecar;
@@ -40,6 +41,8 @@ pub struct RuntimeBuilder {
     pub(crate) launcher: Option<Arc<Launcher>>,
     pub(crate) status: Option<&'static str>,
     pub(crate) read_as: Option<germline_sys::user::FsCreds>,
+    /// Observers beyond metrics, traces and the status file, told after them.
+    pub(crate) observers: Vec<Box<dyn CallObserver>>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -75,6 +78,7 @@ impl RuntimeBuilder {
             launcher: None,
             status: None,
             read_as: None,
+            observers: Vec::new(),
         }
     }
 
@@ -164,11 +168,19 @@ impl RuntimeBuilder {
         self
     }
 
+    /// One more observer of the runtime's calls (`germline serve`'s status page), told after
+    /// metrics, traces and the status file.
+    pub fn observer(mut self, o: Box<dyn CallObserver>) -> Self {
+        self.observers.push(o);
+        self
+    }
+
     /// Starts the release's germline (or the baseline's process), on the launcher's thread
     /// if there is one, then pins it to its CPUs and writes its state file.
     pub fn build(mut self) -> Result<Runtime, StartError> {
         let cpus = std::mem::take(&mut self.copy_cpus);
         let status = self.status;
+        let extra = std::mem::take(&mut self.observers);
         let mut runtime = match self.launcher.clone() {
             Some(l) => l.run(move || Runtime::start(self))??,
             None => Runtime::start(self)?,
@@ -182,6 +194,9 @@ impl RuntimeBuilder {
         if let Some(command) = status {
             let writer = StatusWriter::start(&runtime, command)?;
             runtime.observers.push(Box::new(writer));
+        }
+        for o in extra {
+            runtime.observers.push(o);
         }
         Ok(runtime)
     }

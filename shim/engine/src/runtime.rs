@@ -313,6 +313,7 @@ impl Runtime {
             launcher: runtime_launcher,
             status: _,
             read_as,
+            observers: _,
         } = cfg;
         let mut observers = Observers::default();
         if let Some(m) = &metrics {

@@ -6,6 +6,11 @@
 //!
 //! Every request first passes the DNS-rebinding guard (its `Host` and any `Origin` must be
 //! localhost), then, except `/health`, the bearer token (compared in constant time).
+//!
+//! `GET /status` and `GET /status.json` ([`crate::status_page`]) take the same token; since a
+//! browser cannot send a bearer header when it navigates, the page also takes a login cookie,
+//! which `POST /status/login` (a form with the token, never a URL) sets: HttpOnly,
+//! SameSite=Strict, for the page's path only, stored here as a digest.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -26,6 +31,7 @@ use crate::conns::{self, AtCap, Busy, Slot, Tracked};
 use crate::jsonrpc::{self, Kind};
 use crate::router::{Caller, Router};
 use crate::session::{INTERNAL_ERROR, INVALID_REQUEST};
+use crate::status_page::{Board, SessionRow};
 use germline_engine::ids::random_hex;
 
 /// The endpoint's path.
@@ -121,6 +127,9 @@ struct Open {
     user: String,
     /// Requests of it being answered now (it does not time out meanwhile).
     busy: u32,
+    /// When it started, and its `tools/call` requests (for the status page).
+    opened: Instant,
+    calls: u64,
 }
 
 /// The live HTTP sessions by id.
@@ -162,6 +171,8 @@ impl Sessions {
                 last: Instant::now(),
                 user: user.to_string(),
                 busy: 0,
+                opened: Instant::now(),
+                calls: 0,
             },
         );
         Ok((id, evicted))
@@ -194,6 +205,27 @@ impl Sessions {
         }
     }
 
+    fn called(&mut self, id: &str) {
+        if let Some(o) = self.open.get_mut(id) {
+            o.calls += 1;
+        }
+    }
+
+    /// The live sessions as the status page shows them.
+    fn rows(&self, now: Instant) -> Vec<SessionRow> {
+        self.open
+            .iter()
+            .map(|(id, o)| SessionRow {
+                id: id.clone(),
+                user: o.user.clone(),
+                age_secs: now.saturating_duration_since(o.opened).as_secs(),
+                idle_secs: now.saturating_duration_since(o.last).as_secs(),
+                busy: o.busy,
+                calls: o.calls,
+            })
+            .collect()
+    }
+
     /// Ends the sessions unused for `timeout` (none while one of its requests runs).
     fn expire(&mut self, now: Instant, timeout: Duration) -> Vec<String> {
         let old: Vec<String> = self
@@ -209,6 +241,54 @@ impl Sessions {
     }
 }
 
+/// The status page's login cookie.
+pub const STATUS_COOKIE: &str = "germline_status";
+/// How long a status page login lasts.
+pub const STATUS_LOGIN_LIFE: Duration = Duration::from_secs(12 * 3600);
+/// Most status page logins kept (the oldest goes first).
+const STATUS_LOGINS: usize = 64;
+
+/// Status page logins: the SHA-256 of each cookie value, its user and when it expires. Only
+/// digests are kept, so a lookup's timing tells nothing of a valid cookie.
+#[derive(Debug, Default)]
+struct Logins(HashMap<[u8; 32], (String, Instant)>);
+
+fn digest(v: &str) -> [u8; 32] {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(v.as_bytes()).into()
+}
+
+impl Logins {
+    fn add(&mut self, cookie: &str, user: &str, now: Instant) {
+        self.0.retain(|_, (_, until)| *until > now);
+        if self.0.len() >= STATUS_LOGINS {
+            if let Some(k) = self.0.iter().min_by_key(|(_, (_, t))| *t).map(|(k, _)| *k) {
+                self.0.remove(&k);
+            }
+        }
+        self.0
+            .insert(digest(cookie), (user.to_string(), now + STATUS_LOGIN_LIFE));
+    }
+
+    fn user(&self, cookie: &str, now: Instant) -> Option<String> {
+        match self.0.get(&digest(cookie)) {
+            Some((u, until)) if *until > now => Some(u.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// The value of cookie `name` in a request's `Cookie` headers.
+fn cookie<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    h.get_all(hyper::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.trim())
+}
+
 /// The HTTP front of a [`Router`].
 #[derive(Debug)]
 pub struct Http {
@@ -217,6 +297,9 @@ pub struct Http {
     sessions: Mutex<Sessions>,
     conns: conns::Table,
     health: Value,
+    /// The status page's data (`/status`), if served.
+    board: Option<Arc<Board>>,
+    logins: Mutex<Logins>,
 }
 
 type Resp = Response<Full<Bytes>>;
@@ -291,7 +374,13 @@ pub fn bearer_user<'a>(header: Option<&HeaderValue>, tokens: &'a [Bearer]) -> Op
     if !scheme.eq_ignore_ascii_case("bearer") {
         return None;
     }
-    let given = given.trim().as_bytes();
+    token_user(given.trim(), tokens)
+}
+
+/// The user of a token given as is (the status page's login form), in constant time as
+/// [`bearer_user`].
+pub fn token_user<'a>(given: &str, tokens: &'a [Bearer]) -> Option<&'a str> {
+    let given = given.as_bytes();
     let mut found = None;
     for b in tokens {
         if bool::from(given.ct_eq(b.token.as_bytes())) && found.is_none() {
@@ -372,7 +461,21 @@ impl Http {
             cfg,
             router,
             health,
+            board: None,
+            logins: Mutex::new(Logins::default()),
         }
+    }
+
+    /// Serves the status page from `board` (`/status`, `/status.json`).
+    pub fn with_status(mut self, board: Arc<Board>) -> Http {
+        self.board = Some(board);
+        self
+    }
+
+    fn logins(&self) -> std::sync::MutexGuard<'_, Logins> {
+        self.logins
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {
@@ -455,6 +558,9 @@ impl Http {
                 Method::GET | Method::HEAD => json_response(StatusCode::OK, &self.health),
                 _ => with_allow(empty(StatusCode::METHOD_NOT_ALLOWED), "GET"),
             };
+        }
+        if self.board.is_some() && path.starts_with("/status") {
+            return self.status(req).await;
         }
         if path != MCP_PATH {
             return refuse(
@@ -663,6 +769,9 @@ impl Http {
                 }
                 Some(s) => s,
             };
+        if is_request && method.as_deref() == Some("tools/call") {
+            self.sessions().called(&sid);
+        }
         if !is_request {
             // Notifications (initialized, cancelled) and replies: nothing to answer. A call in
             // flight cannot be cancelled (its copies run to their deadline, then go).
@@ -673,6 +782,94 @@ impl Http {
         let reply = self.dispatch(&caller, msg).await;
         self.sessions().busy(&caller.session, -1);
         answer(StatusCode::OK, &reply)
+    }
+
+    /// `/status`, `/status.json` and `/status/login` (after the Host and Origin guard).
+    async fn status(&self, req: Request<Incoming>) -> Resp {
+        let Some(board) = &self.board else {
+            return empty(StatusCode::NOT_FOUND);
+        };
+        let path = req.uri().path().to_string();
+        let method = req.method().clone();
+        let allow = |allow: &'static str| with_allow(empty(StatusCode::METHOD_NOT_ALLOWED), allow);
+        match (path.as_str(), &method) {
+            ("/status/login", &Method::POST) => return self.status_login(req).await,
+            ("/status/login", _) => return allow("POST"),
+            ("/status" | "/status.json", &Method::GET | &Method::HEAD) => {}
+            ("/status" | "/status.json", _) => return allow("GET"),
+            _ => return empty(StatusCode::NOT_FOUND),
+        }
+        let h = req.headers();
+        let by_cookie = if path == "/status" {
+            cookie(h, STATUS_COOKIE).and_then(|c| self.logins().user(c, Instant::now()))
+        } else {
+            None
+        };
+        let user = match by_cookie.map(Ok).unwrap_or_else(|| self.authorize(h)) {
+            Ok(u) => u,
+            Err(r) if path == "/status" => {
+                return crate::status_page::login_page(StatusCode::UNAUTHORIZED, false, &r)
+            }
+            Err(r) => return *r,
+        };
+        let rows = self.sessions().rows(Instant::now());
+        let snap = board.snapshot(&user, &rows);
+        if path == "/status.json" {
+            let mut r = json_response(StatusCode::OK, &snap);
+            crate::status_page::secure_headers(&mut r, None);
+            return r;
+        }
+        crate::status_page::page(&snap)
+    }
+
+    /// The login form's POST: its `token` field, checked as a bearer token; a valid one sets
+    /// the page's cookie and sends the browser to `/status`.
+    async fn status_login(&self, req: Request<Incoming>) -> Resp {
+        let form = req
+            .headers()
+            .get(hyper::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|m| {
+                m.trim()
+                    .eq_ignore_ascii_case("application/x-www-form-urlencoded")
+            });
+        if !form {
+            return empty(StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        }
+        let body = Limited::new(req.into_body(), 4096);
+        let bytes = match tokio::time::timeout(self.cfg.conns.body_timeout, body.collect()).await {
+            Ok(Ok(b)) => b.to_bytes(),
+            _ => return empty(StatusCode::BAD_REQUEST),
+        };
+        let given = url::form_urlencoded::parse(&bytes)
+            .find(|(k, _)| k == "token")
+            .map(|(_, v)| v.into_owned())
+            .unwrap_or_default();
+        let user = match &self.cfg.tokens {
+            None => Some(self.cfg.anonymous_user.clone()),
+            Some(t) => token_user(given.trim(), t).map(str::to_string),
+        };
+        let refused = empty(StatusCode::UNAUTHORIZED);
+        let Some(user) = user else {
+            return crate::status_page::login_page(StatusCode::UNAUTHORIZED, true, &refused);
+        };
+        let Ok(value) = random_hex(32) else {
+            return empty(StatusCode::INTERNAL_SERVER_ERROR);
+        };
+        self.logins().add(&value, &user, Instant::now());
+        let mut r = empty(StatusCode::SEE_OTHER);
+        let set = format!(
+            "{STATUS_COOKIE}={value}; Path=/status; HttpOnly; SameSite=Strict; Max-Age={}",
+            STATUS_LOGIN_LIFE.as_secs()
+        );
+        if let Ok(v) = HeaderValue::from_str(&set) {
+            r.headers_mut().insert(hyper::header::SET_COOKIE, v);
+        }
+        r.headers_mut()
+            .insert(hyper::header::LOCATION, HeaderValue::from_static("/status"));
+        crate::status_page::secure_headers(&mut r, None);
+        r
     }
 
     /// Runs the router on a blocking thread (the runtime forks and waits for copies).
@@ -976,6 +1173,32 @@ mod tests {
             vec![b.clone()]
         );
         assert!(!s.remove(&b, "bob"), "already gone");
+    }
+
+    #[test]
+    fn status_logins_are_found_by_their_cookie_until_they_expire() {
+        let mut l = Logins::default();
+        let t0 = Instant::now();
+        l.add("c0ffee", "alice", t0);
+        assert_eq!(l.user("c0ffee", t0).as_deref(), Some("alice"));
+        assert_eq!(l.user("c0ffeE", t0), None);
+        assert_eq!(l.user("c0ffee", t0 + STATUS_LOGIN_LIFE), None, "expired");
+        for i in 0..STATUS_LOGINS + 3 {
+            l.add(
+                &format!("k{i}"),
+                "bob",
+                t0 + Duration::from_secs(i as u64 + 1),
+            );
+        }
+        assert_eq!(l.0.len(), STATUS_LOGINS, "bounded");
+        assert_eq!(l.user("c0ffee", t0), None, "the oldest went first");
+        let mut h = HeaderMap::new();
+        h.append(
+            hyper::header::COOKIE,
+            HeaderValue::from_static("a=1; germline_status=xyz"),
+        );
+        assert_eq!(cookie(&h, STATUS_COOKIE), Some("xyz"));
+        assert_eq!(cookie(&h, "germline"), None);
     }
 
     #[test]

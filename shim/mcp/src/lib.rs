@@ -3,7 +3,7 @@
 //! * [`session`]: MCP JSON-RPC from the agent, transport-free; [`jsonrpc`]: its framing.
 //! * [`stdio`], [`cli`]: `germline run` (MCP over stdio) and its wiring.
 //! * [`serve`], [`http`], [`conns`], [`router`]: `germline serve` (MCP Streamable HTTP,
-//!   several releases).
+//!   several releases); [`status_page`]: its `/status` page.
 //!
 //! Each call goes to `germline-engine`'s runtime. See docs/run.md.
 
@@ -16,6 +16,7 @@ pub mod jsonrpc;
 pub mod router;
 pub mod serve;
 pub mod session;
+pub mod status_page;
 pub mod stdio;
 
 pub use error::{Error, SessionError};

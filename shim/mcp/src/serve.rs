@@ -334,6 +334,9 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
             policy.lifetime(&release.manifest.name),
         ));
     }
+    // The status page's data (`/status`), told by every runtime as metrics are.
+    let board = Arc::new(crate::status_page::Board::new(a.mode.name(), &described));
+    let fboard = board.clone();
     let (mode, pool, evidence) = (a.mode, a.pool, a.evidence.clone());
     let fpolicy = policy.clone();
     // Lives until every germline is stopped (after `router.stop()` below).
@@ -363,6 +366,7 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
             .tracer(tracer.clone())
             .outbox(outbox.clone())
             .status("serve")
+            .observer(Box::new(fboard.observer(i, user)))
             .build()?;
         Ok(Session::new(runtime, fpolicy.clone()))
     };
@@ -385,7 +389,7 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
             return Err(e.into());
         }
     }
-    let http = Arc::new(Http::new(
+    let http = Http::new(
         HttpConfig {
             tokens,
             anonymous_user: default_user(),
@@ -402,7 +406,8 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
             },
         },
         router.clone(),
-    ));
+    );
+    let http = Arc::new(http.with_status(board));
     let labels: Vec<String> = router.releases.iter().map(|r| r.label.clone()).collect();
     eprintln!(
         "germline serve: http://{local}{MCP_PATH} serving {} in mode {}, broker {}",
@@ -410,6 +415,7 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
         a.mode.name(),
         broker.socket().display()
     );
+    eprintln!("germline serve: status page at http://{local}/status (same token)");
     match (&token, &a.users) {
         (
             Some(Token {
