@@ -261,11 +261,11 @@ impl Session {
             Some(c) => match c.run(build) {
                 Ok(b) => b,
                 Err(e) => {
-                    return error(
+                    return Some(error(
                         id,
                         RUNTIME_FAILED,
                         format!("germline: cannot take the user's permissions to read files: {e}"),
-                    )
+                    ))
                 }
             },
             None => build(),

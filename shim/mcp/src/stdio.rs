@@ -607,7 +607,7 @@ pub fn refuse_start(reason: &str, sigfd: i32) -> Refusal {
     let mut input = Input::new(sigfd);
     let until = Instant::now() + START_FAILURE_WAIT;
     loop {
-        let line = match input.next(Some(until), true) {
+        let line = match input.next(Some(until)) {
             Read::Line(l) => l,
             Read::Refused(answer) => {
                 if !write_line(&answer) {
@@ -627,12 +627,6 @@ pub fn refuse_start(reason: &str, sigfd: i32) -> Refusal {
             return Refusal::Answered;
         }
     }
-}
-
-/// Writes one line to the agent; false if stdout is closed.
-fn write_line(text: &str) -> bool {
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{text}").and_then(|()| out.flush()).is_ok()
 }
 
 /// The answer to one line from the agent while the release could not start (each request of
