@@ -15,5 +15,5 @@ command -v useradd >/dev/null || need+=(passwd)
 command -v setpriv >/dev/null || need+=(util-linux)
 if [ ${#need[@]} -gt 0 ]; then
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
 fi
