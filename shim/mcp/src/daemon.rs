@@ -139,6 +139,17 @@ pub enum DaemonError {
     NotRoot,
 }
 
+impl DaemonError {
+    /// Whether the error came before any session could have read the client's stdio (a
+    /// refused option, no daemon, a refusal of the request), so the client may be answered.
+    pub fn before_any_session(&self) -> bool {
+        matches!(
+            self,
+            Self::Option { .. } | Self::Unreachable { .. } | Self::Refused(_) | Self::Setup { .. }
+        )
+    }
+}
+
 // ------------------------------------------------------------------------------------------
 // The client: `germline run` started by a user.
 
@@ -222,13 +233,25 @@ pub fn request_of(a: &RunArgs) -> Result<RunRequest, DaemonError> {
 /// `germline run` through the daemon: sends the request with this process's standard
 /// streams and waits for the session's exit status, which it returns.
 pub fn client(a: &RunArgs) -> Result<i32, DaemonError> {
-    let req = Request::Run(Box::new(request_of(a)?));
-    match exchange(&socket_of(a), &req, &[0, 1, 2])? {
-        Reply::Exited { code } => Ok(code),
-        other => Err(DaemonError::Protocol {
+    let sent = request_of(a)
+        .and_then(|req| exchange(&socket_of(a), &Request::Run(Box::new(req)), &[0, 1, 2]));
+    match sent {
+        Ok(Reply::Exited { code }) => Ok(code),
+        Ok(other) => Err(DaemonError::Protocol {
             socket: socket_of(a),
             what: format!("an answer to a run request that does not end it: {other:?}"),
         }),
+        Err(e) => {
+            // No session ever had the client's stdio: tell the MCP client why, as a root
+            // `germline run` that cannot start does (docs/run.md), not only "Connection
+            // closed". After a lost connection the session may have read stdin: say nothing.
+            if e.before_any_session() {
+                if let Ok(sigfd) = crate::stdio::stop_signals() {
+                    crate::stdio::refuse_start(&e.to_string(), sigfd);
+                }
+            }
+            Err(e)
+        }
     }
 }
 
