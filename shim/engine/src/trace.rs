@@ -108,14 +108,18 @@ impl Tracer {
         let protocol = env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
             .or_else(|| env("OTEL_EXPORTER_OTLP_PROTOCOL"))
             .unwrap_or_else(|| "http/protobuf".into());
-        match protocol.trim() {
-            "http/protobuf" | "http/json" => {}
+        // Set explicitly: with both encodings built in, the crate's own default is JSON, and
+        // the specification's default is protobuf.
+        let protocol = match protocol.trim() {
+            "http/protobuf" => opentelemetry_otlp::Protocol::HttpBinary,
+            "http/json" => opentelemetry_otlp::Protocol::HttpJson,
             "grpc" => return Err(TraceError::Grpc),
             other => return Err(TraceError::Protocol(other.to_string())),
-        }
+        };
         let client = Client::new(tls_config()?)?;
         let mut b = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
+            .with_protocol(protocol)
             .with_http_client(client);
         if otlp_endpoint.is_some() {
             // Programmatic endpoints are used as given, over the variables.

@@ -17,7 +17,7 @@ use run_common::*;
 use serde_json::json;
 
 /// One request the receiver got: its request line, headers (lower-cased names) and body.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 struct Got {
     line: String,
     headers: Vec<(String, String)>,
@@ -25,6 +25,16 @@ struct Got {
 }
 
 impl Got {
+    /// The request without its body (for messages).
+    fn head(&self) -> String {
+        format!(
+            "{} {:?} ({} bytes)",
+            self.line,
+            self.headers,
+            self.body.len()
+        )
+    }
+
     fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -182,12 +192,13 @@ fn a_call_traced_over_tls_with_the_header_continuing_the_agents_trace() {
     assert!(!got.is_empty(), "no export reached the TLS receiver");
     let mut spans = Vec::new();
     for g in &got {
-        assert!(g.line.starts_with("POST /v1/traces "), "{g:?}");
-        assert_eq!(g.header("authorization"), Some("Bearer x"), "{g:?}");
+        assert!(g.line.starts_with("POST /v1/traces "), "{}", g.head());
+        assert_eq!(g.header("authorization"), Some("Bearer x"), "{}", g.head());
         assert_eq!(
             g.header("content-type"),
             Some("application/x-protobuf"),
-            "{g:?}"
+            "{}",
+            g.head()
         );
         let all = String::from_utf8_lossy(&g.body);
         assert!(!all.contains(&canary), "an argument value in the export");
