@@ -7,7 +7,7 @@
 //! added), `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (used as is), `OTEL_EXPORTER_OTLP_HEADERS`,
 //! `OTEL_EXPORTER_OTLP_PROTOCOL`, `OTEL_EXPORTER_OTLP_TIMEOUT` and `OTEL_SERVICE_NAME` are read
 //! by the exporter and SDK themselves; `OTEL_EXPORTER_OTLP_CERTIFICATE` (a PEM CA file) by
-//! [`Client`], our HTTP client, since the crate reads it only for gRPC. `--otlp-endpoint URL`
+//! [`Client`], our HTTP client, since the crate (0.33) leaves TLS settings to the program. `--otlp-endpoint URL`
 //! overrides the endpoint variables (`URL/v1/traces`, as before). Tracing is on only when one
 //! of the three names an endpoint.
 //!
