@@ -447,12 +447,7 @@ pub enum TraceError {
     Authority(String),
     #[error("OTLP thread: {0}")]
     Thread(#[source] std::io::Error),
-    #[error(
-        "OTEL_EXPORTER_OTLP_PROTOCOL=grpc: not built in; use http/protobuf (the default) or \
-         http/json (docs/operations.md \"Telemetry\")"
-    )]
-    Grpc,
-    #[error("OTEL_EXPORTER_OTLP_PROTOCOL={0:?}: expected http/protobuf or http/json")]
+    #[error("OTEL_EXPORTER_OTLP_PROTOCOL={0:?}: expected http/protobuf, http/json or grpc")]
     Protocol(String),
     #[error("OTEL_EXPORTER_OTLP_CERTIFICATE {0:?}: {1}")]
     Certificate(String, String),

@@ -13,8 +13,8 @@
 //!
 //! The HTTP client is ours (about 80 lines over hyper 1, tokio and tokio-rustls, the stack
 //! the broker and `mcp::http` already build) rather than the crate's reqwest feature: one
-//! HTTP and TLS stack in the binary, not two. gRPC (`grpc`) is refused with a reason: it would
-//! need tonic's TLS features and a tokio runtime inside the exporter (docs/operations.md).
+//! HTTP and TLS stack in the binary, not two. `grpc` is the crate's tonic exporter (tonic is
+//! in the tree through the containerd shim), run on a runtime of its own ([`OnRuntime`]).
 //!
 //! The call's root span is a child of the agent's W3C `traceparent` (the request's
 //! `params._meta.traceparent`, and `tracestate`) when it sent one; the SDK's default
@@ -113,7 +113,18 @@ impl Tracer {
         let protocol = match protocol.trim() {
             "http/protobuf" => opentelemetry_otlp::Protocol::HttpBinary,
             "http/json" => opentelemetry_otlp::Protocol::HttpJson,
-            "grpc" => return Err(TraceError::Grpc),
+            "grpc" => {
+                // gRPC has no path: the flag's URL is used as given.
+                let endpoint = match otlp_endpoint {
+                    Some(url) => {
+                        override_url(url)?;
+                        Some(url.to_string())
+                    }
+                    None => None,
+                };
+                let exporter = OnRuntime::grpc(endpoint)?;
+                return Ok(Some(Tracer::with_exporter(exporter, "grpc".into())));
+            }
             other => return Err(TraceError::Protocol(other.to_string())),
         };
         let client = Client::new(tls_config()?)?;
@@ -126,6 +137,13 @@ impl Tracer {
             b = b.with_endpoint(endpoint.clone());
         }
         let exporter = b.build().map_err(|e| TraceError::Exporter(e.to_string()))?;
+        Ok(Some(Tracer::with_exporter(exporter, endpoint)))
+    }
+
+    fn with_exporter(
+        exporter: impl opentelemetry_sdk::trace::SpanExporter + 'static,
+        endpoint: String,
+    ) -> Tracer {
         // The SDK's resource reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; without
         // either naming the service, it is "germline" (not the SDK's "unknown_service").
         let named = env("OTEL_SERVICE_NAME").is_some()
@@ -142,11 +160,11 @@ impl Tracer {
             .with_resource(resource.build())
             .build();
         let tracer = provider.tracer("germline");
-        Ok(Some(Tracer {
+        Tracer {
             provider,
             tracer,
             endpoint,
-        }))
+        }
     }
 
     /// Exports what the batch holds now (at a session's end), waiting for the collector.
@@ -160,11 +178,13 @@ impl Tracer {
 /// The TLS client configuration for an `https` collector: the CA file in
 /// `OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE` or `OTEL_EXPORTER_OTLP_CERTIFICATE` (alone, as the
 /// specification's "trusted certificate" and Go's SDK take it), else the system's roots.
+fn ca_file() -> Option<String> {
+    env("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE").or_else(|| env("OTEL_EXPORTER_OTLP_CERTIFICATE"))
+}
+
 fn tls_config() -> Result<Arc<rustls::ClientConfig>, TraceError> {
     let mut roots = rustls::RootCertStore::empty();
-    let ca = env("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE")
-        .or_else(|| env("OTEL_EXPORTER_OTLP_CERTIFICATE"));
-    if let Some(path) = ca {
+    if let Some(path) = ca_file() {
         let bad = |why: String| TraceError::Certificate(path.clone(), why);
         let pem = std::fs::read(&path).map_err(|e| bad(e.to_string()))?;
         let mut n = 0;
@@ -188,6 +208,90 @@ fn tls_config() -> Result<Arc<rustls::ClientConfig>, TraceError> {
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(Arc::new(config))
+}
+
+/// The gRPC exporter (tonic), run on a one-worker tokio runtime of its own: tonic needs a
+/// tokio reactor, and the batch processor's thread awaits exports with a plain executor, so
+/// each export is spawned on the runtime and awaited through its join handle.
+#[derive(Debug)]
+struct OnRuntime {
+    inner: Arc<opentelemetry_otlp::SpanExporter>,
+    rt: tokio::runtime::Runtime,
+}
+
+impl OnRuntime {
+    /// The endpoint (the flag's, else the crate reads `OTEL_EXPORTER_OTLP_*`), headers and
+    /// timeout are the crate's; TLS is ours to give: the CA file, else the system's roots,
+    /// for an `https` endpoint.
+    fn grpc(endpoint: Option<String>) -> Result<OnRuntime, TraceError> {
+        use opentelemetry_otlp::tonic_types::transport::{Certificate, ClientTlsConfig};
+        use opentelemetry_otlp::WithTonicConfig;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("germline-otlp")
+            .enable_all()
+            .build()
+            .map_err(TraceError::Thread)?;
+        let https = endpoint
+            .clone()
+            .or_else(|| env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+            .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"))
+            .is_some_and(|e| e.trim().starts_with("https://"));
+        let mut b = opentelemetry_otlp::SpanExporter::builder().with_tonic();
+        if let Some(e) = endpoint {
+            b = b.with_endpoint(e);
+        }
+        if https {
+            let tls = match ca_file() {
+                Some(path) => {
+                    let pem = std::fs::read(&path)
+                        .map_err(|e| TraceError::Certificate(path.clone(), e.to_string()))?;
+                    ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem))
+                }
+                None => ClientTlsConfig::new().with_native_roots(),
+            };
+            b = b.with_tls_config(tls);
+        }
+        // The channel is made (lazily) inside the runtime, as tonic requires.
+        let inner = {
+            let _in = rt.enter();
+            b.build().map_err(|e| TraceError::Exporter(e.to_string()))?
+        };
+        Ok(OnRuntime {
+            inner: Arc::new(inner),
+            rt,
+        })
+    }
+}
+
+impl opentelemetry_sdk::trace::SpanExporter for OnRuntime {
+    async fn export(
+        &self,
+        batch: Vec<opentelemetry_sdk::trace::SpanData>,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        let inner = self.inner.clone();
+        match self
+            .rt
+            .spawn(async move { inner.export(batch).await })
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => Err(opentelemetry_sdk::error::OTelSdkError::InternalFailure(
+                e.to_string(),
+            )),
+        }
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        // Called once, by the provider's builder, before any export shares the exporter.
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.set_resource(resource);
+        }
+    }
 }
 
 /// The exporter's HTTP client: one HTTP/1.1 connection per export (a batch), over TLS for
