@@ -441,7 +441,7 @@ pub enum MetricsError {
 /// Why the OTLP exporter could not start ([`crate::trace::Tracer::start`]).
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
-    #[error("--otlp-endpoint {0:?}: expected http://HOST:PORT or https://HOST:PORT (OTLP/HTTP)")]
+    #[error("--otlp-endpoint {0:?}: expected http://HOST:PORT or https://HOST:PORT")]
     Scheme(String),
     #[error("--otlp-endpoint {0:?}: expected http(s)://HOST:PORT")]
     Authority(String),

@@ -1,6 +1,6 @@
 //! OpenTelemetry traces (issue 11, issue 31, docs/operations.md "Telemetry"): one trace per
-//! `tools/call`, built with the OpenTelemetry SDK and sent by `opentelemetry-otlp`'s OTLP/HTTP
-//! exporter (`http/protobuf` by default, `http/json` on request) through a batch span
+//! `tools/call`, built with the OpenTelemetry SDK and sent by `opentelemetry-otlp`'s OTLP
+//! exporters (`http/protobuf` by default, `http/json` or `grpc` on request) through a batch span
 //! processor, whose own thread exports: a slow or absent collector never slows a call.
 //!
 //! Configured as every OpenTelemetry SDK is: `OTEL_EXPORTER_OTLP_ENDPOINT` (`/v1/traces` is

@@ -1,4 +1,4 @@
-//! Traces by the book (issue 31, docs/operations.md "Telemetry"): `germline run`, configured
+//! Traces by the book (issue 31, docs/operations.md "Traces"): `germline run`, configured
 //! only by the standard `OTEL_*` variables as an MCP client's `env` block would set them,
 //! exports OTLP/HTTP protobuf over TLS (a CA made here) with the configured header to a
 //! receiver this test runs; the call's spans continue the trace the official MCP SDK client

@@ -87,9 +87,9 @@ pub struct TelemetryArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics (off by default; docs/operations.md).
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<std::net::SocketAddr>,
-    /// Send one OpenTelemetry trace per call by OTLP/HTTP to this collector (`http(s)://HOST:PORT`,
-    /// `/v1/traces` added), over `OTEL_EXPORTER_OTLP_ENDPOINT`; off unless one of them is set
-    /// (docs/operations.md "Telemetry").
+    /// Send one OpenTelemetry trace per call by OTLP to this collector (`http(s)://HOST:PORT`;
+    /// OTLP/HTTP adds `/v1/traces`), over `OTEL_EXPORTER_OTLP_ENDPOINT`; off unless one of them
+    /// is set (docs/operations.md "Traces").
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
 }
