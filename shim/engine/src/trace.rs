@@ -1,4 +1,4 @@
-//! OpenTelemetry traces (issue 11, issue 31, docs/operations.md "Telemetry"): one trace per
+//! OpenTelemetry traces (issue 11, issue 31, docs/operations.md "Traces"): one trace per
 //! `tools/call`, built with the OpenTelemetry SDK and sent by `opentelemetry-otlp`'s OTLP
 //! exporters (`http/protobuf` by default, `http/json` or `grpc` on request) through a batch span
 //! processor, whose own thread exports: a slow or absent collector never slows a call.
