@@ -117,6 +117,11 @@ pub struct CallMeta {
     pub consumers: Vec<Member>,
     /// The agent's `_meta.progressToken`, given only to the agent's own copy.
     pub progress_token: Option<Value>,
+    /// The agent's W3C trace context, `_meta.traceparent` and `_meta.tracestate` (public
+    /// metadata the client chose to send): the call's span becomes a child of it. Only the
+    /// syntax is checked here; [`crate::trace`] parses it.
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
 }
 
 impl CallMeta {
@@ -554,8 +559,16 @@ pub fn build(
         .and_then(|m| m.get("progressToken"))
         .filter(|t| t.is_string() || t.is_number())
         .cloned();
+    let text = |k: &str| {
+        meta.and_then(|m| m.get(k))
+            .and_then(Value::as_str)
+            .filter(|t| t.len() <= 512 && t.is_ascii())
+            .map(str::to_string)
+    };
     Ok(CallMeta {
         progress_token,
+        traceparent: text("traceparent"),
+        tracestate: text("tracestate"),
         tool: tool_name.to_string(),
         arguments,
         items,

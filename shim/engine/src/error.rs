@@ -466,10 +466,18 @@ pub enum MetricsError {
 /// Why the OTLP exporter could not start ([`crate::trace::Tracer::start`]).
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
-    #[error("--otlp-endpoint {0:?}: expected http://HOST:PORT (OTLP/HTTP, no TLS)")]
+    #[error("--otlp-endpoint {0:?}: expected http://HOST:PORT or https://HOST:PORT")]
     Scheme(String),
-    #[error("--otlp-endpoint {0:?}: expected http://HOST:PORT")]
+    #[error("--otlp-endpoint {0:?}: expected http(s)://HOST:PORT")]
     Authority(String),
     #[error("OTLP thread: {0}")]
     Thread(#[source] std::io::Error),
+    #[error("OTEL_EXPORTER_OTLP_PROTOCOL={0:?}: expected http/protobuf, http/json or grpc")]
+    Protocol(String),
+    #[error("OTEL_EXPORTER_OTLP_CERTIFICATE {0:?}: {1}")]
+    Certificate(String, String),
+    #[error("OTLP TLS: {0}")]
+    Tls(String),
+    #[error("OTLP exporter: {0}")]
+    Exporter(String),
 }

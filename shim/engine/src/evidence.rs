@@ -707,6 +707,8 @@ pub fn meta_of(rec: &WitnessRecord, items: &Path) -> Result<CallMeta, EvidenceEr
         hosts: m.hosts,
         consumers: m.consumers,
         progress_token: None,
+        traceparent: None,
+        tracestate: None,
     })
 }
 
@@ -1062,6 +1064,8 @@ mod tests {
             }],
             consumers: vec![],
             progress_token: None,
+            traceparent: None,
+            tracestate: None,
         };
         Job {
             meta,

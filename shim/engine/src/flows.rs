@@ -177,6 +177,8 @@ mod tests {
                 .collect(),
             consumers: vec![],
             progress_token: None,
+            traceparent: None,
+            tracestate: None,
         }
     }
 

@@ -7,12 +7,16 @@
 //! sends or says ever becomes a label value or a sample.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -363,60 +367,81 @@ fn note_dampening(m: &Metrics, rt: &RuntimeView<'_>) {
     m.suppressed.get_or_create(&labels).set(i64::from(s));
 }
 
-/// Serves `GET /metrics` on `addr` from a thread of its own, for the life of the process.
+/// Serves `GET /metrics` on `addr` for the life of the process: hyper 1 (HTTP/1.1) on a
+/// current-thread tokio runtime on a thread of its own, so a scrape never runs on, or waits
+/// for, the call path (it reads the registry under its own locks).
 pub fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<SocketAddr, MetricsError> {
     let listen = |source| MetricsError::Listen { addr, source };
-    let l = TcpListener::bind(addr).map_err(listen)?;
+    let l = std::net::TcpListener::bind(addr).map_err(listen)?;
     let local = l.local_addr().map_err(listen)?;
+    l.set_nonblocking(true).map_err(listen)?;
     if !local.ip().is_loopback() {
         eprintln!("germline: warning: metrics on {local}, not loopback (no authentication)");
     }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(MetricsError::Thread)?;
     std::thread::Builder::new()
         .name("germline-metrics".into())
         .spawn(move || {
-            for conn in l.incoming().flatten() {
-                let _ = answer(conn, &metrics);
-            }
+            rt.block_on(async move {
+                let l = match tokio::net::TcpListener::from_std(l) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        eprintln!("germline: metrics on {local}: {e}");
+                        return;
+                    }
+                };
+                loop {
+                    let Ok((stream, _)) = l.accept().await else {
+                        continue;
+                    };
+                    let m = metrics.clone();
+                    tokio::spawn(async move {
+                        let svc = hyper::service::service_fn(move |req| {
+                            let m = m.clone();
+                            async move { Ok::<_, std::convert::Infallible>(answer(&req, &m)) }
+                        });
+                        let conn = hyper::server::conn::http1::Builder::new()
+                            .timer(TokioTimer::new())
+                            .header_read_timeout(Duration::from_secs(5))
+                            .keep_alive(false)
+                            .serve_connection(TokioIo::new(stream), svc);
+                        // A scrape that stalls is dropped; nothing waits on it.
+                        let _ = tokio::time::timeout(Duration::from_secs(10), conn).await;
+                    });
+                }
+            })
         })
         .map_err(MetricsError::Thread)?;
     Ok(local)
 }
 
-fn answer(mut conn: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
-    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
-    conn.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 1024];
-    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
-        let n = conn.read(&mut chunk)?;
-        if n == 0 {
-            break;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let line = buf.split(|b| *b == b'\n').next().unwrap_or_default();
-    let line = String::from_utf8_lossy(line);
-    let mut parts = line.split_whitespace();
-    let (method, path) = (parts.next(), parts.next());
-    let (status, ctype, body) = match (method, path) {
-        (Some("GET"), Some("/metrics")) => (
-            "200 OK",
+/// The one resource: `GET /metrics` in the OpenMetrics text format; anything else is told so.
+fn answer<B>(req: &Request<B>, metrics: &Metrics) -> Response<Full<Bytes>> {
+    let (status, ctype, body) = match (req.method(), req.uri().path()) {
+        (&Method::GET, "/metrics") => (
+            StatusCode::OK,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
             metrics.render(),
         ),
-        (Some("GET"), _) => ("404 Not Found", "text/plain", "GET /metrics\n".to_string()),
+        (&Method::GET, _) => (
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "GET /metrics\n".to_string(),
+        ),
         _ => (
-            "405 Method Not Allowed",
+            StatusCode::METHOD_NOT_ALLOWED,
             "text/plain",
             "GET /metrics\n".to_string(),
         ),
     };
-    write!(
-        conn,
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    conn.flush()
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(ctype));
+    r
 }
 
 #[cfg(test)]

@@ -40,6 +40,9 @@ pub struct CallView<'a> {
     /// When it started (wall clock).
     pub started: SystemTime,
     pub result: &'a Result<Outcome, RunError>,
+    /// The agent's W3C `traceparent` and `tracestate` from the request's `_meta`, if sent.
+    pub traceparent: Option<&'a str>,
+    pub tracestate: Option<&'a str>,
 }
 
 /// Something told about a runtime's calls and idle work. Every method but `after_call` does

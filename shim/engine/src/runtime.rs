@@ -631,6 +631,8 @@ impl Runtime {
             tool: &meta.tool,
             started,
             result: &r,
+            traceparent: meta.traceparent.as_deref(),
+            tracestate: meta.tracestate.as_deref(),
         };
         self.notify(|o, rt| o.after_call(rt, &call));
         r

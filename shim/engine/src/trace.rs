@@ -1,97 +1,392 @@
-//! OpenTelemetry traces (issue 11, docs/operations.md): one trace per `tools/call`, sent as
-//! OTLP/JSON over HTTP (`POST {endpoint}/v1/traces`) from a thread of its own, off by
-//! default (`--otlp-endpoint URL`).
+//! OpenTelemetry traces (issue 11, issue 31, docs/operations.md "Traces"): one trace per
+//! `tools/call`, built with the OpenTelemetry SDK and sent by `opentelemetry-otlp`'s OTLP
+//! exporters (`http/protobuf` by default, `http/json` or `grpc` on request) through a batch span
+//! processor, whose own thread exports: a slow or absent collector never slows a call.
 //!
-//! Hand-encoded rather than the `opentelemetry-otlp` crate: that exporter brings an async
-//! HTTP or gRPC client stack (reqwest or tonic, prost) that would add minutes to every build
-//! on the project's 2-core CI for what is one JSON document per call. Plain `http://` only.
+//! Configured as every OpenTelemetry SDK is: `OTEL_EXPORTER_OTLP_ENDPOINT` (`/v1/traces` is
+//! added), `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (used as is), `OTEL_EXPORTER_OTLP_HEADERS`,
+//! `OTEL_EXPORTER_OTLP_PROTOCOL`, `OTEL_EXPORTER_OTLP_TIMEOUT` and `OTEL_SERVICE_NAME` are read
+//! by the exporter and SDK themselves; `OTEL_EXPORTER_OTLP_CERTIFICATE` (a PEM CA file) by
+//! [`Client`], our HTTP client, since the crate (0.33) leaves TLS settings to the program. `--otlp-endpoint URL`
+//! overrides the endpoint variables (`URL/v1/traces`, as before). Tracing is on only when one
+//! of the three names an endpoint.
+//!
+//! The HTTP client is ours (about 80 lines over hyper 1, tokio and tokio-rustls, the stack
+//! the broker and `mcp::http` already build) rather than the crate's reqwest feature: one
+//! HTTP and TLS stack in the binary, not two. `grpc` is the crate's tonic exporter (tonic is
+//! in the tree through the containerd shim), run on a runtime of its own ([`OnRuntime`]).
+//!
+//! The call's root span is a child of the agent's W3C `traceparent` (the request's
+//! `params._meta.traceparent`, and `tracestate`) when it sent one; the SDK's default
+//! parent-based sampler then follows the agent's sampled flag.
 //!
 //! Spans carry only the release's `name@version`, the mode, the tool name (declared in the
-//! signed manifest), group indices, counts and times: never an item, an argument or
-//! anything a copy sent.
+//! signed manifest), group indices, counts, verdicts, declared hosts and times: never an
+//! item, an argument or anything a copy sent.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::sync::mpsc::{sync_channel, SyncSender};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde_json::{json, Value};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::rt::TokioIo;
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::trace::{TraceContextExt, Tracer as _, TracerProvider as _};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_http::{HttpClient, HttpError, Request, Response};
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use opentelemetry_sdk::Resource;
 
 use crate::error::{RunError, TraceError};
 use crate::observe::{CallObserver, CallView, RuntimeView};
 use crate::runtime::Outcome;
 
-/// Traces queued beyond this are dropped (a slow collector never slows the calls).
-const QUEUE: usize = 64;
+/// A collector's answer larger than this is an error (it should be a few bytes).
+const MAX_ANSWER: usize = 1 << 20;
+/// One export's connect, TLS handshake, request and answer, at most.
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 
-#[derive(Debug)]
+/// The OTLP trace pipeline of a process: provider (with its batch processor and exporter)
+/// and the tracer the calls' spans are made with.
 pub struct Tracer {
-    tx: SyncSender<Value>,
+    provider: SdkTracerProvider,
+    tracer: SdkTracer,
+    endpoint: String,
 }
 
-/// `http://host:port[/prefix]` -> (host:port, prefix + "/v1/traces").
-fn parse_endpoint(url: &str) -> Result<(String, String), TraceError> {
+impl std::fmt::Debug for Tracer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tracer")
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// `--otlp-endpoint`'s URL -> the traces URL (`URL/v1/traces`), http or https only.
+fn override_url(url: &str) -> Result<String, TraceError> {
     let rest = url
         .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
         .ok_or_else(|| TraceError::Scheme(url.to_string()))?;
-    let (auth, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
-        None => (rest, ""),
-    };
-    if auth.is_empty() || !auth.contains(':') {
+    let auth = rest.split('/').next().unwrap_or_default();
+    if auth.is_empty() {
         return Err(TraceError::Authority(url.to_string()));
     }
-    Ok((auth.to_string(), format!("{path}/v1/traces")))
+    Ok(format!("{}/v1/traces", url.trim_end_matches('/')))
 }
 
 impl Tracer {
-    pub fn start(endpoint: &str) -> Result<Tracer, TraceError> {
-        let (auth, path) = parse_endpoint(endpoint)?;
-        let (tx, rx) = sync_channel::<Value>(QUEUE);
-        std::thread::Builder::new()
-            .name("germline-otlp".into())
-            .spawn(move || {
-                let mut warned = false;
-                for doc in rx {
-                    if let Err(e) = post(&auth, &path, &doc.to_string()) {
-                        if !warned {
-                            eprintln!("germline: OTLP export to {auth}{path} failed: {e}");
-                            warned = true;
-                        }
+    /// The tracer the flag and the environment ask for: `None` when neither names an
+    /// endpoint (or `OTEL_SDK_DISABLED=true`, or `OTEL_TRACES_EXPORTER=none` without the flag).
+    pub fn start(otlp_endpoint: Option<&str>) -> Result<Option<Tracer>, TraceError> {
+        if env("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+            return Ok(None);
+        }
+        if otlp_endpoint.is_none()
+            && env("OTEL_TRACES_EXPORTER").is_some_and(|v| v.trim() == "none")
+        {
+            return Ok(None);
+        }
+        let from_env = env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .map(|e| e.trim().to_string())
+            .or_else(|| {
+                env("OTEL_EXPORTER_OTLP_ENDPOINT")
+                    .map(|e| format!("{}/v1/traces", e.trim().trim_end_matches('/')))
+            });
+        let endpoint = match (otlp_endpoint, from_env) {
+            (Some(url), _) => override_url(url)?,
+            (None, Some(e)) => e,
+            (None, None) => return Ok(None),
+        };
+        let protocol = env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+            .or_else(|| env("OTEL_EXPORTER_OTLP_PROTOCOL"))
+            .unwrap_or_else(|| "http/protobuf".into());
+        // Set explicitly: with both encodings built in, the crate's own default is JSON, and
+        // the specification's default is protobuf.
+        let protocol = match protocol.trim() {
+            "http/protobuf" => opentelemetry_otlp::Protocol::HttpBinary,
+            "http/json" => opentelemetry_otlp::Protocol::HttpJson,
+            "grpc" => {
+                // gRPC has no path: the flag's URL is used as given.
+                let endpoint = match otlp_endpoint {
+                    Some(url) => {
+                        override_url(url)?;
+                        Some(url.to_string())
                     }
-                }
-            })
-            .map_err(TraceError::Thread)?;
-        Ok(Tracer { tx })
+                    None => None,
+                };
+                let exporter = OnRuntime::grpc(endpoint)?;
+                return Ok(Some(Tracer::with_exporter(exporter, "grpc".into())));
+            }
+            other => return Err(TraceError::Protocol(other.to_string())),
+        };
+        let client = Client::new(tls_config()?)?;
+        let mut b = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_protocol(protocol)
+            .with_http_client(client);
+        if otlp_endpoint.is_some() {
+            // Programmatic endpoints are used as given, over the variables.
+            b = b.with_endpoint(endpoint.clone());
+        }
+        let exporter = b.build().map_err(|e| TraceError::Exporter(e.to_string()))?;
+        Ok(Some(Tracer::with_exporter(exporter, endpoint)))
     }
 
-    fn send(&self, doc: Value) {
-        let _ = self.tx.try_send(doc);
+    fn with_exporter(
+        exporter: impl opentelemetry_sdk::trace::SpanExporter + 'static,
+        endpoint: String,
+    ) -> Tracer {
+        // The SDK's resource reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; without
+        // either naming the service, it is "germline" (not the SDK's "unknown_service").
+        let named = env("OTEL_SERVICE_NAME").is_some()
+            || env("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|a| {
+                a.split(',')
+                    .any(|kv| kv.trim().starts_with("service.name="))
+            });
+        let mut resource = Resource::builder();
+        if !named {
+            resource = resource.with_service_name("germline");
+        }
+        let provider = SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_resource(resource.build())
+            .build();
+        let tracer = provider.tracer("germline");
+        Tracer {
+            provider,
+            tracer,
+            endpoint,
+        }
+    }
+
+    /// Exports what the batch holds now (at a session's end), waiting for the collector.
+    pub fn flush(&self) {
+        if let Err(e) = self.provider.force_flush() {
+            eprintln!("germline: OTLP export to {} failed: {e}", self.endpoint);
+        }
     }
 }
 
-fn post(auth: &str, path: &str, body: &str) -> std::io::Result<()> {
-    let mut s = TcpStream::connect(auth)?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.set_write_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        s,
-        "POST {path} HTTP/1.1\r\nHost: {auth}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut head = [0u8; 64];
-    let n = s.read(&mut head)?;
-    let line = String::from_utf8_lossy(&head[..n]);
-    if line.starts_with("HTTP/1.1 2") || line.starts_with("HTTP/1.0 2") {
-        Ok(())
+/// The TLS client configuration for an `https` collector: the CA file in
+/// `OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE` or `OTEL_EXPORTER_OTLP_CERTIFICATE` (alone, as the
+/// specification's "trusted certificate" and Go's SDK take it), else the system's roots.
+fn ca_file() -> Option<String> {
+    env("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE").or_else(|| env("OTEL_EXPORTER_OTLP_CERTIFICATE"))
+}
+
+fn tls_config() -> Result<Arc<rustls::ClientConfig>, TraceError> {
+    let mut roots = rustls::RootCertStore::empty();
+    if let Some(path) = ca_file() {
+        let bad = |why: String| TraceError::Certificate(path.clone(), why);
+        let pem = std::fs::read(&path).map_err(|e| bad(e.to_string()))?;
+        let mut n = 0;
+        for c in rustls_pemfile::certs(&mut pem.as_slice()) {
+            roots
+                .add(c.map_err(|e| bad(e.to_string()))?)
+                .map_err(|e| bad(e.to_string()))?;
+            n += 1;
+        }
+        if n == 0 {
+            return Err(bad("no PEM certificate in it".into()));
+        }
     } else {
-        Err(std::io::Error::other(format!(
-            "collector answered {:?}",
-            line.lines().next().unwrap_or_default()
-        )))
+        let found = rustls_native_certs::load_native_certs();
+        roots.add_parsable_certificates(found.certs);
     }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TraceError::Tls(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// The gRPC exporter (tonic), run on a one-worker tokio runtime of its own: tonic needs a
+/// tokio reactor, and the batch processor's thread awaits exports with a plain executor, so
+/// each export is spawned on the runtime and awaited through its join handle.
+#[derive(Debug)]
+struct OnRuntime {
+    inner: Arc<opentelemetry_otlp::SpanExporter>,
+    rt: tokio::runtime::Runtime,
+}
+
+impl OnRuntime {
+    /// The endpoint (the flag's, else the crate reads `OTEL_EXPORTER_OTLP_*`), headers and
+    /// timeout are the crate's; TLS is ours to give: the CA file, else the system's roots,
+    /// for an `https` endpoint.
+    fn grpc(endpoint: Option<String>) -> Result<OnRuntime, TraceError> {
+        use opentelemetry_otlp::tonic_types::transport::{Certificate, ClientTlsConfig};
+        use opentelemetry_otlp::WithTonicConfig;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("germline-otlp")
+            .enable_all()
+            .build()
+            .map_err(TraceError::Thread)?;
+        let https = endpoint
+            .clone()
+            .or_else(|| env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+            .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"))
+            .is_some_and(|e| e.trim().starts_with("https://"));
+        let mut b = opentelemetry_otlp::SpanExporter::builder().with_tonic();
+        if let Some(e) = endpoint {
+            b = b.with_endpoint(e);
+        }
+        if https {
+            let tls = match ca_file() {
+                Some(path) => {
+                    let pem = std::fs::read(&path)
+                        .map_err(|e| TraceError::Certificate(path.clone(), e.to_string()))?;
+                    ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem))
+                }
+                None => ClientTlsConfig::new().with_native_roots(),
+            };
+            b = b.with_tls_config(tls);
+        }
+        // The channel is made (lazily) inside the runtime, as tonic requires.
+        let inner = {
+            let _in = rt.enter();
+            b.build().map_err(|e| TraceError::Exporter(e.to_string()))?
+        };
+        Ok(OnRuntime {
+            inner: Arc::new(inner),
+            rt,
+        })
+    }
+}
+
+impl opentelemetry_sdk::trace::SpanExporter for OnRuntime {
+    async fn export(
+        &self,
+        batch: Vec<opentelemetry_sdk::trace::SpanData>,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        let inner = self.inner.clone();
+        match self
+            .rt
+            .spawn(async move { inner.export(batch).await })
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => Err(opentelemetry_sdk::error::OTelSdkError::InternalFailure(
+                e.to_string(),
+            )),
+        }
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        // Called once, by the provider's builder, before any export shares the exporter.
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.set_resource(resource);
+        }
+    }
+}
+
+/// The exporter's HTTP client: one HTTP/1.1 connection per export (a batch), over TLS for
+/// `https`, on a one-worker tokio runtime of its own. The exporter awaits it from the batch
+/// processor's thread (a plain executor), so the request runs on the runtime and is awaited
+/// through its join handle.
+#[derive(Debug)]
+pub struct Client {
+    rt: tokio::runtime::Runtime,
+    tls: Arc<rustls::ClientConfig>,
+}
+
+impl Client {
+    fn new(tls: Arc<rustls::ClientConfig>) -> Result<Client, TraceError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("germline-otlp")
+            .enable_all()
+            .build()
+            .map_err(TraceError::Thread)?;
+        Ok(Client { rt, tls })
+    }
+}
+
+#[async_trait::async_trait]
+impl HttpClient for Client {
+    async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
+        let tls = self.tls.clone();
+        let job = self.rt.spawn(async move {
+            match tokio::time::timeout(EXPORT_TIMEOUT, send(tls, request)).await {
+                Ok(r) => r,
+                Err(_) => Err(format!("no answer in {EXPORT_TIMEOUT:?}").into()),
+            }
+        });
+        job.await?
+    }
+}
+
+async fn send(
+    tls: Arc<rustls::ClientConfig>,
+    request: Request<Bytes>,
+) -> Result<Response<Bytes>, HttpError> {
+    let uri = request.uri().clone();
+    let https = match uri.scheme_str() {
+        Some("https") => true,
+        Some("http") => false,
+        other => return Err(format!("OTLP endpoint scheme {other:?}: http or https").into()),
+    };
+    let host = uri
+        .host()
+        .ok_or("OTLP endpoint without a host")?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+    let authority = uri
+        .authority()
+        .map(|a| a.as_str().to_string())
+        .unwrap_or_else(|| host.clone());
+    let (mut parts, body) = request.into_parts();
+    // Origin form on the wire, the authority in Host.
+    parts.uri = uri.path_and_query().map_or("/", |p| p.as_str()).parse()?;
+    parts
+        .headers
+        .insert(hyper::header::HOST, authority.parse()?);
+    let request = hyper::Request::from_parts(parts, Full::new(body));
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+    if https {
+        let name = rustls::pki_types::ServerName::try_from(host)?;
+        let stream = tokio_rustls::TlsConnector::from(tls)
+            .connect(name, tcp)
+            .await?;
+        exchange(TokioIo::new(stream), request).await
+    } else {
+        exchange(TokioIo::new(tcp), request).await
+    }
+}
+
+async fn exchange<I>(
+    io: I,
+    request: hyper::Request<Full<Bytes>>,
+) -> Result<Response<Bytes>, HttpError>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await?;
+    tokio::spawn(conn);
+    let answer = sender.send_request(request).await?;
+    let (parts, body) = answer.into_parts();
+    let body = Limited::new(body, MAX_ANSWER).collect().await?.to_bytes();
+    Ok(Response::from_parts(parts, body))
+}
+
+fn time(nanos: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_nanos(nanos)
 }
 
 fn nanos(t: SystemTime) -> u64 {
@@ -100,68 +395,93 @@ fn nanos(t: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
-fn attr(key: &str, v: Value) -> Value {
-    let value = match v {
-        Value::Bool(b) => json!({"boolValue": b}),
-        Value::Number(n) if n.is_u64() || n.is_i64() => json!({"intValue": n.to_string()}),
-        Value::Number(n) => json!({"doubleValue": n}),
-        other => json!({"stringValue": other.as_str().unwrap_or_default()}),
-    };
-    json!({"key": key, "value": value})
+/// One span of a call's trace, before it is made: parents come before their children.
+struct Rec {
+    name: &'static str,
+    parent: Option<usize>,
+    start: u64,
+    end: u64,
+    attrs: Vec<KeyValue>,
 }
 
 struct Builder {
-    trace: String,
-    spans: Vec<Value>,
+    spans: Vec<Rec>,
 }
 
 impl Builder {
     fn span(
         &mut self,
-        name: &str,
-        parent: Option<&str>,
+        name: &'static str,
+        parent: Option<usize>,
         start: u64,
         us: u64,
-        attrs: Vec<Value>,
-    ) -> String {
-        let id =
-            crate::ids::random_hex(8).unwrap_or_else(|_| format!("{:016x}", self.spans.len() + 1));
-        let mut s = json!({
-            "traceId": self.trace, "spanId": id, "name": name, "kind": 1,
-            "startTimeUnixNano": start.to_string(),
-            "endTimeUnixNano": (start + us * 1000).to_string(),
-            "attributes": attrs,
+        attrs: Vec<KeyValue>,
+    ) -> usize {
+        self.spans.push(Rec {
+            name,
+            parent,
+            start,
+            end: start + us * 1000,
+            attrs,
         });
-        if let Some(p) = parent {
-            s["parentSpanId"] = json!(p);
+        self.spans.len() - 1
+    }
+
+    /// Makes the spans, the first under `root` (the agent's context, or none).
+    fn emit(self, t: &Tracer, root: &Context) {
+        let mut made: Vec<(Context, u64)> = Vec::with_capacity(self.spans.len());
+        for r in self.spans {
+            let parent = match r.parent.and_then(|p| made.get(p)) {
+                Some((cx, _)) => cx.clone(),
+                None => root.clone(),
+            };
+            let span = t
+                .tracer
+                .span_builder(r.name)
+                .with_start_time(time(r.start))
+                .with_attributes(r.attrs)
+                .start_with_context(&t.tracer, &parent);
+            made.push((Context::new().with_span(span), r.end));
         }
-        self.spans.push(s);
-        id
+        for (cx, end) in made {
+            cx.span().end_with_timestamp(time(end));
+        }
     }
 }
 
-/// Traces observe a runtime's calls: one trace per finished call.
+/// The agent's W3C trace context, as the W3C propagator reads it (an invalid one is none).
+fn agent_context(call: &CallView<'_>) -> Context {
+    let mut carrier = HashMap::new();
+    if let Some(tp) = call.traceparent {
+        carrier.insert("traceparent".to_string(), tp.to_string());
+    }
+    if let Some(ts) = call.tracestate {
+        carrier.insert("tracestate".to_string(), ts.to_string());
+    }
+    TraceContextPropagator::new().extract(&carrier)
+}
+
+/// Traces observe a runtime's calls: one trace per finished call; the batch is flushed when
+/// the runtime stops (the session's end).
 impl CallObserver for Arc<Tracer> {
     fn after_call(&mut self, rt: &RuntimeView<'_>, call: &CallView<'_>) {
-        trace_call(self, rt, call.tool, call.started, call.result);
+        let b = trace_call(rt, call.tool, call.started, call.result);
+        b.emit(self, &agent_context(call));
+    }
+
+    fn stopped(&mut self) {
+        self.flush();
     }
 }
 
-/// The trace of one finished call of `rt` that started at `start` (wall clock).
+/// The spans of one finished call of `rt` that started at `start` (wall clock).
 fn trace_call(
-    t: &Tracer,
     rt: &RuntimeView<'_>,
     tool: &str,
     start: SystemTime,
     r: &Result<Outcome, RunError>,
-) {
-    let Ok(trace) = crate::ids::random_hex(16) else {
-        return;
-    };
-    let mut b = Builder {
-        trace,
-        spans: Vec::new(),
-    };
+) -> Builder {
+    let mut b = Builder { spans: Vec::new() };
     let t0 = nanos(start);
     let total_us = nanos(SystemTime::now()).saturating_sub(t0) / 1000;
     let outcome = match r {
@@ -169,41 +489,41 @@ fn trace_call(
         Err(e) => e.outcome(),
     };
     let mut attrs = vec![
-        attr("germline.release", json!(rt.release.label())),
-        attr("germline.mode", json!(rt.mode.name())),
-        attr("mcp.tool", json!(tool)),
-        attr("germline.outcome", json!(outcome)),
+        KeyValue::new("germline.release", rt.release.label()),
+        KeyValue::new("germline.mode", rt.mode.name()),
+        KeyValue::new("mcp.tool", tool.to_string()),
+        KeyValue::new("germline.outcome", outcome),
     ];
     if let Err(RunError::Limit(hit)) = r {
-        attrs.push(attr("germline.limit", json!(hit.name)));
+        attrs.push(KeyValue::new("germline.limit", hit.name));
     }
     let root = b.span("tools/call", None, t0, total_us, attrs);
     if let Ok(o) = r {
         // Phases are consecutive durations: plan, then per copy fork (its checks inside),
         // broker, copy (mounts, deliver, mcp, teardown), broker.end_copy.
         let mut at = t0;
-        let mut copy: Option<String> = None;
-        let mut copies: Vec<String> = Vec::new();
-        let mut group = 0u64;
+        let mut copy: Option<usize> = None;
+        let mut copies: Vec<usize> = Vec::new();
+        let mut group = 0i64;
         let mut sub = t0;
         for (i, (name, us)) in o.phases.iter().enumerate() {
             let us = *us;
             match *name {
                 "plan" => {
-                    b.span("plan", Some(&root), at, us, vec![]);
+                    b.span("plan", Some(root), at, us, vec![]);
                     at += us * 1000;
                 }
                 "fork" => {
                     let id = b.span(
                         "copy",
-                        Some(&root),
+                        Some(root),
                         at,
                         0,
-                        vec![attr("germline.group", json!(group))],
+                        vec![KeyValue::new("germline.group", group)],
                     );
                     group += 1;
-                    copies.push(id.clone());
-                    b.span("fork", Some(&id), at, us, vec![]);
+                    copies.push(id);
+                    b.span("fork", Some(id), at, us, vec![]);
                     // The fork's own laps (germline_sandbox's `fork_phases`, absent for a
                     // pool copy): the germline's checks before the fork, the copy confining
                     // itself, the copy's checks from outside after it. Without them the
@@ -230,25 +550,25 @@ fn trace_call(
                     let (cstart, cus) = timed.unwrap_or((at, us));
                     b.span(
                         "checks",
-                        Some(&id),
+                        Some(id),
                         cstart,
                         cus.min(us),
                         vec![
-                            attr("germline.checks", json!("passed")),
-                            attr("germline.checks.timed_apart", json!(timed.is_some())),
+                            KeyValue::new("germline.checks", "passed"),
+                            KeyValue::new("germline.checks.timed_apart", timed.is_some()),
                         ],
                     );
                     if let Some((t, u)) = lap_at("fork.germline_checks") {
-                        b.span("checks.germline", Some(&id), t, u, vec![]);
+                        b.span("checks.germline", Some(id), t, u, vec![]);
                     }
                     if let Some((t, u)) = lap_at("fork.confine") {
-                        b.span("confinement.self", Some(&id), t, u, vec![]);
+                        b.span("confinement.self", Some(id), t, u, vec![]);
                     }
                     copy = Some(id);
                     at += us * 1000;
                 }
                 "broker" => {
-                    if let Some(id) = &copy {
+                    if let Some(id) = copy {
                         b.span("confinement.broker", Some(id), at, us, vec![]);
                     }
                     at += us * 1000;
@@ -265,18 +585,18 @@ fn trace_call(
                         "copy.mcp" => "run",
                         _ => "teardown",
                     };
-                    if let Some(id) = &copy {
+                    if let Some(id) = copy {
                         b.span(span, Some(id), sub, us, vec![]);
                     }
                     sub += us * 1000;
                 }
                 "broker.end_copy" => {
                     if let Some(id) = copy.take() {
-                        b.span("broker.end_copy", Some(&id), at, us, vec![]);
+                        b.span("broker.end_copy", Some(id), at, us, vec![]);
                         at += us * 1000;
                         // The copy span ends with its broker record.
-                        if let Some(s) = b.spans.iter_mut().find(|s| s["spanId"] == json!(id)) {
-                            s["endTimeUnixNano"] = json!(at.to_string());
+                        if let Some(s) = b.spans.get_mut(id) {
+                            s.end = at;
                         }
                     }
                 }
@@ -293,20 +613,17 @@ fn trace_call(
             let start = wall_now.saturating_sub(mono_now.saturating_sub(r.start_mono_ns));
             b.span(
                 "broker.request",
-                Some(parent),
+                Some(*parent),
                 start,
                 r.us,
                 vec![
-                    attr("germline.host", json!(r.host)),
-                    attr("germline.verdict", json!(r.verdict)),
+                    KeyValue::new("germline.host", r.host.clone()),
+                    KeyValue::new("germline.verdict", r.verdict.clone()),
                 ],
             );
         }
     }
-    t.send(json!({"resourceSpans": [{
-        "resource": {"attributes": [attr("service.name", json!("germline"))]},
-        "scopeSpans": [{"scope": {"name": "germline"}, "spans": b.spans}],
-    }]}));
+    b
 }
 
 #[cfg(test)]
@@ -314,16 +631,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn endpoints_parse_or_say_what_was_expected() {
+    fn the_flag_names_a_collector_root_and_says_what_was_expected() {
         assert_eq!(
-            parse_endpoint("http://127.0.0.1:4318").expect("plain"),
-            ("127.0.0.1:4318".into(), "/v1/traces".into())
+            override_url("http://127.0.0.1:4318").expect("plain"),
+            "http://127.0.0.1:4318/v1/traces"
         );
         assert_eq!(
-            parse_endpoint("http://collector:4318/otlp/").expect("prefix"),
-            ("collector:4318".into(), "/otlp/v1/traces".into())
+            override_url("https://collector:4318/otlp/").expect("prefix"),
+            "https://collector:4318/otlp/v1/traces"
         );
-        assert!(parse_endpoint("https://c:4318").is_err());
-        assert!(parse_endpoint("http://collector").is_err());
+        assert!(override_url("ftp://c:4318").is_err());
+        assert!(override_url("https:///x").is_err());
     }
 }

@@ -197,7 +197,8 @@ fn no_canary_in_metrics_or_logs_from_a_trojan_that_names_it() {
         .all(|b| !b.to_ascii_lowercase().contains(&needle)));
 }
 
-/// A stand-in OTLP/HTTP collector: accepts `POST /v1/traces` and keeps the JSON bodies.
+/// A stand-in OTLP/HTTP collector (`http/json`): accepts `POST /v1/traces` and keeps the JSON
+/// bodies.
 struct Collector {
     addr: String,
     bodies: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
@@ -318,16 +319,23 @@ fn one_trace_per_call_with_plan_copy_and_phase_spans() {
     let policy = w.policy(sink.port, "");
     let collector = Collector::start();
     let endpoint = format!("http://{}", collector.addr);
+    // OTLP/JSON over plain http, as a user asks for it: the standard protocol variable (the
+    // default is http/protobuf; tests/otlp.rs covers it, over TLS) and the flag's endpoint.
+    let mut cmd = vec![
+        "/usr/bin/env".to_string(),
+        "OTEL_EXPORTER_OTLP_PROTOCOL=http/json".to_string(),
+    ];
+    cmd.extend(run_cmd(
+        &policy,
+        "germline",
+        "germline-office",
+        w.path(),
+        &["--otlp-endpoint", &endpoint],
+    ));
     let out = run_agent(
         w.path(),
         &json!([annotate(&w), {"tool": "summarize", "arguments": {"text": "a b c"}}]),
-        &run_cmd(
-            &policy,
-            "germline",
-            "germline-office",
-            w.path(),
-            &["--otlp-endpoint", &endpoint],
-        ),
+        &cmd,
     );
     assert!(out.iter().all(|r| r["ok"] == json!(true)), "{out:?}");
     // The exporter runs on its own thread: wait (bounded) for both traces.

@@ -107,22 +107,20 @@ pub struct TelemetryArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics (off by default; docs/operations.md).
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<std::net::SocketAddr>,
-    /// Send one OpenTelemetry trace per call, OTLP/JSON over HTTP, to this collector
-    /// (`http://HOST:PORT`; off by default; docs/operations.md).
+    /// Send one OpenTelemetry trace per call by OTLP to this collector (`http(s)://HOST:PORT`;
+    /// OTLP/HTTP adds `/v1/traces`), over `OTEL_EXPORTER_OTLP_ENDPOINT`; off unless one of them
+    /// is set (docs/operations.md "Traces").
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
 }
 
 impl TelemetryArgs {
-    /// The OTLP tracer `--otlp-endpoint` asks for, if any.
+    /// The OTLP tracer `--otlp-endpoint` or the `OTEL_EXPORTER_OTLP_*` variables ask for, if any.
     pub fn tracer(
         &self,
     ) -> Result<Option<Arc<germline_engine::trace::Tracer>>, germline_engine::error::TraceError>
     {
-        self.otlp_endpoint
-            .as_deref()
-            .map(|url| germline_engine::trace::Tracer::start(url).map(Arc::new))
-            .transpose()
+        Ok(germline_engine::trace::Tracer::start(self.otlp_endpoint.as_deref())?.map(Arc::new))
     }
 }
 
