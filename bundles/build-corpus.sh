@@ -82,7 +82,7 @@ for id in "${ids[@]}"; do
     rm -rf "$work"; trap - EXIT
     # Link the packed rootfs's files that equal the base's as soon as it is made (pack copies
     # them): ~40 releases of ~120 MB each filled a CI machine's disk before the final pass below.
-    command -v hardlink >/dev/null && { hardlink -q -t "$base" "$dest/bundle/rootfs" >/dev/null 2>&1 || true; }
+    command -v hardlink >/dev/null && { hardlink -q -t -m -O "$base" "$dest/bundle/rootfs" >/dev/null 2>&1 || true; }
     built=$((built + 1))
     echo "corpus: built $id ($(grep -o '"version": "[^"]*"' "$dest/manifest.json"))"
 done

@@ -118,7 +118,7 @@ for name in "${names[@]}"; do
     # nothing a release is checked on.
     if [ -z "${shared_rootfs:-}" ]; then shared_rootfs="$dest/bundle/rootfs"
     elif command -v hardlink >/dev/null; then
-        hardlink -q -t "$shared_rootfs" "$dest/bundle/rootfs" >/dev/null 2>&1 || true
+        hardlink -q -t -m -O "$shared_rootfs" "$dest/bundle/rootfs" >/dev/null 2>&1 || true
     fi
     echo "bundles: built $name $version: $(grep -o '"rootfs_digest": "[^"]*"' "$dest/pack.json")"
 done
