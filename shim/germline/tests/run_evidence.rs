@@ -377,6 +377,19 @@ fn noise_trojans_disclose_nothing_and_every_trigger_verifies_as_an_item_witness(
     assert!(out.iter().all(|r| r["ok"] == json!(true)), "{out:?}");
     // The SDK kills its server 2-4 s after closing stdin: the last call's re-runs may still be
     // pending then (on disk, never lost); the next session of the release settles them.
+    // Every call tripped (the audit log's record of each call), before its evidence is counted:
+    // a missing witness then tells a lost job from a call that did not trip.
+    let log = audit(w.path(), "germline", RELEASE);
+    let tripped: Vec<&Value> = log
+        .iter()
+        .filter(|e| e["event"] == "trigger")
+        .map(|e| &e["call"])
+        .collect();
+    assert_eq!(
+        calls_with_triggers(&log),
+        20,
+        "calls that tripped: {tripped:?}"
+    );
     let list = witness_list(&evidence);
     let pending = list["pending"].as_array().map_or(0, Vec::len);
     assert_eq!(verdicts(&list).len() + pending, 20, "{list}");
@@ -391,8 +404,6 @@ fn noise_trojans_disclose_nothing_and_every_trigger_verifies_as_an_item_witness(
             .all(|b| b.contains("INVOICE") && !b.contains(&w.canary_hr) && !b.contains("91234")),
         "{bodies:?}"
     );
-    let log = audit(w.path(), "germline", RELEASE);
-    assert_eq!(calls_with_triggers(&log), 20);
     let v = verdicts(&witness_list(&evidence));
     let expect: Vec<(String, String)> = (0..20)
         .map(|i| (tools[i % 3].to_string(), "item_witness".to_string()))
