@@ -117,6 +117,10 @@ fn keygen_on_a_terminal(dir: &Path, answers: [&str; 2]) -> (bool, String) {
                 .unwrap_or_else(|_| panic!("prompt {} within 30 s: {screen:?}", i + 1));
             screen.extend(chunk);
         }
+        // rpassword prints the prompt, then turns the terminal's echo off: typing at once can
+        // beat the second step (the suite once saw the password echoed so), which no person
+        // does. Give it the moment a person takes to read the prompt.
+        std::thread::sleep(std::time::Duration::from_millis(300));
         writeln!(stdin, "{answer}").expect("type");
     }
     drop(stdin);
