@@ -179,6 +179,25 @@ fn certifi_bundles(rootfs: &Path) -> Vec<PathBuf> {
 #[derive(Debug, Clone)]
 pub struct RootfsBundles(Vec<(PathBuf, String)>);
 
+/// Adds every PEM certificate of the file at `path` to `roots`, for a TLS client that trusts a
+/// CA the deployer names (the broker's `--upstream-ca`, the OTLP exporter's certificate). The
+/// error says what was wrong with the file; a file without a certificate is an error, since
+/// trusting nothing the deployer meant would fail later and less clearly.
+pub fn add_pem_roots(roots: &mut rustls::RootCertStore, path: &Path) -> Result<usize, String> {
+    let pem = std::fs::read(path).map_err(|e| e.to_string())?;
+    let mut n = 0;
+    for c in rustls_pemfile::certs(&mut pem.as_slice()) {
+        roots
+            .add(c.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+        n += 1;
+    }
+    if n == 0 {
+        return Err("no PEM certificate in the file".into());
+    }
+    Ok(n)
+}
+
 /// Reads the CA bundles of `rootfs` (Debian's, and every certifi's).
 pub fn rootfs_bundles(rootfs: &Path) -> Result<RootfsBundles, CaError> {
     let mut targets = Vec::new();
@@ -245,6 +264,24 @@ pub fn copy_trust_from(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pem_roots_are_added_and_a_file_without_one_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let ca = DeploymentCa::load_or_create(&dir.path().join("ca"), provider).expect("ca");
+        let two = dir.path().join("two.pem");
+        std::fs::write(&two, format!("{}{}", ca.cert_pem(), ca.cert_pem())).expect("write");
+        let mut roots = rustls::RootCertStore::empty();
+        assert_eq!(add_pem_roots(&mut roots, &two), Ok(2));
+        assert_eq!(roots.len(), 2);
+        let none = dir.path().join("none.pem");
+        std::fs::write(&none, "not a certificate\n").expect("write");
+        let err = add_pem_roots(&mut roots, &none).expect_err("no certificate");
+        assert!(err.contains("no PEM certificate"), "{err}");
+        let err = add_pem_roots(&mut roots, &dir.path().join("absent.pem")).expect_err("absent");
+        assert!(err.contains("No such file"), "{err}");
+    }
 
     #[test]
     fn bundles_cover_debian_and_certifi() {

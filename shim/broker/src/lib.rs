@@ -421,17 +421,7 @@ fn upstream_tls(cfg: &BrokerConfig) -> Result<rustls::ClientConfig, BrokerError>
             path: path.clone(),
             reason,
         };
-        let pem = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
-        let mut n = 0;
-        for c in rustls_pemfile::certs(&mut pem.as_slice()) {
-            roots
-                .add(c.map_err(|e| bad(e.to_string()))?)
-                .map_err(|e| bad(e.to_string()))?;
-            n += 1;
-        }
-        if n == 0 {
-            return Err(bad("no certificate in the file".into()));
-        }
+        ca::add_pem_roots(&mut roots, path).map_err(bad)?;
     }
     let mut c = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()

@@ -185,18 +185,8 @@ fn ca_file() -> Option<String> {
 fn tls_config() -> Result<Arc<rustls::ClientConfig>, TraceError> {
     let mut roots = rustls::RootCertStore::empty();
     if let Some(path) = ca_file() {
-        let bad = |why: String| TraceError::Certificate(path.clone(), why);
-        let pem = std::fs::read(&path).map_err(|e| bad(e.to_string()))?;
-        let mut n = 0;
-        for c in rustls_pemfile::certs(&mut pem.as_slice()) {
-            roots
-                .add(c.map_err(|e| bad(e.to_string()))?)
-                .map_err(|e| bad(e.to_string()))?;
-            n += 1;
-        }
-        if n == 0 {
-            return Err(bad("no PEM certificate in it".into()));
-        }
+        germline_broker::ca::add_pem_roots(&mut roots, std::path::Path::new(&path))
+            .map_err(|why| TraceError::Certificate(path.clone(), why))?;
     } else {
         let found = rustls_native_certs::load_native_certs();
         roots.add_parsable_certificates(found.certs);
