@@ -5,7 +5,11 @@
 #    `mcp` SDK (the scripted sessions are its stdio_client), matplotlib (heatmap), cryptography
 #    (the sinks' test CA)
 #  - the wheelhouse the corpus releases install `mcp` from (/var/tmp/germline-corpus-wheels)
-#  - the signed corpus releases bundles/out/corpus/<server>-<variant>/bundle (bundles/build-corpus.sh)
+#  - the signed corpus releases bundles/out/corpus/<server>-<variant>/bundle (bundles/build-corpus.sh):
+#    those the test suite runs (every documents release, xtool's web half and each server's benign
+#    release: 21 of 57), or those named as arguments, or `all`. `germline eval matrix` builds the
+#    releases its chosen cases need itself (tests/security/matrix.py), so a full matrix never
+#    runs on a partial corpus; the 36 others took ~150 s and ~1 GB of every CI run for nothing.
 # Idempotent: the venv is rebuilt only when the requirements change; build-corpus.sh skips releases
 # already built from the same sources.
 set -euo pipefail
@@ -39,4 +43,11 @@ if ! cmp -s "$wreq" "$wheels/.germline-requirements" 2>/dev/null; then
     cp "$wreq" "$wheels/.germline-requirements"
 fi
 
-bash "$root/bundles/build-corpus.sh"
+if [ "${1:-}" = all ]; then
+    ids=()
+elif [ $# -gt 0 ]; then
+    ids=("$@")
+else
+    mapfile -t ids < <(/usr/bin/python3 "$root/bundles/corpus/releases.py" list | cut -f1 | grep -E '^(docs-.*|.*-benign|web-xtool)$')
+fi
+bash "$root/bundles/build-corpus.sh" "${ids[@]}"

@@ -21,7 +21,9 @@ import datetime
 import fnmatch
 import importlib.util
 import json
+import os
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import asdict
@@ -231,6 +233,9 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--out", type=Path, default=Path("/var/tmp/germline-matrix"))
     ap.add_argument("--cases", default="*", help="comma-separated globs over case names (docs-pool, xtool, docs-*,xtool, ...); benign cases always run")
+    ap.add_argument("--benign", choices=("all", "needed"), default="all",
+                    help="which benign sessions run: all five servers', or only those of the servers the chosen "
+                         "cases use (each attack run is attributed against its servers' benign runs of the same mode)")
     ap.add_argument("--corpus", type=Path, default=ROOT / "bundles" / "out" / "corpus")
     ap.add_argument("--key", type=Path, default=ROOT / "bundles" / "out" / "keys" / "cosign.pub")
     target = __import__("subprocess").run([str(ROOT / "scripts" / "target-dir")], capture_output=True, text=True, check=True).stdout.strip()
@@ -256,8 +261,18 @@ def main() -> int:
             ap.error(f"unknown runtime {m}")
         if (why := runtimes.available(m, a.germline)) is not None:
             ap.error(f"runtime {m}: {why}")
-    cases = [c for c in load_cases() if c["variant"] == "benign" or any(fnmatch.fnmatch(c["case"], g) for g in a.cases.split(","))]
-    missing = sorted({rid for c in cases for rid in c["releases"].values() if not (a.corpus / rid / "bundle").is_dir()})
+    chosen = [c for c in load_cases() if c["variant"] != "benign" and any(fnmatch.fnmatch(c["case"], g) for g in a.cases.split(","))]
+    used = {s for c in chosen for s in c["sessions"]}
+    benign = [c for c in load_cases() if c["variant"] == "benign" and (a.benign == "all" or set(c["sessions"]) <= used)]
+    cases = benign + chosen
+    needed = sorted({rid for c in cases for rid in c["releases"].values()})
+    if a.corpus.resolve() == (ROOT / "bundles" / "out" / "corpus").resolve():
+        # Setup builds only the releases the test suite runs; build (or refresh) what these
+        # cases need, with the runtime under test as the packer. Idempotent and quick when built.
+        env = {**os.environ, "GERMLINE_BIN": a.germline}
+        if subprocess.run(["bash", str(ROOT / "bundles" / "build-corpus.sh"), *needed], env=env).returncode != 0:
+            ap.error(f"bundles/build-corpus.sh could not build {', '.join(needed[:6])}...")
+    missing = [rid for rid in needed if not (a.corpus / rid / "bundle").is_dir()]
     if missing:
         ap.error(f"releases not built in {a.corpus}: {', '.join(missing[:6])}... (run bundles/build-corpus.sh)")
     if a.out.exists():

@@ -50,6 +50,11 @@ struct MatrixArgs {
     /// sessions always run.
     #[arg(long, default_value = "*")]
     cases: String,
+    /// Which benign sessions run: `all` five servers', or only those of the servers the chosen
+    /// cases use (`needed`): each attack run is attributed against its own servers' benign runs
+    /// of the same mode, so `needed` gives the same attack cells with fewer runs.
+    #[arg(long, value_parser = ["all", "needed"], default_value = "all")]
+    benign: String,
     /// Seconds allowed per run (all sessions of one case).
     #[arg(long)]
     run_timeout: Option<u32>,
@@ -89,6 +94,8 @@ fn matrix(a: &MatrixArgs) -> Result<(), Error> {
         .arg(&a.out)
         .arg("--cases")
         .arg(&a.cases)
+        .arg("--benign")
+        .arg(&a.benign)
         .arg("--germline")
         .arg(&exe)
         .env("GERMLINE_ROOT", &root);

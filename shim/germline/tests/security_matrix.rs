@@ -2,9 +2,12 @@
 //! under `germline` against four baselines, through `germline eval matrix` itself. The mechanism
 //! switched on (germline) must disclose nothing while the same harness, same world and same
 //! signed Trojans show leaks with it switched off (sig-pin), reduced to confinement
-//! (confined-ifc), to a fresh process per call (fresh-ifc) or to copies without Plan's split (nosplit): a harness that sees no leak
-//! anywhere would be broken, and this test fails then. The full matrix (every case, every runtime, 3 trials) is `germline eval matrix`, documented
-//! in docs/security-matrix.md.
+//! (confined-ifc), to a fresh process per call (fresh-ifc) or to copies without Plan's split
+//! (nosplit): a harness that sees no leak anywhere would be broken, and this test fails then.
+//! The two intermediate baselines run only the cases this test asserts of them (direct, pool,
+//! xtool, with their servers' benign sessions): fresh-ifc takes ~11 s a run, and all 20 of its
+//! runs were 233 of the matrix's 400 s. The full matrix (every case, every runtime, 3 trials)
+//! is `germline eval matrix`, documented in docs/security-matrix.md.
 
 mod run_common;
 
@@ -15,6 +18,28 @@ use serde_json::Value;
 
 fn cell<'a>(summary: &'a Value, variant: &str, mode: &str) -> &'a Value {
     &summary["cells"][variant][mode]
+}
+
+/// Runs `germline eval matrix` (one trial) and returns its matrix.json and summary.
+fn matrix(modes: &str, cases: &str, benign: &str) -> (Value, Value) {
+    let out = tempfile::tempdir().expect("tempdir");
+    let status = Command::new(germline())
+        .args(["eval", "matrix", "--modes", modes, "--trials", "1"])
+        .args(["--cases", cases, "--benign", benign, "--out"])
+        .arg(out.path())
+        .arg("--root")
+        .arg(root())
+        .status()
+        .expect("start germline eval matrix");
+    assert!(
+        status.success(),
+        "germline eval matrix ({modes}) failed: {status}"
+    );
+    let text = std::fs::read_to_string(out.path().join("matrix.json")).expect("matrix.json");
+    let m: Value = serde_json::from_str(&text).expect("matrix.json is JSON");
+    assert!(out.path().join("matrix.md").is_file() && out.path().join("matrix.png").is_file());
+    let s = m["summary"].clone();
+    (m, s)
 }
 
 fn attributed(summary: &Value, variant: &str, mode: &str) -> u64 {
@@ -34,25 +59,13 @@ fn docs_trojans_disclose_under_baselines_and_not_under_germline() {
         "the corpus is not built: {} (scripts/setup.d/50-corpus.sh)",
         corpus.display()
     );
-    let out = tempfile::tempdir().expect("tempdir");
-    let status = Command::new(germline())
-        .args([
-            "eval",
-            "matrix",
-            "--modes",
-            "sig-pin,confined-ifc,fresh-ifc,nosplit,germline",
-        ])
-        .args(["--trials", "1", "--cases", "docs-*,xtool", "--out"])
-        .arg(out.path())
-        .arg("--root")
-        .arg(root())
-        .status()
-        .expect("start germline eval matrix");
-    assert!(status.success(), "germline eval matrix failed: {status}");
-    let text = std::fs::read_to_string(out.path().join("matrix.json")).expect("matrix.json");
-    let m: Value = serde_json::from_str(&text).expect("matrix.json is JSON");
-    let s = &m["summary"];
-    assert!(out.path().join("matrix.md").is_file() && out.path().join("matrix.png").is_file());
+    let (m, on_off) = matrix("sig-pin,nosplit,germline", "docs-*,xtool", "all");
+    let (_, between) = matrix(
+        "confined-ifc,fresh-ifc",
+        "docs-direct,docs-pool,xtool",
+        "needed",
+    );
+    let (s, s2) = (&on_off, &between);
 
     // Switched on: no attack run discloses (attributed or not), every benign step completes.
     let g = &s["totals"]["germline"];
@@ -81,8 +94,8 @@ fn docs_trojans_disclose_under_baselines_and_not_under_germline() {
     }
     // Confinement alone stops the raw socket and the return-value channels, not the pool.
     assert_eq!(attributed(s, "direct", "sig-pin"), 1);
-    assert_eq!(attributed(s, "direct", "confined-ifc"), 0);
-    assert_eq!(attributed(s, "pool", "confined-ifc"), 1);
+    assert_eq!(attributed(s2, "direct", "confined-ifc"), 0);
+    assert_eq!(attributed(s2, "pool", "confined-ifc"), 1);
     assert_eq!(s["totals"]["sig-pin"]["benign_runs_disclosing"], 0);
     // Without Plan's split, one copy holds the invoice and the salary sheet of Fig. 2c's call
     // and its OCR request carries both: within-call mixing, which splitting removes.
@@ -96,7 +109,7 @@ fn docs_trojans_disclose_under_baselines_and_not_under_germline() {
     // the web server ships it. A fresh process per call still shares that directory; a copy's
     // scratch is its own and is discarded with it (Table XI: 3/3 under every baseline, 0 under
     // NoSplit and Germline).
-    for mode in ["sig-pin", "confined-ifc", "fresh-ifc"] {
+    for (s, mode) in [(s, "sig-pin"), (s2, "confined-ifc"), (s2, "fresh-ifc")] {
         assert_eq!(
             attributed(s, "xtool", mode),
             1,
