@@ -6,6 +6,7 @@ mod output;
 mod plan_cmd;
 mod progress;
 mod release_cmd;
+mod research_cmd;
 mod witness_cmd;
 
 use std::process::ExitCode;
@@ -63,13 +64,13 @@ enum Command {
     Witness(witness_cmd::WitnessArgs),
     /// The paper's cost figures (Table VII, Fig. 4) on this machine: bench.json, bench.md, plots.
     #[command(hide = true)]
-    Bench(germline_eval::suite::SuiteArgs),
+    Bench(research_cmd::BenchJson),
     /// Per-call latency through `germline run` for one tool under every runtime.
     #[command(hide = true)]
-    RunBench(germline_eval::bench::BenchArgs),
+    RunBench(research_cmd::RunBenchJson),
     /// Evaluations: the security matrix of signed Trojans against every runtime.
     #[command(hide = true)]
-    Eval(germline_eval::matrix::EvalArgs),
+    Eval(research_cmd::EvalJson),
 }
 
 /// The command line: the hidden (research and evaluation) commands listed after the user
@@ -131,7 +132,7 @@ fn main() -> ExitCode {
             report_as(args.json(), "policy check", plan_cmd::run_policy(&args))
         }
         Command::Broker(args) => report(broker_cmd::run(&args)),
-        Command::Eval(args) => report(germline_eval::matrix::run(&args)),
+        Command::Eval(args) => report_as(args.json, "eval", research_cmd::eval(&args)),
         Command::Witness(args) => match witness_cmd::run(&args) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::from(1),
@@ -149,8 +150,10 @@ fn main() -> ExitCode {
         }
         Command::Run(args) => report(germline_mcp::cli::run(&args).map_err(Into::into)),
         Command::Daemon(args) => report(germline_mcp::daemon::run(&args).map_err(Into::into)),
-        Command::RunBench(args) => report(germline_eval::bench::run(&args).map_err(Into::into)),
-        Command::Bench(args) => report(germline_eval::suite::run(&args).map_err(Into::into)),
+        Command::RunBench(args) => {
+            report_as(args.json, "run-bench", research_cmd::run_bench(&args))
+        }
+        Command::Bench(args) => report_as(args.json, "bench", research_cmd::bench(&args)),
         Command::Serve(args) => report(germline_mcp::serve::run(&args).map_err(Into::into)),
         Command::Client(args) => report(client_cmd::run(&args).map_err(Into::into)),
         // As a user: their own sessions, from the daemon.
