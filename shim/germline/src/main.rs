@@ -153,7 +153,9 @@ fn main() -> ExitCode {
         Command::RunBench(args) => {
             report_as(args.json, "run-bench", research_cmd::run_bench(&args))
         }
-        Command::Bench(args) => report_as(args.json, "bench", research_cmd::bench(&args)),
+        Command::Bench(args) => {
+            report_as(args.json, "bench", research_cmd::bench(&args, cli.quiet))
+        }
         Command::Serve(args) => report(germline_mcp::serve::run(&args).map_err(Into::into)),
         Command::Client(args) => report(client_cmd::run(&args).map_err(Into::into)),
         // As a user: their own sessions, from the daemon.

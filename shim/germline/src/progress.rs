@@ -66,6 +66,30 @@ impl Progress {
     pub fn inc(&self) {
         self.bar.inc(1);
     }
+
+    /// `done` of `total` steps.
+    pub fn set(&self, done: u64, total: u64) {
+        self.bar.set_length(total);
+        self.bar.set_position(done);
+    }
+
+    /// Removes the display now (the result is about to print).
+    pub fn clear(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// A library's steps ([`germline_eval::progress::Progress`]) on the bar: the step's name as
+/// the message, `done`/`total` as the position; cleared once every step is done.
+impl germline_eval::progress::Progress for Progress {
+    fn step(&self, what: &str, done: u64, total: u64) {
+        self.set(done, total);
+        if done >= total {
+            self.clear();
+        } else {
+            self.message(what);
+        }
+    }
 }
 
 impl Drop for Progress {

@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use germline_sys::sys;
 
+use crate::progress::{self, Progress};
+
 type Error = Box<dyn std::error::Error>;
 
 /// `germline eval` with `--json`.
@@ -81,7 +83,9 @@ pub fn eval(a: &EvalJson) -> Result<(), Error> {
     })
 }
 
-pub fn bench(a: &BenchJson) -> Result<(), Error> {
+/// `quiet`: the global `--quiet`. On a terminal the steps are a bar; otherwise a line each
+/// on stderr, as before.
+pub fn bench(a: &BenchJson, quiet: bool) -> Result<(), Error> {
     let file = if a.inner.breakdown_only {
         "breakdown.json"
     } else {
@@ -89,7 +93,12 @@ pub fn bench(a: &BenchJson) -> Result<(), Error> {
     };
     let result: PathBuf = a.inner.out.join(file);
     run_json(a.json, &result, || {
-        germline_eval::suite::run(&a.inner).map_err(Into::into)
+        if progress::wanted(quiet, a.json) {
+            let bar = Progress::bar(true, 0, "bench");
+            germline_eval::suite::run_with(&a.inner, &bar).map_err(Into::into)
+        } else {
+            germline_eval::suite::run(&a.inner).map_err(Into::into)
+        }
     })
 }
 

@@ -115,6 +115,13 @@ fn bench_quick_writes_well_formed_results() {
     assert_eq!(printed, doc);
     let stderr = String::from_utf8_lossy(&r.stderr);
     assert!(stderr.contains("target "), "targets are printed: {stderr}");
+    // Not on a terminal: the steps are lines, and no progress bar's escapes are there.
+    assert!(
+        stderr.contains("bench: latency germline pass 1 "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("bench: time breakdown"), "{stderr}");
+    assert!(!stderr.contains('\x1b'), "{stderr}");
     let md = std::fs::read_to_string(out.join("bench.md")).expect("bench.md");
     assert!(md.contains("## Targets") && md.contains("| noop |"));
 }
