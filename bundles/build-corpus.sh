@@ -77,7 +77,7 @@ for id in "${ids[@]}"; do
     fi
     "$germline" release pack --manifest "$dest/manifest.json" --rootfs "$rootfs" --key "$keys/cosign.key" \
         --out "$dest/bundle" > "$dest/pack.json"
-    "$germline" release verify --key "$keys/cosign.pub" "$dest/bundle" > "$dest/verify.json"
+    "$germline" release verify --json --key "$keys/cosign.pub" "$dest/bundle" > "$dest/verify.json"
     echo "$sources" > "$dest/stamp"
     rm -rf "$work"; trap - EXIT
     # Link the packed rootfs's files that equal the base's as soon as it is made (pack copies

@@ -108,7 +108,7 @@ for name in "${names[@]}"; do
     fi
     "$germline" release pack --manifest "$manifest" --rootfs "$rootfs" --key "$out/keys/cosign.key" \
         --out "$dest/bundle" --image "$dest/image" > "$dest/pack.json"
-    "$germline" release verify --key "$out/keys/cosign.pub" "$dest/image" > "$dest/verify.json"
+    "$germline" release verify --json --key "$out/keys/cosign.pub" "$dest/image" > "$dest/verify.json"
     echo "$stamp" > "$dest/stamp"
     rm -rf "$work"; trap - EXIT
     # The releases share their Python runtime byte for byte: link the new rootfs's identical

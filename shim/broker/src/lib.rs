@@ -455,8 +455,18 @@ fn load_credentials(
         };
         let value = match &c.source {
             CredentialSource::Inline(v) => v.clone(),
+            // Empty counts as unset, as the OTEL_* variables and most tools take it: a
+            // `NAME=` left in a unit file or an engine's `-e NAME=` is a forgotten value,
+            // and would otherwise be refused as a malformed header value.
             CredentialSource::Env(name) => std::env::var(name)
-                .map_err(|_| err(format!("environment variable {name} is not set")))?,
+                .ok()
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| {
+                    err(format!(
+                        "environment variable {name} is not set (or is empty), and the \
+                         policy's value_env names it"
+                    ))
+                })?,
             CredentialSource::File(p) => read_credential_file(p, read_as)
                 .map_err(|e| err(format!("cannot read {}: {e}", p.display())))?
                 .trim_end_matches(['\n', '\r'])
@@ -915,6 +925,38 @@ mod tests {
         }
         let ok = load_credentials(&policy("secret\r\n"), None).expect("good");
         assert_eq!(ok["ocr.example"].value, "secret");
+    }
+
+    /// `value_env`: a variable set to the empty string is unset, and says so; a set one is
+    /// the credential.
+    #[test]
+    fn an_empty_credential_variable_counts_as_unset() {
+        let name = "GERMLINE_TEST_EMPTY_CREDENTIAL";
+        let policy = Policy::parse(
+            Path::new("p.toml"),
+            &format!(
+                "[labels]\nhr = \"x\"\n[destinations]\n\"ocr.example\" = []\n\
+                 [credentials.\"ocr.example\"]\nheader = \"X-Api-Key\"\nvalue_env = \"{name}\"\n"
+            ),
+        )
+        .expect("policy");
+        for unset in [None, Some("")] {
+            match unset {
+                None => std::env::remove_var(name),
+                Some(v) => std::env::set_var(name, v),
+            }
+            let e = load_credentials(&policy, None)
+                .expect_err("no value")
+                .to_string();
+            assert!(
+                e.contains(&format!("environment variable {name} is not set")),
+                "{unset:?}: {e}"
+            );
+        }
+        std::env::set_var(name, "k3y");
+        let ok = load_credentials(&policy, None).expect("set");
+        assert_eq!(ok["ocr.example"].value, "k3y");
+        std::env::remove_var(name);
     }
 
     /// A broker of a `germline daemon` session reads credential files as the session's user:

@@ -8,4 +8,5 @@
 
 pub mod bench;
 pub mod matrix;
+pub mod progress;
 pub mod suite;

@@ -67,6 +67,15 @@ struct MatrixArgs {
     root: Option<PathBuf>,
 }
 
+impl EvalArgs {
+    /// The summary document the run writes (`OUT/summary.json`), which `--json` prints.
+    pub fn summary_path(&self) -> PathBuf {
+        match &self.cmd {
+            EvalCmd::Matrix(m) => m.out.join("summary.json"),
+        }
+    }
+}
+
 pub fn run(args: &EvalArgs) -> Result<(), Error> {
     match &args.cmd {
         EvalCmd::Matrix(m) => matrix(m),

@@ -459,7 +459,13 @@ fn lsq_slope(xs: &[f64], ys: &[f64]) -> (f64, f64) {
     (slope, my - slope * mx)
 }
 
+/// `germline bench`, its steps as lines on stderr.
 pub fn run(a: &SuiteArgs) -> Result<(), String> {
+    run_with(a, &crate::progress::Lines("bench"))
+}
+
+/// `germline bench`, its steps reported to `progress`.
+pub fn run_with(a: &SuiteArgs, progress: &dyn crate::progress::Progress) -> Result<(), String> {
     let started = Instant::now();
     std::fs::create_dir_all(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
     for (what, p) in [
@@ -491,7 +497,10 @@ pub fn run(a: &SuiteArgs) -> Result<(), String> {
         ("germline", Mode::Germline, 0),
         ("germline+pool", Mode::Germline, a.pool),
     ];
-    // 1. Per-call latency: per pass a fresh `germline run` per release and mode.
+    // 1. Per-call latency: per pass a fresh `germline run` per release and mode; then
+    // scaling, two memory steps and the breakdown.
+    let total = (runs.len() * sz.passes * 2 + 4) as u64;
+    let mut done = 0u64;
     let mut latency = Vec::new();
     for (label, mode, pool) in &runs {
         let fresh = *mode == Mode::FreshIfc;
@@ -505,11 +514,12 @@ pub fn run(a: &SuiteArgs) -> Result<(), String> {
                 } else {
                     &a.bench_release
                 };
-                eprintln!(
-                    "bench: latency {label} pass {} {}",
-                    pass + 1,
-                    release.display()
+                progress.step(
+                    &format!("latency {label} pass {} {}", pass + 1, release.display()),
+                    done,
+                    total,
                 );
+                done += 1;
                 let mut c = RunClient::start(&policy, &a.key, &a.state_dir, *mode, *pool, release)?;
                 for (ci, case) in cases.iter().enumerate() {
                     if case.time_release != time_rel {
@@ -569,7 +579,7 @@ pub fn run(a: &SuiteArgs) -> Result<(), String> {
     }
 
     // 2a. Scaling: latency against copies per call (fanout1..5), germline without a pool.
-    eprintln!("bench: scaling, copies per call 1-5");
+    progress.step("scaling, copies per call 1-5", done, total);
     let mut scaling = Vec::new();
     {
         let mut c = RunClient::start(
@@ -599,7 +609,11 @@ pub fn run(a: &SuiteArgs) -> Result<(), String> {
 
     // 2b. Memory: resident germlines of mcp-server-time (one `germline run` each), against
     // the idle server's own process under sig-pin.
-    eprintln!("bench: memory, idle server and resident germlines");
+    progress.step(
+        "memory, idle server and resident germlines",
+        done + 1,
+        total,
+    );
     let idle = {
         let c = RunClient::start(
             &policy,
@@ -654,7 +668,7 @@ pub fn run(a: &SuiteArgs) -> Result<(), String> {
 
     // 2c. Memory of live copies: copies of one germline of mcp-server-time, each after its
     // own call, kept alive together.
-    eprintln!("bench: memory, live copies");
+    progress.step("memory, live copies", done + 2, total);
     let live = live_copies(a, &policy, if a.quick { 2 } else { 5 })?;
     let per_copy_private = live
         .last()
@@ -665,8 +679,11 @@ pub fn run(a: &SuiteArgs) -> Result<(), String> {
         .unwrap_or(f64::NAN);
 
     // 3. Where the time goes: the shim's own phase timestamps of single-copy calls, in process.
-    eprintln!("bench: time breakdown of a single-copy call");
+    progress.step("time breakdown of a single-copy call", done + 3, total);
     let breakdown = breakdown(a, &policy, &sz)?;
+
+    // Every step measured: what follows prints the results.
+    progress.step("done", total, total);
 
     // Targets of the issue.
     let mut targets = Vec::new();

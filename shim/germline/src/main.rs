@@ -2,8 +2,11 @@
 
 mod broker_cmd;
 mod client_cmd;
+mod output;
 mod plan_cmd;
+mod progress;
 mod release_cmd;
+mod research_cmd;
 mod witness_cmd;
 
 use std::process::ExitCode;
@@ -17,6 +20,9 @@ use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
     about = "Run signed MCP tool servers under germline execution"
 )]
 struct Cli {
+    /// No progress display on the terminal (it is never drawn when stderr is not one).
+    #[arg(long, global = true)]
+    quiet: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -58,13 +64,13 @@ enum Command {
     Witness(witness_cmd::WitnessArgs),
     /// The paper's cost figures (Table VII, Fig. 4) on this machine: bench.json, bench.md, plots.
     #[command(hide = true)]
-    Bench(germline_eval::suite::SuiteArgs),
+    Bench(research_cmd::BenchJson),
     /// Per-call latency through `germline run` for one tool under every runtime.
     #[command(hide = true)]
-    RunBench(germline_eval::bench::BenchArgs),
+    RunBench(research_cmd::RunBenchJson),
     /// Evaluations: the security matrix of signed Trojans against every runtime.
     #[command(hide = true)]
-    Eval(germline_eval::matrix::EvalArgs),
+    Eval(research_cmd::EvalJson),
 }
 
 /// The command line: the hidden (research and evaluation) commands listed after the user
@@ -91,23 +97,46 @@ fn report(result: Result<(), Box<dyn std::error::Error>>) -> ExitCode {
     }
 }
 
+/// As [`report`], but under `--json` the error is one JSON object on stderr naming the
+/// command and, when the error type says, the file, line, column or field (output.rs).
+fn report_as(
+    json: bool,
+    command: &str,
+    result: Result<(), Box<dyn std::error::Error>>,
+) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if json => {
+            let place = if let Some(p) = e.downcast_ref::<germline_policy::policy::PolicyError>() {
+                output::policy_place(p)
+            } else if let Some(r) = e.downcast_ref::<germline_release::error::Error>() {
+                output::release_place(r)
+            } else {
+                serde_json::Map::new()
+            };
+            output::print_error(command, &e.to_string(), place);
+            ExitCode::from(2)
+        }
+        Err(e) => report(Err(e)),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::from_arg_matches(&cli().get_matches()) {
         Ok(c) => c,
         Err(e) => e.exit(),
     };
     match cli.command {
-        Command::Plan(args) => report(plan_cmd::run_plan(&args)),
-        Command::Policy(args) => report(plan_cmd::run_policy(&args)),
+        Command::Plan(args) => report_as(args.json(), "plan", plan_cmd::run_plan(&args)),
+        Command::Policy(args) => {
+            report_as(args.json(), "policy check", plan_cmd::run_policy(&args))
+        }
         Command::Broker(args) => report(broker_cmd::run(&args)),
-        Command::Eval(args) => report(germline_eval::matrix::run(&args)),
+        Command::Eval(args) => report_as(args.json, "eval", research_cmd::eval(&args)),
         Command::Witness(args) => match witness_cmd::run(&args) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::from(1),
-            Err(e) => {
-                eprintln!("germline: error: {e}");
-                ExitCode::from(2)
-            }
+            Err(e) => report_as(args.json(), "witness", Err(e)),
         },
         // As a user (not root): the session is the daemon's, and its exit status is ours.
         Command::Run(args) if germline_mcp::daemon::wanted(&args) => {
@@ -121,8 +150,12 @@ fn main() -> ExitCode {
         }
         Command::Run(args) => report(germline_mcp::cli::run(&args).map_err(Into::into)),
         Command::Daemon(args) => report(germline_mcp::daemon::run(&args).map_err(Into::into)),
-        Command::RunBench(args) => report(germline_eval::bench::run(&args).map_err(Into::into)),
-        Command::Bench(args) => report(germline_eval::suite::run(&args).map_err(Into::into)),
+        Command::RunBench(args) => {
+            report_as(args.json, "run-bench", research_cmd::run_bench(&args))
+        }
+        Command::Bench(args) => {
+            report_as(args.json, "bench", research_cmd::bench(&args, cli.quiet))
+        }
         Command::Serve(args) => report(germline_mcp::serve::run(&args).map_err(Into::into)),
         Command::Client(args) => report(client_cmd::run(&args).map_err(Into::into)),
         // As a user: their own sessions, from the daemon.
@@ -136,7 +169,7 @@ fn main() -> ExitCode {
         }
         Command::Gc => report(germline_engine::sweep::gc().map_err(Into::into)),
         Command::Sandbox(c) => germline_sandbox::cli::run(c),
-        Command::Keygen(args) => release_cmd::run_keygen(&args),
-        Command::Release { cmd } => release_cmd::run_release(&cmd),
+        Command::Keygen(args) => release_cmd::run_keygen(&args, cli.quiet),
+        Command::Release { cmd } => release_cmd::run_release(&cmd, cli.quiet),
     }
 }

@@ -44,7 +44,28 @@ pub struct PolicyArgs {
 #[derive(Debug, Subcommand)]
 enum PolicyCmd {
     /// Load a policy, report the first error with file, line and field, or summarise it.
-    Check { file: PathBuf },
+    Check {
+        file: PathBuf,
+        /// Print the summary as JSON (and an error as a JSON object on stderr).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+impl PolicyArgs {
+    /// Whether `--json` was given (for the error's form).
+    pub fn json(&self) -> bool {
+        match &self.cmd {
+            PolicyCmd::Check { json, .. } => *json,
+        }
+    }
+}
+
+impl PlanArgs {
+    /// Whether `--json` was given (for the error's form).
+    pub fn json(&self) -> bool {
+        self.json
+    }
 }
 
 pub fn run_plan(args: &PlanArgs) -> Result<(), Error> {
@@ -162,8 +183,26 @@ fn render(call: &CallSpec, items: &[ItemMeta], p: &Plan) -> String {
 
 pub fn run_policy(args: &PolicyArgs) -> Result<(), Error> {
     match &args.cmd {
-        PolicyCmd::Check { file } => {
+        PolicyCmd::Check { file, json } => {
             let p = Policy::load(file)?;
+            if *json {
+                let d = p.dampening();
+                let rules: Vec<_> = p
+                    .rule_patterns()
+                    .map(|(source, pattern, label)| {
+                        json!({"source": match source { Source::Path => "path", Source::Uri => "uri" },
+                               "pattern": pattern, "label": label.to_string()})
+                    })
+                    .collect();
+                crate::output::print_json(&json!({
+                    "file": file, "ok": true, "labels": p.tags(), "rules": rules,
+                    "default_item_label": p.default_item_label().to_string(),
+                    "dampening": {"half_life": d.half_life, "unverified_weight": d.unverified_weight,
+                        "verified_weight": d.verified_weight, "suppress_at": d.suppress_at,
+                        "reuse_below": d.reuse_below, "threshold_rate": d.threshold_rate()},
+                }));
+                return Ok(());
+            }
             println!("{}: ok", file.display());
             println!(
                 "  labels: {}",

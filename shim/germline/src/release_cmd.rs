@@ -1,7 +1,7 @@
 //! The `germline keygen` and `germline release ...` subcommands: argument structs, handlers and
 //! what they print, over the `germline-release` library (which has no CLI of its own).
 
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum as _};
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,6 +13,9 @@ use germline_release::manifest::{Manifest, MANIFEST_PATH};
 use germline_release::release::{self, Source};
 use germline_release::untrusted::LimitArgs;
 use germline_release::{bundle, digest, tuf};
+
+use crate::output::{self, emit, print_json};
+use crate::progress::{self, Progress};
 
 /// `germline keygen`: a cosign-compatible key pair. The private key's password, as cosign
 /// takes it: `COSIGN_PASSWORD` if it is set (even empty); else, on a terminal, asked twice
@@ -31,6 +34,9 @@ pub struct KeygenArgs {
     pub output_key_prefix: String,
     #[arg(long, value_enum, default_value = "ecdsa-p256")]
     pub algorithm: Algorithm,
+    /// Print the result as JSON (and a failure as a JSON object on stderr).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `germline release ...`
@@ -94,6 +100,9 @@ pub struct SignArgs {
     /// Where to write the sigstore bundle (default: `<blob>.sigstore.json`).
     #[arg(long)]
     pub bundle: Option<PathBuf>,
+    /// Print the result as JSON (and a failure as a JSON object on stderr).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -105,6 +114,9 @@ pub struct TufInitArgs {
     pub key: PathBuf,
     #[arg(long, default_value_t = 365)]
     pub expires_days: i64,
+    /// Print the result as JSON (and a failure as a JSON object on stderr).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -124,6 +136,9 @@ pub struct PublishArgs {
     /// Expiry of timestamp.json, RFC 3339 (default: 7 days from now).
     #[arg(long)]
     pub timestamp_expires: Option<String>,
+    /// Print the result as JSON (and a failure as a JSON object on stderr).
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub limits: LimitArgs,
 }
@@ -147,6 +162,9 @@ pub struct VerifyArgs {
     /// Where rollback state lives (TUF datastore, highest versions seen).
     #[arg(long, default_value = germline_sys::paths::RELEASE_STATE)]
     pub state: PathBuf,
+    /// Print the result as JSON (and a failure as a JSON object on stderr).
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub limits: LimitArgs,
 }
@@ -174,30 +192,42 @@ pub struct BenchArgs {
     pub image: bool,
     #[arg(long, default_value_t = 5)]
     pub runs: usize,
-    /// Where to write the JSON result.
+    /// Where to write the JSON result (as `--json` prints it).
     #[arg(long, default_value = "bench-verify.json")]
-    pub json: PathBuf,
+    pub output: PathBuf,
+    /// Print the result as JSON (and a failure as a JSON object on stderr).
+    #[arg(long)]
+    pub json: bool,
 }
 
-fn finish(r: Result<()>, what: &str) -> ExitCode {
+/// Exit 0, or 1 with the error on stderr: `germline: WHAT: message`, or under `--json` the
+/// JSON error object of `command` with the file (and field) it is about (output.rs).
+/// `subject`: the file the command is about (its release), named when the error itself names
+/// none.
+fn finish(
+    r: Result<()>,
+    command: &str,
+    what: &str,
+    json: bool,
+    subject: Option<&std::path::Path>,
+) -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // Printable whatever an image put into the message (error::printable).
-            eprintln!(
-                "germline: {what}: {}",
-                germline_release::error::printable(&e.to_string())
-            );
+            let message = germline_release::error::printable(&e.to_string());
+            if json {
+                let mut place = output::release_place(&e);
+                if let (false, Some(p)) = (place.contains_key("file"), subject) {
+                    place.insert("file".into(), json!(p.to_string_lossy()));
+                }
+                output::print_error(command, &message, place);
+            } else {
+                eprintln!("germline: {what}: {message}");
+            }
             ExitCode::FAILURE
         }
     }
-}
-
-fn print_json(v: &serde_json::Value) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
-    );
 }
 
 /// `germline keygen`.
@@ -229,34 +259,84 @@ fn keygen_password() -> Result<Vec<u8>> {
     Ok(password)
 }
 
-pub fn run_keygen(a: &KeygenArgs) -> ExitCode {
+pub fn run_keygen(a: &KeygenArgs, quiet: bool) -> ExitCode {
     finish(
         (|| {
             let password = keygen_password()?;
             std::fs::create_dir_all(&a.dir).map_err(|e| Error::io(&a.dir, e))?;
-            let public = keys::keygen(&a.dir, &a.output_key_prefix, a.algorithm, &password)?;
-            println!(
-                "Private key written to {}\nPublic key written to {}\nfingerprint {}",
-                a.dir.join(format!("{}.key", a.output_key_prefix)).display(),
-                a.dir.join(format!("{}.pub", a.output_key_prefix)).display(),
-                public.fingerprint()?
-            );
+            let public = {
+                // scrypt with cosign's parameters takes a moment.
+                let _p = Progress::spinner(
+                    progress::wanted(quiet, a.json),
+                    "generating and encrypting the key",
+                );
+                keys::keygen(&a.dir, &a.output_key_prefix, a.algorithm, &password)?
+            };
+            let private = a.dir.join(format!("{}.key", a.output_key_prefix));
+            let public_file = a.dir.join(format!("{}.pub", a.output_key_prefix));
+            let fingerprint = public.fingerprint()?;
+            let v = json!({
+                "private_key": private, "public_key": public_file,
+                "fingerprint": fingerprint, "algorithm": a.algorithm.to_possible_value().map(|p| p.get_name().to_string()),
+                "password_empty": password.is_empty(),
+            });
+            emit(a.json, &v, || {
+                format!(
+                    "Private key written to {}\nPublic key written to {}\nfingerprint {fingerprint}",
+                    private.display(),
+                    public_file.display(),
+                )
+            });
             Ok(())
         })(),
         "keygen",
+        "keygen",
+        a.json,
+        Some(&a.dir),
     )
 }
 
 /// `germline release ...`.
-pub fn run_release(cmd: &ReleaseCmd) -> ExitCode {
+/// `quiet`: the global `--quiet` (no progress on the terminal).
+pub fn run_release(cmd: &ReleaseCmd, quiet: bool) -> ExitCode {
     match cmd {
-        ReleaseCmd::Pack(a) => finish(pack(a), "release pack"),
-        ReleaseCmd::Sign(a) => finish(sign(a), "release sign"),
-        ReleaseCmd::TufInit(a) => finish(tuf_init(a), "release tuf-init"),
-        ReleaseCmd::Publish(a) => finish(publish(a), "release publish refused"),
-        ReleaseCmd::Verify(a) => finish(verify(a), "release refused"),
-        ReleaseCmd::Inspect(a) => finish(inspect(a), "release inspect"),
-        ReleaseCmd::BenchVerify(a) => finish(bench(a), "release bench-verify"),
+        ReleaseCmd::Pack(a) => finish(pack(a), "release pack", "release pack", false, None),
+        ReleaseCmd::Sign(a) => finish(sign(a), "release sign", "release sign", a.json, None),
+        ReleaseCmd::TufInit(a) => finish(
+            tuf_init(a),
+            "release tuf-init",
+            "release tuf-init",
+            a.json,
+            Some(&a.repo),
+        ),
+        ReleaseCmd::Publish(a) => finish(
+            publish(a, quiet),
+            "release publish",
+            "release publish refused",
+            a.json,
+            Some(&a.release),
+        ),
+        ReleaseCmd::Verify(a) => finish(
+            verify(a, quiet),
+            "release verify",
+            "release refused",
+            a.json,
+            Some(&a.release),
+        ),
+        ReleaseCmd::Inspect(a) => finish(
+            inspect(a, quiet),
+            "release inspect",
+            "release inspect",
+            a.json,
+            Some(&a.release),
+        ),
+        ReleaseCmd::BenchVerify(a) => finish(
+            bench(a, quiet),
+            "release bench-verify",
+            "release bench-verify",
+            a.json,
+            None,
+        ),
     }
 }
 
@@ -297,10 +377,10 @@ fn sign(a: &SignArgs) -> Result<()> {
     let key = keys::load_signing_key(&a.key)?;
     if let Some(dir) = &a.release {
         release::sign_bundle_dir(dir, &key)?;
-        println!(
-            "signed {}",
-            dir.join("rootfs").join(MANIFEST_PATH).display()
-        );
+        let signed = dir.join("rootfs").join(MANIFEST_PATH);
+        emit(a.json, &json!({"signed": signed}), || {
+            format!("signed {}", signed.display())
+        });
         return Ok(());
     }
     let blob = a
@@ -313,19 +393,34 @@ fn sign(a: &SignArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("{}.sigstore.json", blob.display())));
     std::fs::write(&out, bundle::sign(&key, &bytes)?).map_err(|e| Error::io(&out, e))?;
-    println!("Wrote bundle to file {}", out.display());
+    emit(a.json, &json!({"signed": blob, "bundle": out}), || {
+        format!("Wrote bundle to file {}", out.display())
+    });
     Ok(())
 }
 
 fn tuf_init(a: &TufInitArgs) -> Result<()> {
     tuf::init(&a.repo, &a.key, days(a.expires_days)?)?;
-    println!("initialised TUF repository {}", a.repo.display());
+    let root = a.repo.join("metadata/1.root.json");
+    emit(a.json, &json!({"repo": a.repo, "root": root}), || {
+        format!(
+            "initialised TUF repository {} (pin {} on the nodes)",
+            a.repo.display(),
+            root.display()
+        )
+    });
     Ok(())
 }
 
-fn publish(a: &PublishArgs) -> Result<()> {
+fn publish(a: &PublishArgs, quiet: bool) -> Result<()> {
     let key = keys::load_public_key(&a.key)?;
-    let v = release::verify_path_with(&a.release, &key, None, &a.limits.limits())?;
+    let v = {
+        let _p = Progress::spinner(
+            progress::wanted(quiet, a.json),
+            format!("verifying {}", a.release.display()),
+        );
+        release::verify_path_with(&a.release, &key, None, &a.limits.limits())?
+    };
     let ts = match &a.timestamp_expires {
         Some(s) => s
             .parse::<jiff::Timestamp>()
@@ -340,19 +435,36 @@ fn publish(a: &PublishArgs) -> Result<()> {
         days(a.expires_days)?,
         ts,
     )?;
-    print_json(&json!({"published": name, "repo": a.repo, "rootfs_digest": v.rootfs_digest}));
+    let out = json!({"published": name, "repo": a.repo, "rootfs_digest": v.rootfs_digest});
+    emit(a.json, &out, || {
+        format!(
+            "published {name} to {} (rootfs {})",
+            a.repo.display(),
+            v.rootfs_digest
+        )
+    });
     Ok(())
 }
 
-fn verify(a: &VerifyArgs) -> Result<()> {
+fn verify(a: &VerifyArgs, quiet: bool) -> Result<()> {
     let key = keys::load_public_key(&a.key)?;
     let t0 = Instant::now();
+    let p = Progress::spinner(
+        progress::wanted(quiet, a.json),
+        format!(
+            "verifying {} (signature, every layer and file digest)",
+            a.release.display()
+        ),
+    );
     let v = release::verify_path_with(
         &a.release,
         &key,
         a.extract_to.as_deref(),
         &a.limits.limits(),
     )?;
+    if a.tuf_repo.is_some() {
+        p.message("checking the TUF repository");
+    }
     let tuf = match (&a.tuf_repo, &a.tuf_root) {
         (Some(repo), Some(root)) => {
             let c = tuf::check_release(repo, root, &a.state, &v.manifest_bytes, &v.manifest)?;
@@ -361,12 +473,35 @@ fn verify(a: &VerifyArgs) -> Result<()> {
         }
         _ => serde_json::Value::Null,
     };
-    print_json(&json!({
+    drop(p);
+    let out = json!({
         "verified": true, "name": v.manifest.name, "version": v.manifest.version,
         "rootfs_digest": v.rootfs_digest, "publisher_key": v.signature.fingerprint,
         "bundle_media_type": v.signature.media_type, "extracted_to": a.extract_to, "tuf": tuf,
         "seconds": t0.elapsed().as_secs_f64(),
-    }));
+    });
+    emit(a.json, &out, || {
+        let mut t = format!(
+            "verified {} {} in {:.2} s\n  rootfs digest: {}\n  publisher key: {}\n",
+            v.manifest.name,
+            v.manifest.version,
+            t0.elapsed().as_secs_f64(),
+            v.rootfs_digest,
+            v.signature.fingerprint
+        );
+        if let Some(x) = &a.extract_to {
+            t.push_str(&format!("  extracted to:  {}\n", x.display()));
+        }
+        if !tuf.is_null() {
+            t.push_str(&format!(
+                "  TUF target:    {} (targets v{}, timestamp v{})\n",
+                tuf["target"].as_str().unwrap_or_default(),
+                tuf["targets_version"],
+                tuf["timestamp_version"]
+            ));
+        }
+        t
+    });
     Ok(())
 }
 
@@ -383,8 +518,12 @@ fn tools_json(m: &Manifest) -> serde_json::Value {
     serde_json::Value::Object(out)
 }
 
-fn inspect(a: &InspectArgs) -> Result<()> {
+fn inspect(a: &InspectArgs, quiet: bool) -> Result<()> {
     let limits = a.limits.limits();
+    let p = Progress::spinner(
+        progress::wanted(quiet, a.json),
+        format!("reading {}", a.release.display()),
+    );
     let (manifest, status, fingerprint, digest_ok) = match &a.key {
         Some(k) => {
             let key: PublicKey = keys::load_public_key(k)?;
@@ -416,6 +555,7 @@ fn inspect(a: &InspectArgs) -> Result<()> {
         .as_ref()
         .map(|p| p.digest.clone())
         .unwrap_or_default();
+    drop(p);
     if a.json {
         print_json(&json!({
             "name": manifest.name, "version": manifest.version, "rootfs_digest": digest,
@@ -425,15 +565,19 @@ fn inspect(a: &InspectArgs) -> Result<()> {
         }));
         return Ok(());
     }
-    println!("name:          {}", manifest.name);
-    println!("version:       {}", manifest.version);
-    println!("rootfs digest: {digest}");
-    println!(
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let _ = writeln!(o, "name:          {}", manifest.name);
+    let _ = writeln!(o, "version:       {}", manifest.version);
+    let _ = writeln!(o, "rootfs digest: {digest}");
+    let _ = writeln!(
+        o,
         "publisher key: {}",
         fingerprint.as_deref().unwrap_or("(none)")
     );
-    println!("entry:         {}", manifest.entry.join(" "));
-    println!(
+    let _ = writeln!(o, "entry:         {}", manifest.entry.join(" "));
+    let _ = writeln!(
+        o,
         "deterministic: {}",
         if manifest.deterministic {
             "declared"
@@ -441,9 +585,9 @@ fn inspect(a: &InspectArgs) -> Result<()> {
             "not declared"
         }
     );
-    println!("scratch:       {} MiB", manifest.scratch_mb);
-    println!("readable:      {}", manifest.readable_paths.join(", "));
-    println!("tools:");
+    let _ = writeln!(o, "scratch:       {} MiB", manifest.scratch_mb);
+    let _ = writeln!(o, "readable:      {}", manifest.readable_paths.join(", "));
+    let _ = writeln!(o, "tools:");
     for (name, t) in &manifest.tools {
         let d = match (&t.destinations.hosts, &t.destinations.host_of_argument) {
             (Some(h), _) if h.is_empty() => "no destinations".to_string(),
@@ -451,9 +595,10 @@ fn inspect(a: &InspectArgs) -> Result<()> {
             (None, Some(arg)) => format!("the host of argument `{arg}`"),
             _ => "?".into(),
         };
-        println!("  {name}: {d}");
+        let _ = writeln!(o, "  {name}: {d}");
     }
-    println!("signature:     {status}");
+    let _ = writeln!(o, "signature:     {status}");
+    output::out(&o);
     Ok(())
 }
 
@@ -468,7 +613,8 @@ fn fill(buf: &mut [u8], seed: &mut u64) {
     }
 }
 
-fn bench(a: &BenchArgs) -> Result<()> {
+fn bench(a: &BenchArgs, quiet: bool) -> Result<()> {
+    let shown = progress::wanted(quiet, a.json);
     let dir = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
     let src = dir.path().join("src");
     // A rootfs-like mix: many small files and some large ones, in nested directories.
@@ -482,6 +628,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
         4 << 20,
     ];
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let p = Progress::spinner(shown, format!("writing a {} MB rootfs", a.size_mb));
     let (mut written, mut files) = (0u64, 0u64);
     let mut buf = Vec::new();
     while written < total {
@@ -501,6 +648,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
         "readable_paths": ["/"], "deterministic": true});
     std::fs::write(&m, manifest.to_string()).map_err(|e| Error::io(&m, e))?;
     let key = keys::SigningKey::generate(Algorithm::EcdsaP256);
+    p.message("packing it");
     let out = dir.path().join("bundle");
     let img = dir.path().join("image");
     release::pack(
@@ -510,20 +658,27 @@ fn bench(a: &BenchArgs) -> Result<()> {
         &out,
         a.image.then_some(img.as_path()),
     )?;
+    drop(p);
     let public = key.public();
     let mut times = Vec::new();
-    for _ in 0..a.runs.max(1) {
+    let runs = a.runs.max(1);
+    let total_runs = if a.image { 2 * runs } else { runs };
+    let p = Progress::bar(shown, total_runs as u64, "verifying");
+    for _ in 0..runs {
         let t = Instant::now();
         release::verify_bundle_dir(&out, &public)?;
         times.push(t.elapsed().as_secs_f64());
+        p.inc();
     }
     times.sort_by(f64::total_cmp);
     let mut image_times = Vec::new();
     if a.image {
-        for _ in 0..a.runs.max(1) {
+        p.message("verifying the image layout");
+        for _ in 0..runs {
             let t = Instant::now();
             release::verify_image(&img, &public, None)?;
             image_times.push(t.elapsed().as_secs_f64());
+            p.inc();
         }
         image_times.sort_by(f64::total_cmp);
     }
@@ -537,20 +692,24 @@ fn bench(a: &BenchArgs) -> Result<()> {
         "note": "page cache warm after packing; bundle = signature + tree digest of rootfs/; image = blob digest + gunzip + tar checks + tree digest",
         "digest_algorithm": digest::ALGORITHM,
     });
-    println!(
-        "verified a {mb:.0} MB rootfs ({files} files) in {:.3} s (median of {}; min {:.3} s)",
-        median(&times).unwrap_or(f64::NAN),
-        times.len(),
-        times.first().copied().unwrap_or(f64::NAN)
-    );
-    if a.image {
-        println!(
-            "verified its image layout in {:.3} s (median)",
-            median(&image_times).unwrap_or(f64::NAN)
-        );
-    }
+    drop(p);
     let bytes = serde_json::to_vec_pretty(&result).map_err(|e| Error::Usage(e.to_string()))?;
-    std::fs::write(&a.json, bytes).map_err(|e| Error::io(&a.json, e))?;
-    println!("wrote {}", a.json.display());
+    std::fs::write(&a.output, bytes).map_err(|e| Error::io(&a.output, e))?;
+    emit(a.json, &result, || {
+        let mut t = format!(
+            "verified a {mb:.0} MB rootfs ({files} files) in {:.3} s (median of {}; min {:.3} s)\n",
+            median(&times).unwrap_or(f64::NAN),
+            times.len(),
+            times.first().copied().unwrap_or(f64::NAN)
+        );
+        if a.image {
+            t.push_str(&format!(
+                "verified its image layout in {:.3} s (median)\n",
+                median(&image_times).unwrap_or(f64::NAN)
+            ));
+        }
+        t.push_str(&format!("wrote {}", a.output.display()));
+        t
+    });
     Ok(())
 }

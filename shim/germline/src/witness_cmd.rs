@@ -40,13 +40,28 @@ enum WitnessCmd {
         /// The maxima an image layout release is read under (docs/release.md).
         #[command(flatten)]
         limits: germline_release::untrusted::LimitArgs,
+        /// Print the result as JSON (and a failure as a JSON object on stderr).
+        #[arg(long)]
+        json: bool,
     },
     /// Every witness record and each release's dampening state.
     List {
         /// The evidence directory of `germline run`.
         #[arg(long, default_value = paths::BROKER_EVIDENCE)]
         evidence: PathBuf,
+        /// Print the result as JSON (and a failure as a JSON object on stderr).
+        #[arg(long)]
+        json: bool,
     },
+}
+
+impl WitnessArgs {
+    /// Whether `--json` was given (for the error's form).
+    pub fn json(&self) -> bool {
+        match &self.cmd {
+            WitnessCmd::Verify { json, .. } | WitnessCmd::List { json, .. } => *json,
+        }
+    }
 }
 
 /// `Ok(false)`: the re-run disagrees with the record; an error keeps its typed source.
@@ -60,6 +75,7 @@ pub fn run(a: &WitnessArgs) -> Result<bool, Box<dyn std::error::Error>> {
             items,
             tries,
             limits,
+            json,
         } => {
             let (check, release) = germline_engine::evidence::OfflineCheck::prepare(
                 &germline_engine::evidence::VerifyInput {
@@ -82,16 +98,89 @@ pub fn run(a: &WitnessArgs) -> Result<bool, Box<dyn std::error::Error>> {
             rt.stop();
             drop(rt);
             let v = v?;
-            println!("{v}");
-            Ok(v["agrees"] == serde_json::Value::Bool(true))
+            let agrees = v["agrees"] == serde_json::Value::Bool(true);
+            crate::output::emit(*json, &v, || {
+                format!(
+                    "{}: {} of {} to {}: re-run {} (recorded {}): {}",
+                    record.display(),
+                    s(&v["tool"]),
+                    s(&v["release"]),
+                    s(&v["destination"]),
+                    s(&v["verdict_name"]),
+                    s(&v["recorded_verdict"]),
+                    if agrees { "agrees" } else { "DIFFERS" }
+                )
+            });
+            Ok(agrees)
         }
-        WitnessCmd::List { evidence } => {
+        WitnessCmd::List { evidence, json } => {
             let v = germline_engine::evidence::list(evidence)?;
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
-            );
+            crate::output::emit(*json, &v, || list_text(evidence, &v));
             Ok(true)
         }
     }
+}
+
+/// A JSON value as text: a string without its quotes, anything else as JSON.
+fn s(v: &serde_json::Value) -> String {
+    v.as_str().map_or_else(|| v.to_string(), str::to_string)
+}
+
+/// `witness list` for a person: one line per record, pending trigger and release.
+fn list_text(evidence: &std::path::Path, v: &serde_json::Value) -> String {
+    use std::fmt::Write as _;
+    let empty = Vec::new();
+    let arr = |k: &str| v[k].as_array().unwrap_or(&empty).clone();
+    let (records, pending) = (arr("witnesses"), arr("pending"));
+    let mut t = format!(
+        "{}: {} witness record{}, {} pending\n",
+        evidence.display(),
+        records.len(),
+        if records.len() == 1 { "" } else { "s" },
+        pending.len()
+    );
+    for r in &records {
+        if r.get("error").is_some() {
+            let _ = writeln!(t, "  {}: unreadable: {}", s(&r["path"]), s(&r["error"]));
+            continue;
+        }
+        let _ = writeln!(
+            t,
+            "  {} {} -> {}: verdict {} ({} tries) {}",
+            s(&r["release"]),
+            s(&r["tool"]),
+            s(&r["destination"]),
+            s(&r["verdict"]),
+            s(&r["tries"]),
+            s(&r["path"])
+        );
+    }
+    for p in &pending {
+        let _ = writeln!(
+            t,
+            "  pending: {} {} -> {} since {}",
+            s(&p["release"]),
+            s(&p["tool"]),
+            s(&p["destination"]),
+            s(&p["since"])
+        );
+    }
+    if let Some(d) = v["dampening"].as_object() {
+        for (release, st) in d {
+            let _ = writeln!(
+                t,
+                "  dampening {release}: penalty {} ({}), admitted {}, refused {}, last {}",
+                s(&st["penalty"]),
+                if st["suppressed"] == serde_json::Value::Bool(true) {
+                    "suppressed"
+                } else {
+                    "not suppressed"
+                },
+                s(&st["admitted"]),
+                s(&st["refused"]),
+                s(&st["last"])
+            );
+        }
+    }
+    t
 }

@@ -1,5 +1,6 @@
 //! `germline bench --quick --out DIR` runs end to end and writes a well-formed bench.json and
 //! bench.md. Structure only: speed is measured by the benchmark itself, never asserted here.
+//! Run with `--json`: stdout is exactly bench.json, and the tables a person reads go to stderr.
 
 mod run_common;
 
@@ -21,7 +22,7 @@ fn bench_quick_writes_well_formed_results() {
     let out = dir.path().join("bench");
     let r = Command::new(germline())
         .current_dir(root())
-        .args(["bench", "--quick", "--gap-ms", "5", "--out"])
+        .args(["bench", "--json", "--quick", "--gap-ms", "5", "--out"])
         .arg(&out)
         .arg("--state-dir")
         .arg(dir.path().join("broker"))
@@ -108,7 +109,19 @@ fn bench_quick_writes_well_formed_results() {
     assert!(targets
         .iter()
         .all(|t| t["met"].is_boolean() && t["value"].is_string()));
-    assert!(stdout.contains("target "), "targets are printed: {stdout}");
+    // --json: stdout is the one document bench.json holds; the targets a person reads are
+    // printed on stderr instead.
+    let printed: Value = serde_json::from_str(&stdout).expect("stdout is one JSON document");
+    assert_eq!(printed, doc);
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(stderr.contains("target "), "targets are printed: {stderr}");
+    // Not on a terminal: the steps are lines, and no progress bar's escapes are there.
+    assert!(
+        stderr.contains("bench: latency germline pass 1 "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("bench: time breakdown"), "{stderr}");
+    assert!(!stderr.contains('\x1b'), "{stderr}");
     let md = std::fs::read_to_string(out.join("bench.md")).expect("bench.md");
     assert!(md.contains("## Targets") && md.contains("| noop |"));
 }

@@ -110,7 +110,7 @@ fn twin_inputs_make_copies_agree_and_without_them_every_call_trips() {
 /// `germline witness list` of an evidence directory.
 fn witness_list(evidence: &Path) -> Value {
     let out = std::process::Command::new(germline())
-        .args(["witness", "list", "--evidence"])
+        .args(["witness", "list", "--json", "--evidence"])
         .arg(evidence)
         .output()
         .expect("germline witness list");
@@ -125,7 +125,7 @@ fn witness_list(evidence: &Path) -> Value {
 /// `germline witness verify` of `rec` (its items beside `items_of`) in a process of its own.
 fn verify(rec: &Path, items_of: &Path, release: &str, evidence: &Path) -> std::process::Output {
     std::process::Command::new(germline())
-        .args(["witness", "verify"])
+        .args(["witness", "verify", "--json"])
         .arg(rec)
         .arg("--release")
         .arg(bundle(release))
@@ -513,7 +513,7 @@ fn matrix_triggers_verify_offline_pool_evasive_item_witnesses_capsule_state_laun
         for rec in &records {
             let path = std::path::PathBuf::from(rec["path"].as_str().expect("path"));
             let o = std::process::Command::new(germline())
-                .args(["witness", "verify"])
+                .args(["witness", "verify", "--json"])
                 .arg(&path)
                 .arg("--release")
                 .arg(corpus.join(&case).join("bundle"))

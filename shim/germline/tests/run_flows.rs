@@ -64,7 +64,7 @@ fn session(w: &World, policy: &Path, release: &str, script: Value, extra: &[Stri
 /// `germline witness list` of an evidence directory.
 fn witness_list(evidence: &Path) -> Value {
     let out = std::process::Command::new(germline())
-        .args(["witness", "list", "--evidence"])
+        .args(["witness", "list", "--json", "--evidence"])
         .arg(evidence)
         .output()
         .expect("germline witness list");

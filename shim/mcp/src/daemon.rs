@@ -159,12 +159,17 @@ pub fn wanted(a: &RunArgs) -> bool {
     a.daemon.is_some() || unsafe { libc::geteuid() } != 0
 }
 
-/// The daemon's socket: `--daemon`, else `$GERMLINE_DAEMON_SOCKET`, else the system one.
+/// The daemon's socket: `--daemon`, else [`default_socket`].
 pub fn socket_of(a: &RunArgs) -> PathBuf {
-    a.daemon
-        .clone()
-        .or_else(|| std::env::var_os(paths::DAEMON_SOCKET_ENV).map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from(paths::DAEMON_SOCKET))
+    a.daemon.clone().unwrap_or_else(default_socket)
+}
+
+/// `$GERMLINE_DAEMON_SOCKET`, else the system one. Empty counts as unset (a client config's
+/// `"env": {"GERMLINE_DAEMON_SOCKET": ""}`): connecting to "" would fail with a bare ENOENT.
+pub fn default_socket() -> PathBuf {
+    std::env::var_os(paths::DAEMON_SOCKET_ENV)
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| PathBuf::from(paths::DAEMON_SOCKET), PathBuf::from)
 }
 
 /// The request for `a`, or the option the daemon does not take.
@@ -194,10 +199,17 @@ pub fn request_of(a: &RunArgs) -> Result<RunRequest, DaemonError> {
     if a.outbox.is_some() {
         return no("--outbox", "the daemon would write it as root");
     }
-    if a.telemetry.metrics_listen.is_some() || a.telemetry.otlp_endpoint.is_some() {
+    if a.telemetry.metrics_listen.is_some() {
         return no(
-            "--metrics-listen or --otlp-endpoint",
-            "the daemon would listen and connect as root; use `germline serve` for telemetry",
+            "--metrics-listen",
+            "the daemon would listen as root; use `germline serve --metrics-listen` for metrics",
+        );
+    }
+    if a.telemetry.otlp_endpoint.is_some() {
+        return no(
+            "--otlp-endpoint",
+            "the daemon would connect as root to where the user says, and its sessions \
+             export no traces; use `germline serve --otlp-endpoint` for traces",
         );
     }
     if a.as_user.is_some() {
@@ -265,8 +277,7 @@ pub fn status_wanted() -> bool {
 /// `germline status` as a user: their own sessions, from the daemon
 /// (`$GERMLINE_DAEMON_SOCKET`, else the system one).
 pub fn status_client(json_out: bool) -> Result<(), DaemonError> {
-    let sock = std::env::var_os(paths::DAEMON_SOCKET_ENV)
-        .map_or_else(|| PathBuf::from(paths::DAEMON_SOCKET), PathBuf::from);
+    let sock = default_socket();
     match exchange(&sock, &Request::Status, &[])? {
         Reply::Status { sessions } if json_out => {
             println!(
@@ -943,6 +954,67 @@ fn watch(conn: &OwnedFd, mut child: Child, sessions: &Sessions) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `germline run ARGS` as a user would type it.
+    fn run_args(extra: &[&str]) -> RunArgs {
+        #[derive(Debug, clap::Parser)]
+        struct Run {
+            #[command(flatten)]
+            a: RunArgs,
+        }
+        let mut argv = vec!["run", "--policy", "p.toml", "--key", "k.pub"];
+        argv.extend_from_slice(extra);
+        argv.push("release");
+        <Run as clap::Parser>::try_parse_from(argv)
+            .expect("parses")
+            .a
+    }
+
+    /// The options the daemon cannot take as root for a user are refused before anything is
+    /// sent, each by its own name and with what to do instead; the others make a request.
+    #[test]
+    fn options_root_would_act_on_are_refused_by_name() {
+        for (flag, value, says) in [
+            ("--outbox", "/tmp/o", "write it as root"),
+            (
+                "--metrics-listen",
+                "127.0.0.1:9464",
+                "germline serve --metrics-listen",
+            ),
+            (
+                "--otlp-endpoint",
+                "http://127.0.0.1:4318",
+                "germline serve --otlp-endpoint",
+            ),
+            ("--audit", "/tmp/a", "write it as root"),
+            ("--evidence", "/tmp/e", "state directory"),
+        ] {
+            let e = request_of(&run_args(&[flag, value])).expect_err(flag);
+            assert!(e.before_any_session(), "{flag}");
+            let m = e.to_string();
+            assert!(
+                m.starts_with(&format!("germline run as a user takes no {flag}: ")),
+                "{m}"
+            );
+            assert!(m.contains(says) && m.contains("docs/daemon.md"), "{m}");
+        }
+        let r = request_of(&run_args(&["--pool", "2"])).expect("a request");
+        assert_eq!(r.pool, 2);
+        assert!(r.release.is_absolute() && r.policy.is_absolute());
+    }
+
+    /// An empty `GERMLINE_DAEMON_SOCKET` (a client config's `"env"` left blank) is unset.
+    #[test]
+    fn an_empty_socket_variable_counts_as_unset() {
+        let a = run_args(&[]);
+        std::env::set_var(paths::DAEMON_SOCKET_ENV, "");
+        assert_eq!(socket_of(&a), PathBuf::from(paths::DAEMON_SOCKET));
+        assert_eq!(default_socket(), PathBuf::from(paths::DAEMON_SOCKET));
+        std::env::set_var(paths::DAEMON_SOCKET_ENV, "/tmp/other.sock");
+        assert_eq!(socket_of(&a), PathBuf::from("/tmp/other.sock"));
+        std::env::remove_var(paths::DAEMON_SOCKET_ENV);
+        assert_eq!(socket_of(&a), PathBuf::from(paths::DAEMON_SOCKET));
+    }
 
     fn request() -> RunRequest {
         RunRequest {
