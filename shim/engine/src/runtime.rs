@@ -254,7 +254,11 @@ pub fn launch_spec(
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     env.sort();
-    let (language, execution) = execution_of(release)?;
+    let (language, execution) =
+        execution_of(m).map_err(|reason| StartError::NoExecution {
+            release: release.label(),
+            reason,
+        })?;
     Ok(LaunchSpec {
         rootfs: release.rootfs.clone(),
         interpreter: interpreter.clone(),
@@ -284,33 +288,74 @@ pub fn launch_spec(
 /// manifest asks for `spawn`; Node and native binaries spawn; a non-Python release that asks
 /// for `fork` is refused (only the Python bootstrap finds a fork point that passes G1).
 pub fn execution_of(
-    release: &Release,
-) -> Result<(germline_sandbox::Language, germline_sandbox::Execution), StartError> {
+    m: &germline_release::manifest::Manifest,
+) -> Result<(germline_sandbox::Language, germline_sandbox::Execution), String> {
     use germline_release::manifest::{Execution as M, Language as L};
     use germline_sandbox::{Execution, Language};
-    let m = &release.manifest;
     let language = match m.language {
         L::Python => Language::Python,
         L::Node => Language::Node,
         L::Native => Language::Native,
     };
-    let execution = match (m.execution, language) {
-        (None, l) => l.default_execution(),
-        (Some(M::Spawn), _) => Execution::Spawn,
-        (Some(M::Fork), Language::Python) => Execution::Fork,
-        (Some(M::Fork), l) => {
-            return Err(StartError::NoExecution {
-                release: release.label(),
-                reason: format!(
-                    "the manifest asks for forked copies of a {l:?} server, which cannot be \
-                     forked (its runtime starts threads before any fork point, so its germline \
-                     would fail G1); the publisher must set \"execution\": \"spawn\" (or \
-                     leave it out) and sign again"
-                ),
-            })
+    match (m.execution, language) {
+        (None, l) => Ok((l, l.default_execution())),
+        (Some(M::Spawn), l) => Ok((l, Execution::Spawn)),
+        (Some(M::Fork), Language::Python) => Ok((language, Execution::Fork)),
+        (Some(M::Fork), l) => Err(format!(
+            "the manifest asks for forked copies of a {l:?} server, which cannot be forked (its \
+             runtime starts threads before any fork point, so its germline would fail G1); the \
+             publisher must set \"execution\": \"spawn\" (or leave it out) and sign again"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod execution_tests {
+    use super::execution_of;
+    use germline_sandbox::{Execution, Language};
+
+    fn manifest(language: &str, execution: Option<&str>) -> germline_release::manifest::Manifest {
+        let mut v = serde_json::json!({
+            "schema": germline_release::manifest::SCHEMA, "name": "m", "version": "1.0.0",
+            "language": language, "entry": ["/usr/bin/x"],
+            "initialisation": {"imports": [], "warm": false},
+            "tools": {"t": {"destinations": {"hosts": []}}},
+            "readable_paths": ["/usr"], "deterministic": false
+        });
+        if let Some(e) = execution {
+            v["execution"] = e.into();
         }
-    };
-    Ok((language, execution))
+        let bytes = serde_json::to_vec(&v).expect("json");
+        germline_release::manifest::Manifest::parse(&bytes, "m.json").expect("manifest")
+    }
+
+    /// Issue 28's first bug: `launch_spec` said Python whatever the manifest said, so a Node
+    /// release ran the Python bootstrap under `node`.
+    #[test]
+    fn the_manifest_language_decides_fork_or_spawn() {
+        let cases = [
+            ("python", None, Language::Python, Execution::Fork),
+            ("python", Some("fork"), Language::Python, Execution::Fork),
+            ("python", Some("spawn"), Language::Python, Execution::Spawn),
+            ("node", None, Language::Node, Execution::Spawn),
+            ("node", Some("spawn"), Language::Node, Execution::Spawn),
+            ("native", None, Language::Native, Execution::Spawn),
+            ("binary", None, Language::Native, Execution::Spawn),
+        ];
+        for (lang, exec, want_lang, want_exec) in cases {
+            assert_eq!(
+                execution_of(&manifest(lang, exec)),
+                Ok((want_lang, want_exec)),
+                "{lang} {exec:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_node_release_that_asks_to_fork_is_refused_with_why() {
+        let e = execution_of(&manifest("node", Some("fork"))).expect_err("refused");
+        assert!(e.contains("cannot be forked") && e.contains("\"spawn\""), "{e}");
+    }
 }
 
 /// The pipeline's stages of one call on `$source` (a germline or a spawn pool: the stages do
