@@ -49,10 +49,6 @@ async def main(argv):
             out["read"] = [getattr(c, "text", None) for c in read.contents]
             bad = await s.call_tool("get-sum", {"a": "not a number"})
             out["bad_is_error"] = bool(bad.is_error)
-            t0 = time.monotonic()
-            for _ in range(3):
-                await s.call_tool("echo", {"message": "again"})
-            out["echo3_ms"] = (time.monotonic() - t0) * 1000
     print(json.dumps(out))
 
 

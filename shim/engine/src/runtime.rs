@@ -254,11 +254,10 @@ pub fn launch_spec(
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     env.sort();
-    let (language, execution) =
-        execution_of(m).map_err(|reason| StartError::NoExecution {
-            release: release.label(),
-            reason,
-        })?;
+    let (language, execution) = execution_of(m).map_err(|reason| StartError::NoExecution {
+        release: release.label(),
+        reason,
+    })?;
     Ok(LaunchSpec {
         rootfs: release.rootfs.clone(),
         interpreter: interpreter.clone(),
@@ -354,7 +353,10 @@ mod execution_tests {
     #[test]
     fn a_node_release_that_asks_to_fork_is_refused_with_why() {
         let e = execution_of(&manifest("node", Some("fork"))).expect_err("refused");
-        assert!(e.contains("cannot be forked") && e.contains("\"spawn\""), "{e}");
+        assert!(
+            e.contains("cannot be forked") && e.contains("\"spawn\""),
+            "{e}"
+        );
     }
 }
 
