@@ -308,58 +308,6 @@ pub fn execution_of(
     }
 }
 
-#[cfg(test)]
-mod execution_tests {
-    use super::execution_of;
-    use germline_sandbox::{Execution, Language};
-
-    fn manifest(language: &str, execution: Option<&str>) -> germline_release::manifest::Manifest {
-        let mut v = serde_json::json!({
-            "schema": germline_release::manifest::SCHEMA, "name": "m", "version": "1.0.0",
-            "language": language, "entry": ["/usr/bin/x"],
-            "initialisation": {"imports": [], "warm": false},
-            "tools": {"t": {"destinations": {"hosts": []}}},
-            "readable_paths": ["/usr"], "deterministic": false
-        });
-        if let Some(e) = execution {
-            v["execution"] = e.into();
-        }
-        let bytes = serde_json::to_vec(&v).expect("json");
-        germline_release::manifest::Manifest::parse(&bytes, "m.json").expect("manifest")
-    }
-
-    /// Issue 28's first bug: `launch_spec` said Python whatever the manifest said, so a Node
-    /// release ran the Python bootstrap under `node`.
-    #[test]
-    fn the_manifest_language_decides_fork_or_spawn() {
-        let cases = [
-            ("python", None, Language::Python, Execution::Fork),
-            ("python", Some("fork"), Language::Python, Execution::Fork),
-            ("python", Some("spawn"), Language::Python, Execution::Spawn),
-            ("node", None, Language::Node, Execution::Spawn),
-            ("node", Some("spawn"), Language::Node, Execution::Spawn),
-            ("native", None, Language::Native, Execution::Spawn),
-            ("binary", None, Language::Native, Execution::Spawn),
-        ];
-        for (lang, exec, want_lang, want_exec) in cases {
-            assert_eq!(
-                execution_of(&manifest(lang, exec)),
-                Ok((want_lang, want_exec)),
-                "{lang} {exec:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn a_node_release_that_asks_to_fork_is_refused_with_why() {
-        let e = execution_of(&manifest("node", Some("fork"))).expect_err("refused");
-        assert!(
-            e.contains("cannot be forked") && e.contains("\"spawn\""),
-            "{e}"
-        );
-    }
-}
-
 /// The pipeline's stages of one call on `$source` (a germline or a spawn pool: the stages do
 /// not know which) and this runtime's broker, evidence and limits.
 macro_rules! stages_over {
@@ -1166,7 +1114,21 @@ impl Runtime {
             Backend::Germline(g) => {
                 let _ = g.stop();
             }
-            Backend::Spawn(pool) => pool.stop(),
+            Backend::Spawn(pool) => {
+                // The pool's figures (issue 28): what a spawn costs and what a waiting copy holds.
+                if let Some(st) = pool.stop() {
+                    eprintln!(
+                        "germline: {}: spawned copies: {} made, {:.0} ms each from launch to \
+                         checked (mean), {} waiting with {:.1} MiB private memory (cap {} MiB)",
+                        self.release.label(),
+                        st.spawned,
+                        st.mean_spawn_ms,
+                        st.ready,
+                        st.ready_private_bytes as f64 / f64::from(1u32 << 20),
+                        st.memory_cap_bytes >> 20
+                    );
+                }
+            }
             Backend::Process(p) => p.kill(),
             Backend::Fresh => {}
         }
@@ -1226,4 +1188,56 @@ pub(crate) fn add_meta(result: &mut Value, germline: Value) {
 /// Whether `path` looks like a release (for error messages before verification).
 pub fn looks_like_release(path: &Path) -> bool {
     germline_release::release::is_image_layout(path) || path.join("rootfs").is_dir()
+}
+
+#[cfg(test)]
+mod execution_tests {
+    use super::execution_of;
+    use germline_sandbox::{Execution, Language};
+
+    fn manifest(language: &str, execution: Option<&str>) -> germline_release::manifest::Manifest {
+        let mut v = serde_json::json!({
+            "schema": germline_release::manifest::SCHEMA, "name": "m", "version": "1.0.0",
+            "language": language, "entry": ["/usr/bin/x"],
+            "initialisation": {"imports": [], "warm": false},
+            "tools": {"t": {"destinations": {"hosts": []}}},
+            "readable_paths": ["/usr"], "deterministic": false
+        });
+        if let Some(e) = execution {
+            v["execution"] = e.into();
+        }
+        let bytes = serde_json::to_vec(&v).expect("json");
+        germline_release::manifest::Manifest::parse(&bytes, "m.json").expect("manifest")
+    }
+
+    /// Issue 28's first bug: `launch_spec` said Python whatever the manifest said, so a Node
+    /// release ran the Python bootstrap under `node`.
+    #[test]
+    fn the_manifest_language_decides_fork_or_spawn() {
+        let cases = [
+            ("python", None, Language::Python, Execution::Fork),
+            ("python", Some("fork"), Language::Python, Execution::Fork),
+            ("python", Some("spawn"), Language::Python, Execution::Spawn),
+            ("node", None, Language::Node, Execution::Spawn),
+            ("node", Some("spawn"), Language::Node, Execution::Spawn),
+            ("native", None, Language::Native, Execution::Spawn),
+            ("binary", None, Language::Native, Execution::Spawn),
+        ];
+        for (lang, exec, want_lang, want_exec) in cases {
+            assert_eq!(
+                execution_of(&manifest(lang, exec)),
+                Ok((want_lang, want_exec)),
+                "{lang} {exec:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_node_release_that_asks_to_fork_is_refused_with_why() {
+        let e = execution_of(&manifest("node", Some("fork"))).expect_err("refused");
+        assert!(
+            e.contains("cannot be forked") && e.contains("\"spawn\""),
+            "{e}"
+        );
+    }
 }

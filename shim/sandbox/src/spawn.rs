@@ -223,6 +223,7 @@ pub struct SpawnPool {
     refused: Option<String>,
     /// Namespaces of the copies handed out and not yet retired.
     live: Vec<(i32, Namespaces)>,
+    stopped: bool,
 }
 
 impl SpawnPool {
@@ -252,6 +253,7 @@ impl SpawnPool {
             shim_ns: Namespaces::of(std::process::id() as i32)?,
             refused: None,
             live: Vec::new(),
+            stopped: false,
         };
         // The release must start at all: a first copy, checked, kept in the pool.
         match pool.spawn(true) {
@@ -466,15 +468,19 @@ impl SpawnPool {
         self.ready.iter().map(Spawned::pid).collect()
     }
 
-    /// Kills every waiting copy and removes the pool's cgroups.
-    pub fn stop(&mut self) {
+    /// Kills every waiting copy and removes the pool's cgroups; the pool's status as it was,
+    /// the first time only.
+    pub fn stop(&mut self) -> Option<PoolStatus> {
+        let st = (!self.stopped).then(|| self.status());
+        self.stopped = true;
         self.ready.clear();
         Cgroup::remove_parent(&self.base_rel);
+        st
     }
 }
 
 impl Drop for SpawnPool {
     fn drop(&mut self) {
-        self.stop();
+        let _ = self.stop();
     }
 }
