@@ -192,7 +192,10 @@ mod tests {
         vec![
             fd(0, "socket:[777]", libc::S_IFSOCK, 777, None),
             fd(1, "socket:[777]", libc::S_IFSOCK, 777, None),
-            fd(2, "/dev/null", libc::S_IFCHR, 9, Some(41)),
+            Fd {
+                rdev: libc::makedev(1, 3),
+                ..fd(2, "/dev/null", libc::S_IFCHR, 9, Some(41))
+            },
             fd(3, "anon_inode:[eventpoll]", 0o600, 31, None),
             fd(4, "pipe:[32]", libc::S_IFIFO, 32, None),
             fd(5, "anon_inode:[eventfd]", 0o600, 31, None),
