@@ -236,6 +236,15 @@ pub enum StartError {
     CopyProxy(#[source] ControlError),
     #[error("{release}: the manifest's entry is empty")]
     EmptyEntry { release: String },
+    /// A release whose copies can neither be forked nor spawned (issue 28).
+    #[error("{release}: {reason}")]
+    NoExecution { release: String, reason: String },
+    #[error("{release}: the spawned copies did not start: {source}")]
+    Spawn {
+        release: String,
+        #[source]
+        source: germline_sandbox::Error,
+    },
     #[error("{release}: the germline did not start: {source}")]
     Germline {
         release: String,

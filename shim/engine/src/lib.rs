@@ -37,6 +37,7 @@ pub mod relay;
 pub mod release;
 pub mod runtime;
 pub mod sidecar;
+pub mod spawned;
 pub mod status;
 pub mod sweep;
 #[cfg(test)]

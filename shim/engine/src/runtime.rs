@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use germline_broker::ca::CopyTrust;
 use germline_policy::{Label, Plan, PlanMode};
+use germline_sandbox::spawn::{SpawnOptions, SpawnPool};
 use germline_sandbox::spec::BindMount;
 use germline_sandbox::{Germline, LaunchSpec, Limits, Options};
 use serde_json::{json, Value};
@@ -110,6 +111,8 @@ fn twin_inputs_on() -> bool {
 
 enum Backend {
     Germline(Box<Germline>),
+    /// Spawned copies (issue 28): Node, native binaries, Python that asks for it.
+    Spawn(Box<SpawnPool>),
     Process(ToolProcess),
     /// `fresh-ifc`: started per call.
     Fresh,
@@ -120,7 +123,7 @@ impl Backend {
         match self {
             Backend::Germline(g) => Some(g.pid()),
             Backend::Process(p) => Some(p.pid),
-            Backend::Fresh => None,
+            Backend::Spawn(_) | Backend::Fresh => None,
         }
     }
 
@@ -251,6 +254,10 @@ pub fn launch_spec(
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     env.sort();
+    let (language, execution) = execution_of(m).map_err(|reason| StartError::NoExecution {
+        release: release.label(),
+        reason,
+    })?;
     Ok(LaunchSpec {
         rootfs: release.rootfs.clone(),
         interpreter: interpreter.clone(),
@@ -259,7 +266,8 @@ pub fn launch_spec(
         workdir: "/".into(),
         module_path: vec![],
         readable_paths: m.readable_paths.clone(),
-        language: germline_sandbox::Language::Python,
+        language,
+        execution,
         scratch: m.scratch_mb > 0,
         warm: m.initialisation.warm,
         warm_calls: m
@@ -273,6 +281,52 @@ pub fn launch_spec(
         extra_mounts: trust.mounts.iter().cloned().map(BindMount::from).collect(),
         egress_port: Some(proxy.port()),
     })
+}
+
+/// The sandbox's language and execution of a release (issue 28): Python forks unless its
+/// manifest asks for `spawn`; Node and native binaries spawn; a non-Python release that asks
+/// for `fork` is refused (only the Python bootstrap finds a fork point that passes G1).
+pub fn execution_of(
+    m: &germline_release::manifest::Manifest,
+) -> Result<(germline_sandbox::Language, germline_sandbox::Execution), String> {
+    use germline_release::manifest::{Execution as M, Language as L};
+    use germline_sandbox::{Execution, Language};
+    let language = match m.language {
+        L::Python => Language::Python,
+        L::Node => Language::Node,
+        L::Native => Language::Native,
+    };
+    match (m.execution, language) {
+        (None, l) => Ok((l, l.default_execution())),
+        (Some(M::Spawn), l) => Ok((l, Execution::Spawn)),
+        (Some(M::Fork), Language::Python) => Ok((language, Execution::Fork)),
+        (Some(M::Fork), l) => Err(format!(
+            "the manifest asks for forked copies of a {l:?} server, which cannot be forked (its \
+             runtime starts threads before any fork point, so its germline would fail G1); the \
+             publisher must set \"execution\": \"spawn\" (or leave it out) and sign again"
+        )),
+    }
+}
+
+/// The pipeline's stages of one call on `$source` (a germline or a spawn pool: the stages do
+/// not know which) and this runtime's broker, evidence and limits.
+macro_rules! stages_over {
+    ($rt:expr, $source:expr) => {
+        Stages {
+            source: $source,
+            broker: &mut $rt.broker,
+            release: &$rt.release,
+            user: &$rt.user,
+            evidence: &mut $rt.evidence,
+            limiter: &$rt.limiter,
+            metrics: $rt.metrics.as_deref(),
+            twin_on: $rt.twin_on,
+            outbox: $rt.outbox.as_deref(),
+            mode: $rt.mode,
+            data_sent: &mut $rt.data_sent,
+            last_requests: &mut $rt.last_requests,
+        }
+    };
 }
 
 /// The view of a runtime its observers are told through ([`crate::observe`]), borrowed field
@@ -364,15 +418,25 @@ impl Runtime {
             Mode::Germline | Mode::Nosplit => {
                 let spec = launch_spec(&release, &trust, copy_proxy)?;
                 let id = germline_sys::paths::run_germline_id(std::process::id(), n, mode.name());
-                let mut opts = Options::new(&id);
-                opts.pool = pool;
-                opts.reaper = reaper;
-                launch = Some((spec.clone(), opts.clone()));
-                let g = Germline::start(spec, opts).map_err(|source| StartError::Germline {
-                    release: release.label(),
-                    source,
-                })?;
-                Backend::Germline(Box::new(g))
+                if spec.execution == germline_sandbox::Execution::Spawn {
+                    let mut opts = SpawnOptions::new(&id);
+                    opts.pool = pool;
+                    let p = SpawnPool::start(spec, opts).map_err(|source| StartError::Spawn {
+                        release: release.label(),
+                        source,
+                    })?;
+                    Backend::Spawn(Box::new(p))
+                } else {
+                    let mut opts = Options::new(&id);
+                    opts.pool = pool;
+                    opts.reaper = reaper;
+                    launch = Some((spec.clone(), opts.clone()));
+                    let g = Germline::start(spec, opts).map_err(|source| StartError::Germline {
+                        release: release.label(),
+                        source,
+                    })?;
+                    Backend::Germline(Box::new(g))
+                }
             }
             Mode::SigPin | Mode::SigIfc | Mode::ConfinedIfc | Mode::FreshIfc => {
                 let confined = matches!(mode, Mode::ConfinedIfc | Mode::FreshIfc);
@@ -558,6 +622,20 @@ impl Runtime {
                     None => RunError::Tool(ToolFailure::Copy(e)),
                 })
             }
+            Backend::Spawn(pool) => {
+                let _permit = self.limiter.admit_copy(0).map_err(limit)?;
+                // The agent's own handshake goes to a copy spawned without the shim's.
+                let copy = if method == "initialize" {
+                    pool.take_fresh(deadline)
+                } else {
+                    pool.take(&json!({}), deadline)
+                };
+                let copy = copy.map_err(|e| RunError::Sandbox(SandboxFailure::Sandbox(e)))?;
+                let mut copy = copy;
+                let r = copy.mcp_call_method(method, params);
+                pool.retire(copy, r)
+                    .map_err(|e| RunError::Tool(ToolFailure::Copy(e)))
+            }
             Backend::Process(p) => {
                 p.ensure_initialized(deadline).map_err(RunError::Tool)?;
                 p.request(method, params, deadline).map_err(RunError::Tool)
@@ -650,6 +728,10 @@ impl Runtime {
         plan_mode: PlanMode,
         agent_link: &mut Agent<'_>,
     ) -> Result<Outcome, RunError> {
+        if let Backend::Spawn(pool) = &mut self.backend {
+            // No germline to die: every copy is fresh, a failed spawn is the call's error.
+            return stages_over!(self, pool.as_mut()).call(meta, plan_mode, agent_link);
+        }
         let r = self
             .stages()
             .and_then(|mut s| s.call(meta, plan_mode, agent_link));
@@ -752,20 +834,7 @@ impl Runtime {
         let Backend::Germline(g) = &mut self.backend else {
             return Err(said("no germline".into()));
         };
-        Ok(Stages {
-            source: g.as_mut(),
-            broker: &mut self.broker,
-            release: &self.release,
-            user: &self.user,
-            evidence: &mut self.evidence,
-            limiter: &self.limiter,
-            metrics: self.metrics.as_deref(),
-            twin_on: self.twin_on,
-            outbox: self.outbox.as_deref(),
-            mode: self.mode,
-            data_sent: &mut self.data_sent,
-            last_requests: &mut self.last_requests,
-        })
+        Ok(stages_over!(self, g.as_mut()))
     }
 
     fn call_process(
@@ -788,7 +857,7 @@ impl Runtime {
                 fresh = ToolProcess::start(spec).map_err(|e| RunError::Sandbox(e.into()))?;
                 &mut fresh
             }
-            Backend::Germline(_) => return Err(said("no process".into())),
+            Backend::Germline(_) | Backend::Spawn(_) => return Err(said("no process".into())),
         };
         if !p.alive() {
             let _ = self.broker.client.end_call(call);
@@ -995,6 +1064,8 @@ impl Runtime {
                 }
                 more
             }
+            // Between calls only (no copy holds data): a spawn is timed by no data copy.
+            Backend::Spawn(pool) => pool.refill_one().unwrap_or(false),
             _ => false,
         };
         if !more {
@@ -1043,6 +1114,21 @@ impl Runtime {
             Backend::Germline(g) => {
                 let _ = g.stop();
             }
+            Backend::Spawn(pool) => {
+                // The pool's figures (issue 28): what a spawn costs and what a waiting copy holds.
+                if let Some(st) = pool.stop() {
+                    eprintln!(
+                        "germline: {}: spawned copies: {} made, {:.0} ms each from launch to \
+                         checked (mean), {} waiting with {:.1} MiB private memory (cap {} MiB)",
+                        self.release.label(),
+                        st.spawned,
+                        st.mean_spawn_ms,
+                        st.ready,
+                        st.ready_private_bytes as f64 / f64::from(1u32 << 20),
+                        st.memory_cap_bytes >> 20
+                    );
+                }
+            }
             Backend::Process(p) => p.kill(),
             Backend::Fresh => {}
         }
@@ -1058,6 +1144,9 @@ impl crate::evidence::Replay for Runtime {
         job: &crate::evidence::Job,
         view: &[String],
     ) -> Result<Vec<String>, RunError> {
+        if let Backend::Spawn(pool) = &mut self.backend {
+            return stages_over!(self, pool.as_mut()).replay_copy(job, view);
+        }
         self.stages()?.replay_copy(job, view)
     }
 }
@@ -1099,4 +1188,56 @@ pub(crate) fn add_meta(result: &mut Value, germline: Value) {
 /// Whether `path` looks like a release (for error messages before verification).
 pub fn looks_like_release(path: &Path) -> bool {
     germline_release::release::is_image_layout(path) || path.join("rootfs").is_dir()
+}
+
+#[cfg(test)]
+mod execution_tests {
+    use super::execution_of;
+    use germline_sandbox::{Execution, Language};
+
+    fn manifest(language: &str, execution: Option<&str>) -> germline_release::manifest::Manifest {
+        let mut v = serde_json::json!({
+            "schema": germline_release::manifest::SCHEMA, "name": "m", "version": "1.0.0",
+            "language": language, "entry": ["/usr/bin/x"],
+            "initialisation": {"imports": [], "warm": false},
+            "tools": {"t": {"destinations": {"hosts": []}}},
+            "readable_paths": ["/usr"], "deterministic": false
+        });
+        if let Some(e) = execution {
+            v["execution"] = e.into();
+        }
+        let bytes = serde_json::to_vec(&v).expect("json");
+        germline_release::manifest::Manifest::parse(&bytes, "m.json").expect("manifest")
+    }
+
+    /// Issue 28's first bug: `launch_spec` said Python whatever the manifest said, so a Node
+    /// release ran the Python bootstrap under `node`.
+    #[test]
+    fn the_manifest_language_decides_fork_or_spawn() {
+        let cases = [
+            ("python", None, Language::Python, Execution::Fork),
+            ("python", Some("fork"), Language::Python, Execution::Fork),
+            ("python", Some("spawn"), Language::Python, Execution::Spawn),
+            ("node", None, Language::Node, Execution::Spawn),
+            ("node", Some("spawn"), Language::Node, Execution::Spawn),
+            ("native", None, Language::Native, Execution::Spawn),
+            ("binary", None, Language::Native, Execution::Spawn),
+        ];
+        for (lang, exec, want_lang, want_exec) in cases {
+            assert_eq!(
+                execution_of(&manifest(lang, exec)),
+                Ok((want_lang, want_exec)),
+                "{lang} {exec:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_node_release_that_asks_to_fork_is_refused_with_why() {
+        let e = execution_of(&manifest("node", Some("fork"))).expect_err("refused");
+        assert!(
+            e.contains("cannot be forked") && e.contains("\"spawn\""),
+            "{e}"
+        );
+    }
 }

@@ -27,6 +27,11 @@ pub struct Manifest {
     /// Semantic version; rollback protection compares these.
     pub version: String,
     pub language: Language,
+    /// How copies are made (issue 28): absent means the language's default (Python forks,
+    /// Node and native binaries spawn). A Python release that fails G1 may ask for `spawn`;
+    /// the choice is signed, never made by the shim at run time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution: Option<Execution>,
     /// argv of the server inside the rootfs, e.g. `["python3", "-m", "mcp_server_time"]`.
     pub entry: Vec<String>,
     /// What the germline runs before its fork point (DESIGN.md: bootstrap).
@@ -50,7 +55,18 @@ pub struct Manifest {
 pub enum Language {
     Python,
     Node,
+    /// Any executable entry; `binary` (the issue's word) is read as `native`.
+    #[serde(alias = "binary")]
     Native,
+}
+
+/// Forked copies (from a germline) or spawned ones (fresh processes started ahead of the
+/// call), docs/sandbox.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Execution {
+    Fork,
+    Spawn,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

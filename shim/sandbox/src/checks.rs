@@ -9,6 +9,7 @@ pub mod copy_rules;
 mod fixtures;
 pub mod rules;
 pub mod snapshot;
+pub mod spawn_rules;
 
 use crate::procfs::{self, Fd, Mount, Namespaces};
 use crate::seccomp::Program;

@@ -95,7 +95,7 @@ pub struct Copy {
 /// The copy socket as a [`Channel`]: newline-delimited JSON, every wait bounded by the copy's
 /// one deadline, items' descriptors sent along with a line.
 #[derive(Debug)]
-struct CopyChannel {
+pub(crate) struct CopyChannel {
     sock: OwnedFd,
     buf: Vec<u8>,
     deadline: Instant,
@@ -104,6 +104,28 @@ struct CopyChannel {
 }
 
 impl CopyChannel {
+    /// A channel on `sock` whose waits end at `deadline` (spawned copies, crate::spawn).
+    pub(crate) fn new(sock: OwnedFd, deadline: Instant) -> CopyChannel {
+        CopyChannel {
+            sock,
+            buf: Vec::new(),
+            deadline,
+            cancel: None,
+        }
+    }
+
+    pub(crate) fn set_deadline(&mut self, deadline: Instant) {
+        self.deadline = deadline;
+    }
+
+    pub(crate) fn set_cancel(&mut self, cancel: Option<Arc<Cancel>>) {
+        self.cancel = cancel;
+    }
+
+    pub(crate) fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
     fn send_raw(&self, line: &[u8], fds: &[i32]) -> Result<()> {
         let mut sent = sys::send_with_fds(self.sock.as_raw_fd(), line, fds)
             .map_err(|e| Error::Crashed(format!("send: {e}")))?;
@@ -161,7 +183,7 @@ impl Channel for CopyChannel {
 }
 
 /// A failed request as the crate's error, with the texts the copy's errors always had.
-fn client_error(e: ClientError<Error>) -> Error {
+pub(crate) fn client_error(e: ClientError<Error>) -> Error {
     match e {
         ClientError::Channel(e) => e,
         e @ (ClientError::NotJson(_) | ClientError::NotJsonRpc | ClientError::NoResult) => {

@@ -19,7 +19,7 @@ use crate::mounts::{self, CopyMounts, ItemFile, ItemStore, ItemsDir};
 use crate::procfs::{self, Namespaces};
 use crate::protocol::{self, FromCopy, FromGermline, LandlockLayer, ToCopy, ToGermline};
 use crate::seccomp::{Program, SocketFamilies};
-use crate::spec::{Language, LaunchSpec};
+use crate::spec::{Execution, Language, LaunchSpec};
 use crate::sys;
 
 /// The Python bootstrap, run with `python3 -c` so that it never has to exist in the rootfs.
@@ -190,12 +190,13 @@ impl Germline {
     /// Creates the germline container and runs the release's initialisation up to its fork
     /// point. Fails with [`Error::Refused`] for runtimes that can never pass G1.
     pub fn start(spec: LaunchSpec, opts: Options) -> Result<Germline> {
-        if spec.language == Language::Node {
-            return Err(Error::Refused(
-                "Node.js starts threads before any fork point, so its germline can never pass G1 \
-                 (one thread); run it in a mode with a fresh process per call (Fresh+IFC) instead"
-                    .into(),
-            ));
+        if spec.language != Language::Python || spec.execution == Execution::Spawn {
+            return Err(Error::Refused(format!(
+                "a {:?} release with {:?} execution has no germline: only Python forks (other \
+                 runtimes start threads before any fork point, so their germline could never \
+                 pass G1); its copies are spawned (germline_sandbox::spawn::SpawnPool)",
+                spec.language, spec.execution
+            )));
         }
         let base_rel = germline_sys::paths::germline_cgroup(&opts.id);
         let cgroup = Cgroup::create(&format!("{base_rel}/init"))?;

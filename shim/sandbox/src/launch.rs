@@ -228,11 +228,12 @@ enum Step {
     ExtraRunTarget,
     ExtraOpenTarget,
     ExtraMoveMount,
+    DropCapabilities,
 }
 
 impl Step {
     /// Every step, in discriminant order.
-    const ALL: [Step; 32] = [
+    const ALL: [Step; 33] = [
         Step::UnshareUser,
         Step::WaitMaps,
         Step::SetIds,
@@ -265,6 +266,7 @@ impl Step {
         Step::ExtraRunTarget,
         Step::ExtraOpenTarget,
         Step::ExtraMoveMount,
+        Step::DropCapabilities,
     ];
 
     /// The step as the start error names it.
@@ -302,6 +304,7 @@ impl Step {
             Step::ExtraRunTarget => "create an extra mount's target in /run",
             Step::ExtraOpenTarget => "open an extra mount's target in the rootfs",
             Step::ExtraMoveMount => "attach an extra mount (move_mount)",
+            Step::DropCapabilities => "drop every capability",
         }
     }
 
@@ -337,6 +340,11 @@ pub struct Prepared {
     extra_run_files: Vec<CString>,
     extra_attr: sys::MountAttr,
     filters: Vec<libc::sock_filter>,
+    /// A second seccomp program installed after `filters` (a spawned copy's layer).
+    copy_filters: Vec<libc::sock_filter>,
+    /// A spawned copy (issue 28): the control socket is a stream on stdin and stdout, stderr
+    /// is `/dev/null`, nothing else stays open across exec.
+    copy_stdio: bool,
     exe: CString,
     argv: Vec<CString>,
     envp: Vec<CString>,
@@ -399,6 +407,16 @@ impl Prepared {
     #[cfg(feature = "ablation")]
     pub fn set_filter(&mut self, program: &Program) {
         self.filters = program.filters();
+    }
+
+    /// Makes this the launch of a spawned copy rather than a germline (docs/sandbox.md,
+    /// "Spawned copies"): the same keeper and steps, but the standard streams of the process
+    /// are the copy socket (a stream: stdin and stdout) and `/dev/null` (stderr), and both
+    /// seccomp programs (`[germline, copy]`) are installed before the exec of the release's
+    /// own entry, so no code of the release runs without them.
+    pub fn for_spawned_copy(&mut self) {
+        self.copy_stdio = true;
+        self.copy_filters = Program::copy().filters();
     }
 
     /// Prepares the launch of `spec.interpreter argv...` in `spec.rootfs`. `item_slots`:
@@ -502,6 +520,8 @@ impl Prepared {
             // MOUNT_ATTR_RDONLY | NOSUID | NODEV, private propagation.
             extra_attr: [0x1 | 0x2 | 0x4, 0, libc::MS_PRIVATE, 0],
             filters: Program::germline().filters(),
+            copy_filters: Vec::new(),
+            copy_stdio: false,
             exe: cstr(exe)?,
             argv: argv
                 .iter()
@@ -881,23 +901,45 @@ fn germline(c: Child<'_>) -> ! {
         (Err(e), _) | (_, Err(e)) => report(to_parent, Step::ArrangeFds, &e),
     };
     let to_parent = hi_status;
-    for std in 0..3 {
-        step!(to_parent, Step::ArrangeFds, sys::dup2(null, std));
+    if p.copy_stdio {
+        // A spawned copy: the socket on stdin and stdout, /dev/null on stderr, and every
+        // other descriptor (the status pipe among them) closed at the exec.
+        step!(to_parent, Step::ArrangeFds, sys::dup2(hi_ctl, 0));
+        step!(to_parent, Step::ArrangeFds, sys::dup2(hi_ctl, 1));
+        step!(to_parent, Step::ArrangeFds, sys::dup2(null, 2));
+        step!(
+            to_parent,
+            Step::ArrangeFds,
+            sys::close_range(3, libc::CLOSE_RANGE_CLOEXEC)
+        );
+    } else {
+        for std in 0..3 {
+            step!(to_parent, Step::ArrangeFds, sys::dup2(null, std));
+        }
+        step!(to_parent, Step::ArrangeFds, sys::dup2(hi_ctl, 3));
+        // Everything above 3 becomes close-on-exec: the status pipe stays open to report a
+        // failing execve and closes when the bootstrap starts.
+        step!(
+            to_parent,
+            Step::ArrangeFds,
+            sys::close_range(4, libc::CLOSE_RANGE_CLOEXEC)
+        );
     }
-    step!(to_parent, Step::ArrangeFds, sys::dup2(hi_ctl, 3));
-    // Everything above 3 becomes close-on-exec: the status pipe stays open to report a
-    // failing execve and closes when the bootstrap starts.
-    step!(
-        to_parent,
-        Step::ArrangeFds,
-        sys::close_range(4, libc::CLOSE_RANGE_CLOEXEC)
-    );
     step!(to_parent, Step::ChdirWorkdir, sys::chdir(&p.workdir));
     step!(
         to_parent,
         Step::NoNewPrivs,
         sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map(drop)
     );
+    if p.copy_stdio {
+        // A spawned copy runs the release's entry as root of its user namespace: it keeps no
+        // capability there (the germline's bootstrap drops them before its copies run).
+        step!(
+            to_parent,
+            Step::DropCapabilities,
+            sys::drop_all_capabilities()
+        );
+    }
     if p.landlock {
         if let Err((_, e)) = p.ruleset.apply() {
             report(to_parent, Step::Landlock, &e);
@@ -908,6 +950,17 @@ fn germline(c: Child<'_>) -> ! {
         filter: p.filters.as_ptr().cast_mut(),
     };
     step!(to_parent, Step::Seccomp, sys::seccomp_set_filter(&prog));
+    if !p.copy_filters.is_empty() {
+        let copy_prog = libc::sock_fprog {
+            len: u16::try_from(p.copy_filters.len()).unwrap_or(u16::MAX),
+            filter: p.copy_filters.as_ptr().cast_mut(),
+        };
+        step!(
+            to_parent,
+            Step::Seccomp,
+            sys::seccomp_set_filter(&copy_prog)
+        );
+    }
     let e = sys::execve(&p.exe, argvp, envpp);
     report(to_parent, Step::Execve, &e)
 }
@@ -983,8 +1036,12 @@ pub fn start(
 ) -> Result<Started> {
     let (status_r, status_w) = sys::pipe().map_err(|e| Error::sys("pipe", e))?;
     let (go_r, go_w) = sys::pipe().map_err(|e| Error::sys("pipe", e))?;
-    let (ctl, ctl_child) =
-        sys::socketpair(libc::SOCK_SEQPACKET).map_err(|e| Error::sys("socketpair", e))?;
+    let kind = if p.copy_stdio {
+        libc::SOCK_STREAM
+    } else {
+        libc::SOCK_SEQPACKET
+    };
+    let (ctl, ctl_child) = sys::socketpair(kind).map_err(|e| Error::sys("socketpair", e))?;
     let ctl_inode = socket_inode(&ctl_child, "stat control socket")?;
     let mut argvp: Vec<*const libc::c_char> = p.argv.iter().map(|a| a.as_ptr()).collect();
     argvp.push(std::ptr::null());
@@ -1089,7 +1146,7 @@ mod tests {
             assert_eq!(usize::from(byte), i, "{step:?}");
             assert_eq!(Step::from_byte(byte), Some(*step));
         }
-        assert_eq!(Step::from_byte(32), None);
+        assert_eq!(Step::from_byte(Step::ALL.len() as u8), None);
         assert_eq!(Step::from_byte(u8::MAX), None);
     }
 

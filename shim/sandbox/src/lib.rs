@@ -21,6 +21,7 @@ pub mod mcp_client;
 pub mod mounts;
 pub mod protocol;
 pub mod seccomp;
+pub mod spawn;
 pub mod spec;
 
 // Moved to germline-sys (issue 26); re-exported so `germline_sandbox::cgroup` and
@@ -33,4 +34,4 @@ pub use error::{Error, Result};
 #[cfg(feature = "ablation")]
 pub use germline::Ablation;
 pub use germline::{Germline, Options};
-pub use spec::{BindMount, Language, LaunchSpec, Limits};
+pub use spec::{BindMount, Execution, Language, LaunchSpec, Limits};

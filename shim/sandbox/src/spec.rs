@@ -15,8 +15,36 @@ use serde::{Deserialize, Serialize};
 pub enum Language {
     /// CPython with the official `mcp` SDK (bootstrap/python).
     Python,
-    /// Node.js and other runtimes that start threads before any fork point: never pass G1.
+    /// Node.js and other runtimes that start threads before any fork point: never pass G1,
+    /// so they run as spawned copies ([`Execution::Spawn`], docs/sandbox.md).
     Node,
+    /// Any executable entry (a native binary): spawned copies. The issue's word `binary` is
+    /// accepted for the manifest's `native`.
+    #[serde(alias = "binary")]
+    Native,
+}
+
+/// How a release's copies are made (issue 28, docs/sandbox.md "Spawned copies").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Execution {
+    /// Forked from a germline that passed G1-G3 (Python with the official SDK).
+    #[default]
+    Fork,
+    /// Started ahead of the call from the verified rootfs by the shim's launcher, one fresh
+    /// process per copy ([`crate::spawn`]).
+    Spawn,
+}
+
+impl Language {
+    /// The execution a release of this language gets unless its manifest asks otherwise:
+    /// only Python can fork (its bootstrap finds a fork point that passes G1).
+    pub fn default_execution(self) -> Execution {
+        match self {
+            Language::Python => Execution::Fork,
+            Language::Node | Language::Native => Execution::Spawn,
+        }
+    }
 }
 
 /// Resource limits of one copy (and of the germline), from the deployer's policy.
@@ -109,6 +137,9 @@ pub struct LaunchSpec {
     pub readable_paths: Vec<String>,
     /// The release's language.
     pub language: Language,
+    /// Forked or spawned copies (`launch_spec` decides from the manifest).
+    #[serde(default)]
+    pub execution: Execution,
     /// Whether each copy gets a private tmpfs at `/run/scratch`.
     #[serde(default)]
     pub scratch: bool,
@@ -154,6 +185,7 @@ impl LaunchSpec {
             module_path: vec!["/app/site".into()],
             readable_paths: default_python_paths(),
             language: Language::Python,
+            execution: Execution::Fork,
             scratch: false,
             warm: false,
             warm_calls: vec![],

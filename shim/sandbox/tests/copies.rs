@@ -690,10 +690,14 @@ fn a_multi_threaded_runtime_is_refused_with_the_reason() {
     let mut spec = common::time_spec();
     spec.language = Language::Node;
     match Germline::start(spec, common::opts("node")) {
-        Err(Error::Refused(r)) => assert!(
-            r.contains("G1") && r.contains("fresh process per call"),
-            "{r}"
-        ),
+        Err(Error::Refused(r)) => assert!(r.contains("G1") && r.contains("spawned"), "{r}"),
         other => panic!("a Node.js release was not refused: {other:?}"),
+    }
+    // A Python release whose manifest asks for spawned copies gets no germline either.
+    let mut spec = common::time_spec();
+    spec.execution = germline_sandbox::Execution::Spawn;
+    match Germline::start(spec, common::opts("pyspawn")) {
+        Err(Error::Refused(r)) => assert!(r.contains("Spawn execution"), "{r}"),
+        other => panic!("a spawn release got a germline: {other:?}"),
     }
 }

@@ -751,3 +751,35 @@ pub fn own(fd: RawFd) -> OwnedFd {
 pub fn raw<F: AsRawFd>(f: &F) -> RawFd {
     f.as_raw_fd()
 }
+
+/// Empties the calling thread's capability bounding, ambient, effective, permitted and
+/// inheritable sets (a spawned copy before its exec: as root of its user namespace it would
+/// otherwise keep every capability there). Fork-safe: no allocation.
+pub fn drop_all_capabilities() -> io::Result<()> {
+    for cap in 0..64 {
+        // EINVAL past the kernel's last capability: nothing left to drop.
+        if let Err(e) = prctl(libc::PR_CAPBSET_DROP, cap) {
+            if e.raw_os_error() == Some(libc::EINVAL) {
+                break;
+            }
+            return Err(e);
+        }
+    }
+    // SAFETY: PR_CAP_AMBIENT with integer arguments only.
+    check(unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    })?;
+    // _LINUX_CAPABILITY_VERSION_3: two 32-bit data words, all zero.
+    let mut header: [u32; 2] = [0x2008_0522, 0];
+    let data: [u32; 6] = [0; 6];
+    // SAFETY: capset(2) reads a header and two data structs (6 words) that live on this stack
+    // frame for the whole call.
+    check_long(unsafe { libc::syscall(libc::SYS_capset, header.as_mut_ptr(), data.as_ptr()) })
+        .map(drop)
+}

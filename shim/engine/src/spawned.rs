@@ -1,0 +1,81 @@
+//! Spawned copies as a [`CopySource`] (issue 28): the pipeline runs a Node or native release
+//! through the same stages as a forked Python one, and does not know which it has.
+//! `germline_sandbox::spawn` makes, checks and pools the copies; this is only the seam.
+
+use std::fs::File;
+use std::sync::Arc;
+use std::time::Instant;
+
+use germline_sandbox::spawn::{SpawnPool, Spawned};
+use germline_sandbox::Result as SandboxResult;
+use serde_json::Value;
+
+use crate::pipeline::{CopySource, SourcedCopy};
+use crate::relay;
+
+impl CopySource for SpawnPool {
+    type Copy = Spawned;
+    fn call_begins(&mut self) {}
+    fn set_pool_capabilities(&mut self, caps: &Value) {
+        self.set_capabilities(caps)
+    }
+    fn copy_for(&mut self, caps: &Value) -> SandboxResult<Spawned> {
+        let deadline = Instant::now() + self.spec().limits.deadline();
+        self.take(caps, deadline)
+    }
+    fn fork_phases(&self) -> &[(&'static str, u64)] {
+        &[]
+    }
+    fn prepare_copy(
+        &mut self,
+        _copy: &mut Spawned,
+        _files: &[(String, Vec<u8>, bool)],
+    ) -> SandboxResult<()> {
+        Ok(())
+    }
+    fn retire(&mut self, copy: Spawned, result: SandboxResult<Value>) -> SandboxResult<Value> {
+        SpawnPool::retire(self, copy, result)
+    }
+}
+
+impl SourcedCopy for Spawned {
+    fn netns(&self) -> std::io::Result<File> {
+        File::open(format!("/proc/{}/ns/net", self.pid()))
+    }
+    fn deadline(&self) -> Instant {
+        Spawned::deadline(self)
+    }
+    /// A spawned copy runs the release's own entry with no bootstrap to hand twin inputs to
+    /// (docs/evidence.md): its control re-runs are not reproducible, which the evidence layer
+    /// weighs as unverified.
+    fn set_twin(&mut self, _twin: Option<(u128, u64)>) {}
+    fn kill(&mut self) {
+        Spawned::kill(self)
+    }
+    /// Items are not delivered to spawned copies yet: a call that carries file items is
+    /// refused before the copy gets anything (docs/sandbox.md, "Spawned copies").
+    fn deliver(&mut self, files: &[(String, Vec<u8>, bool)]) -> SandboxResult<()> {
+        if files.iter().any(|(_, _, in_view)| *in_view) {
+            return Err(germline_sandbox::Error::Spec(
+                "file items are not delivered to spawned copies yet (issue 28)".into(),
+            ));
+        }
+        Ok(())
+    }
+    /// The handshake was made before the copy joined the pool.
+    fn initialize(&mut self) -> SandboxResult<()> {
+        Ok(())
+    }
+    fn mcp_call_relayed(
+        &mut self,
+        tool: &str,
+        arguments: Value,
+        meta: Option<Value>,
+        handler: &mut dyn FnMut(&Value) -> Option<Value>,
+    ) -> SandboxResult<Value> {
+        Spawned::mcp_call_relayed(self, tool, arguments, meta, handler)
+    }
+    fn set_cancel(&mut self, cancel: Option<Arc<relay::Cancel>>) {
+        Spawned::set_cancel(self, cancel)
+    }
+}

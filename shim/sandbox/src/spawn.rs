@@ -1,0 +1,486 @@
+//! Spawned copies (issue 28): for releases that cannot fork (Node, native binaries, Python
+//! that asks for it), each copy is a fresh process the shim's launcher starts from the
+//! verified rootfs, in namespaces, a cgroup, Landlock and seccomp of its own, with the MCP
+//! handshake and the manifest's warm calls made before any call's data exists. It is checked
+//! from outside ([`crate::checks::spawn_rules`]), waits frozen in a pool, serves exactly one
+//! group of one call and is destroyed after. docs/sandbox.md, "Spawned copies: what replaces
+//! G1", says why this is data-free without G1.
+//!
+//! [`SpawnPool`] is the copy source, [`Spawned`] one copy; the engine uses them through the
+//! same `CopySource` seam as the germline's forked copies.
+
+use std::collections::{HashSet, VecDeque};
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::cancel::Cancel;
+use crate::cgroup::Cgroup;
+use crate::checks::{self, snapshot::CopySnapshot, CopyExpect, GermlineFacts, Role};
+use crate::copy::{client_error, CopyChannel};
+use crate::error::{Error, Result};
+use crate::germline::HOST_ID;
+use crate::launch::{self, Prepared};
+use crate::mcp_client::Session;
+use crate::procfs::{self, Namespaces};
+use crate::seccomp::Program;
+use crate::spec::{Execution, LaunchSpec};
+use crate::sys;
+
+/// The pool's settings (the deployer's policy: `germline run --pool`, issue 28).
+#[derive(Debug, Clone)]
+pub struct SpawnOptions {
+    /// Names the pool's cgroups (unique per runtime on this host).
+    pub id: String,
+    /// Copies kept ready between calls; 0: every copy is spawned on the call's path.
+    pub pool: usize,
+    /// The most private memory the waiting copies may hold together; the pool stops refilling
+    /// at this figure whatever `pool` says.
+    pub memory_cap_bytes: u64,
+}
+
+impl SpawnOptions {
+    pub fn new(id: &str) -> SpawnOptions {
+        SpawnOptions {
+            id: id.to_string(),
+            pool: 1,
+            memory_cap_bytes: 512 << 20,
+        }
+    }
+}
+
+/// What `germline status` and the bench show of the pool.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PoolStatus {
+    pub ready: usize,
+    pub target: usize,
+    pub spawned: u64,
+    /// Mean time from launch to a checked, initialised copy, milliseconds.
+    pub mean_spawn_ms: f64,
+    /// Private memory of the waiting copies (bytes, as `smaps_rollup` counts it).
+    pub ready_private_bytes: u64,
+    pub memory_cap_bytes: u64,
+    pub refused: Option<String>,
+}
+
+/// One spawned copy: dropping it kills it and removes its cgroup.
+#[derive(Debug)]
+pub struct Spawned {
+    keeper: i32,
+    pid: i32,
+    cgroup: Cgroup,
+    chan: CopyChannel,
+    mcp: Session,
+    ns: Namespaces,
+    /// The server's answer to the shim's `initialize` (public: made before any data).
+    init_result: Option<Value>,
+    spawn_time: Duration,
+    dead: bool,
+}
+
+impl Spawned {
+    /// Host pid of the copy (PID 1 of its own PID namespace).
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    pub fn namespaces(&self) -> &Namespaces {
+        &self.ns
+    }
+
+    pub fn cgroup(&self) -> &Cgroup {
+        &self.cgroup
+    }
+
+    /// From launch to checked and initialised.
+    pub fn spawn_time(&self) -> Duration {
+        self.spawn_time
+    }
+
+    /// The server's `initialize` result, if this copy made the shim's handshake.
+    pub fn init_result(&self) -> Option<&Value> {
+        self.init_result.as_ref()
+    }
+
+    pub fn deadline(&self) -> Instant {
+        self.chan.deadline()
+    }
+
+    /// The copy's one deadline, from the moment it is handed data.
+    pub fn set_deadline(&mut self, deadline: Instant) {
+        self.chan.set_deadline(deadline);
+    }
+
+    pub fn set_cancel(&mut self, cancel: Option<Arc<Cancel>>) {
+        self.chan.set_cancel(cancel);
+    }
+
+    /// Private memory of every process of the copy (bytes).
+    pub fn private_memory(&self) -> Option<u64> {
+        let mut kb = 0;
+        for pid in self.cgroup.procs().ok()? {
+            let s = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+            kb += s
+                .lines()
+                .filter(|l| l.starts_with("Private_Clean:") || l.starts_with("Private_Dirty:"))
+                .filter_map(|l| {
+                    l.split_whitespace()
+                        .nth(1)
+                        .and_then(|v| v.parse::<u64>().ok())
+                })
+                .sum::<u64>();
+        }
+        Some(kb * 1024)
+    }
+
+    /// A request with every message the copy sends meanwhile handed to `handler` (see
+    /// `Copy::request_relayed`).
+    pub fn request_relayed(
+        &mut self,
+        method: &str,
+        params: Value,
+        handler: &mut dyn FnMut(&Value) -> Option<Value>,
+    ) -> Result<Value> {
+        self.mcp
+            .request_relayed(&mut self.chan, method, params, handler)
+            .map_err(client_error)
+    }
+
+    /// The `tools/call` of one group of one call.
+    pub fn mcp_call_relayed(
+        &mut self,
+        tool: &str,
+        arguments: Value,
+        meta: Option<Value>,
+        handler: &mut dyn FnMut(&Value) -> Option<Value>,
+    ) -> Result<Value> {
+        let params = Session::tools_call_params(tool, arguments, meta);
+        self.request_relayed("tools/call", params, handler)
+    }
+
+    /// A data-free request (`tools/list`, `resources/read`, ...); `initialize` is made with the
+    /// agent's parameters on a copy spawned without the shim's handshake.
+    pub fn mcp_call_method(&mut self, method: &str, params: Value) -> Result<Value> {
+        if method == "initialize" {
+            return self
+                .mcp
+                .handshake(&mut self.chan, params)
+                .map_err(client_error);
+        }
+        self.request_relayed(method, params, &mut |_| None)
+    }
+
+    /// Kills every process of the copy (its cgroup, then its keeper) and removes the cgroup.
+    pub fn kill(&mut self) {
+        if self.dead {
+            return;
+        }
+        self.dead = true;
+        let _ = self.cgroup.set_frozen(false);
+        let _ = self.cgroup.kill_now();
+        let _ = sys::kill(self.keeper, libc::SIGKILL);
+        let _ = sys::waitpid(self.keeper, 0);
+        let _ = self.cgroup.destroy();
+    }
+
+    /// Ends the copy's one use: kills it, and turns a broken channel into the real reason
+    /// (memory limit, deadline) where the kernel says so.
+    pub fn finish(mut self, result: Result<Value>) -> Result<Value> {
+        let result = match result {
+            Err(_) if self.cgroup.oom_kills() > 0 => Err(Error::MemoryLimit),
+            Err(Error::Crashed(_)) if Instant::now() >= self.chan.deadline() => {
+                Err(Error::Deadline)
+            }
+            other => other,
+        };
+        self.kill();
+        result
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The source of spawned copies of one release.
+#[derive(Debug)]
+pub struct SpawnPool {
+    spec: LaunchSpec,
+    opts: SpawnOptions,
+    prepared: Prepared,
+    base_rel: String,
+    ready: VecDeque<Spawned>,
+    /// The client capabilities the pool's copies announce.
+    caps: Value,
+    made: u64,
+    spawn_total: Duration,
+    shim_ns: Namespaces,
+    refused: Option<String>,
+    /// Namespaces of the copies handed out and not yet retired.
+    live: Vec<(i32, Namespaces)>,
+    stopped: bool,
+}
+
+impl SpawnPool {
+    /// Prepares the launch of `spec`'s entry as spawned copies, spawns one to prove the release
+    /// starts (refused with the reason otherwise), and fills the pool.
+    pub fn start(spec: LaunchSpec, opts: SpawnOptions) -> Result<SpawnPool> {
+        if spec.execution != Execution::Spawn {
+            return Err(Error::Spec(
+                "a spawn pool needs a launch spec with execution = spawn".into(),
+            ));
+        }
+        let mut argv = vec![spec.interpreter.clone()];
+        argv.extend(spec.entry.iter().cloned());
+        let env = spec.env.clone();
+        let mut prepared = Prepared::new(&spec, &argv, &env, &[])?;
+        prepared.for_spawned_copy();
+        let base_rel = germline_sys::paths::germline_cgroup(&opts.id);
+        let mut pool = SpawnPool {
+            spec,
+            opts,
+            prepared,
+            base_rel,
+            ready: VecDeque::new(),
+            caps: json!({}),
+            made: 0,
+            spawn_total: Duration::ZERO,
+            shim_ns: Namespaces::of(std::process::id() as i32)?,
+            refused: None,
+            live: Vec::new(),
+            stopped: false,
+        };
+        // The release must start at all: a first copy, checked, kept in the pool.
+        match pool.spawn(true) {
+            Ok(c) => pool.ready.push_back(c),
+            Err(e) => {
+                Cgroup::remove_parent(&pool.base_rel);
+                return Err(Error::Refused(format!(
+                    "its spawned copy did not start: {e}"
+                )));
+            }
+        }
+        Ok(pool)
+    }
+
+    pub fn spec(&self) -> &LaunchSpec {
+        &self.spec
+    }
+
+    /// Spawns one copy: launched, in its own cgroup from its first instruction, initialised
+    /// with the shim's handshake (`handshake`) and the manifest's warm calls, then checked.
+    pub fn spawn(&mut self, handshake: bool) -> Result<Spawned> {
+        let t0 = Instant::now();
+        self.made += 1;
+        let cgroup = Cgroup::create(&format!("{}/s{}", self.base_rel, self.made))?;
+        let l = &self.spec.limits;
+        if let Err(e) = cgroup.set_limits(l.memory_bytes, l.pids, l.cpu_percent) {
+            let _ = cgroup.destroy();
+            return Err(e.into());
+        }
+        let started =
+            match launch::start(
+                &self.prepared,
+                HOST_ID,
+                HOST_ID,
+                &|pid| Ok(cgroup.add(pid)?),
+            ) {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = cgroup.destroy();
+                    return Err(e);
+                }
+            };
+        let init_deadline = Instant::now() + Duration::from_millis(l.init_timeout_ms);
+        let socket_inode = started.ctl_inode;
+        let sock: OwnedFd = started.ctl;
+        let mut copy = Spawned {
+            keeper: started.keeper,
+            pid: started.pid,
+            cgroup,
+            chan: CopyChannel::new(sock, init_deadline),
+            mcp: Session::strict(),
+            ns: Namespaces::default(),
+            init_result: None,
+            spawn_time: Duration::ZERO,
+            dead: false,
+        };
+        if handshake {
+            copy.mcp.set_client_capabilities(self.caps.clone());
+            let params = Session::initialize_params(&self.caps);
+            let r = copy
+                .mcp
+                .handshake(&mut copy.chan, params)
+                .map_err(client_error)
+                .map_err(|e| Error::Init(format!("the MCP handshake: {e}")))?;
+            copy.init_result = Some(r);
+            for w in self.spec.warm_calls.clone() {
+                let tool = w["tool"].as_str().unwrap_or_default().to_string();
+                let args = w.get("arguments").cloned().unwrap_or_else(|| json!({}));
+                copy.mcp_call_relayed(&tool, args, None, &mut |_| None)
+                    .map_err(|e| Error::Init(format!("warm call {tool}: {e}")))?;
+            }
+        }
+        let bad = self.check(&copy, socket_inode)?;
+        if !bad.is_empty() {
+            return Err(Error::CopyRefused(bad.join("; ")));
+        }
+        copy.ns = Namespaces::of(copy.pid)?;
+        copy.cgroup.set_frozen(true)?;
+        copy.spawn_time = t0.elapsed();
+        self.spawn_total += copy.spawn_time;
+        Ok(copy)
+    }
+
+    /// The checks of every process of the copy's cgroup (docs/sandbox.md).
+    fn check(&self, copy: &Spawned, socket_inode: u64) -> Result<Vec<String>> {
+        let facts = GermlineFacts::read(copy.pid, socket_inode, &self.extra_targets())?;
+        let others: Vec<Namespaces> = self
+            .live
+            .iter()
+            .map(|(_, n)| n.clone())
+            .chain(self.ready.iter().map(|c| c.ns.clone()))
+            .collect();
+        let mut foreign: HashSet<u64> = HashSet::new();
+        let outside = std::iter::once(std::process::id() as i32)
+            .chain(self.live.iter().map(|(p, _)| *p))
+            .chain(self.ready.iter().map(Spawned::pid));
+        for pid in outside {
+            foreign.extend(procfs::fds(pid).unwrap_or_default().iter().map(|f| f.ino));
+        }
+        // The copy socket's other end is the shim's: it is the one object both hold.
+        foreign.remove(&socket_inode);
+        let filters = [Program::germline(), Program::copy()];
+        let procs = copy.cgroup.procs()?;
+        if procs != [copy.pid] {
+            return Ok(vec![format!(
+                "the copy's cgroup holds processes {procs:?}, not only the copy {}",
+                copy.pid
+            )]);
+        }
+        let x = CopyExpect {
+            pid: copy.pid,
+            role: Role::Sole,
+            socket_inode,
+            germline: &facts,
+            germline_ns: &self.shim_ns,
+            others: &others,
+            cgroup_rel: copy.cgroup.rel(),
+            filters: &filters,
+        };
+        let snap = CopySnapshot::read(copy.pid, Role::Sole);
+        Ok(checks::spawn_rules::spawned(&x, &snap, &foreign))
+    }
+
+    fn extra_targets(&self) -> Vec<String> {
+        self.spec
+            .extra_mounts
+            .iter()
+            .map(|m| format!("/{}", m.target.trim_start_matches('/')))
+            .collect()
+    }
+
+    /// The client capabilities pool copies announce from now on; waiting copies that announced
+    /// others are replaced.
+    pub fn set_capabilities(&mut self, caps: &Value) {
+        if &self.caps != caps {
+            self.caps = caps.clone();
+            self.ready.clear();
+        }
+    }
+
+    /// A ready copy (from the pool, or spawned now) announcing `caps`, thawed, with the
+    /// copy deadline `deadline` from now on.
+    pub fn take(&mut self, caps: &Value, deadline: Instant) -> Result<Spawned> {
+        if let Some(r) = &self.refused {
+            return Err(Error::Refused(r.clone()));
+        }
+        self.set_capabilities(caps);
+        let mut copy = match self.ready.pop_front() {
+            Some(c) => c,
+            None => self.spawn(true)?,
+        };
+        copy.cgroup.set_frozen(false)?;
+        copy.set_deadline(deadline);
+        self.live.push((copy.pid, copy.ns.clone()));
+        Ok(copy)
+    }
+
+    /// A copy that made no handshake, for the agent's own `initialize`.
+    pub fn take_fresh(&mut self, deadline: Instant) -> Result<Spawned> {
+        let mut copy = self.spawn(false)?;
+        copy.cgroup.set_frozen(false)?;
+        copy.set_deadline(deadline);
+        self.live.push((copy.pid, copy.ns.clone()));
+        Ok(copy)
+    }
+
+    /// Kills a copy after its one use.
+    pub fn retire(&mut self, copy: Spawned, result: Result<Value>) -> Result<Value> {
+        let pid = copy.pid;
+        self.live.retain(|(p, _)| *p != pid);
+        copy.finish(result)
+    }
+
+    /// Between calls: spawns one copy if the pool is below its size and its memory cap.
+    /// `Ok(true)` while more are due.
+    pub fn refill_one(&mut self) -> Result<bool> {
+        if self.refused.is_some() || self.ready.len() >= self.opts.pool {
+            return Ok(false);
+        }
+        let held: u64 = self.ready.iter().filter_map(Spawned::private_memory).sum();
+        let per_copy = if self.ready.is_empty() {
+            0
+        } else {
+            held / self.ready.len() as u64
+        };
+        if held + per_copy > self.opts.memory_cap_bytes {
+            return Ok(false);
+        }
+        let c = self.spawn(true)?;
+        self.ready.push_back(c);
+        Ok(self.ready.len() < self.opts.pool)
+    }
+
+    pub fn status(&self) -> PoolStatus {
+        PoolStatus {
+            ready: self.ready.len(),
+            target: self.opts.pool,
+            spawned: self.made,
+            mean_spawn_ms: if self.made == 0 {
+                0.0
+            } else {
+                self.spawn_total.as_secs_f64() * 1000.0 / self.made as f64
+            },
+            ready_private_bytes: self.ready.iter().filter_map(Spawned::private_memory).sum(),
+            memory_cap_bytes: self.opts.memory_cap_bytes,
+            refused: self.refused.clone(),
+        }
+    }
+
+    /// Host pids of the waiting copies.
+    pub fn ready_pids(&self) -> Vec<i32> {
+        self.ready.iter().map(Spawned::pid).collect()
+    }
+
+    /// Kills every waiting copy and removes the pool's cgroups; the pool's status as it was,
+    /// the first time only.
+    pub fn stop(&mut self) -> Option<PoolStatus> {
+        let st = (!self.stopped).then(|| self.status());
+        self.stopped = true;
+        self.ready.clear();
+        Cgroup::remove_parent(&self.base_rel);
+        st
+    }
+}
+
+impl Drop for SpawnPool {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
