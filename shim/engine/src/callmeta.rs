@@ -30,6 +30,7 @@ use germline_policy::{ArgPath, ItemMeta, Label, Member, Policy};
 use germline_release::manifest::Tool;
 
 use crate::fileitem::{self, FileItemError};
+use crate::treeitem;
 use serde_json::{Map, Value};
 
 /// Largest file an item may be (files are read into memory and copied into each copy).
@@ -90,6 +91,17 @@ pub enum ItemKind {
     File { host_path: PathBuf },
     /// An inline argument value (its JSON text is the contents).
     Inline,
+    /// A directory the agent named (treeitem.rs): public (its name is in the call), present
+    /// in every copy at its host path, which the copy's argument names.
+    Dir { host_path: PathBuf },
+    /// A regular file of a directory item, labelled by its own rules: at its host path in
+    /// the copies whose view holds it, absent from the others.
+    TreeFile {
+        host_path: PathBuf,
+        /// Permission bits and modification time `(seconds, nanoseconds)`.
+        mode: u32,
+        mtime: (i64, i64),
+    },
 }
 
 /// One labelled item of a call.
@@ -168,6 +180,12 @@ impl CallMeta {
                 (ItemKind::File { .. }, Some(f)) => {
                     *slot = Value::String(format!("{items_dir}/{f}"))
                 }
+                // Where the copy finds the directory, however the agent spelled it.
+                (ItemKind::Dir { host_path }, _) => {
+                    *slot = Value::String(host_path.display().to_string())
+                }
+                // Its directory's argument is public; the file is in the view or absent.
+                (ItemKind::TreeFile { .. }, _) => {}
                 _ if in_view(item) => {}
                 _ => *slot = empty_like(slot),
             }
@@ -457,6 +475,21 @@ pub fn build(
     meta: Option<&Value>,
     consumers: &[String],
 ) -> Result<CallMeta, CallMetaError> {
+    build_in(policy, None, tool_name, tool, arguments, meta, consumers)
+}
+
+/// Like [`build`], with relative paths resolved against the deployer's working directory
+/// `workdir` (the policy's `[workdirs]`): a relative string that names an existing file or
+/// directory there is an item as its absolute path would be.
+pub fn build_in(
+    policy: &Policy,
+    workdir: Option<&Path>,
+    tool_name: &str,
+    tool: &Tool,
+    arguments: &Value,
+    meta: Option<&Value>,
+    consumers: &[String],
+) -> Result<CallMeta, CallMetaError> {
     let args: &Map<String, Value> = match arguments {
         Value::Object(m) => m,
         Value::Null => &Map::new(),
@@ -473,9 +506,17 @@ pub fn build(
     for (path, value) in flat {
         let arg = path.to_string();
         let s = value.as_str();
+        // A relative spelling names what it names below the working directory, if anything.
+        let joined = match (s, workdir) {
+            (Some(s), Some(w)) if !s.starts_with('/') && !looks_like_uri(s) => {
+                treeitem::relative(w, s).and_then(|p| p.to_str().map(str::to_string))
+            }
+            _ => None,
+        };
+        let local = joined.as_deref().or(s);
         // A path or local file URI is resolved once, by the kernel, and labelled by the file
         // it reaches (fileitem.rs); its contents are read from that same descriptor.
-        let file = match s {
+        let file = match local {
             Some(s) if s.starts_with('/') || looks_like_uri(s) => {
                 fileitem::open_item(policy, s, MAX_ITEM_BYTES).map_err(|e| match e {
                     FileItemError::TooLarge(size) => CallMetaError::TooLarge {
@@ -493,6 +534,54 @@ pub fn build(
             }
             _ => None,
         };
+        // Not a regular file: a directory is a tree of file items (treeitem.rs).
+        let tree = match (&file, local.and_then(fileitem::Spelling::of)) {
+            (None, Some(spelling)) => treeitem::open_tree(policy, spelling, MAX_ITEM_BYTES)
+                .map_err(|e| unreadable(&arg, s.unwrap_or_default(), e))?,
+            _ => None,
+        };
+        if let (Some(t), Some(name)) = (tree, s) {
+            let host_path = t.host_path;
+            let dir_name = unique(&items, &format!("{}/", host_path.display()));
+            items.push(ArgItem {
+                name: dir_name,
+                arg: path.clone(),
+                label: Label::public(),
+                kind: ItemKind::Dir {
+                    host_path: host_path.clone(),
+                },
+                file_name: None,
+                contents: Vec::new(),
+            });
+            for f in t.files {
+                let at = host_path.join(&f.rel);
+                let mut label = match (f.label, policy.unlabelled_path()) {
+                    (Some(l), _) => l,
+                    (None, UnlabelledPath::DefaultLabel) => policy.default_item_label().clone(),
+                    (None, UnlabelledPath::Refuse) => {
+                        return Err(CallMetaError::UnlabelledPath {
+                            arg,
+                            path: format!("{} (in the directory {name})", at.display()),
+                            policy: policy.file().display().to_string(),
+                        })
+                    }
+                };
+                raised(&raise, &path, &mut label);
+                items.push(ArgItem {
+                    name: unique(&items, &at.display().to_string()),
+                    arg: path.clone(),
+                    label,
+                    kind: ItemKind::TreeFile {
+                        host_path: at,
+                        mode: f.mode,
+                        mtime: f.mtime,
+                    },
+                    file_name: None,
+                    contents: f.contents,
+                });
+            }
+            continue;
+        }
         if let (Some(f), Some(name)) = (file, s) {
             let name = name.to_string();
             let mut label = match (f.label, policy.unlabelled_path()) {
@@ -575,6 +664,22 @@ pub fn build(
         hosts,
         consumers,
     })
+}
+
+fn unreadable(arg: &str, path: &str, e: FileItemError) -> CallMetaError {
+    match e {
+        FileItemError::TooLarge(size) => CallMetaError::TooLarge {
+            arg: arg.to_string(),
+            path: path.to_string(),
+            size,
+            max: MAX_ITEM_BYTES,
+        },
+        FileItemError::Unreadable(reason) => CallMetaError::Unreadable {
+            arg: arg.to_string(),
+            path: path.to_string(),
+            reason,
+        },
+    }
 }
 
 fn unique(items: &[ArgItem], name: &str) -> String {

@@ -218,13 +218,13 @@ const EACCES_WHY: &str = "permission denied: a directory on the way cannot be se
                           the user this session reads files for";
 
 /// A resolved file: its `O_PATH` descriptor and what `fstat` says of it.
-struct Resolved {
-    fd: OwnedFd,
-    stat: FileStat,
+pub(crate) struct Resolved {
+    pub(crate) fd: OwnedFd,
+    pub(crate) stat: FileStat,
 }
 
 impl Resolved {
-    fn kind(&self) -> SFlag {
+    pub(crate) fn kind(&self) -> SFlag {
         SFlag::from_bits_truncate(self.stat.st_mode) & SFlag::S_IFMT
     }
 }
@@ -232,7 +232,7 @@ impl Resolved {
 /// Opens `path` once as an `O_PATH` descriptor. `Ok(None)`: the path names nothing here
 /// (absent, not a directory on the way, too long, or containing NUL); an error if a directory
 /// on the way cannot be searched (EACCES).
-fn resolve(path: &Path) -> Result<Option<Resolved>, FileItemError> {
+pub(crate) fn resolve(path: &Path) -> Result<Option<Resolved>, FileItemError> {
     let how = OpenHow::new()
         .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
         .resolve(ResolveFlag::RESOLVE_NO_MAGICLINKS);
@@ -257,12 +257,12 @@ fn resolve(path: &Path) -> Result<Option<Resolved>, FileItemError> {
 }
 
 /// The `/proc` name of one of this thread's descriptors (the fd table is the process's).
-fn proc_fd(fd: &OwnedFd) -> String {
+pub(crate) fn proc_fd(fd: &OwnedFd) -> String {
     format!("/proc/thread-self/fd/{}", fd.as_raw_fd())
 }
 
 /// The identity of a resolved file (see the module comment, step 3).
-fn identify(r: &Resolved) -> Identity {
+pub(crate) fn identify(r: &Resolved) -> Identity {
     let unsure = |reported: Option<PathBuf>, why| Identity::Unsure { reported, why };
     let reported: OsString = match readlink(proc_fd(&r.fd).as_str()) {
         Ok(p) => p,
@@ -297,7 +297,7 @@ fn identify(r: &Resolved) -> Identity {
 }
 
 /// Reads the resolved file's contents through its own descriptor, at most `max` bytes.
-fn read_bounded(r: &Resolved, max: u64) -> Result<Vec<u8>, FileItemError> {
+pub(crate) fn read_bounded(r: &Resolved, max: u64) -> Result<Vec<u8>, FileItemError> {
     if r.stat.st_size as u64 > max {
         return Err(FileItemError::TooLarge(r.stat.st_size as u64));
     }

@@ -22,6 +22,7 @@ pub mod mounts;
 pub mod protocol;
 pub mod seccomp;
 pub mod spec;
+pub mod tree;
 
 // Moved to germline-sys (issue 26); re-exported so `germline_sandbox::cgroup` and
 // `crate::sys::...` keep working.
@@ -34,3 +35,4 @@ pub use error::{Error, Result};
 pub use germline::Ablation;
 pub use germline::{Germline, Options};
 pub use spec::{BindMount, Language, LaunchSpec, Limits};
+pub use tree::TreeEntry;
