@@ -799,6 +799,92 @@ agent = ["hr", "finance"]
     }
 
     #[test]
+    fn a_directory_is_a_tree_of_labelled_files_and_relative_paths_need_a_workdir() {
+        let d = world();
+        // stray.txt has no rule: the default label makes every file of the root covered.
+        let p = policy(
+            d.path(),
+            "[defaults]\nunlabelled_path = \"default-label\"\n",
+        );
+        let root = d.path().display().to_string();
+        let args = json!({"repo": format!("{root}/fin/../fin"), "msg": "hello"});
+        let m = build(&p, "git", &tool(&[], None), &args, None, &[]).expect("meta");
+        let got: Vec<(String, String, Label)> = m
+            .items
+            .iter()
+            .filter(|i| i.arg.to_string() == "repo")
+            .map(|i| {
+                (
+                    i.name.clone(),
+                    format!("{:?}", i.kind).chars().take(8).collect(),
+                    i.label.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    format!("{root}/fin/"),
+                    "Dir { ho".to_string(),
+                    Label::public()
+                ),
+                (
+                    format!("{root}/fin/invoice.txt"),
+                    "TreeFile".to_string(),
+                    Label::of(["finance"])
+                ),
+                (
+                    format!("{root}/fin/ledger.db"),
+                    "TreeFile".to_string(),
+                    Label::of(["finance"])
+                ),
+            ]
+        );
+        // Outside the view the files are absent, but the directory's argument is kept, as
+        // its resolved path.
+        let v = m
+            .arguments_for(&|i| i.label.is_public(), "/run/items")
+            .expect("args");
+        assert_eq!(v["repo"], format!("{root}/fin"));
+        // A relative name: an item only with a working directory.
+        let args = json!({"f": "invoice.txt", "dir": ".", "other": "nothing-here"});
+        let m = build(&p, "t", &tool(&[], None), &args, None, &[]).expect("meta");
+        assert!(
+            m.items.iter().all(|i| i.kind == ItemKind::Inline),
+            "{:?}",
+            m.items
+        );
+        let w = d.path().join("fin");
+        let m = build_in(&p, Some(&w), "t", &tool(&[], None), &args, None, &[]).expect("meta");
+        let kinds: Vec<(String, bool)> = m
+            .items
+            .iter()
+            .map(|i| (i.arg.to_string(), matches!(i.kind, ItemKind::File { .. })))
+            .collect();
+        assert!(kinds.contains(&("f".into(), true)), "{kinds:?}");
+        assert!(m.items.iter().any(|i| i.arg.to_string() == "dir"
+            && i.kind
+                == ItemKind::Dir {
+                    host_path: w.clone()
+                }));
+        assert!(m
+            .items
+            .iter()
+            .filter(|i| i.arg.to_string() == "other")
+            .all(|i| i.kind == ItemKind::Inline));
+        let f = m
+            .items
+            .iter()
+            .find(|i| i.arg.to_string() == "f")
+            .expect("f");
+        assert_eq!(
+            (f.label.clone(), f.contents.clone()),
+            (Label::of(["finance"]), b"INVOICE".to_vec())
+        );
+    }
+
+    #[test]
     fn files_become_items_labelled_by_path_and_uri_rules() {
         let d = world();
         let p = policy(d.path(), "");
