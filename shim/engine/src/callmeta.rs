@@ -92,10 +92,11 @@ pub enum ItemKind {
     /// An inline argument value (its JSON text is the contents).
     Inline,
     /// A directory the agent named (treeitem.rs): public (its name is in the call), present
-    /// in every copy at its host path, which the copy's argument names.
+    /// in every copy at `host_path` (`treeitem::copy_root`), which the copy's argument names.
     Dir { host_path: PathBuf },
-    /// A regular file of a directory item, labelled by its own rules: at its host path in
-    /// the copies whose view holds it, absent from the others.
+    /// A regular file of a directory item, labelled by its own rules (the item is named by
+    /// its resolved path): at `host_path`, below its directory's place in the copies, in the
+    /// copies whose view holds it, absent from the others.
     TreeFile {
         host_path: PathBuf,
         /// Permission bits and modification time `(seconds, nanoseconds)`.
@@ -541,6 +542,9 @@ pub fn build_in(
             _ => None,
         };
         if let (Some(t), Some(name)) = (tree, s) {
+            // Named by the resolved path (what the rules matched); found by the copy at
+            // `root` (treeitem::copy_root).
+            let root = treeitem::copy_root(&t);
             let host_path = t.host_path;
             let dir_name = unique(&items, &format!("{}/", host_path.display()));
             items.push(ArgItem {
@@ -548,13 +552,14 @@ pub fn build_in(
                 arg: path.clone(),
                 label: Label::public(),
                 kind: ItemKind::Dir {
-                    host_path: host_path.clone(),
+                    host_path: root.clone(),
                 },
                 file_name: None,
                 contents: Vec::new(),
             });
             for f in t.files {
                 let at = host_path.join(&f.rel);
+                let in_copy = root.join(&f.rel);
                 let mut label = match (f.label, policy.unlabelled_path()) {
                     (Some(l), _) => l,
                     (None, UnlabelledPath::DefaultLabel) => policy.default_item_label().clone(),
@@ -572,7 +577,7 @@ pub fn build_in(
                     arg: path.clone(),
                     label,
                     kind: ItemKind::TreeFile {
-                        host_path: at,
+                        host_path: in_copy,
                         mode: f.mode,
                         mtime: f.mtime,
                     },
@@ -847,6 +852,22 @@ agent = ["hr", "finance"]
             .arguments_for(&|i| i.label.is_public(), "/run/items")
             .expect("args");
         assert_eq!(v["repo"], format!("{root}/fin"));
+        // A plain spelling through a symlink is where the copy finds it; the files are named
+        // (and labelled) by their resolved paths.
+        std::os::unix::fs::symlink(d.path().join("fin"), d.path().join("alias")).expect("ln");
+        let args = json!({"repo": format!("{root}/alias")});
+        let m = build(&p, "git", &tool(&[], None), &args, None, &[]).expect("meta");
+        let v = m.arguments_for(&|_| true, "/run/items").expect("args");
+        assert_eq!(v["repo"], format!("{root}/alias"));
+        let f = &m.items[1];
+        assert_eq!(f.name, format!("{root}/fin/invoice.txt"));
+        assert_eq!(f.label, Label::of(["finance"]));
+        assert!(
+            matches!(&f.kind, ItemKind::TreeFile { host_path, .. }
+                if host_path == &d.path().join("alias/invoice.txt")),
+            "{:?}",
+            f.kind
+        );
         // A relative name: an item only with a working directory.
         let args = json!({"f": "invoice.txt", "dir": ".", "other": "nothing-here"});
         let m = build(&p, "t", &tool(&[], None), &args, None, &[]).expect("meta");

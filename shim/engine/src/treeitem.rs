@@ -20,7 +20,6 @@
 //! docs/policy.md ("Directory items") gives the user-facing rules.
 
 use std::os::fd::AsFd;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use germline_policy::Policy;
@@ -238,17 +237,21 @@ pub fn relative(workdir: &Path, s: &str) -> Option<PathBuf> {
     std::fs::symlink_metadata(&p).ok().map(|_| p)
 }
 
-/// Whether the bytes of a path are plain UTF-8 components (what a copy's mount plan accepts).
-pub fn is_plain(p: &Path) -> bool {
-    p.to_str().is_some()
-        && p.is_absolute()
-        && !p.as_os_str().as_bytes().contains(&0)
-        && p.components().all(|c| {
-            matches!(
-                c,
-                std::path::Component::RootDir | std::path::Component::Normal(_)
-            )
+/// Where a copy finds a directory item: the path as the agent spelled it if that is a plain
+/// absolute path (no `.`, `..`, empty component or trailing `/`: a copy's mount plan takes
+/// only those), else the resolved path. A plain spelling through a symlink is kept, as a file
+/// item keeps its spelled name: the resolved name need not be public.
+pub fn copy_root(t: &TreeItem) -> PathBuf {
+    let plain = |p: &Path| {
+        p.to_str().is_some_and(|s| {
+            s.strip_prefix('/')
+                .is_some_and(|rest| rest.split('/').all(|c| !matches!(c, "" | "." | "..")))
         })
+    };
+    match &t.spelling {
+        Spelling::Path(p) if plain(p) => p.clone(),
+        _ => t.host_path.clone(),
+    }
 }
 
 #[cfg(test)]
