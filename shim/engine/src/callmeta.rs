@@ -9,6 +9,11 @@
 //!   refused, or given the default label if the policy says so);
 //! * a `file://` or `sqlite:///` URI naming a regular file is a file item labelled the same
 //!   way, by the policy's path and URI rules;
+//! * a path naming a directory is a directory item (treeitem.rs): the directory (public) and
+//!   each regular file in it, labelled as a file item; a copy gets the files of its view at
+//!   their paths, the others are absent;
+//! * with a working directory declared (`[workdirs]`), a relative string naming an existing
+//!   file or directory below it is one of the above, as its absolute path would be;
 //! * every other value is **inline**: labelled by the `[[argument]]` rules, by a URI rule it
 //!   matches, or else by the policy's default label (which fails closed). A non-public inline
 //!   value becomes an item of its own, empty in the copies outside its view.

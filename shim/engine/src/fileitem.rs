@@ -7,8 +7,9 @@
 //!    follows it; a `/proc/<pid>/fd/N`-style magic link or a symlink loop is refused (ELOOP).
 //!    An `O_PATH` descriptor performs no I/O, so a FIFO never blocks and a device is never
 //!    opened (opening some devices has effects of its own).
-//! 2. `fstat` on that descriptor: only a regular file is an item; anything else stays an
-//!    inline value.
+//! 2. `fstat` on that descriptor: only a regular file is a file item; a directory is a
+//!    directory item (treeitem.rs, which labels each file in it with steps 3 and 4); anything
+//!    else stays an inline value.
 //! 3. The label comes from the path the kernel reports for the descriptor
 //!    (`readlink /proc/thread-self/fd/N`), and only if that path can be trusted to name the
 //!    file: absolute, not marked ` (deleted)`, the file's only link (`st_nlink == 1`), valid
