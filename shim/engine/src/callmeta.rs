@@ -9,6 +9,11 @@
 //!   refused, or given the default label if the policy says so);
 //! * a `file://` or `sqlite:///` URI naming a regular file is a file item labelled the same
 //!   way, by the policy's path and URI rules;
+//! * a path naming a directory is a directory item (treeitem.rs): the directory (public) and
+//!   each regular file in it, labelled as a file item; a copy gets the files of its view at
+//!   their paths, the others are absent;
+//! * with a working directory declared (`[workdirs]`), a relative string naming an existing
+//!   file or directory below it is one of the above, as its absolute path would be;
 //! * every other value is **inline**: labelled by the `[[argument]]` rules, by a URI rule it
 //!   matches, or else by the policy's default label (which fails closed). A non-public inline
 //!   value becomes an item of its own, empty in the copies outside its view.
@@ -30,6 +35,7 @@ use germline_policy::{ArgPath, ItemMeta, Label, Member, Policy};
 use germline_release::manifest::Tool;
 
 use crate::fileitem::{self, FileItemError};
+use crate::treeitem;
 use serde_json::{Map, Value};
 
 /// Largest file an item may be (files are read into memory and copied into each copy).
@@ -90,6 +96,18 @@ pub enum ItemKind {
     File { host_path: PathBuf },
     /// An inline argument value (its JSON text is the contents).
     Inline,
+    /// A directory the agent named (treeitem.rs): public (its name is in the call), present
+    /// in every copy at `host_path` (`treeitem::copy_root`), which the copy's argument names.
+    Dir { host_path: PathBuf },
+    /// A regular file of a directory item, labelled by its own rules (the item is named by
+    /// its resolved path): at `host_path`, below its directory's place in the copies, in the
+    /// copies whose view holds it, absent from the others.
+    TreeFile {
+        host_path: PathBuf,
+        /// Permission bits and modification time `(seconds, nanoseconds)`.
+        mode: u32,
+        mtime: (i64, i64),
+    },
 }
 
 /// One labelled item of a call.
@@ -168,6 +186,12 @@ impl CallMeta {
                 (ItemKind::File { .. }, Some(f)) => {
                     *slot = Value::String(format!("{items_dir}/{f}"))
                 }
+                // Where the copy finds the directory, however the agent spelled it.
+                (ItemKind::Dir { host_path }, _) => {
+                    *slot = Value::String(host_path.display().to_string())
+                }
+                // Its directory's argument is public; the file is in the view or absent.
+                (ItemKind::TreeFile { .. }, _) => {}
                 _ if in_view(item) => {}
                 _ => *slot = empty_like(slot),
             }
@@ -457,6 +481,21 @@ pub fn build(
     meta: Option<&Value>,
     consumers: &[String],
 ) -> Result<CallMeta, CallMetaError> {
+    build_in(policy, None, tool_name, tool, arguments, meta, consumers)
+}
+
+/// Like [`build`], with relative paths resolved against the deployer's working directory
+/// `workdir` (the policy's `[workdirs]`): a relative string that names an existing file or
+/// directory there is an item as its absolute path would be.
+pub fn build_in(
+    policy: &Policy,
+    workdir: Option<&Path>,
+    tool_name: &str,
+    tool: &Tool,
+    arguments: &Value,
+    meta: Option<&Value>,
+    consumers: &[String],
+) -> Result<CallMeta, CallMetaError> {
     let args: &Map<String, Value> = match arguments {
         Value::Object(m) => m,
         Value::Null => &Map::new(),
@@ -473,9 +512,17 @@ pub fn build(
     for (path, value) in flat {
         let arg = path.to_string();
         let s = value.as_str();
+        // A relative spelling names what it names below the working directory, if anything.
+        let joined = match (s, workdir) {
+            (Some(s), Some(w)) if !s.starts_with('/') && !looks_like_uri(s) => {
+                treeitem::relative(w, s).and_then(|p| p.to_str().map(str::to_string))
+            }
+            _ => None,
+        };
+        let local = joined.as_deref().or(s);
         // A path or local file URI is resolved once, by the kernel, and labelled by the file
         // it reaches (fileitem.rs); its contents are read from that same descriptor.
-        let file = match s {
+        let file = match local {
             Some(s) if s.starts_with('/') || looks_like_uri(s) => {
                 fileitem::open_item(policy, s, MAX_ITEM_BYTES).map_err(|e| match e {
                     FileItemError::TooLarge(size) => CallMetaError::TooLarge {
@@ -493,6 +540,58 @@ pub fn build(
             }
             _ => None,
         };
+        // Not a regular file: a directory is a tree of file items (treeitem.rs).
+        let tree = match (&file, local.and_then(fileitem::Spelling::of)) {
+            (None, Some(spelling)) => treeitem::open_tree(policy, spelling, MAX_ITEM_BYTES)
+                .map_err(|e| unreadable(&arg, s.unwrap_or_default(), e))?,
+            _ => None,
+        };
+        if let (Some(t), Some(name)) = (tree, s) {
+            // Named by the resolved path (what the rules matched); found by the copy at
+            // `root` (treeitem::copy_root).
+            let root = treeitem::copy_root(&t);
+            let host_path = t.host_path;
+            let dir_name = unique(&items, &format!("{}/", host_path.display()));
+            items.push(ArgItem {
+                name: dir_name,
+                arg: path.clone(),
+                label: Label::public(),
+                kind: ItemKind::Dir {
+                    host_path: root.clone(),
+                },
+                file_name: None,
+                contents: Vec::new(),
+            });
+            for f in t.files {
+                let at = host_path.join(&f.rel);
+                let in_copy = root.join(&f.rel);
+                let mut label = match (f.label, policy.unlabelled_path()) {
+                    (Some(l), _) => l,
+                    (None, UnlabelledPath::DefaultLabel) => policy.default_item_label().clone(),
+                    (None, UnlabelledPath::Refuse) => {
+                        return Err(CallMetaError::UnlabelledPath {
+                            arg,
+                            path: format!("{} (in the directory {name})", at.display()),
+                            policy: policy.file().display().to_string(),
+                        })
+                    }
+                };
+                raised(&raise, &path, &mut label);
+                items.push(ArgItem {
+                    name: unique(&items, &at.display().to_string()),
+                    arg: path.clone(),
+                    label,
+                    kind: ItemKind::TreeFile {
+                        host_path: in_copy,
+                        mode: f.mode,
+                        mtime: f.mtime,
+                    },
+                    file_name: None,
+                    contents: f.contents,
+                });
+            }
+            continue;
+        }
         if let (Some(f), Some(name)) = (file, s) {
             let name = name.to_string();
             let mut label = match (f.label, policy.unlabelled_path()) {
@@ -575,6 +674,22 @@ pub fn build(
         hosts,
         consumers,
     })
+}
+
+fn unreadable(arg: &str, path: &str, e: FileItemError) -> CallMetaError {
+    match e {
+        FileItemError::TooLarge(size) => CallMetaError::TooLarge {
+            arg: arg.to_string(),
+            path: path.to_string(),
+            size,
+            max: MAX_ITEM_BYTES,
+        },
+        FileItemError::Unreadable(reason) => CallMetaError::Unreadable {
+            arg: arg.to_string(),
+            path: path.to_string(),
+            reason,
+        },
+    }
 }
 
 fn unique(items: &[ArgItem], name: &str) -> String {
@@ -690,6 +805,108 @@ agent = ["hr", "finance"]
             e.to_string(),
             "tool `mail` names its result's recipients by argument `to`, but the call has no \
              such argument"
+        );
+    }
+
+    #[test]
+    fn a_directory_is_a_tree_of_labelled_files_and_relative_paths_need_a_workdir() {
+        let d = world();
+        // stray.txt has no rule: the default label makes every file of the root covered.
+        let p = policy(
+            d.path(),
+            "[defaults]\nunlabelled_path = \"default-label\"\n",
+        );
+        let root = d.path().display().to_string();
+        let args = json!({"repo": format!("{root}/fin/../fin"), "msg": "hello"});
+        let m = build(&p, "git", &tool(&[], None), &args, None, &[]).expect("meta");
+        let got: Vec<(String, String, Label)> = m
+            .items
+            .iter()
+            .filter(|i| i.arg.to_string() == "repo")
+            .map(|i| {
+                (
+                    i.name.clone(),
+                    format!("{:?}", i.kind).chars().take(8).collect(),
+                    i.label.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    format!("{root}/fin/"),
+                    "Dir { ho".to_string(),
+                    Label::public()
+                ),
+                (
+                    format!("{root}/fin/invoice.txt"),
+                    "TreeFile".to_string(),
+                    Label::of(["finance"])
+                ),
+                (
+                    format!("{root}/fin/ledger.db"),
+                    "TreeFile".to_string(),
+                    Label::of(["finance"])
+                ),
+            ]
+        );
+        // Outside the view the files are absent, but the directory's argument is kept, as
+        // its resolved path.
+        let v = m
+            .arguments_for(&|i| i.label.is_public(), "/run/items")
+            .expect("args");
+        assert_eq!(v["repo"], format!("{root}/fin"));
+        // A plain spelling through a symlink is where the copy finds it; the files are named
+        // (and labelled) by their resolved paths.
+        std::os::unix::fs::symlink(d.path().join("fin"), d.path().join("alias")).expect("ln");
+        let args = json!({"repo": format!("{root}/alias")});
+        let m = build(&p, "git", &tool(&[], None), &args, None, &[]).expect("meta");
+        let v = m.arguments_for(&|_| true, "/run/items").expect("args");
+        assert_eq!(v["repo"], format!("{root}/alias"));
+        let f = &m.items[1];
+        assert_eq!(f.name, format!("{root}/fin/invoice.txt"));
+        assert_eq!(f.label, Label::of(["finance"]));
+        assert!(
+            matches!(&f.kind, ItemKind::TreeFile { host_path, .. }
+                if host_path == &d.path().join("alias/invoice.txt")),
+            "{:?}",
+            f.kind
+        );
+        // A relative name: an item only with a working directory.
+        let args = json!({"f": "invoice.txt", "dir": ".", "other": "nothing-here"});
+        let m = build(&p, "t", &tool(&[], None), &args, None, &[]).expect("meta");
+        assert!(
+            m.items.iter().all(|i| i.kind == ItemKind::Inline),
+            "{:?}",
+            m.items
+        );
+        let w = d.path().join("fin");
+        let m = build_in(&p, Some(&w), "t", &tool(&[], None), &args, None, &[]).expect("meta");
+        let kinds: Vec<(String, bool)> = m
+            .items
+            .iter()
+            .map(|i| (i.arg.to_string(), matches!(i.kind, ItemKind::File { .. })))
+            .collect();
+        assert!(kinds.contains(&("f".into(), true)), "{kinds:?}");
+        assert!(m.items.iter().any(|i| i.arg.to_string() == "dir"
+            && i.kind
+                == ItemKind::Dir {
+                    host_path: w.clone()
+                }));
+        assert!(m
+            .items
+            .iter()
+            .filter(|i| i.arg.to_string() == "other")
+            .all(|i| i.kind == ItemKind::Inline));
+        let f = m
+            .items
+            .iter()
+            .find(|i| i.arg.to_string() == "f")
+            .expect("f");
+        assert_eq!(
+            (f.label.clone(), f.contents.clone()),
+            (Label::of(["finance"]), b"INVOICE".to_vec())
         );
     }
 

@@ -7,8 +7,9 @@
 //!    follows it; a `/proc/<pid>/fd/N`-style magic link or a symlink loop is refused (ELOOP).
 //!    An `O_PATH` descriptor performs no I/O, so a FIFO never blocks and a device is never
 //!    opened (opening some devices has effects of its own).
-//! 2. `fstat` on that descriptor: only a regular file is an item; anything else stays an
-//!    inline value.
+//! 2. `fstat` on that descriptor: only a regular file is a file item; a directory is a
+//!    directory item (treeitem.rs, which labels each file in it with steps 3 and 4); anything
+//!    else stays an inline value.
 //! 3. The label comes from the path the kernel reports for the descriptor
 //!    (`readlink /proc/thread-self/fd/N`), and only if that path can be trusted to name the
 //!    file: absolute, not marked ` (deleted)`, the file's only link (`st_nlink == 1`), valid
@@ -218,13 +219,13 @@ const EACCES_WHY: &str = "permission denied: a directory on the way cannot be se
                           the user this session reads files for";
 
 /// A resolved file: its `O_PATH` descriptor and what `fstat` says of it.
-struct Resolved {
-    fd: OwnedFd,
-    stat: FileStat,
+pub(crate) struct Resolved {
+    pub(crate) fd: OwnedFd,
+    pub(crate) stat: FileStat,
 }
 
 impl Resolved {
-    fn kind(&self) -> SFlag {
+    pub(crate) fn kind(&self) -> SFlag {
         SFlag::from_bits_truncate(self.stat.st_mode) & SFlag::S_IFMT
     }
 }
@@ -232,7 +233,7 @@ impl Resolved {
 /// Opens `path` once as an `O_PATH` descriptor. `Ok(None)`: the path names nothing here
 /// (absent, not a directory on the way, too long, or containing NUL); an error if a directory
 /// on the way cannot be searched (EACCES).
-fn resolve(path: &Path) -> Result<Option<Resolved>, FileItemError> {
+pub(crate) fn resolve(path: &Path) -> Result<Option<Resolved>, FileItemError> {
     let how = OpenHow::new()
         .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
         .resolve(ResolveFlag::RESOLVE_NO_MAGICLINKS);
@@ -257,12 +258,12 @@ fn resolve(path: &Path) -> Result<Option<Resolved>, FileItemError> {
 }
 
 /// The `/proc` name of one of this thread's descriptors (the fd table is the process's).
-fn proc_fd(fd: &OwnedFd) -> String {
+pub(crate) fn proc_fd(fd: &OwnedFd) -> String {
     format!("/proc/thread-self/fd/{}", fd.as_raw_fd())
 }
 
 /// The identity of a resolved file (see the module comment, step 3).
-fn identify(r: &Resolved) -> Identity {
+pub(crate) fn identify(r: &Resolved) -> Identity {
     let unsure = |reported: Option<PathBuf>, why| Identity::Unsure { reported, why };
     let reported: OsString = match readlink(proc_fd(&r.fd).as_str()) {
         Ok(p) => p,
@@ -297,7 +298,7 @@ fn identify(r: &Resolved) -> Identity {
 }
 
 /// Reads the resolved file's contents through its own descriptor, at most `max` bytes.
-fn read_bounded(r: &Resolved, max: u64) -> Result<Vec<u8>, FileItemError> {
+pub(crate) fn read_bounded(r: &Resolved, max: u64) -> Result<Vec<u8>, FileItemError> {
     if r.stat.st_size as u64 > max {
         return Err(FileItemError::TooLarge(r.stat.st_size as u64));
     }

@@ -43,3 +43,4 @@ pub mod sweep;
 #[cfg(test)]
 mod testkit;
 pub mod trace;
+pub mod treeitem;

@@ -60,6 +60,22 @@ pub trait CopySource {
         copy: &mut Self::Copy,
         files: &[(String, Vec<u8>, bool)],
     ) -> SandboxResult<()>;
+    /// Like [`CopySource::prepare_copy`], with the entries of directory items in the copy's
+    /// view, each mounted at its own path. A source that cannot mount them refuses the call
+    /// rather than run it without them.
+    fn prepare_copy_view(
+        &mut self,
+        copy: &mut Self::Copy,
+        files: &[(String, Vec<u8>, bool)],
+        tree: &[germline_sandbox::TreeEntry],
+    ) -> SandboxResult<()> {
+        if !tree.is_empty() {
+            return Err(germline_sandbox::Error::Spec(
+                "this copy source cannot mount directory items".into(),
+            ));
+        }
+        self.prepare_copy(copy, files)
+    }
     /// Kills the copy after its answer `result` (which may become an error if the copy's
     /// end shows it failed).
     fn retire(&mut self, copy: Self::Copy, result: SandboxResult<Value>) -> SandboxResult<Value>;
@@ -108,6 +124,16 @@ impl CopySource for Germline {
         files: &[(String, Vec<u8>, bool)],
     ) -> SandboxResult<()> {
         Germline::prepare_copy(self, copy, files)
+    }
+    fn prepare_copy_view(
+        &mut self,
+        copy: &mut Self::Copy,
+        files: &[(String, Vec<u8>, bool)],
+        tree: &[germline_sandbox::TreeEntry],
+    ) -> SandboxResult<()> {
+        let items: Vec<germline_sandbox::Item> =
+            files.iter().map(germline_sandbox::Item::from).collect();
+        Germline::prepare_copy_view(self, copy, &items, tree)
     }
     fn retire(&mut self, copy: Self::Copy, result: SandboxResult<Value>) -> SandboxResult<Value> {
         Germline::retire(self, copy, result)
@@ -672,6 +698,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
                 _ => None,
             })
             .collect();
+        let tree = crate::treeitem::view_entries(&meta.items, in_view);
         // Only the agent's own copy gets the agent's progress token, and only its notifications
         // reach the agent (as they arrive); every other copy's are dropped unread.
         let token = meta.progress_token.clone().filter(|_| is_agent);
@@ -691,7 +718,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         *self.data_sent = true;
         let r = (|| {
             let s = Instant::now();
-            g.prepare_copy(&mut copy, &files)?;
+            g.prepare_copy_view(&mut copy, &files, &tree)?;
             marks[0] = us(s);
             let s = Instant::now();
             copy.deliver(&files)?;

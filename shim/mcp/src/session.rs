@@ -256,7 +256,11 @@ impl Session {
             Err(e) => return Some(error(id, INVALID_PARAMS, format!("germline: {e}"))),
         }
         let policy = &self.policy;
-        let build = || callmeta::build(policy, name, tool, &args, params.get("_meta"), &consumers);
+        let workdir = policy.workdir(&manifest.name);
+        let build = || {
+            let meta = params.get("_meta");
+            callmeta::build_in(policy, workdir, name, tool, &args, meta, &consumers)
+        };
         let built = match &self.read_as {
             Some(c) => match c.run(build) {
                 Ok(b) => b,

@@ -101,6 +101,10 @@ struct PolicyFile {
     /// Release name -> germline lifetime (crate::limits::Lifetime).
     #[serde(default)]
     lifetimes: BTreeMap<Spanned<String>, Spanned<String>>,
+    /// Release name -> the deployer's working directory for it: relative path arguments
+    /// are resolved against it (docs/policy.md, "Relative paths").
+    #[serde(default)]
+    workdirs: BTreeMap<Spanned<String>, Spanned<String>>,
     /// Declared host -> fixed address (`ip` or `ip:port`), resolved by the broker only.
     #[serde(default)]
     pins: BTreeMap<Spanned<String>, Spanned<String>>,
@@ -265,6 +269,7 @@ pub struct Policy {
     dampening: DampeningParams,
     limits: OperatingLimits,
     lifetimes: BTreeMap<String, Lifetime>,
+    workdirs: BTreeMap<String, PathBuf>,
     pins: BTreeMap<String, Pin>,
     credentials: BTreeMap<String, Credential>,
     copy_reaper: bool,
@@ -668,6 +673,23 @@ impl Policy {
             None => OperatingLimits::default(),
         };
         let lifetimes = crate::limits::parse_lifetimes(&raw.lifetimes, &|span| cx.at(span))?;
+        let mut workdirs = BTreeMap::new();
+        for (release, dir) in &raw.workdirs {
+            let d = dir.get_ref();
+            let plain = d.starts_with('/')
+                && !d.contains('\0')
+                && d.split('/').skip(1).all(|c| !matches!(c, "" | "." | ".."));
+            if !plain {
+                return Err(PolicyError::Invalid {
+                    at: cx.at(dir.span()),
+                    field: format!("workdirs.{:?}", release.get_ref()),
+                    message: format!(
+                        "expected an absolute path without `.`, `..` or empty components, found {d:?}"
+                    ),
+                });
+            }
+            workdirs.insert(release.get_ref().clone(), PathBuf::from(d));
+        }
 
         let mut pins = BTreeMap::new();
         for (host, addr) in &raw.pins {
@@ -747,6 +769,7 @@ impl Policy {
             dampening,
             limits,
             lifetimes,
+            workdirs,
             copy_reaper: raw.copies.reaper.unwrap_or(COPY_REAPER_DEFAULT),
         })
     }
@@ -858,6 +881,12 @@ impl Policy {
     /// says otherwise).
     pub fn lifetime(&self, release: &str) -> Lifetime {
         self.lifetimes.get(release).copied().unwrap_or_default()
+    }
+
+    /// The deployer's working directory for the release named `release` (`[workdirs]`), if
+    /// any: relative path arguments of its calls are resolved against it.
+    pub fn workdir(&self, release: &str) -> Option<&Path> {
+        self.workdirs.get(release).map(PathBuf::as_path)
     }
 
     /// The declared destination hosts (the only host names metrics may carry as labels).
@@ -1360,6 +1389,25 @@ agent = ["hr", "finance"]
             s.contains("lifetimes.\"x\"") && s.contains("single-shot"),
             "{s}"
         );
+    }
+
+    #[test]
+    fn workdirs_are_absolute_plain_paths() {
+        let p = parse(&format!(
+            "{GOOD}\n[workdirs]\n\"mcp-server-git\" = \"/home/alice/project\"\n"
+        ))
+        .expect("workdirs");
+        assert_eq!(
+            p.workdir("mcp-server-git"),
+            Some(Path::new("/home/alice/project"))
+        );
+        assert_eq!(p.workdir("other"), None);
+        for bad in ["project", "/home/../etc", "/home//alice", "/home/alice/"] {
+            let s = parse(&format!("{GOOD}\n[workdirs]\nx = {bad:?}\n"))
+                .expect_err(bad)
+                .to_string();
+            assert!(s.contains("workdirs.\"x\""), "{bad}: {s}");
+        }
     }
 
     #[test]

@@ -21,6 +21,7 @@ use crate::protocol::{self, FromCopy, FromGermline, LandlockLayer, ToCopy, ToGer
 use crate::seccomp::{Program, SocketFamilies};
 use crate::spec::{Execution, Language, LaunchSpec};
 use crate::sys;
+use crate::tree::TreeEntry;
 
 /// The Python bootstrap, run with `python3 -c` so that it never has to exist in the rootfs.
 /// The Python bootstrap: the twin-input shim (`germline_twin.py`) followed by the bootstrap.
@@ -1079,6 +1080,19 @@ impl Germline {
     /// if it names a path, at that path too, readable under the copy's Landlock and mounted in
     /// this copy's mount namespace only (items outside the view as empty files, A5).
     pub fn prepare_copy_items(&self, copy: &mut Copy, items: &[Item]) -> Result<()> {
+        self.prepare_copy_view(copy, items, &[])
+    }
+
+    /// Like [`Germline::prepare_copy_items`], with the entries of directory items in this
+    /// copy's view, each at its own path only (not under `/run/items`), owned by the copy's
+    /// root (tree.rs). The caller passes only what the copy may see: what is not passed is
+    /// absent from the copy.
+    pub fn prepare_copy_view(
+        &self,
+        copy: &mut Copy,
+        items: &[Item],
+        tree: &[TreeEntry],
+    ) -> Result<()> {
         let mut files = Vec::new();
         for item in items {
             let name = &item.name;
@@ -1096,6 +1110,11 @@ impl Germline {
             .iter()
             .enumerate()
             .filter_map(|(i, it)| it.path.as_deref().map(|p| (i, it.name.as_str(), p)))
+            .chain(
+                tree.iter()
+                    .enumerate()
+                    .map(|(j, e)| (items.len() + j, "directory item", e.path())),
+            )
             .collect();
         let mut binds = Vec::new();
         if !with_paths.is_empty() {
@@ -1109,7 +1128,14 @@ impl Germline {
             for (at, files) in mounts::plan_item_paths(&self.rootfs, &protected, &with_paths)? {
                 let lease = self.items.lease()?;
                 for (rel, i) in files {
-                    lease.write(&rel, items[i].visible())?;
+                    match (
+                        items.get(i),
+                        i.checked_sub(items.len()).and_then(|j| tree.get(j)),
+                    ) {
+                        (Some(item), _) => lease.write(&rel, item.visible())?,
+                        (None, Some(entry)) => crate::tree::write(&lease.path(), &rel, entry)?,
+                        (None, None) => return Err(Error::Spec("item mount plan".into())),
+                    }
                 }
                 binds.push((lease.fd(), at));
                 // The copy holds the slot until it is dead.

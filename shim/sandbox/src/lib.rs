@@ -23,6 +23,7 @@ pub mod protocol;
 pub mod seccomp;
 pub mod spawn;
 pub mod spec;
+pub mod tree;
 
 // Moved to germline-sys (issue 26); re-exported so `germline_sandbox::cgroup` and
 // `crate::sys::...` keep working.
@@ -35,3 +36,4 @@ pub use error::{Error, Result};
 pub use germline::Ablation;
 pub use germline::{Germline, Options};
 pub use spec::{BindMount, Execution, Language, LaunchSpec, Limits};
+pub use tree::TreeEntry;

@@ -1,0 +1,400 @@
+//! Directory items (issue 27): a path argument that names a directory becomes a tree of file
+//! items, each labelled by the rules exactly as a file argument is (fileitem.rs), so that a
+//! copy can be given the files of that directory it may see, and nothing else.
+//!
+//! The directory itself is resolved once, as a file argument is (`openat2` with
+//! `RESOLVE_NO_MAGICLINKS`, every symlink on the way followed by the kernel), and must have a
+//! trusted name (the kernel's path for it reaches it again without following symlinks). Below
+//! it the walk never follows anything: each entry is opened from its directory's descriptor
+//! with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS` and `O_NOFOLLOW`, so
+//! a `..` or a symlink cannot lead the walk out of the tree or to a file twice.
+//! * a regular file is a file item: identified by the kernel's path for its own descriptor
+//!   (a file with several hard links has no trusted name and gets the default label joined
+//!   with every rule matching its names: `fileitem::Identity::label`), its contents read from
+//!   that descriptor, bounded;
+//! * a directory is walked;
+//! * a symlink, FIFO, socket or device is left out (never opened for I/O): a copy's view of
+//!   the tree does not have it. A symlink's target is not followed, not even inside the tree,
+//!   so no label can be taken from a name that is not the file's.
+//!
+//! docs/policy.md ("Directory items") gives the user-facing rules.
+
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use germline_policy::Policy;
+use nix::errno::Errno;
+use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
+use nix::sys::stat::{fstat, SFlag};
+
+use crate::callmeta::{ArgItem, ItemKind};
+use crate::fileitem::{self, FileItemError, Identity, Resolved, Spelling};
+use germline_policy::Label;
+use germline_sandbox::TreeEntry;
+
+/// Most files a directory item may hold.
+pub const MAX_TREE_FILES: usize = 4096;
+/// Deepest a directory item's walk goes.
+pub const MAX_TREE_DEPTH: usize = 64;
+
+/// One regular file of a directory item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeFile {
+    /// Its path below the directory (plain components, no `.` or `..`).
+    pub rel: PathBuf,
+    /// Its identity (the trusted name, or why there is none).
+    pub identity: Identity,
+    /// The rules' label (`None`: no rule covers it).
+    pub label: Option<Label>,
+    /// Its permission bits (the copy gets them without the write bits).
+    pub mode: u32,
+    /// Its modification time `(seconds, nanoseconds)` (git's index compares it).
+    pub mtime: (i64, i64),
+    pub contents: Vec<u8>,
+}
+
+/// A directory item: the directory's trusted path and its regular files.
+#[derive(Debug)]
+pub struct TreeItem {
+    pub spelling: Spelling,
+    /// The directory's trusted path on the host (where a copy finds it).
+    pub host_path: PathBuf,
+    pub files: Vec<TreeFile>,
+    /// How many entries were left out (symlinks, FIFOs, sockets, devices).
+    pub left_out: usize,
+}
+
+/// The directory item `spelling` names, or `Ok(None)` if it names no directory here. An error
+/// for a directory that cannot be walked safely, whose name cannot be trusted, or that holds
+/// more than [`MAX_TREE_FILES`] files or `max_bytes` bytes.
+pub fn open_tree(
+    policy: &Policy,
+    spelling: Spelling,
+    max_bytes: u64,
+) -> Result<Option<TreeItem>, FileItemError> {
+    let Some(root) = fileitem::resolve(spelling.path())? else {
+        return Ok(None);
+    };
+    if root.kind() != SFlag::S_IFDIR {
+        return Ok(None);
+    }
+    let host_path = match fileitem::identify(&root) {
+        Identity::Path(p) => p,
+        Identity::Unsure { why, .. } => {
+            return Err(FileItemError::Unreadable(format!(
+                "a directory item needs a name that stands for it, and {}",
+                why.why()
+            )))
+        }
+    };
+    let mut walk = Walk {
+        policy,
+        root: &host_path,
+        files: Vec::new(),
+        left_out: 0,
+        bytes: 0,
+        max_bytes,
+    };
+    walk.dir(&root, Path::new(""), 0)?;
+    let Walk {
+        mut files,
+        left_out,
+        ..
+    } = walk;
+    files.sort_by(|a, b| a.rel.cmp(&b.rel));
+    Ok(Some(TreeItem {
+        spelling,
+        host_path,
+        files,
+        left_out,
+    }))
+}
+
+struct Walk<'a> {
+    policy: &'a Policy,
+    root: &'a Path,
+    files: Vec<TreeFile>,
+    left_out: usize,
+    bytes: u64,
+    max_bytes: u64,
+}
+
+impl Walk<'_> {
+    fn dir(&mut self, dir: &Resolved, rel: &Path, depth: usize) -> Result<(), FileItemError> {
+        if depth > MAX_TREE_DEPTH {
+            return Err(FileItemError::Unreadable(format!(
+                "it is more than {MAX_TREE_DEPTH} directories deep"
+            )));
+        }
+        let unreadable = |what: &str, e: &dyn std::fmt::Display| {
+            FileItemError::Unreadable(format!("{what} {}: {e}", self.root.join(rel).display()))
+        };
+        // The directory's own inode, listed through its descriptor (never by path again).
+        let mut names: Vec<std::ffi::OsString> = std::fs::read_dir(fileitem::proc_fd(&dir.fd))
+            .map_err(|e| unreadable("cannot list", &e))?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| unreadable("cannot list", &e))?;
+        names.sort();
+        for name in names {
+            let how = OpenHow::new()
+                .flags(OFlag::O_PATH | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
+                .resolve(
+                    ResolveFlag::RESOLVE_BENEATH
+                        | ResolveFlag::RESOLVE_NO_SYMLINKS
+                        | ResolveFlag::RESOLVE_NO_MAGICLINKS,
+                );
+            let fd = match openat2(dir.fd.as_fd(), name.as_os_str(), how) {
+                Ok(fd) => fd,
+                // Gone since it was listed: as if it had not been there.
+                Err(Errno::ENOENT) => continue,
+                Err(e) => return Err(unreadable("cannot open an entry of", &e)),
+            };
+            let stat = fstat(&fd).map_err(|e| unreadable("fstat in", &e))?;
+            let entry = Resolved { fd, stat };
+            let rel = rel.join(&name);
+            match entry.kind() {
+                SFlag::S_IFDIR => self.dir(&entry, &rel, depth + 1)?,
+                SFlag::S_IFREG => self.file(&entry, rel)?,
+                _ => self.left_out += 1,
+            }
+        }
+        Ok(())
+    }
+
+    fn file(&mut self, r: &Resolved, rel: PathBuf) -> Result<(), FileItemError> {
+        if self.files.len() >= MAX_TREE_FILES {
+            return Err(FileItemError::Unreadable(format!(
+                "it holds more than {MAX_TREE_FILES} files"
+            )));
+        }
+        let size = r.stat.st_size as u64;
+        if self.bytes.saturating_add(size) > self.max_bytes {
+            return Err(FileItemError::TooLarge(self.bytes.saturating_add(size)));
+        }
+        // Labelled as a file argument spelled by its path in the tree would be: by the
+        // kernel's name for the file (a hard-linked file has none it can trust).
+        let identity = fileitem::identify(r);
+        let spelled = self.root.join(&rel);
+        let label = identity.label(self.policy, &Spelling::Path(spelled));
+        let contents = fileitem::read_bounded(r, self.max_bytes - self.bytes)?;
+        self.bytes += contents.len() as u64;
+        self.files.push(TreeFile {
+            rel,
+            identity,
+            label,
+            mode: r.stat.st_mode & 0o7777,
+            mtime: (r.stat.st_mtime, r.stat.st_mtime_nsec),
+            contents,
+        });
+        Ok(())
+    }
+}
+
+/// What of the call's directory items one copy gets (`in_view` says which items its view
+/// holds): every directory the agent named, and only the files in the view. The others are
+/// not handed to the sandbox at all, so they are absent from the copy (docs/policy.md,
+/// "Directory items"). A directory named twice is given once.
+pub fn view_entries(items: &[ArgItem], in_view: &dyn Fn(&ArgItem) -> bool) -> Vec<TreeEntry> {
+    let mut out: Vec<TreeEntry> = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for i in items {
+        let entry = match &i.kind {
+            ItemKind::Dir { host_path } => TreeEntry::Dir {
+                path: host_path.display().to_string(),
+            },
+            ItemKind::TreeFile {
+                host_path,
+                mode,
+                mtime,
+            } if in_view(i) => TreeEntry::File {
+                path: host_path.display().to_string(),
+                contents: i.contents.clone(),
+                mode: *mode,
+                mtime: *mtime,
+            },
+            _ => continue,
+        };
+        if seen.insert(entry.path().to_string()) {
+            out.push(entry);
+        }
+    }
+    out
+}
+
+/// The path a relative spelling names below the deployer's working directory, if `s` may be
+/// one: not empty, not absolute, no URI scheme, no NUL or line break, and what it names
+/// exists (else it stays an inline value, as any other string).
+pub fn relative(workdir: &Path, s: &str) -> Option<PathBuf> {
+    if s.is_empty()
+        || s.starts_with('/')
+        || s.len() > 4096
+        || s.bytes().any(|b| matches!(b, 0 | b'\n' | b'\r'))
+    {
+        return None;
+    }
+    let p = workdir.join(s);
+    std::fs::symlink_metadata(&p).ok().map(|_| p)
+}
+
+/// Where a copy finds a directory item: the path as the agent spelled it if that is a plain
+/// absolute path (no `.`, `..`, empty component or trailing `/`: a copy's mount plan takes
+/// only those), else the resolved path. A plain spelling through a symlink is kept, as a file
+/// item keeps its spelled name: the resolved name need not be public.
+pub fn copy_root(t: &TreeItem) -> PathBuf {
+    let plain = |p: &Path| {
+        p.to_str().is_some_and(|s| {
+            s.strip_prefix('/')
+                .is_some_and(|rest| rest.split('/').all(|c| !matches!(c, "" | "." | "..")))
+        })
+    };
+    match &t.spelling {
+        Spelling::Path(p) if plain(p) => p.clone(),
+        _ => t.host_path.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    const MAX: u64 = 1 << 20;
+
+    fn world() -> tempfile::TempDir {
+        crate::testkit::tree(
+            [
+                "repo/README",
+                "repo/src/main.rs",
+                "repo/hr/salary.csv",
+                "hr/secret.txt",
+            ]
+            .map(|f| (f, format!("CONTENTS {f}"))),
+        )
+    }
+
+    fn policy(dir: &Path) -> Policy {
+        crate::testkit::policy(
+            dir,
+            r#"
+[[item]]
+path = "{d}/repo/**"
+label = []
+
+[[item]]
+path = "{d}/repo/hr/**"
+label = ["hr"]
+"#,
+        )
+    }
+
+    fn tree(p: &Policy, s: &Path) -> TreeItem {
+        open_tree(p, Spelling::Path(s.to_path_buf()), MAX)
+            .expect("walk")
+            .expect("a directory")
+    }
+
+    fn labels(t: &TreeItem) -> Vec<(String, Option<Label>)> {
+        t.files
+            .iter()
+            .map(|f| (f.rel.display().to_string(), f.label.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn each_file_is_labelled_by_its_own_rules() {
+        let d = world();
+        let p = policy(d.path());
+        let t = tree(&p, &d.path().join("repo"));
+        assert_eq!(t.host_path, d.path().join("repo"));
+        assert_eq!(
+            labels(&t),
+            vec![
+                ("README".into(), Some(Label::public())),
+                ("hr/salary.csv".into(), Some(Label::of(["hr"]))),
+                ("src/main.rs".into(), Some(Label::public())),
+            ]
+        );
+        assert_eq!(t.files[0].contents, b"CONTENTS repo/README");
+    }
+
+    #[test]
+    fn spellings_of_the_directory_reach_the_same_tree() {
+        let d = world();
+        let p = policy(d.path());
+        symlink(d.path().join("repo"), d.path().join("alias")).expect("ln");
+        for s in [
+            d.path().join("repo/../repo"),
+            d.path().join("repo/./src/.."),
+            d.path().join("alias"),
+        ] {
+            let t = tree(&p, &s);
+            assert_eq!(t.host_path, d.path().join("repo"), "{}", s.display());
+            assert_eq!(t.files.len(), 3, "{}", s.display());
+        }
+        // A file is no directory item; a missing path neither.
+        for s in [d.path().join("repo/README"), d.path().join("nope")] {
+            assert!(open_tree(&p, Spelling::Path(s), MAX).expect("ok").is_none());
+        }
+    }
+
+    #[test]
+    fn links_out_of_the_tree_are_never_followed_and_hard_links_are_unsure() {
+        let d = world();
+        let p = policy(d.path());
+        let repo = d.path().join("repo");
+        // Symlinks to an hr file outside, to a directory outside, and to a file inside.
+        symlink(d.path().join("hr/secret.txt"), repo.join("out.txt")).expect("ln");
+        symlink("../../hr", repo.join("src/hrdir")).expect("ln");
+        symlink("README", repo.join("readme-link")).expect("ln");
+        // A hard link to the hr file, inside the public tree.
+        std::fs::hard_link(d.path().join("hr/secret.txt"), repo.join("innocent.txt")).expect("ln");
+        let t = tree(&p, &repo);
+        assert_eq!(t.left_out, 3, "the three symlinks are left out");
+        let names: Vec<String> = labels(&t).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(
+            names,
+            ["README", "hr/salary.csv", "innocent.txt", "src/main.rs"]
+        );
+        // The hard link has no name it can be trusted by: the default label (hr and finance).
+        let hl = t
+            .files
+            .iter()
+            .find(|f| f.rel == Path::new("innocent.txt"))
+            .expect("there");
+        assert!(
+            matches!(
+                hl.identity,
+                Identity::Unsure {
+                    why: fileitem::Unsure::Links(2),
+                    ..
+                }
+            ),
+            "{hl:?}"
+        );
+        assert_eq!(hl.label, Some(Label::of(["hr", "finance"])));
+        assert!(t
+            .files
+            .iter()
+            .all(|f| f.contents != b"CONTENTS hr/secret.txt"
+                || f.label
+                    .as_ref()
+                    .is_some_and(|l| l.tags().any(|t| t == "hr"))));
+    }
+
+    #[test]
+    fn limits_and_relative_spellings() {
+        let d = world();
+        let p = policy(d.path());
+        assert!(matches!(
+            open_tree(&p, Spelling::Path(d.path().join("repo")), 10),
+            Err(FileItemError::TooLarge(_))
+        ));
+        let w = d.path().join("repo");
+        assert_eq!(relative(&w, "README"), Some(w.join("README")));
+        assert_eq!(relative(&w, "."), Some(w.join(".")));
+        for s in ["", "/etc/passwd", "nope", "README\n", "a\0b"] {
+            assert_eq!(relative(&w, s), None, "{s:?}");
+        }
+    }
+}
