@@ -108,12 +108,17 @@ fn unprotected() -> (Proc, String) {
 }
 
 /// The same server as a signed release behind `germline serve` (germline mode, no token: the
-/// suite's client sends none; loopback only, as the suite's DNS-rebinding scenario expects).
+/// suite's client sends none; loopback only, as the suite's DNS-rebinding scenario expects;
+/// lifetime `long-lived`, see the policy below).
 fn under_germline(dir: &Path) -> (Proc, String) {
     let policy = dir.join("policy.toml");
     std::fs::write(
         &policy,
-        "[labels]\nhr = \"HR\"\n\n[consumers]\nagent = [\"hr\"]\n\n[[argument]]\ntool = \"*\"\nname = \"*\"\nlabel = []\n",
+        // long-lived: one germline for the suite's ~30 sessions (each scenario opens its own),
+        // which would otherwise each start one (2 minutes instead of 20 s on 2 busy cores).
+        "[labels]\nhr = \"HR\"\n\n[consumers]\nagent = [\"hr\"]\n\n[lifetimes]\n\
+         \"germline-everything\" = \"long-lived\"\n\n\
+         [[argument]]\ntool = \"*\"\nname = \"*\"\nlabel = []\n",
     )
     .expect("policy");
     let mut child = Command::new(env!("CARGO_BIN_EXE_germline"))

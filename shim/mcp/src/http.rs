@@ -864,7 +864,9 @@ impl Http {
             );
         }
         let caller = Caller { session: sid, user };
-        if method.as_deref() == Some("tools/call") && accepts_events(req_accept.as_deref()) {
+        // A client that accepts SSE gets every answer on a stream, as the SDKs' own servers
+        // send it; during a `tools/call` the agent group copy's messages go first.
+        if accepts_events(req_accept.as_deref()) {
             let mut r = empty(StatusCode::OK);
             r.extensions_mut().insert(StreamCall { caller, msg, raw });
             return r;
