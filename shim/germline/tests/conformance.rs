@@ -214,7 +214,10 @@ fn the_checks_that_pass_unprotected_pass_under_germline() {
     let (_serve, serve_url) = under_germline(dir.path());
     let guarded = run_suite(&serve_url, &dir.path().join("germline"));
 
-    println!("{:<32} {:<42} {:<12} germline", "scenario", "check", "unprotected");
+    println!(
+        "{:<32} {:<42} {:<12} germline",
+        "scenario", "check", "unprotected"
+    );
     let (mut lost, mut gap_passes) = (Vec::new(), Vec::new());
     for ((scenario, id), st) in &plain {
         let g = guarded

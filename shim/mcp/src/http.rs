@@ -93,6 +93,9 @@ pub struct HttpConfig {
     /// Host names and addresses (lower case, IPv6 in brackets) a `Host` header may name,
     /// besides the loopback names.
     pub extra_hosts: Vec<String>,
+    /// `Origin` values allowed besides localhost ones (`--allowed-origins`, normalised by
+    /// [`crate::allow::parse_origin`]).
+    pub allowed_origins: Vec<String>,
     /// Most bytes of a request body.
     pub max_body: usize,
     /// Connection caps and timeouts.
@@ -509,7 +512,11 @@ impl Http {
             let answer = tokio::task::spawn_blocking(move || router.call_with(&c, msg, &mut link))
                 .await
                 .unwrap_or_else(|e| {
-                    Some(crate::session::error(&id, INTERNAL_ERROR, format!("germline: {e}")))
+                    Some(crate::session::error(
+                        &id,
+                        INTERNAL_ERROR,
+                        format!("germline: {e}"),
+                    ))
                 });
             http.streams.finish(&caller.session, &id);
             http.sessions().busy(&caller.session, -1);
@@ -568,16 +575,17 @@ impl Http {
                 StatusCode::FORBIDDEN,
                 &Value::Null,
                 INVALID_REQUEST,
-                "germline: this Host is not allowed (only localhost names)",
+                "germline: this Host is not allowed (localhost names and --allowed-hosts)",
             ));
         }
         if let Some(o) = h.get("origin") {
-            if !o.to_str().is_ok_and(origin_allowed) {
+            let listed = |v: &str| crate::allow::origin_listed(v, &self.cfg.allowed_origins);
+            if !o.to_str().is_ok_and(|v| origin_allowed(v) || listed(v)) {
                 return Some(refuse(
                     StatusCode::FORBIDDEN,
                     &Value::Null,
                     INVALID_REQUEST,
-                    "germline: this Origin is not allowed (only localhost origins)",
+                    "germline: this Origin is not allowed (localhost origins and --allowed-origins)",
                 ));
             }
         }

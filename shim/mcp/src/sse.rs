@@ -225,7 +225,10 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(5));
         };
         let text = String::from_utf8_lossy(&frame).into_owned();
-        assert!(text.contains("\"method\":\"sampling/createMessage\""), "{text}");
+        assert!(
+            text.contains("\"method\":\"sampling/createMessage\""),
+            "{text}"
+        );
         let id = json!("germline-0");
         assert!(!s2.answer("s2", json!({"id": id, "result": {"x": 1}})));
         assert!(s2.answer("s1", json!({"id": id, "result": {"x": 2}})));
