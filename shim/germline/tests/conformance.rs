@@ -203,6 +203,21 @@ fn run_suite(url: &str, out: &Path) -> BTreeMap<(String, String), String> {
     checks
 }
 
+/// tests/run/stream_client.py's account of four calls that talk to the agent during the call.
+fn sdk_client(url: &str) -> Value {
+    let out = Command::new(AGENT_PYTHON)
+        .arg(repo().join("tests/run/stream_client.py"))
+        .arg(url)
+        .output()
+        .expect("run the Python SDK client");
+    assert!(
+        out.status.success(),
+        "the Python SDK client failed against {url}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the client's JSON")
+}
+
 #[test]
 fn the_checks_that_pass_unprotected_pass_under_germline() {
     if !can_run() {
@@ -213,6 +228,18 @@ fn the_checks_that_pass_unprotected_pass_under_germline() {
     let plain = run_suite(&plain_url, &dir.path().join("unprotected"));
     let (_serve, serve_url) = under_germline(dir.path());
     let guarded = run_suite(&serve_url, &dir.path().join("germline"));
+    // The official Python SDK client on the same calls: logs, progress, sampling and
+    // elicitation arrive on the stream under germline exactly as unprotected.
+    let (p, g) = (sdk_client(&plain_url), sdk_client(&serve_url));
+    println!("python sdk, unprotected: {p}\npython sdk, germline:    {g}");
+    for k in ["results", "logs", "progress", "asked"] {
+        assert_eq!(
+            p[k], g[k],
+            "{k}: the Python SDK saw another {k} under germline"
+        );
+    }
+    assert_eq!(g["logs"].as_array().map(Vec::len), Some(3), "{g}");
+    assert_eq!(g["progress"].as_array().map(Vec::len), Some(3), "{g}");
 
     println!(
         "{:<32} {:<42} {:<12} germline",

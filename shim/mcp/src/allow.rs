@@ -65,7 +65,7 @@ pub fn origin_listed(origin: &str, allowed: &[String]) -> bool {
     match url::Url::parse(origin) {
         Ok(u) if matches!(u.scheme(), "http" | "https") && u.path() == "/" => {
             let o = u.origin().ascii_serialization();
-            allowed.iter().any(|a| *a == o)
+            allowed.contains(&o)
         }
         _ => false,
     }
