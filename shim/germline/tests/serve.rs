@@ -927,3 +927,59 @@ fn serve_caps_busy_connections_and_closes_idle_ones_after_their_timeout() {
         "not closed"
     );
 }
+
+/// `--allowed-hosts` and `--allowed-origins` (issue 29): a Kubernetes Service's and an
+/// Ingress's names are served, other names and origins still get 403, and a wildcard is
+/// refused at start.
+#[test]
+fn serve_allows_the_hosts_and_origins_it_is_told() {
+    if !can_run() {
+        return;
+    }
+    let s = Serve::start(
+        &[
+            "--allowed-hosts",
+            "germline.tools.svc.cluster.local,Tools.Example.com",
+            "--allowed-origins",
+            "https://app.example.com",
+        ],
+        &[bundle("mcp-server-time")],
+    );
+    let bearer = format!("Bearer {}", s.token());
+    let json = ("content-type", "application/json");
+    let auth = ("authorization", bearer.as_str());
+    let post = |host: &str, origin: Option<&str>| {
+        let mut h = vec![json, auth, ("host", host)];
+        if let Some(o) = origin {
+            h.push(("origin", o));
+        }
+        http(&s.addr, "POST", "/mcp", &h, INIT).0
+    };
+    assert_eq!(post("germline.tools.svc.cluster.local", None), 200);
+    assert_eq!(post("tools.example.com:443", None), 200);
+    assert_eq!(
+        post("tools.example.com", Some("https://app.example.com")),
+        200
+    );
+    assert_eq!(post("localhost", Some("https://app.example.com:443")), 200);
+    assert_eq!(post("evil.example", None), 403);
+    assert_eq!(post("svc.cluster.local", None), 403);
+    assert_eq!(post("tools.example.com", Some("https://evil.example")), 403);
+    assert_eq!(
+        post("tools.example.com", Some("http://app.example.com")),
+        403
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    for bad in [
+        ["--allowed-hosts", "*.example.com"],
+        ["--allowed-origins", "*"],
+    ] {
+        let out = serve_cmd(dir.path(), &key(), &bad, &[bundle("mcp-server-time")])
+            .output()
+            .expect("run serve");
+        assert!(!out.status.success(), "{bad:?} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("wildcard"), "{bad:?}: {err}");
+    }
+}

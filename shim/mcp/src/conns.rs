@@ -17,7 +17,6 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::Full;
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::sync::Notify;
 
@@ -206,12 +205,12 @@ impl Drop for Busy {
 /// A response body that keeps its connection busy until it has been written.
 #[derive(Debug)]
 pub struct Tracked {
-    body: Full<Bytes>,
+    body: crate::sse::Out,
     _busy: Option<Busy>,
 }
 
 impl Tracked {
-    pub fn new(body: Full<Bytes>, busy: Option<Busy>) -> Tracked {
+    pub fn new(body: crate::sse::Out, busy: Option<Busy>) -> Tracked {
         Tracked { body, _busy: busy }
     }
 }

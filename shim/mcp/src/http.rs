@@ -31,6 +31,7 @@ use crate::conns::{self, AtCap, Busy, Slot, Tracked};
 use crate::jsonrpc::{self, Kind};
 use crate::router::{Caller, Router};
 use crate::session::{INTERNAL_ERROR, INVALID_REQUEST};
+use crate::sse::{Out, SseLink, Streams};
 use crate::status_page::{Board, SessionRow};
 use germline_engine::ids::random_hex;
 
@@ -92,6 +93,9 @@ pub struct HttpConfig {
     /// Host names and addresses (lower case, IPv6 in brackets) a `Host` header may name,
     /// besides the loopback names.
     pub extra_hosts: Vec<String>,
+    /// `Origin` values allowed besides localhost ones (`--allowed-origins`, normalised by
+    /// [`crate::allow::parse_origin`]).
+    pub allowed_origins: Vec<String>,
     /// Most bytes of a request body.
     pub max_body: usize,
     /// Connection caps and timeouts.
@@ -300,6 +304,17 @@ pub struct Http {
     /// The status page's data (`/status`), if served.
     board: Option<Arc<Board>>,
     logins: Mutex<Logins>,
+    /// Calls answered on SSE streams: their cancellations and their requests to the agent.
+    streams: Arc<Streams>,
+}
+
+/// A `tools/call` to answer on an SSE stream: [`Http::post`] leaves it in its response's
+/// extensions, [`Http::finish`] starts it (every other answer stays one buffer).
+#[derive(Debug, Clone)]
+struct StreamCall {
+    caller: Caller,
+    msg: Value,
+    raw: Vec<jsonrpc::RawId>,
 }
 
 type Resp = Response<Full<Bytes>>;
@@ -463,7 +478,66 @@ impl Http {
             health,
             board: None,
             logins: Mutex::new(Logins::default()),
+            streams: Arc::new(Streams::default()),
         }
+    }
+
+    /// The body of `r`: its own buffer, or the events of the call [`Http::post`] left in it.
+    pub fn finish(self: &Arc<Self>, mut r: Resp) -> Response<Out> {
+        match r.extensions_mut().remove::<StreamCall>() {
+            None => r.map(Out::Full),
+            Some(call) => self.stream(call),
+        }
+    }
+
+    /// Runs `call` on a blocking thread with an [`SseLink`]: what the agent group's copy sends
+    /// goes out as it comes, then the answer, and the stream ends. A cancelled call ends its
+    /// stream without an answer.
+    fn stream(self: &Arc<Self>, call: StreamCall) -> Response<Out> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let StreamCall { caller, msg, raw } = call;
+        let id = msg.get("id").cloned().unwrap_or(Value::Null);
+        let cancel = self.streams.start(&caller.session, &id);
+        let mut link = SseLink {
+            session: caller.session.clone(),
+            tx: tx.clone(),
+            streams: self.streams.clone(),
+            cancel,
+        };
+        let http = self.clone();
+        tokio::spawn(async move {
+            http.sessions().busy(&caller.session, 1);
+            let router = http.router.clone();
+            let c = caller.clone();
+            let answer = tokio::task::spawn_blocking(move || router.call_with(&c, msg, &mut link))
+                .await
+                .unwrap_or_else(|e| {
+                    Some(crate::session::error(
+                        &id,
+                        INTERNAL_ERROR,
+                        format!("germline: {e}"),
+                    ))
+                });
+            http.streams.finish(&caller.session, &id);
+            http.sessions().busy(&caller.session, -1);
+            if let Some(a) = answer {
+                let _ = tx.send(crate::sse::event(&jsonrpc::render(&a, &raw)));
+            }
+            drop(tx);
+            let router = http.router.clone();
+            tokio::task::spawn_blocking(move || router.idle(&caller));
+        });
+        let mut r = Response::new(Out::Events(rx));
+        let h = r.headers_mut();
+        h.insert(
+            hyper::header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        h.insert(
+            hyper::header::CACHE_CONTROL,
+            HeaderValue::from_static("no-cache"),
+        );
+        r
     }
 
     /// Serves the status page from `board` (`/status`, `/status.json`).
@@ -501,16 +575,17 @@ impl Http {
                 StatusCode::FORBIDDEN,
                 &Value::Null,
                 INVALID_REQUEST,
-                "germline: this Host is not allowed (only localhost names)",
+                "germline: this Host is not allowed (localhost names and --allowed-hosts)",
             ));
         }
         if let Some(o) = h.get("origin") {
-            if !o.to_str().is_ok_and(origin_allowed) {
+            let listed = |v: &str| crate::allow::origin_listed(v, &self.cfg.allowed_origins);
+            if !o.to_str().is_ok_and(|v| origin_allowed(v) || listed(v)) {
                 return Some(refuse(
                     StatusCode::FORBIDDEN,
                     &Value::Null,
                     INVALID_REQUEST,
-                    "germline: this Origin is not allowed (only localhost origins)",
+                    "germline: this Origin is not allowed (localhost origins and --allowed-origins)",
                 ));
             }
         }
@@ -652,6 +727,7 @@ impl Http {
             return too_big();
         }
         let session = header(req.headers(), "mcp-session-id").map(str::to_string);
+        let req_accept = header(req.headers(), "accept").map(str::to_string);
         let body = Limited::new(req.into_body(), self.cfg.max_body);
         let bytes = match tokio::time::timeout(self.cfg.conns.body_timeout, body.collect()).await {
             Err(_) => {
@@ -772,12 +848,37 @@ impl Http {
         if is_request && method.as_deref() == Some("tools/call") {
             self.sessions().called(&sid);
         }
-        if !is_request {
-            // Notifications (initialized, cancelled) and replies: nothing to answer. A call in
-            // flight cannot be cancelled (its copies run to their deadline, then go).
+        if method.as_deref() == Some("notifications/cancelled") {
+            // The call's copies are killed by its own thread (the session lock is its); no
+            // answer goes out for it. A cancel for a call not in flight changes nothing.
+            if let Some(rid) = obj.get("params").and_then(|p| p.get("requestId")) {
+                self.streams.cancel(&sid, rid);
+            }
+        }
+        if !is_request && method.is_none() {
+            // The agent's answer to a request of a call's copy (sampling, elicitation).
+            self.streams.answer(&sid, msg);
             return empty(StatusCode::ACCEPTED);
         }
+        if !is_request {
+            // Notifications (initialized, cancelled): nothing to answer.
+            return empty(StatusCode::ACCEPTED);
+        }
+        if method.as_deref() == Some("ping") {
+            // Answered here, without the session's lock, which a long call holds.
+            return answer(
+                StatusCode::OK,
+                &json!({"jsonrpc": "2.0", "id": id_or_null, "result": {}}),
+            );
+        }
         let caller = Caller { session: sid, user };
+        // A client that accepts SSE gets every answer on a stream, as the SDKs' own servers
+        // send it; during a `tools/call` the agent group copy's messages go first.
+        if accepts_events(req_accept.as_deref()) {
+            let mut r = empty(StatusCode::OK);
+            r.extensions_mut().insert(StreamCall { caller, msg, raw });
+            return r;
+        }
         self.sessions().busy(&caller.session, 1);
         let reply = self.dispatch(&caller, msg).await;
         self.sessions().busy(&caller.session, -1);
@@ -889,6 +990,17 @@ impl Http {
     }
 }
 
+/// Whether an `Accept` header names `text/event-stream` (the MCP clients send both it and
+/// `application/json` on every POST; a client that names only JSON, or `*/*`, gets JSON).
+fn accepts_events(accept: Option<&str>) -> bool {
+    accept.is_some_and(|a| {
+        a.split(',').any(|t| {
+            let t = t.split(';').next().unwrap_or_default().trim();
+            t.eq_ignore_ascii_case("text/event-stream")
+        })
+    })
+}
+
 /// A request target other than a path (absolute-form `http://other.example/mcp`, or
 /// authority-form): refused with 400, whatever host it names (RFC 9112 lets a server accept
 /// absolute-form; germline serves only its own paths and checks only `Host`).
@@ -971,7 +1083,8 @@ async fn connection(
         let busy = Busy::new(h.conns.clone(), id, s.clone());
         let h = h.clone();
         async move {
-            let r = h.respond(req).await;
+            let r = h.clone().respond(req).await;
+            let r = h.finish(r);
             Ok::<_, Infallible>(r.map(|b| Tracked::new(b, Some(busy))))
         }
     });

@@ -7,6 +7,7 @@
 //!
 //! Each call goes to `germline-engine`'s runtime. See docs/run.md.
 
+pub mod allow;
 pub mod cli;
 pub mod conns;
 pub mod daemon;
@@ -16,6 +17,7 @@ pub mod jsonrpc;
 pub mod router;
 pub mod serve;
 pub mod session;
+pub mod sse;
 pub mod status_page;
 pub mod stdio;
 

@@ -158,6 +158,23 @@ impl Served {
         }
     }
 
+    /// `tools/call` with the agent on `link` (an SSE stream): `None` when the agent cancelled
+    /// it (no answer for its id).
+    fn call_with(
+        &self,
+        c: &Caller,
+        factory: &Factory,
+        msg: Value,
+        link: &mut dyn germline_engine::relay::AgentLink,
+    ) -> Option<Value> {
+        let id = msg.get("id").cloned().unwrap_or(Value::Null);
+        match self.with_session(c, factory, |s| s.handle_with(msg, link)) {
+            Ok(answer) => answer,
+            Err(e @ SessionError::Ended) => Some(error(&id, INVALID_REQUEST, e.to_string())),
+            Err(e @ SessionError::Start(_)) => Some(error(&id, RUNTIME_FAILED, e.to_string())),
+        }
+    }
+
     /// Stops and forgets the runtimes of `keys` (waiting for a call in flight); their calls.
     fn end(&self, keys: &[&str]) -> u64 {
         let gone: Vec<Entry> = {
@@ -263,6 +280,27 @@ impl Router {
         for r in self.releases.iter().filter(|r| !r.per_user()) {
             let n = r.end(&[session]);
             self.ended_calls.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// A `tools/call` of `c` whose agent is on `link` (an SSE stream: the agent group copy's
+    /// notifications and requests reach it as they come). `None`: the agent cancelled it. A
+    /// call the router refuses before any copy runs is answered as by [`Router::handle`].
+    pub fn call_with(
+        &self,
+        c: &Caller,
+        msg: Value,
+        link: &mut dyn germline_engine::relay::AgentLink,
+    ) -> Option<Value> {
+        let name = msg.pointer("/params/name").and_then(Value::as_str);
+        let owner = match (self.releases.len(), name.and_then(|n| self.owners.get(n))) {
+            (1, _) => self.releases.first(),
+            (_, Some(&i)) => self.releases.get(i),
+            _ => None,
+        };
+        match owner {
+            Some(r) => r.call_with(c, &*self.factory, msg, link),
+            None => Some(self.handle(c, msg)),
         }
     }
 

@@ -57,6 +57,14 @@ pub struct ServeArgs {
     /// Serve without a bearer token (any local process may then call the tools).
     #[arg(long)]
     pub no_auth: bool,
+    /// Host names or addresses a request's `Host` may name besides localhost (comma
+    /// separated, no wildcard): a Kubernetes Service's or an Ingress's name (docs/run.md).
+    #[arg(long, value_delimiter = ',', value_parser = crate::allow::parse_host)]
+    pub allowed_hosts: Vec<String>,
+    /// Browser origins (`https://host[:port]`, comma separated, no wildcard) allowed in an
+    /// `Origin` header besides localhost ones.
+    #[arg(long, value_delimiter = ',', value_parser = crate::allow::parse_origin)]
+    pub allowed_origins: Vec<String>,
     /// Most bytes of one request body.
     #[arg(long, default_value_t = 4 << 20)]
     pub max_body: usize,
@@ -395,7 +403,11 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
             anonymous_user: default_user(),
             max_sessions: a.max_sessions,
             idle_timeout: std::time::Duration::from_secs(a.session_idle_timeout),
-            extra_hosts: crate::http::extra_hosts_for(local.ip()),
+            extra_hosts: crate::http::extra_hosts_for(local.ip())
+                .into_iter()
+                .chain(a.allowed_hosts.iter().cloned())
+                .collect(),
+            allowed_origins: a.allowed_origins.clone(),
             max_body: a.max_body,
             conns: crate::http::ConnLimits {
                 max_total: a.max_connections,

@@ -1,0 +1,1 @@
+"""The conformance suite's server scenarios as one MCP server (server.py)."""
