@@ -118,7 +118,10 @@ mod tests {
             m["tools"]["git_log"]["destinations"]["hosts"],
             json!(["example.org"])
         );
-        assert_eq!(m["entry"], json!(["/usr/bin/python3", "mcp_server_git:main"]));
+        assert_eq!(
+            m["entry"],
+            json!(["/usr/bin/python3", "mcp_server_git:main"])
+        );
         // The draft is a manifest the release crate accepts as it is.
         germline_release::manifest::Manifest::parse(m.to_string().as_bytes(), "draft")
             .expect("a valid manifest");

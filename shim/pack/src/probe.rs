@@ -80,10 +80,7 @@ pub fn list_tools(root: &Path, draft: &Draft) -> Result<Probed> {
     let _ = g.stop();
     let tools = listed.map_err(|e: germline_sandbox::Error| Error::Probe(e.to_string()))?;
     if tools.is_empty() {
-        return Err(Error::Probe(format!(
-            "{} listed no tools",
-            draft.name
-        )));
+        return Err(Error::Probe(format!("{} listed no tools", draft.name)));
     }
     Ok(Probed { tools })
 }

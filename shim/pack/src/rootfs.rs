@@ -50,7 +50,11 @@ pub fn python_runtime(python: &Path, root: &Path) -> Result<()> {
     ] {
         mkdir(&root.join(d))?;
     }
-    for (link, to) in [("bin", "usr/bin"), ("lib", "usr/lib"), ("lib64", "usr/lib64")] {
+    for (link, to) in [
+        ("bin", "usr/bin"),
+        ("lib", "usr/lib"),
+        ("lib64", "usr/lib64"),
+    ] {
         symlink(to, &root.join(link))?;
     }
     copy_file(&python, &root.join("usr/bin").join(&version))?;
@@ -205,11 +209,14 @@ fn copy_tree(from: &Path, to: &Path, skip: &dyn Fn(&Path) -> bool) -> Result<()>
             if skip(&r) {
                 continue;
             }
-            let t = e.file_type().map_err(|err| Error::io(e.path().display(), err))?;
+            let t = e
+                .file_type()
+                .map_err(|err| Error::io(e.path().display(), err))?;
             if t.is_dir() {
                 todo.push(r);
             } else if t.is_symlink() {
-                let target = std::fs::read_link(e.path()).map_err(|err| Error::io(e.path().display(), err))?;
+                let target = std::fs::read_link(e.path())
+                    .map_err(|err| Error::io(e.path().display(), err))?;
                 std::os::unix::fs::symlink(&target, to.join(&r))
                     .map_err(|err| Error::io(to.join(&r).display(), err))?;
             } else if t.is_file() {

@@ -318,10 +318,7 @@ pub fn entry(installed: &Installed, flag: Option<&str>) -> Result<Vec<String>> {
         return Ok(parts);
     }
     let want = normalise(&installed.name);
-    let named = installed
-        .scripts
-        .iter()
-        .find(|(n, _)| normalise(n) == want);
+    let named = installed.scripts.iter().find(|(n, _)| normalise(n) == want);
     let chosen = match (named, installed.scripts.as_slice()) {
         (Some(s), _) => s,
         (None, [only]) => only,
@@ -460,10 +457,7 @@ mod tests {
             distributions: vec![],
         };
         assert_eq!(entry(&i, None).expect("named"), vec!["mcp_server_git:main"]);
-        assert_eq!(
-            entry(&i, Some("-m pkg")).expect("flag"),
-            vec!["-m", "pkg"]
-        );
+        assert_eq!(entry(&i, Some("-m pkg")).expect("flag"), vec!["-m", "pkg"]);
         assert!(entry(&i, Some("-x pkg")).is_err());
         i.name = "else".into();
         assert!(entry(&i, None).is_err(), "two scripts, none named like it");
