@@ -92,6 +92,11 @@ pub struct FromArgs {
     /// script named like it, or its only one).
     #[arg(long, requires = "from", allow_hyphen_values = true)]
     pub entry: Option<String>,
+    /// A host file or directory the server needs besides Python (a program it runs, e.g.
+    /// `/usr/bin/git`), copied to the same path in the rootfs with the libraries `ldd` names;
+    /// repeatable.
+    #[arg(long = "include", value_name = "HOST_PATH", requires = "from")]
+    pub include: Vec<PathBuf>,
     /// Where pip keeps its downloads and wheels between packs.
     #[arg(long, default_value = DEFAULT_CACHE, requires = "from")]
     pub cache: PathBuf,
@@ -107,6 +112,7 @@ pub struct PackFrom {
     pub with: Vec<String>,
     pub destinations: Vec<(String, String)>,
     pub entry: Option<String>,
+    pub include: Vec<PathBuf>,
     pub cache: PathBuf,
     pub python: PathBuf,
     /// Where the draft manifest is written.
@@ -148,6 +154,7 @@ impl PackFrom {
             with: a.with.clone(),
             destinations,
             entry: a.entry.clone(),
+            include: a.include.clone(),
             cache: a.cache.clone(),
             python: a.python.clone(),
             manifest_out,
@@ -193,6 +200,7 @@ pub fn pack_from(p: &PackFrom) -> Result<Packed> {
 
     bar.step("rootfs: Python runtime, shared libraries, .pyc");
     rootfs::python_runtime(&p.python, &root)?;
+    rootfs::include(&root, &p.include)?;
     rootfs::compile(&p.python, &root)?;
     rootfs::extension_libraries(&root)?;
 

@@ -96,6 +96,50 @@ pub fn python_runtime(python: &Path, root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Host files and directories (`--include`) at their own paths in `root`, each ELF file's
+/// libraries with it. Only absolute paths: the rootfs has no other place to put them.
+pub fn include(root: &Path, paths: &[PathBuf]) -> Result<()> {
+    let mut elves = Vec::new();
+    for p in paths {
+        let rel = p.strip_prefix("/").map_err(|_| {
+            Error::Entry(format!("--include {}: expected an absolute path", p.display()))
+        })?;
+        let dest = root.join(rel);
+        let meta = std::fs::metadata(p).map_err(|e| Error::io(p.display(), e))?;
+        if meta.is_dir() {
+            copy_tree(p, &dest, &|_| false)?;
+            find_files(&dest, &mut elves);
+        } else {
+            copy_file(p, &dest)?;
+            elves.push(dest);
+        }
+    }
+    elves.retain(|f| is_elf(f));
+    copy_with_libraries(root, &elves)
+}
+
+fn is_elf(p: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    std::fs::File::open(p)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+        .is_ok()
+        && magic == *b"\x7fELF"
+}
+
+fn find_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let Ok(t) = e.file_type() else { continue };
+        if t.is_dir() {
+            find_files(&e.path(), out);
+        } else if t.is_file() {
+            out.push(e.path());
+        }
+    }
+}
+
 /// Bytecode for the installed packages, as `bundles/build.sh` makes it: the rootfs is
 /// read-only at run time, so without it every fresh process compiles every module again.
 /// checked-hash `.pyc` files are reproducible (no mtimes; file names as the rootfs sees them)
