@@ -102,7 +102,10 @@ pub fn include(root: &Path, paths: &[PathBuf]) -> Result<()> {
     let mut elves = Vec::new();
     for p in paths {
         let rel = p.strip_prefix("/").map_err(|_| {
-            Error::Entry(format!("--include {}: expected an absolute path", p.display()))
+            Error::Entry(format!(
+                "--include {}: expected an absolute path",
+                p.display()
+            ))
         })?;
         let dest = root.join(rel);
         let meta = std::fs::metadata(p).map_err(|e| Error::io(p.display(), e))?;

@@ -29,7 +29,7 @@ impl PyPiSpec {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
             && name.starts_with(|c: char| c.is_ascii_alphanumeric());
-        let version_ok = version.map_or(true, |v| {
+        let version_ok = version.is_none_or(|v| {
             !v.is_empty()
                 && v.chars()
                     .all(|c| c.is_ascii_alphanumeric() || "._+!-".contains(c))
