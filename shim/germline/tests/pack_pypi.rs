@@ -6,8 +6,9 @@
 //! Python: the answers must be the same. A release whose SDK the bootstrap does not run is
 //! refused at start, and the client gets the reason as the JSON-RPC start error (-32004).
 //!
-//! Fast when scripts/setup.d/65-pack.sh has filled the pack cache (wheels and locks under
-//! /var/tmp/germline-pack): every pip install is then offline.
+//! mcp-server-time is packed by the test itself (offline from the cache that
+//! scripts/setup.d/65-pack.sh fills); the other two by that setup step with the same command
+//! (bundles/out/pypi-NAME), so the test does one pack, not three.
 
 mod run_common;
 
@@ -103,17 +104,35 @@ fn manifest_of(packed: &Value) -> Value {
     serde_json::from_str(&std::fs::read_to_string(p).expect("draft manifest")).expect("JSON")
 }
 
-/// Packs `from`, checks the draft, runs `script` both ways; the germline's answers.
+/// Where the release of `name` comes from: packed by this test, or by
+/// scripts/setup.d/65-pack.sh with the same command (bundles/out/pypi-NAME).
+enum Packed<'a> {
+    Here(&'a str),
+    BySetup(&'a str),
+}
+
+/// The release (packed here or by the setup step), its draft checked, `script` run both ways;
+/// the germline's answers.
 fn same_answers(
     w: &World,
     policy: &Path,
     name: &str,
-    from: &str,
+    from: Packed<'_>,
     tools: &[&str],
     script: &Value,
     mask: &dyn Fn(&str) -> String,
 ) -> Vec<String> {
-    let (bundle, packed) = pack(w.path(), name, from);
+    let (bundle, packed) = match from {
+        Packed::Here(from) => pack(w.path(), name, from),
+        Packed::BySetup(server) => {
+            let dir = root().join("bundles/out").join(format!("pypi-{server}"));
+            let text = std::fs::read_to_string(dir.join("pack.json"))
+                .unwrap_or_else(|e| panic!("{}: {e} (scripts/setup.d/65-pack.sh)", dir.display()));
+            let mut v: Value = serde_json::from_str(&text).expect("pack.json");
+            v["manifest"] = json!(dir.join("manifest.json"));
+            (dir.join("bundle"), v)
+        }
+    };
     assert_eq!(packed["tools"], json!(tools), "{packed}");
     let m = manifest_of(&packed);
     // Destinations are never guessed: none was given, so every tool has none.
@@ -163,7 +182,7 @@ fn servers_packed_from_pypi_answer_as_unprotected_on_every_sdk_generation() {
         &w,
         &policy,
         "time",
-        "pypi:mcp-server-time",
+        Packed::Here("pypi:mcp-server-time"),
         &["get_current_time", "convert_time"],
         &json!([
             {"tool": "get_current_time", "arguments": {"timezone": "Europe/Paris"}},
@@ -185,7 +204,7 @@ fn servers_packed_from_pypi_answer_as_unprotected_on_every_sdk_generation() {
         &w,
         &policy,
         "calculator",
-        "pypi:mcp-server-calculator",
+        Packed::BySetup("mcp-server-calculator"),
         &["calculate"],
         &json!([
             {"tool": "calculate", "arguments": {"expression": "2**10 + 3*7"}},
@@ -200,7 +219,7 @@ fn servers_packed_from_pypi_answer_as_unprotected_on_every_sdk_generation() {
         &w,
         &policy,
         "think",
-        "pypi:sequential-thinking-mcp",
+        Packed::BySetup("sequential-thinking-mcp"),
         &["think"],
         &json!([
             {"tool": "think", "arguments": {"thread_purpose": "plan a trip", "thought": "book trains first",
@@ -211,32 +230,29 @@ fn servers_packed_from_pypi_answer_as_unprotected_on_every_sdk_generation() {
     assert!(think[0].starts_with("ok=true"), "{think:?}");
 
     // Which SDK each was packed with (the bootstrap's probe reads the same metadata).
-    let dists = |name: &str| {
-        std::fs::read_dir(
-            w.path()
-                .join(name)
-                .join("rootfs/usr/lib/python3/dist-packages"),
-        )
-        .expect("site")
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".dist-info"))
-        .collect::<Vec<_>>()
+    let dists = |bundle: PathBuf| {
+        std::fs::read_dir(bundle.join("rootfs/usr/lib/python3/dist-packages"))
+            .expect("site")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".dist-info"))
+            .collect::<Vec<_>>()
     };
+    let by_setup = |s: &str| root().join(format!("bundles/out/pypi-{s}/bundle"));
+    let time_dists = dists(w.path().join("time"));
     assert!(
-        dists("time").iter().any(|d| d.starts_with("mcp-2.")),
-        "{:?}",
-        dists("time")
+        time_dists.iter().any(|d| d.starts_with("mcp-2.")),
+        "{time_dists:?}"
     );
+    let calc_dists = dists(by_setup("mcp-server-calculator"));
     assert!(
-        dists("calculator").iter().any(|d| d.starts_with("mcp-1.")),
-        "{:?}",
-        dists("calculator")
+        calc_dists.iter().any(|d| d.starts_with("mcp-1.")),
+        "{calc_dists:?}"
     );
+    let think_dists = dists(by_setup("sequential-thinking-mcp"));
     assert!(
-        dists("think").iter().any(|d| d.starts_with("fastmcp-")),
-        "{:?}",
-        dists("think")
+        think_dists.iter().any(|d| d.starts_with("fastmcp-")),
+        "{think_dists:?}"
     );
 
     // An SDK the bootstrap does not run: the time release with its mcp distribution said to be
