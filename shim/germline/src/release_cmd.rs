@@ -61,18 +61,22 @@ pub enum ReleaseCmd {
 
 #[derive(Debug, Args)]
 pub struct PackArgs {
-    /// The release manifest (its `rootfs` pin is filled in).
-    #[arg(long)]
-    pub manifest: PathBuf,
+    /// The release manifest (its `rootfs` pin is filled in); with --from, where the draft
+    /// manifest is written (default `<out>.manifest.json`).
+    #[arg(long, required_unless_present = "from")]
+    pub manifest: Option<PathBuf>,
     /// The rootfs directory.
     #[arg(
         long,
-        conflicts_with = "from_image",
-        required_unless_present = "from_image"
+        conflicts_with_all = ["from_image", "from"],
+        required_unless_present_any = ["from_image", "from"]
     )]
     pub rootfs: Option<PathBuf>,
+    /// `--from pypi:NAME[==VERSION]` and its flags (docs/release.md, "Packing from PyPI").
+    #[command(flatten)]
+    pub pypi: germline_pack::FromArgs,
     /// An OCI image layout to take the rootfs from (layers flattened).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "from")]
     pub from_image: Option<PathBuf>,
     /// The cosign private key (password in COSIGN_PASSWORD); without it the manifest is unsigned.
     #[arg(long)]
@@ -347,6 +351,13 @@ fn days(n: i64) -> Result<jiff::Timestamp> {
 }
 
 fn pack(a: &PackArgs) -> Result<()> {
+    if a.pypi.from.is_some() {
+        return pack_from(a);
+    }
+    let manifest = a
+        .manifest
+        .as_deref()
+        .ok_or_else(|| Error::Usage("--manifest is required".into()))?;
     let source = match (&a.rootfs, &a.from_image) {
         (Some(r), None) => Source::RootfsDir(r.clone()),
         (None, Some(i)) => Source::ImageLayout(i.clone()),
@@ -358,7 +369,7 @@ fn pack(a: &PackArgs) -> Result<()> {
     };
     let key = a.key.as_deref().map(keys::load_signing_key).transpose()?;
     let p = release::pack_with(
-        &a.manifest,
+        manifest,
         &source,
         key.as_ref(),
         &a.out,
@@ -369,6 +380,33 @@ fn pack(a: &PackArgs) -> Result<()> {
         "name": p.manifest.name, "version": p.manifest.version, "rootfs_digest": p.rootfs_digest,
         "signed": p.signed, "bundle": a.out, "image": a.image,
         "image_manifest": p.image_manifest.map(|d| d.digest),
+    }));
+    Ok(())
+}
+
+/// `pack --from pypi:...`: the germline-pack crate does the work; this prints its result.
+fn pack_from(a: &PackArgs) -> Result<()> {
+    let key = a.key.as_deref().map(keys::load_signing_key).transpose()?;
+    let from = germline_pack::PackFrom::from_args(
+        &a.pypi,
+        a.manifest.as_deref(),
+        key,
+        &a.out,
+        a.image.as_deref(),
+        a.limits.limits(),
+    )
+    .map_err(|e| Error::Usage(e.to_string()))?;
+    let p = germline_pack::pack_from(&from).map_err(|e| Error::Usage(e.to_string()))?;
+    let r = &p.release;
+    print_json(&json!({
+        "name": r.manifest.name, "version": r.manifest.version, "rootfs_digest": r.rootfs_digest,
+        "signed": r.signed, "bundle": a.out, "image": a.image,
+        "image_manifest": r.image_manifest.as_ref().map(|d| d.digest.clone()),
+        "manifest": p.manifest_path, "tools": p.tools,
+        "distributions": p.distributions.iter().map(|(n, v)| format!("{n}=={v}")).collect::<Vec<_>>(),
+        "seconds": p.steps.iter().map(|(s, t)| (s.to_string(), json!((t * 10.0).round() / 10.0))).collect::<serde_json::Map<_, _>>(),
+        "review": "destinations are only those given by --destination: review the manifest, \
+                   then re-pack with --manifest if you edit it",
     }));
     Ok(())
 }

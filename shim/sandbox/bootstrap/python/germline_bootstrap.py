@@ -69,6 +69,101 @@ def fail(reason):
         os._exit(1)
 
 
+# --- 0. which MCP SDK the release is built on (docs/sandbox.md, "SDK generations") -----------
+
+class Unsupported(Exception):
+    """A release the bootstrap cannot run: the reason and what to do, sent as the start error."""
+
+
+class SDK:
+    """What the bootstrap needs of the release's Python MCP SDK, found by `probe_sdk`.
+
+    Every generation it runs ends in the official SDK's `mcp.server.lowlevel.Server.run` over
+    `mcp.server.stdio.stdio_server` (the standalone `fastmcp` package depends on `mcp` and calls
+    both from `run_stdio_async`), so the intercepts are the same; what differs is where the
+    message types live (`mcp_types` in 2.x, `mcp.types` in 1.x) and whether the streams carry
+    `mcp.shared.message.SessionMessage` (1.7 on) or bare `JSONRPCMessage`s (1.2 to 1.6)."""
+
+    def __init__(self, mcp_version, fastmcp_version):
+        self.mcp = mcp_version
+        self.fastmcp = fastmcp_version
+        self.types = None
+        self.session_message = None
+
+    def describe(self):
+        s = f"mcp {self.mcp}"
+        return s + (f" (via fastmcp {self.fastmcp})" if self.fastmcp else "")
+
+    def load(self):
+        # Called after the release's own imports (its sys.path is in place), before the warm step.
+        if self.types is not None:
+            return
+        if _major_minor(self.mcp) >= (2, 0):
+            import mcp_types as types
+        else:
+            import mcp.types as types
+        self.types = types
+        try:
+            from mcp.shared.message import SessionMessage
+            self.session_message = SessionMessage
+        except ImportError:
+            self.session_message = None
+
+    def message(self, obj):
+        m = self.types.JSONRPCMessage.model_validate(obj)
+        return self.session_message(m) if self.session_message is not None else m
+
+    @staticmethod
+    def unwrap(got):
+        got = getattr(got, "message", got)  # a SessionMessage's JSON-RPC message
+        return getattr(got, "root", got)
+
+
+SUPPORTED = "mcp >= 1.2 (1.x and 2.x) and the standalone fastmcp 2.x to 4.x, which runs on it"
+
+
+def _major_minor(version):
+    parts = []
+    for p in str(version).split(".")[:2]:
+        digits = "".join(c for c in p if c.isdigit()) if not p.isdigit() else p
+        parts.append(int(digits) if digits else 0)
+    while len(parts) < 2:
+        parts.append(0)
+    return tuple(parts)
+
+
+def probe_sdk():
+    """The release's SDK from its installed distributions' metadata (`importlib.metadata`, read
+    from the rootfs's `*.dist-info`, nothing imported), or `Unsupported` with what to do."""
+    from importlib import metadata
+
+    def version(dist):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    mcp_v, fastmcp_v = version("mcp"), version("fastmcp")
+    if mcp_v is None:
+        what = f"fastmcp {fastmcp_v} without the mcp package" if fastmcp_v else "no mcp package installed"
+        raise Unsupported(
+            f"unsupported SDK: {what} (germline's Python bootstrap runs servers on {SUPPORTED}); "
+            "pack the release with its dependencies (germline release pack --from pypi:NAME installs them)")
+    if _major_minor(mcp_v) < (1, 2) or _major_minor(mcp_v) >= (3, 0):
+        raise Unsupported(
+            f"unsupported SDK: mcp {mcp_v} (germline's Python bootstrap runs servers on {SUPPORTED}); "
+            "pack the release with a supported mcp (e.g. --with 'mcp>=1.2,<3')")
+    if fastmcp_v is not None and not ((2, 0) <= _major_minor(fastmcp_v) < (5, 0)):
+        raise Unsupported(
+            f"unsupported SDK: fastmcp {fastmcp_v} on mcp {mcp_v} (germline's Python bootstrap "
+            f"runs servers on {SUPPORTED}); pack the release with a supported fastmcp "
+            "(e.g. --with 'fastmcp>=2,<5')")
+    return SDK(mcp_v, fastmcp_v)
+
+
+SDK_IN_USE = None
+
+
 # --- 1. intercept the SDK's stdio transport so that initialisation stops at the fork point ----
 
 class _ForkPoint(BaseException):
@@ -136,7 +231,9 @@ def run_release_init():
             return
         fail(f"the release exited during initialisation: {e.code!r}")
     if "server" not in CAPTURED:
-        fail("the release returned without starting an MCP stdio server")
+        fail(f"the release returned without starting an MCP stdio server ({SDK_IN_USE.describe()}: "
+             "the bootstrap stops a server at mcp.server.lowlevel.Server.run over "
+             "mcp.server.stdio.stdio_server; a server with a transport of its own is not supported)")
 
 
 def settle():
@@ -152,16 +249,14 @@ def warm(warm_calls=()):
     # One synthetic session on public data: initialize, tools/list and the manifest's warm
     # calls (docs/sandbox.md).
     import anyio
-    from mcp.shared.message import SessionMessage
-    import mcp_types as types
+    sdk = SDK_IN_USE
+    sdk.load()
 
     async def session():
         c2s_send, c2s_recv = anyio.create_memory_object_stream(16)
         s2c_send, s2c_recv = anyio.create_memory_object_stream(16)
         server = CAPTURED["server"]
-
-        def msg(obj):
-            return SessionMessage(types.JSONRPCMessage.model_validate(obj)) if hasattr(types.JSONRPCMessage, "model_validate") else SessionMessage(_adapter().validate_python(obj))
+        msg = sdk.message
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(lambda: ORIGINAL["run"](server, c2s_recv, s2c_send, CAPTURED["options"]))
@@ -182,8 +277,8 @@ def warm(warm_calls=()):
                         await c2s_send.send(msg({"jsonrpc": "2.0", "id": want, "method": "tools/call",
                                                  "params": {"name": call["tool"], "arguments": call.get("arguments", {})}}))
                         for _ in range(1000):
-                            got = (await s2c_recv.receive()).message
-                            if getattr(getattr(got, "root", got), "id", None) == want:
+                            got = SDK.unwrap(await s2c_recv.receive())
+                            if getattr(got, "id", None) == want:
                                 break
                 except Exception:
                     break
@@ -194,12 +289,6 @@ def warm(warm_calls=()):
         return True
     except Exception:
         return False
-
-
-def _adapter():
-    from pydantic import TypeAdapter
-    import mcp_types as types
-    return TypeAdapter(types.JSONRPCMessage)
 
 
 # --- 2. copies ----------------------------------------------------------------------------------
@@ -494,8 +583,13 @@ def fork_loop():
 
 
 def main():
+    global SDK_IN_USE
     sys.path[:0] = CONFIG.get("path", [])
     try:
+        try:
+            SDK_IN_USE = probe_sdk()
+        except Unsupported as e:
+            fail(str(e))
         install_intercepts()
         run_release_init()
         warmed = bool(CONFIG.get("warm")) and warm(CONFIG.get("warm_calls") or ())

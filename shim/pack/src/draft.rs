@@ -1,0 +1,133 @@
+//! The manifest drafted for the publisher's review: what pack knows (name, version, entry,
+//! the tools the server listed, the runtime's paths) and nothing it would have to guess. Every
+//! tool's destinations are the `--destination TOOL=HOST` flags the publisher gave for it, else
+//! none: an empty list means no network, so a tool that needs a host fails visibly in review
+//! or at its first call instead of being granted one by a guess (docs/release.md).
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use crate::source::{semver_of, Installed};
+use crate::{Error, Result};
+
+/// The interpreter's path inside the rootfs ([`crate::rootfs`] links it).
+pub const INTERPRETER: &str = "/usr/bin/python3";
+
+/// A release being drafted.
+#[derive(Debug, Clone)]
+pub struct Draft {
+    pub name: String,
+    /// The release's semantic version (`source::semver_of` the package's).
+    pub version: String,
+    /// After the interpreter: `module:function` or `-m module`.
+    pub entry: Vec<String>,
+    /// What the germline may read: the runtime's directories.
+    pub readable_paths: Vec<String>,
+}
+
+impl Draft {
+    pub fn new(installed: &Installed, entry: Vec<String>, python_version: &str) -> Result<Draft> {
+        Ok(Draft {
+            name: installed.name.clone(),
+            version: semver_of(&installed.version)?,
+            entry,
+            readable_paths: vec![
+                "/usr".into(),
+                "/etc/ssl".into(),
+                format!("/etc/{python_version}"),
+                "/usr/share/zoneinfo".into(),
+            ],
+        })
+    }
+
+    /// The module the entry imports (the manifest's `initialisation.imports`).
+    pub fn module(&self) -> String {
+        match self.entry.as_slice() {
+            [m, module, ..] if m == "-m" => module.clone(),
+            [target, ..] => target.split(':').next().unwrap_or_default().to_string(),
+            [] => String::new(),
+        }
+    }
+
+    /// The manifest, with `tools` and the publisher's `destinations` (TOOL, HOST).
+    pub fn manifest(&self, tools: &[String], destinations: &[(String, String)]) -> Result<Value> {
+        let mut hosts: BTreeMap<&str, Vec<&str>> =
+            tools.iter().map(|t| (t.as_str(), Vec::new())).collect();
+        for (tool, host) in destinations {
+            let list = hosts
+                .get_mut(tool.as_str())
+                .ok_or_else(|| Error::UnknownTool {
+                    tool: tool.clone(),
+                    host: host.clone(),
+                    tools: tools.join(", "),
+                })?;
+            if !list.contains(&host.as_str()) {
+                list.push(host);
+            }
+        }
+        let tools: serde_json::Map<String, Value> = hosts
+            .into_iter()
+            .map(|(t, h)| (t.to_string(), json!({"destinations": {"hosts": h}})))
+            .collect();
+        let mut entry = vec![INTERPRETER.to_string()];
+        entry.extend(self.entry.iter().cloned());
+        Ok(json!({
+            "schema": "germline.release.manifest/v1",
+            "name": self.name,
+            "version": self.version,
+            "language": "python",
+            "entry": entry,
+            // The warm step (initialize and tools/list on public data) runs once in the
+            // germline, so copies start past the SDK's first-call work.
+            "initialisation": {"imports": [self.module()], "warm": true},
+            "tools": tools,
+            "readable_paths": self.readable_paths,
+            "scratch_mb": 0,
+            // Whether the server is deterministic under twin inputs is the publisher's claim
+            // to make (docs/evidence.md): not guessed either.
+            "deterministic": false,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn draft() -> Draft {
+        let installed = Installed {
+            name: "mcp-server-git".into(),
+            version: "2026.10.19".into(),
+            scripts: vec![],
+            distributions: vec![],
+        };
+        Draft::new(&installed, vec!["mcp_server_git:main".into()], "python3.11").expect("draft")
+    }
+
+    #[test]
+    fn destinations_only_from_flags() {
+        let d = draft();
+        assert_eq!(d.module(), "mcp_server_git");
+        let tools = vec!["git_status".to_string(), "git_log".to_string()];
+        let m = d
+            .manifest(&tools, &[("git_log".into(), "example.org".into())])
+            .expect("manifest");
+        assert_eq!(m["tools"]["git_status"]["destinations"]["hosts"], json!([]));
+        assert_eq!(
+            m["tools"]["git_log"]["destinations"]["hosts"],
+            json!(["example.org"])
+        );
+        assert_eq!(
+            m["entry"],
+            json!(["/usr/bin/python3", "mcp_server_git:main"])
+        );
+        // The draft is a manifest the release crate accepts as it is.
+        germline_release::manifest::Manifest::parse(m.to_string().as_bytes(), "draft")
+            .expect("a valid manifest");
+        let e = d
+            .manifest(&tools, &[("git_push".into(), "example.org".into())])
+            .expect_err("no such tool");
+        assert!(e.to_string().contains("git_push"), "{e}");
+    }
+}

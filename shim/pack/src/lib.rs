@@ -1,0 +1,239 @@
+//! `germline release pack --from pypi:NAME[==VERSION]` (issue 27): one command from a PyPI
+//! name to a signed release.
+//!
+//! The steps, each shown as it runs ([`progress`]):
+//! 1. [`source`]: pip installs the package and its dependencies into the rootfs's
+//!    `/usr/lib/python3/dist-packages` (wheels cached under `/var/tmp/germline-pack`);
+//! 2. [`rootfs`]: the host's Debian Python runtime beside them, as `bundles/build.sh` makes it,
+//!    the shared libraries `ldd` names, and deterministic `.pyc` files;
+//! 3. [`probe`]: the server started once in a germline (the real sandbox, no network, no
+//!    data) to list its tools: the bootstrap's SDK probe refuses here what it cannot run;
+//! 4. [`draft`]: the manifest, every tool with the destinations the publisher gave by flag
+//!    (none otherwise: never guessed), written beside the release for review;
+//! 5. `germline_release::release::pack_with`: rootfs digest, OCI bundle and image, signature.
+
+pub mod draft;
+pub mod probe;
+pub mod progress;
+pub mod rootfs;
+pub mod source;
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+
+pub use source::PyPiSpec;
+
+/// The cache of pip's downloads and wheels (kept between packs: a second pack of the same
+/// server downloads nothing).
+pub const DEFAULT_CACHE: &str = "/var/tmp/germline-pack";
+
+/// Why a pack from PyPI failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("--from {0:?}: expected pypi:NAME or pypi:NAME==VERSION")]
+    Spec(String),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{command} failed ({status}): {stderr}")]
+    Command {
+        command: String,
+        status: String,
+        stderr: String,
+    },
+    #[error("{0}")]
+    Entry(String),
+    #[error("{0}")]
+    Version(String),
+    #[error("the server did not start in the germline: {0}")]
+    Probe(String),
+    #[error("--destination {0:?}: expected TOOL=HOST")]
+    Destination(String),
+    #[error("--destination {tool}={host}: the server has no tool {tool:?} (it lists: {tools})")]
+    UnknownTool {
+        tool: String,
+        host: String,
+        tools: String,
+    },
+    #[error(transparent)]
+    Release(#[from] germline_release::error::Error),
+}
+
+impl Error {
+    pub(crate) fn io(what: impl std::fmt::Display, source: std::io::Error) -> Error {
+        Error::Io {
+            what: what.to_string(),
+            source,
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The flags of `germline release pack` that only `--from` uses.
+#[derive(Debug, Clone, Args, Default)]
+pub struct FromArgs {
+    /// Build the rootfs from PyPI: `pypi:NAME` or `pypi:NAME==VERSION` (then --manifest is
+    /// where the draft manifest is written, default `<out>.manifest.json`).
+    #[arg(long = "from", value_name = "pypi:NAME[==VERSION]")]
+    pub from: Option<String>,
+    /// More requirements pip installs beside the package (e.g. `mcp==1.26.0`); repeatable.
+    #[arg(long = "with", value_name = "REQUIREMENT", requires = "from")]
+    pub with: Vec<String>,
+    /// A destination the publisher declares for a tool, `TOOL=HOST`; repeatable. A tool without
+    /// one gets none (no network): destinations are never guessed.
+    #[arg(long = "destination", value_name = "TOOL=HOST", requires = "from")]
+    pub destinations: Vec<String>,
+    /// The entry point, `module:function` or `-m module` (default: the package's console
+    /// script named like it, or its only one).
+    #[arg(long, requires = "from", allow_hyphen_values = true)]
+    pub entry: Option<String>,
+    /// A host file or directory the server needs besides Python (a program it runs, e.g.
+    /// `/usr/bin/git`), copied to the same path in the rootfs with the libraries `ldd` names;
+    /// repeatable.
+    #[arg(long = "include", value_name = "HOST_PATH", requires = "from")]
+    pub include: Vec<PathBuf>,
+    /// Where pip keeps its downloads and wheels between packs.
+    #[arg(long, default_value = DEFAULT_CACHE, requires = "from")]
+    pub cache: PathBuf,
+    /// The host's Python whose runtime goes into the rootfs (Debian's python3.11).
+    #[arg(long, default_value = rootfs::DEFAULT_PYTHON, requires = "from")]
+    pub python: PathBuf,
+}
+
+/// What a pack from PyPI asks for.
+#[derive(Debug)]
+pub struct PackFrom {
+    pub spec: PyPiSpec,
+    pub with: Vec<String>,
+    pub destinations: Vec<(String, String)>,
+    pub entry: Option<String>,
+    pub include: Vec<PathBuf>,
+    pub cache: PathBuf,
+    pub python: PathBuf,
+    /// Where the draft manifest is written.
+    pub manifest_out: PathBuf,
+    pub key: Option<germline_release::keys::SigningKey>,
+    pub out: PathBuf,
+    pub image: Option<PathBuf>,
+    pub limits: germline_release::untrusted::Limits,
+}
+
+impl PackFrom {
+    /// From the command line's flags.
+    pub fn from_args(
+        a: &FromArgs,
+        manifest_out: Option<&Path>,
+        key: Option<germline_release::keys::SigningKey>,
+        out: &Path,
+        image: Option<&Path>,
+        limits: germline_release::untrusted::Limits,
+    ) -> Result<PackFrom> {
+        let from = a.from.as_deref().unwrap_or_default();
+        let destinations = a
+            .destinations
+            .iter()
+            .map(|d| {
+                d.split_once('=')
+                    .filter(|(t, h)| !t.is_empty() && !h.is_empty())
+                    .map(|(t, h)| (t.to_string(), h.to_string()))
+                    .ok_or_else(|| Error::Destination(d.clone()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let manifest_out = manifest_out.map(Path::to_path_buf).unwrap_or_else(|| {
+            let mut s = out.as_os_str().to_owned();
+            s.push(".manifest.json");
+            PathBuf::from(s)
+        });
+        Ok(PackFrom {
+            spec: PyPiSpec::parse(from)?,
+            with: a.with.clone(),
+            destinations,
+            entry: a.entry.clone(),
+            include: a.include.clone(),
+            cache: a.cache.clone(),
+            python: a.python.clone(),
+            manifest_out,
+            key,
+            out: out.to_path_buf(),
+            image: image.map(Path::to_path_buf),
+            limits,
+        })
+    }
+}
+
+/// What [`pack_from`] made.
+#[derive(Debug)]
+pub struct Packed {
+    pub release: germline_release::release::Packed,
+    /// The draft manifest as written (the publisher reviews it; `germline release pack
+    /// --manifest` it with `--from-image` or `--rootfs` after an edit).
+    pub manifest_path: PathBuf,
+    /// The tools the server listed in its germline.
+    pub tools: Vec<String>,
+    /// Every distribution pip installed, `(name, version)`.
+    pub distributions: Vec<(String, String)>,
+    /// Seconds per step, in order.
+    pub steps: Vec<(&'static str, f64)>,
+}
+
+/// Packs `p.spec` from PyPI (see the module's documentation).
+pub fn pack_from(p: &PackFrom) -> Result<Packed> {
+    let mut bar = progress::Steps::new(5);
+    let parent = p
+        .out
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let work = tempfile::Builder::new()
+        .prefix(".germline-pack-")
+        .tempdir_in(parent)
+        .map_err(|e| Error::io(parent.display(), e))?;
+    let root = work.path().join("rootfs");
+
+    bar.step(&format!("pip: {}", p.spec));
+    let installed = source::install(p, &root)?;
+
+    bar.step("rootfs: Python runtime, shared libraries, .pyc");
+    rootfs::python_runtime(&p.python, &root)?;
+    rootfs::include(&root, &p.include)?;
+    rootfs::compile(&p.python, &root)?;
+    rootfs::extension_libraries(&root)?;
+
+    bar.step("probe: listing the tools in a germline");
+    let entry = source::entry(&installed, p.entry.as_deref())?;
+    let draft0 = draft::Draft::new(&installed, entry, &rootfs::python_version(&p.python)?)?;
+    let probed = probe::list_tools(&root, &draft0)?;
+
+    bar.step("manifest: drafting for review");
+    let manifest = draft0.manifest(&probed.tools, &p.destinations)?;
+    let text = serde_json::to_string_pretty(&manifest).unwrap_or_else(|_| manifest.to_string());
+    std::fs::write(&p.manifest_out, text + "\n")
+        .map_err(|e| Error::io(p.manifest_out.display(), e))?;
+
+    bar.step(if p.key.is_some() {
+        "release: digest, bundle, signature"
+    } else {
+        "release: digest, bundle (unsigned: no --key)"
+    });
+    let release = germline_release::release::pack_with(
+        &p.manifest_out,
+        &germline_release::release::Source::RootfsDir(root),
+        p.key.as_ref(),
+        &p.out,
+        p.image.as_deref(),
+        &p.limits,
+    )?;
+    let steps = bar.finish();
+    Ok(Packed {
+        release,
+        manifest_path: p.manifest_out.clone(),
+        tools: probed.tools,
+        distributions: installed.distributions,
+        steps,
+    })
+}

@@ -1,0 +1,99 @@
+//! The server run once in a germline to list its tools: the real sandbox (the same bootstrap,
+//! Landlock, seccomp and checks as `germline run`), no network, no data. A server the
+//! bootstrap cannot run (an SDK generation it does not know, a transport of its own) is
+//! refused here, at pack time, with the bootstrap's reason, instead of at its first deployment.
+
+use std::path::Path;
+
+use germline_sandbox::{Germline, Language, LaunchSpec, Limits, Options};
+use serde_json::{json, Value};
+
+use crate::draft::{Draft, INTERPRETER};
+use crate::{Error, Result};
+
+/// What the probe learnt.
+#[derive(Debug, Clone)]
+pub struct Probed {
+    /// Tool names, as `tools/list` gave them (every page).
+    pub tools: Vec<String>,
+}
+
+/// The launch of the draft release from `root` (the germline's environment of `germline run`,
+/// without the broker's proxy: the probe has no network at all).
+pub fn launch_spec(root: &Path, draft: &Draft) -> LaunchSpec {
+    LaunchSpec {
+        rootfs: root.to_path_buf(),
+        interpreter: INTERPRETER.into(),
+        entry: draft.entry.clone(),
+        env: [
+            "HOME=/tmp",
+            "LANG=C.UTF-8",
+            "PATH=/usr/local/bin:/usr/bin:/bin",
+            "PYTHONDONTWRITEBYTECODE=1",
+            "PYTHONUNBUFFERED=1",
+        ]
+        .map(String::from)
+        .to_vec(),
+        workdir: "/".into(),
+        module_path: vec![],
+        readable_paths: draft.readable_paths.clone(),
+        language: Language::Python,
+        scratch: false,
+        warm: true,
+        warm_calls: vec![],
+        limits: Limits::default(),
+        extra_mounts: vec![],
+        egress_port: None,
+    }
+}
+
+/// Starts the draft in a germline, lists the tools from one copy, stops it.
+pub fn list_tools(root: &Path, draft: &Draft) -> Result<Probed> {
+    let id = format!("pack-{}-{}", std::process::id(), draft.name);
+    let mut g = Germline::start(launch_spec(root, draft), Options::new(&id)).map_err(|e| {
+        Error::Probe(match e {
+            germline_sandbox::Error::Init(reason) => reason,
+            other => other.to_string(),
+        })
+    })?;
+    let listed = (|| {
+        let mut copy = g.copy()?;
+        let mut tools = Vec::new();
+        let mut cursor: Option<Value> = None;
+        let result = (|| {
+            for _ in 0..100 {
+                let params = match &cursor {
+                    Some(c) => json!({"cursor": c}),
+                    None => json!({}),
+                };
+                let page = copy.mcp_call_method("tools/list", params)?;
+                tools.extend(names(&page));
+                cursor = page.get("nextCursor").filter(|c| !c.is_null()).cloned();
+                if cursor.is_none() {
+                    break;
+                }
+            }
+            Ok(Value::Null)
+        })();
+        copy.finish(result).map(|_| tools)
+    })();
+    let _ = g.stop();
+    let tools = listed.map_err(|e: germline_sandbox::Error| Error::Probe(e.to_string()))?;
+    if tools.is_empty() {
+        return Err(Error::Probe(format!("{} listed no tools", draft.name)));
+    }
+    Ok(Probed { tools })
+}
+
+/// The tool names of a `tools/list` result.
+fn names(page: &Value) -> Vec<String> {
+    page.get("tools")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|t| t.get("name").and_then(Value::as_str))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -1,0 +1,292 @@
+//! The Python runtime of a release's rootfs, from the host's Debian python3.11: the same
+//! recipe as `make_runtime` in `bundles/build.sh` (interpreter, standard library without its
+//! tests and GUI, `/etc/python3.11`, the CA bundle, zoneinfo, and every shared library `ldd`
+//! names, at its own path), then deterministic bytecode and the extension modules' libraries.
+//! Why Debian's Python and not a python.org build: it is what the host has installed and
+//! keeps patched, and the rootfs digest then names exact Debian files.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::source::{run, SITE};
+use crate::{Error, Result};
+
+/// Debian's python3.11.
+pub const DEFAULT_PYTHON: &str = "/usr/bin/python3.11";
+
+/// Standard library directories a server does not need (as build.sh's `tar --exclude`).
+const STDLIB_SKIP: [&str; 5] = ["test", "idlelib", "tkinter", "ensurepip", "lib2to3"];
+
+/// `python3.11` for Debian's `/usr/bin/python3.11` (links followed).
+pub fn python_version(python: &Path) -> Result<String> {
+    let real = std::fs::canonicalize(python).map_err(|e| Error::io(python.display(), e))?;
+    real.file_name()
+        .and_then(|n| n.to_str())
+        .filter(|n| n.starts_with("python3."))
+        .ok_or_else(|| {
+            Error::Entry(format!(
+                "{}: expected a pythonX.Y interpreter",
+                python.display()
+            ))
+        })
+        .map(str::to_string)
+}
+
+/// The runtime into `root` (which already holds the site packages).
+pub fn python_runtime(python: &Path, root: &Path) -> Result<()> {
+    let version = python_version(python)?;
+    let python = std::fs::canonicalize(python).map_err(|e| Error::io(python.display(), e))?;
+    // /dev, /proc, /run and /tmp are the germline's and its copies' mount points (empty, signed).
+    for d in [
+        "usr/bin",
+        "usr/lib",
+        "usr/lib64",
+        "etc/ssl/certs",
+        "dev",
+        "proc",
+        "run",
+        "tmp",
+    ] {
+        mkdir(&root.join(d))?;
+    }
+    for (link, to) in [
+        ("bin", "usr/bin"),
+        ("lib", "usr/lib"),
+        ("lib64", "usr/lib64"),
+    ] {
+        symlink(to, &root.join(link))?;
+    }
+    copy_file(&python, &root.join("usr/bin").join(&version))?;
+    symlink(&version, &root.join("usr/bin/python3"))?;
+    let stdlib = Path::new("/usr/lib").join(&version);
+    copy_tree(&stdlib, &root.join("usr/lib").join(&version), &|rel| {
+        rel.components().count() == 1
+            && STDLIB_SKIP
+                .iter()
+                .any(|s| rel.as_os_str() == std::ffi::OsStr::new(s))
+    })?;
+    let etc = Path::new("/etc").join(&version);
+    if etc.is_dir() {
+        copy_tree(&etc, &root.join("etc").join(&version), &|_| false)?;
+    }
+    copy_file(
+        Path::new("/etc/ssl/certs/ca-certificates.crt"),
+        &root.join("etc/ssl/certs/ca-certificates.crt"),
+    )?;
+    let zoneinfo = Path::new("/usr/share/zoneinfo");
+    if zoneinfo.is_dir() {
+        copy_tree(zoneinfo, &root.join("usr/share/zoneinfo"), &|_| false)?;
+    }
+    let mut elves = vec![python.clone()];
+    let dynload = stdlib.join("lib-dynload");
+    if let Ok(rd) = std::fs::read_dir(&dynload) {
+        elves.extend(
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "so")),
+        );
+    }
+    copy_with_libraries(root, &elves)?;
+    let ld = Path::new("/lib64/ld-linux-x86-64.so.2");
+    let ld_dest = root.join("usr/lib64/ld-linux-x86-64.so.2");
+    if ld.exists() && !ld_dest.exists() {
+        copy_file(ld, &ld_dest)?;
+    }
+    Ok(())
+}
+
+/// Host files and directories (`--include`) at their own paths in `root`, each ELF file's
+/// libraries with it. Only absolute paths: the rootfs has no other place to put them.
+pub fn include(root: &Path, paths: &[PathBuf]) -> Result<()> {
+    let mut elves = Vec::new();
+    for p in paths {
+        let rel = p.strip_prefix("/").map_err(|_| {
+            Error::Entry(format!(
+                "--include {}: expected an absolute path",
+                p.display()
+            ))
+        })?;
+        let dest = root.join(rel);
+        let meta = std::fs::metadata(p).map_err(|e| Error::io(p.display(), e))?;
+        if meta.is_dir() {
+            copy_tree(p, &dest, &|_| false)?;
+            find_files(&dest, &mut elves);
+        } else {
+            copy_file(p, &dest)?;
+            elves.push(dest);
+        }
+    }
+    elves.retain(|f| is_elf(f));
+    copy_with_libraries(root, &elves)
+}
+
+fn is_elf(p: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    std::fs::File::open(p)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+        .is_ok()
+        && magic == *b"\x7fELF"
+}
+
+fn find_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let Ok(t) = e.file_type() else { continue };
+        if t.is_dir() {
+            find_files(&e.path(), out);
+        } else if t.is_file() {
+            out.push(e.path());
+        }
+    }
+}
+
+/// Bytecode for the installed packages, as `bundles/build.sh` makes it: the rootfs is
+/// read-only at run time, so without it every fresh process compiles every module again.
+/// checked-hash `.pyc` files are reproducible (no mtimes; file names as the rootfs sees them)
+/// and Python checks each against its signed source, so what runs is what a reviewer reads.
+pub fn compile(python: &Path, root: &Path) -> Result<()> {
+    let site = root.join(SITE);
+    let strip = root.join("usr/lib/python3");
+    let mut cmd = Command::new(python);
+    cmd.args(["-m", "compileall", "-q", "-j", "0"])
+        .args(["--invalidation-mode", "checked-hash"])
+        .arg("-s")
+        .arg(&strip)
+        .args(["-p", "/usr/lib/python3"])
+        .arg(&site);
+    run(&mut cmd, "python -m compileall").map(drop)
+}
+
+/// The shared libraries of the installed packages' extension modules.
+pub fn extension_libraries(root: &Path) -> Result<()> {
+    let mut sos = Vec::new();
+    find_so(&root.join(SITE), &mut sos);
+    copy_with_libraries(root, &sos)
+}
+
+fn find_so(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let Ok(t) = e.file_type() else { continue };
+        let p = e.path();
+        if t.is_dir() {
+            find_so(&p, out);
+        } else if t.is_file() && p.to_string_lossy().contains(".so") {
+            out.push(p);
+        }
+    }
+}
+
+/// The libraries `ldd` lists for `files`, each copied to its own path under `root` (under
+/// `usr/` when the path is `/lib...`, as the rootfs's `/lib` is a link to `usr/lib`).
+fn copy_with_libraries(root: &Path, files: &[PathBuf]) -> Result<()> {
+    let mut libs = BTreeSet::new();
+    for chunk in files.chunks(64) {
+        let out = Command::new("ldd")
+            .args(chunk)
+            .output()
+            .map_err(|e| Error::io("ldd", e))?;
+        // ldd fails for a file that is not dynamic; its other lines still count.
+        libs.extend(ldd_paths(&String::from_utf8_lossy(&out.stdout)));
+    }
+    for lib in libs {
+        let rel = lib.strip_prefix("/").unwrap_or(&lib);
+        let rel = rel.strip_prefix("usr").unwrap_or(rel);
+        let dest = root.join("usr").join(rel);
+        if dest.exists() {
+            continue;
+        }
+        let real = std::fs::canonicalize(&lib).map_err(|e| Error::io(lib.display(), e))?;
+        copy_file(&real, &dest)?;
+    }
+    Ok(())
+}
+
+/// The absolute library paths in `ldd` output (`name => /path (addr)` and `/path (addr)`).
+pub fn ldd_paths(text: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        let path = match line.split_once("=>") {
+            Some((_, rhs)) => rhs.split_whitespace().next(),
+            None => line.split_whitespace().next(),
+        };
+        if let Some(p) = path.filter(|p| p.starts_with('/') && !p.ends_with(':')) {
+            out.push(PathBuf::from(p));
+        }
+    }
+    out
+}
+
+fn mkdir(p: &Path) -> Result<()> {
+    std::fs::create_dir_all(p).map_err(|e| Error::io(p.display(), e))
+}
+
+fn symlink(to: &str, at: &Path) -> Result<()> {
+    std::os::unix::fs::symlink(to, at).map_err(|e| Error::io(at.display(), e))
+}
+
+/// A regular file's contents and mode (following links: the rootfs holds the file itself).
+fn copy_file(from: &Path, to: &Path) -> Result<()> {
+    if let Some(parent) = to.parent() {
+        mkdir(parent)?;
+    }
+    std::fs::copy(from, to)
+        .map(drop)
+        .map_err(|e| Error::io(format!("copy {} to {}", from.display(), to.display()), e))
+}
+
+/// A tree as `tar` copies it: directories, files with their modes, symbolic links as links;
+/// `skip` gets each path relative to `from`.
+fn copy_tree(from: &Path, to: &Path, skip: &dyn Fn(&Path) -> bool) -> Result<()> {
+    let mut todo = vec![PathBuf::new()];
+    while let Some(rel) = todo.pop() {
+        let src = from.join(&rel);
+        let dst = to.join(&rel);
+        mkdir(&dst)?;
+        let rd = std::fs::read_dir(&src).map_err(|e| Error::io(src.display(), e))?;
+        for e in rd {
+            let e = e.map_err(|e| Error::io(src.display(), e))?;
+            let r = rel.join(e.file_name());
+            if skip(&r) {
+                continue;
+            }
+            let t = e
+                .file_type()
+                .map_err(|err| Error::io(e.path().display(), err))?;
+            if t.is_dir() {
+                todo.push(r);
+            } else if t.is_symlink() {
+                let target = std::fs::read_link(e.path())
+                    .map_err(|err| Error::io(e.path().display(), err))?;
+                std::os::unix::fs::symlink(&target, to.join(&r))
+                    .map_err(|err| Error::io(to.join(&r).display(), err))?;
+            } else if t.is_file() {
+                copy_file(&e.path(), &to.join(&r))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ldd_lines() {
+        let text = "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibz.so.1 => /lib/x86_64-linux-gnu/libz.so.1 (0x00007f)\n\t/lib64/ld-linux-x86-64.so.2 (0x00007f)\n\tlibgone.so => not found\n/x/y.so:\n";
+        assert_eq!(
+            ldd_paths(text),
+            vec![
+                PathBuf::from("/lib/x86_64-linux-gnu/libz.so.1"),
+                PathBuf::from("/lib64/ld-linux-x86-64.so.2")
+            ]
+        );
+    }
+}
