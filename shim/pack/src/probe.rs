@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use germline_sandbox::{Germline, Language, LaunchSpec, Limits, Options};
+use germline_sandbox::{Execution, Germline, Language, LaunchSpec, Limits, Options};
 use serde_json::{json, Value};
 
 use crate::draft::{Draft, INTERPRETER};
@@ -38,6 +38,7 @@ pub fn launch_spec(root: &Path, draft: &Draft) -> LaunchSpec {
         module_path: vec![],
         readable_paths: draft.readable_paths.clone(),
         language: Language::Python,
+        execution: Execution::Fork,
         scratch: false,
         warm: true,
         warm_calls: vec![],
