@@ -75,7 +75,7 @@ for id in "${ids[@]}"; do
         env -i PATH=/usr/sbin:/usr/bin HOME=/nonexistent chroot "$rootfs" /usr/bin/python3 -B -c "import $module.server" \
             || { echo "corpus: $id does not import in its own rootfs" >&2; exit 1; }
     fi
-    "$germline" release pack --manifest "$dest/manifest.json" --rootfs "$rootfs" --key "$keys/cosign.key" \
+    "$germline" release pack --json --manifest "$dest/manifest.json" --rootfs "$rootfs" --key "$keys/cosign.key" \
         --out "$dest/bundle" > "$dest/pack.json"
     "$germline" release verify --json --key "$keys/cosign.pub" "$dest/bundle" > "$dest/verify.json"
     echo "$sources" > "$dest/stamp"

@@ -66,9 +66,9 @@ for dir in "${dirs[@]}"; do
     if [ "$(id -u)" = 0 ]; then  # smoke test: the rootfs's own Node loads the server's modules
         chroot "$rootfs" /usr/bin/node -e "import('/app/node_modules/@modelcontextprotocol/$dir/package.json', {with: {type: 'json'}}).then(() => console.log('node ok: $dir'))"
     fi
-    "$germline" release pack --manifest "$manifest" --rootfs "$rootfs" --key "$out/keys/cosign.key" \
+    "$germline" release pack --json --manifest "$manifest" --rootfs "$rootfs" --key "$out/keys/cosign.key" \
         --out "$dest/bundle" --image "$dest/image" > "$dest/pack.json"
-    "$germline" release verify --key "$out/keys/cosign.pub" "$dest/image" > "$dest/verify.json"
+    "$germline" release verify --json --key "$out/keys/cosign.pub" "$dest/image" > "$dest/verify.json"
     echo "$stamp" > "$dest/stamp"
     rm -rf "$work"; trap - EXIT
     echo "bundles: built $name $version: $(grep -o '"rootfs_digest": "[^"]*"' "$dest/pack.json")"

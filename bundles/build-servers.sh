@@ -66,9 +66,9 @@ for name in "${names[@]}"; do
         # the copies have one. The tools themselves are run by the tests, in copies.)
         GIT_PYTHON_REFRESH=quiet chroot "$rootfs" /usr/bin/python3 -c "import $module; print('import ok: $module')"
     fi
-    "$germline" release pack --manifest "$manifest" --rootfs "$rootfs" --key "$out/keys/cosign.key" \
+    "$germline" release pack --json --manifest "$manifest" --rootfs "$rootfs" --key "$out/keys/cosign.key" \
         --out "$dest/bundle" --image "$dest/image" > "$dest/pack.json"
-    "$germline" release verify --key "$out/keys/cosign.pub" "$dest/image" > "$dest/verify.json"
+    "$germline" release verify --json --key "$out/keys/cosign.pub" "$dest/image" > "$dest/verify.json"
     echo "$stamp" > "$dest/stamp"
     rm -rf "$work"; trap - EXIT
     # Share the Python runtime's files with an example's rootfs, as bundles/build.sh does (the

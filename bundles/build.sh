@@ -106,7 +106,7 @@ for name in "${names[@]}"; do
     if [ "$(id -u)" = 0 ]; then  # smoke test: the rootfs's own Python imports the server
         chroot "$rootfs" /usr/bin/python3 -c "import $module; print('import ok: $module')"
     fi
-    "$germline" release pack --manifest "$manifest" --rootfs "$rootfs" --key "$out/keys/cosign.key" \
+    "$germline" release pack --json --manifest "$manifest" --rootfs "$rootfs" --key "$out/keys/cosign.key" \
         --out "$dest/bundle" --image "$dest/image" > "$dest/pack.json"
     "$germline" release verify --json --key "$out/keys/cosign.pub" "$dest/image" > "$dest/verify.json"
     echo "$stamp" > "$dest/stamp"

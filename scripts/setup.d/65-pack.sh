@@ -31,7 +31,7 @@ for server in mcp-server-time mcp-server-calculator sequential-thinking-mcp; do
     fi
     rm -rf "$dest"; mkdir -p "$dest"
     t0=$(date +%s)
-    "$germline" release pack --from "pypi:$server" --key "$out/keys/cosign.key" \
+    "$germline" release pack --json --from "pypi:$server" --key "$out/keys/cosign.key" \
         --out "$dest/bundle" --manifest "$dest/manifest.json" > "$dest/pack.json"
     echo "$stamp" > "$dest/stamp"
     echo "pack: $server ($(( $(date +%s) - t0 )) s)"

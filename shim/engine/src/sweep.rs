@@ -158,25 +158,23 @@ fn orphaned_keepers(rel: &str, alive: &dyn Fn(i32) -> bool) -> Option<Vec<i32>> 
     Some(keepers)
 }
 
-/// `germline gc`: sweeps and reports what it removed (JSON on stdout).
-pub fn gc() -> Result<(), GcError> {
+/// `germline gc`: sweeps; what it removed, or an error holding the sweep when something stayed.
+pub fn gc() -> Result<Swept, GcError> {
     let s = sweep();
-    println!("{}", serde_json::to_string_pretty(&s)?);
     if s.failed.is_empty() {
-        Ok(())
+        Ok(s)
     } else {
-        Err(GcError::NotRemoved(s.failed))
+        Err(GcError::NotRemoved(s))
     }
 }
 
 /// Why `germline gc` failed.
 #[derive(Debug, thiserror::Error)]
 pub enum GcError {
-    #[error(transparent)]
-    Json(#[from] serde_json::Error),
-    /// What could not be removed, each as the sweep told it.
-    #[error("could not remove: {}", .0.join("; "))]
-    NotRemoved(Vec<String>),
+    /// Something could not be removed: the whole sweep, its `failed` list saying what and why
+    /// (the command still reports what was removed).
+    #[error("could not remove: {}", .0.failed.join("; "))]
+    NotRemoved(Swept),
 }
 
 /// The sweep at the start of `run` and `serve`: what it removed goes to stderr, never stdout

@@ -938,6 +938,24 @@ pub fn list(a: &ListArgs) -> Result<(), ClientError> {
 }
 
 /// `germline client ...`.
+impl ClientArgs {
+    /// `--json` of the subcommand (a failure is then a JSON object on stderr).
+    pub fn json(&self) -> bool {
+        match &self.cmd {
+            ClientCmd::Setup(s) => s.json,
+            ClientCmd::List(l) => l.json,
+        }
+    }
+
+    /// The command's name in an error.
+    pub fn name(&self) -> &'static str {
+        match &self.cmd {
+            ClientCmd::Setup(_) => "client setup",
+            ClientCmd::List(_) => "client list",
+        }
+    }
+}
+
 pub fn run(a: &ClientArgs) -> Result<(), ClientError> {
     match &a.cmd {
         ClientCmd::Setup(s) => setup(s),

@@ -2,6 +2,7 @@
 
 mod broker_cmd;
 mod client_cmd;
+mod gc_cmd;
 mod output;
 mod plan_cmd;
 mod progress;
@@ -56,7 +57,7 @@ enum Command {
     Sandbox(germline_sandbox::cli::Command),
     /// Remove what `run` and `serve` processes that died without stopping left behind
     /// (their germlines' cgroups and processes, their /run/germline directories).
-    Gc,
+    Gc(gc_cmd::GcArgs),
     /// The broker sidecar, and its benchmark.
     Broker(broker_cmd::BrokerArgs),
     /// Witness records of the evidence layer: verify one offline, list them with dampening.
@@ -157,7 +158,11 @@ fn main() -> ExitCode {
             report_as(args.json, "bench", research_cmd::bench(&args, cli.quiet))
         }
         Command::Serve(args) => report(germline_mcp::serve::run(&args).map_err(Into::into)),
-        Command::Client(args) => report(client_cmd::run(&args).map_err(Into::into)),
+        Command::Client(args) => report_as(
+            args.json(),
+            args.name(),
+            client_cmd::run(&args).map_err(Into::into),
+        ),
         // As a user: their own sessions, from the daemon.
         Command::Sandbox(germline_sandbox::cli::Command::Status(a))
             if a.id.is_none() && germline_mcp::daemon::status_wanted() =>
@@ -167,7 +172,7 @@ fn main() -> ExitCode {
         Command::Sandbox(germline_sandbox::cli::Command::Status(a)) if a.id.is_none() => {
             report(germline_engine::status::run(a.json).map_err(Into::into))
         }
-        Command::Gc => report(germline_engine::sweep::gc().map_err(Into::into)),
+        Command::Gc(args) => report_as(args.json, "gc", gc_cmd::run(&args)),
         Command::Sandbox(c) => germline_sandbox::cli::run(c),
         Command::Keygen(args) => release_cmd::run_keygen(&args, cli.quiet),
         Command::Release { cmd } => release_cmd::run_release(&cmd, cli.quiet),

@@ -87,6 +87,9 @@ pub struct PackArgs {
     /// Also write an OCI image layout here (must not exist).
     #[arg(long)]
     pub image: Option<PathBuf>,
+    /// Print the result as JSON (and a failure as a JSON object on stderr).
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub limits: LimitArgs,
 }
@@ -304,7 +307,14 @@ pub fn run_keygen(a: &KeygenArgs, quiet: bool) -> ExitCode {
 /// `quiet`: the global `--quiet` (no progress on the terminal).
 pub fn run_release(cmd: &ReleaseCmd, quiet: bool) -> ExitCode {
     match cmd {
-        ReleaseCmd::Pack(a) => finish(pack(a), "release pack", "release pack", false, None),
+        ReleaseCmd::Pack(a) => finish(
+            pack(a, quiet),
+            "release pack",
+            "release pack",
+            a.json,
+            // With --from, --manifest is where the draft is written, not what a failure is about.
+            a.manifest.as_deref().filter(|_| a.pypi.from.is_none()),
+        ),
         ReleaseCmd::Sign(a) => finish(sign(a), "release sign", "release sign", a.json, None),
         ReleaseCmd::TufInit(a) => finish(
             tuf_init(a),
@@ -350,9 +360,9 @@ fn days(n: i64) -> Result<jiff::Timestamp> {
         .map_err(|e| Error::Usage(format!("expiry: {e}")))
 }
 
-fn pack(a: &PackArgs) -> Result<()> {
+fn pack(a: &PackArgs, quiet: bool) -> Result<()> {
     if a.pypi.from.is_some() {
-        return pack_from(a);
+        return pack_from(a, quiet);
     }
     let manifest = a
         .manifest
@@ -368,26 +378,67 @@ fn pack(a: &PackArgs) -> Result<()> {
         }
     };
     let key = a.key.as_deref().map(keys::load_signing_key).transpose()?;
-    let p = release::pack_with(
-        manifest,
-        &source,
-        key.as_ref(),
-        &a.out,
-        a.image.as_deref(),
-        &a.limits.limits(),
-    )?;
-    print_json(&json!({
+    let t0 = Instant::now();
+    let p = {
+        // The rootfs digest, the bundle's copy and the image's gzip take seconds.
+        let _p = Progress::spinner(
+            progress::wanted(quiet, a.json),
+            format!(
+                "packing {} (rootfs digest, bundle{}{})",
+                manifest.display(),
+                if a.image.is_some() { ", image" } else { "" },
+                if key.is_some() { ", signature" } else { "" },
+            ),
+        );
+        release::pack_with(
+            manifest,
+            &source,
+            key.as_ref(),
+            &a.out,
+            a.image.as_deref(),
+            &a.limits.limits(),
+        )?
+    };
+    let v = json!({
         "name": p.manifest.name, "version": p.manifest.version, "rootfs_digest": p.rootfs_digest,
         "signed": p.signed, "bundle": a.out, "image": a.image,
-        "image_manifest": p.image_manifest.map(|d| d.digest),
-    }));
+        "image_manifest": p.image_manifest.as_ref().map(|d| d.digest.clone()),
+    });
+    emit(a.json, &v, || {
+        let mut t = packed_text(&p, a, t0.elapsed().as_secs_f64());
+        if !p.signed {
+            t.push_str("  unsigned (no --key): sign it with `germline release sign --release`\n");
+        }
+        t
+    });
     Ok(())
 }
 
+/// The text for a person of a pack: what was made, where, and its digest.
+fn packed_text(p: &release::Packed, a: &PackArgs, seconds: f64) -> String {
+    let mut t = format!(
+        "packed {} {} in {seconds:.1} s{}\n  rootfs digest: {}\n  bundle:        {}\n",
+        p.manifest.name,
+        p.manifest.version,
+        if p.signed { ", signed" } else { "" },
+        p.rootfs_digest,
+        a.out.display(),
+    );
+    if let (Some(i), Some(d)) = (&a.image, &p.image_manifest) {
+        t.push_str(&format!(
+            "  image:         {} (manifest {})\n",
+            i.display(),
+            d.digest
+        ));
+    }
+    t
+}
+
 /// `pack --from pypi:...`: the germline-pack crate does the work; this prints its result.
-fn pack_from(a: &PackArgs) -> Result<()> {
+fn pack_from(a: &PackArgs, quiet: bool) -> Result<()> {
     let key = a.key.as_deref().map(keys::load_signing_key).transpose()?;
-    let from = germline_pack::PackFrom::from_args(
+    let t0 = Instant::now();
+    let mut from = germline_pack::PackFrom::from_args(
         &a.pypi,
         a.manifest.as_deref(),
         key,
@@ -396,18 +447,35 @@ fn pack_from(a: &PackArgs) -> Result<()> {
         a.limits.limits(),
     )
     .map_err(|e| Error::Usage(e.to_string()))?;
+    from.progress = progress::wanted(quiet, a.json);
     let p = germline_pack::pack_from(&from).map_err(|e| Error::Usage(e.to_string()))?;
     let r = &p.release;
-    print_json(&json!({
+    const REVIEW: &str = "destinations are only those given by --destination: review the \
+                          manifest, then re-pack with --manifest if you edit it";
+    let v = json!({
         "name": r.manifest.name, "version": r.manifest.version, "rootfs_digest": r.rootfs_digest,
         "signed": r.signed, "bundle": a.out, "image": a.image,
         "image_manifest": r.image_manifest.as_ref().map(|d| d.digest.clone()),
         "manifest": p.manifest_path, "tools": p.tools,
         "distributions": p.distributions.iter().map(|(n, v)| format!("{n}=={v}")).collect::<Vec<_>>(),
         "seconds": p.steps.iter().map(|(s, t)| (s.to_string(), json!((t * 10.0).round() / 10.0))).collect::<serde_json::Map<_, _>>(),
-        "review": "destinations are only those given by --destination: review the manifest, \
-                   then re-pack with --manifest if you edit it",
-    }));
+        "review": REVIEW,
+    });
+    emit(a.json, &v, || {
+        let mut t = packed_text(r, a, t0.elapsed().as_secs_f64());
+        t.push_str(&format!(
+            "  manifest:      {} (a draft)\n  tools:         {}\n  installed:     {}\n",
+            p.manifest_path.display(),
+            p.tools.join(", "),
+            p.distributions
+                .iter()
+                .map(|(n, v)| format!("{n}=={v}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+        ));
+        t.push_str(&format!("Note: {REVIEW}."));
+        t
+    });
     Ok(())
 }
 

@@ -24,7 +24,7 @@ const PASSWORD: &str = "germline-example-test-key";
 fn pack(dir: &Path, name: &str, from: &str) -> (PathBuf, Value) {
     let out = dir.join(name);
     let o = Command::new(germline())
-        .args(["release", "pack", "--from", from, "--key"])
+        .args(["release", "pack", "--json", "--from", from, "--key"])
         .arg(root().join("bundles/out/keys/cosign.key"))
         .arg("--out")
         .arg(&out)

@@ -445,7 +445,7 @@ fn leftovers_of_a_killed_run_are_swept_by_the_next_start_and_by_gc() {
 
     let (second, _) = start_and_kill();
     let out = Command::new(germline())
-        .arg("gc")
+        .args(["gc", "--json"])
         .output()
         .expect("germline gc");
     assert!(

@@ -121,6 +121,9 @@ pub struct PackFrom {
     pub out: PathBuf,
     pub image: Option<PathBuf>,
     pub limits: germline_release::untrusted::Limits,
+    /// Draw the steps on stderr ([`progress`]); `from_args` sets it when stderr is a terminal,
+    /// and `germline` clears it for `--quiet` and `--json`.
+    pub progress: bool,
 }
 
 impl PackFrom {
@@ -162,6 +165,7 @@ impl PackFrom {
             out: out.to_path_buf(),
             image: image.map(Path::to_path_buf),
             limits,
+            progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
         })
     }
 }
@@ -183,7 +187,7 @@ pub struct Packed {
 
 /// Packs `p.spec` from PyPI (see the module's documentation).
 pub fn pack_from(p: &PackFrom) -> Result<Packed> {
-    let mut bar = progress::Steps::new(5);
+    let mut bar = progress::Steps::new(5, p.progress);
     let parent = p
         .out
         .parent()

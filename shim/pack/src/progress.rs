@@ -1,8 +1,8 @@
 //! The steps of a pack on a terminal: an indicatif bar with the step's name and a spinner, on
-//! stderr, drawn only when stderr is a terminal (a pack in CI or piped prints nothing but its
-//! JSON result on stdout). Each step's time is kept either way ([`Steps::finish`]).
+//! stderr, drawn only when the caller says (`germline` does when stderr is a terminal and
+//! neither `--quiet` nor `--json` was given: a pack in CI or piped prints nothing but its
+//! result on stdout). Each step's time is kept either way ([`Steps::finish`]).
 
-use std::io::IsTerminal as _;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -17,8 +17,9 @@ pub struct Steps {
 }
 
 impl Steps {
-    pub fn new(n: u64) -> Steps {
-        let target = if std::io::stderr().is_terminal() {
+    /// `n` steps, drawn on stderr when `shown`.
+    pub fn new(n: u64, shown: bool) -> Steps {
+        let target = if shown {
             ProgressDrawTarget::stderr()
         } else {
             ProgressDrawTarget::hidden()
