@@ -1,5 +1,10 @@
 //! The sandbox's commands: `germline start|status|stop|call RELEASE` and
 //! `germline sandbox-bench`. The `germline` binary only dispatches to [`run`].
+//!
+//! Output (docs/user-guide.md, "Output"): `start`, `status ID`, `call` and `stop` print text
+//! for a person, or with `--json` the supervisor's answer as one JSON document; a failure is
+//! `germline: message` on stderr, or under `--json` one JSON object `{"error": {command,
+//! message}}` on stderr with stdout empty.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -59,6 +64,10 @@ pub struct StartArgs {
     /// Stay in the foreground.
     #[arg(long)]
     pub foreground: bool,
+    /// Print `{id, pid, socket, log}` as JSON once it is up (and a failure as a JSON object on
+    /// stderr).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// A running germline.
@@ -66,6 +75,9 @@ pub struct StartArgs {
 pub struct IdArgs {
     /// The germline's name as given to `start`.
     pub id: String,
+    /// Print the germline's answer as JSON (and a failure as a JSON object on stderr).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `germline status`.
@@ -73,7 +85,7 @@ pub struct IdArgs {
 pub struct StatusArgs {
     /// The germline's name as given to `start`; none: the running deployments.
     pub id: Option<String>,
-    /// Machine-readable output (deployments).
+    /// Print JSON (the germline's status, or the deployments) instead of text.
     #[arg(long)]
     pub json: bool,
 }
@@ -86,6 +98,10 @@ pub struct CallArgs {
     /// The tool's arguments as a JSON object.
     #[arg(default_value = "{}")]
     pub arguments: String,
+    /// Print the germline's answer `{result}` as JSON (and a failure as a JSON object on
+    /// stderr) instead of the tool's text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `germline sandbox-bench`.
@@ -138,10 +154,18 @@ fn socket_path(id: &str) -> PathBuf {
 
 /// Runs one sandbox command.
 pub fn run(cmd: Command) -> ExitCode {
+    let (json, name) = match &cmd {
+        Command::Start(a) => (a.json, "start"),
+        Command::Status(a) => (a.json, "status"),
+        Command::Call(a) => (a.json, "call"),
+        Command::Stop(a) => (a.json, "stop"),
+        Command::SandboxBench(_) => (false, "sandbox-bench"),
+    };
     let r = match cmd {
         Command::Start(a) => start(a),
         Command::Status(a) => match &a.id {
-            Some(id) => request(id, &SupervisorRequest::Status),
+            Some(id) => request(id, &SupervisorRequest::Status)
+                .map(|v| emit(a.json, &v, || status_text(&v))),
             // `germline` itself answers the deployments form before it gets here.
             None => Err("status: give a germline ID".into()),
         },
@@ -155,12 +179,19 @@ pub fn run(cmd: Command) -> ExitCode {
                         arguments: args,
                     },
                 )
-            }),
-        Command::Stop(a) => request(&a.id, &SupervisorRequest::Stop),
+            })
+            .map(|v| emit(a.json, &v, || call_text(&v))),
+        Command::Stop(a) => request(&a.id, &SupervisorRequest::Stop)
+            .map(|v| emit(a.json, &v, || format!("germline {} stopped", a.id))),
         Command::SandboxBench(a) => bench(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if json => {
+            let v = json!({"error": {"command": name, "message": e}});
+            eprintln!("{v}");
+            ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("germline: {e}");
             ExitCode::FAILURE
@@ -168,7 +199,74 @@ pub fn run(cmd: Command) -> ExitCode {
     }
 }
 
-fn request(id: &str, msg: &SupervisorRequest) -> Result<(), String> {
+/// Prints `v` pretty as JSON when `json`, else `text()`.
+fn emit(json: bool, v: &Value, text: impl FnOnce() -> String) {
+    if json {
+        println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+    } else {
+        println!("{}", text().trim_end());
+    }
+}
+
+/// A germline's status for a person: its checks, pool and copies.
+fn status_text(v: &Value) -> String {
+    let list = |k: &str| {
+        v[k].as_array()
+            .map(|a| {
+                a.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default()
+    };
+    let mut t = format!(
+        "germline {} (pid {}): G1-G3 {}{}{}\n",
+        v["id"].as_str().unwrap_or("?"),
+        v["pid"],
+        v["g1_g3"].as_str().unwrap_or("?"),
+        if v["warm"] == json!(true) { ", warm" } else { "" },
+        if v["frozen"] == json!(true) { ", frozen" } else { "" },
+    );
+    for c in v["checks"].as_array().into_iter().flatten() {
+        t.push_str(&format!("  failed check: {}\n", c.as_str().unwrap_or("?")));
+    }
+    if let Some(r) = v["refused"].as_str() {
+        t.push_str(&format!("  refused: {r}\n"));
+    }
+    t.push_str(&format!(
+        "  pool: {} ready of {} [{}]\n  live copies: [{}]\n  copies made: {}\n",
+        v["pool_pids"].as_array().map_or(0, Vec::len),
+        v["pool"],
+        list("pool_pids"),
+        list("live_copies"),
+        v["copies_made"],
+    ));
+    t
+}
+
+/// A call's answer for a person: the tool result's text parts, else its JSON.
+fn call_text(v: &Value) -> String {
+    let r = &v["result"];
+    let texts: Vec<&str> = r["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["text"].as_str())
+        .collect();
+    let mut t = if texts.is_empty() {
+        serde_json::to_string_pretty(r).unwrap_or_default()
+    } else {
+        texts.join("\n")
+    };
+    if r["isError"] == json!(true) {
+        t.insert_str(0, "the tool reported an error:\n");
+    }
+    t
+}
+
+/// Sends one request to a running germline; its answer, or the error it answered with.
+fn request(id: &str, msg: &SupervisorRequest) -> Result<Value, String> {
     let id = sanitize(id)?;
     let path = socket_path(&id);
     let mut s = UnixStream::connect(&path)
@@ -181,7 +279,6 @@ fn request(id: &str, msg: &SupervisorRequest) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let v: Value =
         serde_json::from_str(&line).map_err(|e| format!("bad answer from the germline: {e}"))?;
-    println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     if *msg == SupervisorRequest::Stop {
         // The daemon removes its socket once every copy, cgroup and namespace is gone.
         let t = Instant::now();
@@ -189,10 +286,13 @@ fn request(id: &str, msg: &SupervisorRequest) -> Result<(), String> {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
-    if v.get("error").is_some() {
-        return Err("the request failed".into());
+    if let Some(e) = v.get("error") {
+        return Err(format!(
+            "germline {id}: {}",
+            e.as_str().map_or_else(|| e.to_string(), str::to_string)
+        ));
     }
-    Ok(())
+    Ok(v)
 }
 
 fn start(a: StartArgs) -> Result<(), String> {
@@ -232,10 +332,14 @@ fn start(a: StartArgs) -> Result<(), String> {
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(120) {
             if UnixStream::connect(&path).is_ok() {
-                println!(
-                    "germline {id} started (pid {}); `germline status {id}`",
-                    child.id()
-                );
+                let log = Path::new(RUN_DIR).join(format!("{id}.log"));
+                let v = json!({"id": id, "pid": child.id(), "socket": path, "log": log});
+                emit(a.json, &v, || {
+                    format!(
+                        "germline {id} started (pid {}); `germline status {id}`",
+                        child.id()
+                    )
+                });
                 return Ok(());
             }
             if let Ok(Some(st)) = child.try_wait() {

@@ -22,6 +22,7 @@ fn start_status_call_stop() {
         id: Some(id.clone()),
         pool: 1,
         foreground: true,
+        json: false,
     };
     // The supervisor runs (and stops its germline) in its own thread, as `start --foreground`.
     let daemon = std::thread::spawn(move || cli::run(Command::Start(start)));
@@ -44,16 +45,21 @@ fn start_status_call_stop() {
         id: id.clone(),
         tool: "get_current_time".into(),
         arguments: r#"{"timezone":"UTC"}"#.into(),
+        json: false,
     };
     assert_eq!(cli::run(Command::Call(call)), ExitCode::SUCCESS);
     let bad = CallArgs {
         id: id.clone(),
         tool: "no_such_tool".into(),
         arguments: "{}".into(),
+        json: false,
     };
     assert_ne!(cli::run(Command::Call(bad)), ExitCode::SUCCESS);
     assert_eq!(
-        cli::run(Command::Stop(IdArgs { id: id.clone() })),
+        cli::run(Command::Stop(IdArgs {
+            id: id.clone(),
+            json: false
+        })),
         ExitCode::SUCCESS
     );
     assert_eq!(daemon.join().expect("daemon thread"), ExitCode::SUCCESS);
