@@ -47,7 +47,17 @@ enum BrokerCmd {
         /// Also write the figures as JSON here.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Print the figures as JSON on stdout (the document `--out` writes) instead of text.
+        #[arg(long)]
+        json: bool,
     },
+}
+
+impl BrokerArgs {
+    /// `broker bench --json` (a failure is then a JSON object on stderr); `serve` is a server.
+    pub fn json(&self) -> bool {
+        matches!(self.cmd, BrokerCmd::Bench { json: true, .. })
+    }
 }
 
 pub fn run(args: &BrokerArgs) -> Result<(), Error> {
@@ -77,9 +87,20 @@ pub fn run(args: &BrokerArgs) -> Result<(), Error> {
             control::serve(broker, socket)?;
             Ok(())
         }
-        BrokerCmd::Bench { requests, out } => {
+        BrokerCmd::Bench {
+            requests,
+            out,
+            json,
+        } => {
             let dir = tempfile::tempdir()?;
             let r = bench::run(*requests, dir.path())?;
+            if let Some(path) = out {
+                std::fs::write(path, serde_json::to_string_pretty(&r)?)?;
+            }
+            if *json {
+                crate::output::print_json(&serde_json::to_value(&r)?);
+                return Ok(());
+            }
             println!(
                 "broker bench: {} requests per side, client in {}",
                 r.requests, r.client
@@ -97,7 +118,6 @@ pub fn run(args: &BrokerArgs) -> Result<(), Error> {
                 r.added_p50_us, r.added_p99_us
             );
             if let Some(path) = out {
-                std::fs::write(path, serde_json::to_string_pretty(&r)?)?;
                 println!("  written to {}", path.display());
             }
             Ok(())

@@ -132,7 +132,7 @@ fn main() -> ExitCode {
         Command::Policy(args) => {
             report_as(args.json(), "policy check", plan_cmd::run_policy(&args))
         }
-        Command::Broker(args) => report(broker_cmd::run(&args)),
+        Command::Broker(args) => report_as(args.json(), "broker", broker_cmd::run(&args)),
         Command::Eval(args) => report_as(args.json, "eval", research_cmd::eval(&args)),
         Command::Witness(args) => match witness_cmd::run(&args) {
             Ok(true) => ExitCode::SUCCESS,
