@@ -48,22 +48,51 @@ def load_cases() -> list[dict]:
 
 
 class Progress:
-    def __init__(self, total: int) -> None:
-        self.total, self.done, self.t0 = total, 0, time.time()
-        self.tty = sys.stderr.isatty()
+    """How far the matrix is. On a terminal: one bar redrawn in place (the run under way). Elsewhere (CI
+    logs, a pipe, `eval matrix` captured): no bar and no cursor escapes, one plain line per finished run
+    with its outcome, so a log says what ran, what it gave and how long is left."""
 
-    def show(self, label: str, leaks: int) -> None:
-        width = 30
-        fill = int(width * self.done / max(self.total, 1))
+    def __init__(self, total: int, tty: bool | None = None, out=None) -> None:
+        self.out = out if out is not None else sys.stderr
+        self.total, self.done, self.leaks, self.t0 = total, 0, 0, time.time()
+        self.tty = self.out.isatty() if tty is None else tty
+
+    def _times(self) -> str:
         el = time.time() - self.t0
         eta = el / self.done * (self.total - self.done) if self.done else 0
-        line = f"[{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} {label:<34} disclosing runs {leaks}  {el:5.0f}s, ~{eta:4.0f}s left"
-        sys.stderr.write(("\r" + line + "\x1b[K") if self.tty else line + "\n")
-        sys.stderr.flush()
+        return f"{el:5.0f}s, ~{eta:4.0f}s left"
+
+    def show(self, label: str) -> None:
+        """The run `label` starts: redraws the bar on a terminal; prints nothing elsewhere."""
+        if not self.tty:
+            return
+        width = 30
+        fill = int(width * self.done / max(self.total, 1))
+        line = f"[{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} {label:<34} disclosing runs {self.leaks}  {self._times()}"
+        self.out.write("\r" + line + "\x1b[K")
+        self.out.flush()
+
+    def finished(self, label: str, rec: dict) -> None:
+        """A run ended: counts it; elsewhere than a terminal, one line with its outcome."""
+        self.done += 1
+        disclosed = bool(rec.get("detected"))
+        self.leaks += disclosed and rec.get("variant") != "benign"
+        if self.tty:
+            return
+        outcome = ("refused: " + rec["refused"][:80]) if rec.get("refused") else (
+            f"DISCLOSED ({len(rec['detected'])})" if disclosed else "no disclosure")
+        self.out.write(f"matrix: {self.done}/{self.total} {label} ({rec.get('variant', '?')}): {outcome}, "
+                       f"{rec.get('seconds', 0):.1f}s; disclosing runs {self.leaks}; {self._times()}\n")
+        self.out.flush()
 
     def end(self) -> None:
         if self.tty:
-            sys.stderr.write("\n")
+            self.show("done")
+            self.out.write("\n")
+        else:
+            self.out.write(f"matrix: {self.done}/{self.total} runs in {time.time() - self.t0:.0f}s, "
+                           f"disclosing runs {self.leaks}\n")
+        self.out.flush()
 
 
 def run_case(case: dict, mode: str, trial: int, world: dict, args: argparse.Namespace, rundir: Path) -> dict:
@@ -281,20 +310,18 @@ def main() -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     runs: list[dict] = []
     prog = Progress(a.trials * len(modes) * len(cases))
-    leaks = 0
     with open(a.out / "runs.jsonl", "w") as log:
         for trial in range(a.first_trial, a.first_trial + a.trials):
             world = worldgen.generate(a.out / "worlds" / f"t{trial}")
             for mode in modes:
                 for case in cases:
-                    prog.show(f"t{trial} {mode} {case['case']}", leaks)
+                    label = f"t{trial} {mode} {case['case']}"
+                    prog.show(label)
                     rec = run_case(case, mode, trial, world, a, a.out / "runs" / f"t{trial}" / mode / case["case"])
                     runs.append(rec)
                     log.write(json.dumps(rec) + "\n")
                     log.flush()
-                    leaks += bool(rec["detected"]) and rec["variant"] != "benign"
-                    prog.done += 1
-        prog.show("done", leaks)
+                    prog.finished(label, rec)
         prog.end()
     meta = {"command": "tests/security/matrix.py " + " ".join(sys.argv[1:]), "trials": a.trials,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
