@@ -348,3 +348,328 @@ fn progress_shows_on_a_terminal_only() {
         assert!(!screen.contains("verifying "), "{flag}: {screen:?}");
     }
 }
+
+/// The example release's signing key and its password (bundles/build.sh).
+fn example_key() -> PathBuf {
+    repo().join("bundles/out/keys/cosign.key")
+}
+
+/// `germline release pack` of the example release's rootfs into `out`: signed when `signed`.
+fn pack_args(t: &Path, out: &str, signed: bool) -> Vec<String> {
+    let manifest = t.join("manifest.json");
+    if !manifest.exists() {
+        std::fs::copy(
+            repo().join("bundles/mcp-server-time/manifest.json"),
+            &manifest,
+        )
+        .expect("copy the manifest");
+    }
+    let mut a = vec![
+        "release".into(),
+        "pack".into(),
+        "--manifest".into(),
+        s(&manifest),
+        "--rootfs".into(),
+        s(&bundle().join("rootfs")),
+        "--out".into(),
+        s(&t.join(out)),
+    ];
+    if signed {
+        a.extend(["--key".into(), s(&example_key())]);
+    }
+    a
+}
+
+fn pack(args: &[String]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env("COSIGN_PASSWORD", "germline-example-test-key")
+        .stdin(Stdio::null())
+        .output()
+        .expect("germline release pack")
+}
+
+#[test]
+fn release_pack_in_text_and_json_with_progress_on_a_terminal_only() {
+    if !have_bundles() {
+        return;
+    }
+    let t = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+    let example = json_ok(&germline(&[
+        &"release",
+        &"verify",
+        &"--json",
+        &"--key",
+        &key(),
+        &bundle(),
+    ]));
+
+    // --json: the document scripts read (bundles/build.sh's pack.json), nothing on stderr.
+    let mut a = pack_args(t.path(), "json", true);
+    a.push("--json".into());
+    let o = pack(&a);
+    let v = json_ok(&o);
+    assert!(o.stderr.is_empty(), "{}", text(&o));
+    assert_eq!(v["name"], "mcp-server-time");
+    assert_eq!(v["signed"], true);
+    assert_eq!(v["rootfs_digest"], example["rootfs_digest"], "{v}");
+    assert_eq!(v["bundle"], s(&t.path().join("json")));
+    assert!(v["image"].is_null() && v["image_manifest"].is_null(), "{v}");
+    // What it packed verifies, with the digest it printed.
+    let packed = json_ok(&germline(&[
+        &"release",
+        &"verify",
+        &"--json",
+        &"--key",
+        &key(),
+        &t.path().join("json"),
+    ]));
+    assert_eq!(packed["rootfs_digest"], v["rootfs_digest"]);
+
+    // Text by default: for a person, the same facts, and no progress in a pipe.
+    let o = pack(&pack_args(t.path(), "text", false));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(o.stderr.is_empty(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(serde_json::from_str::<Value>(&out).is_err(), "{out}");
+    assert!(out.starts_with("packed mcp-server-time "), "{out}");
+    let digest = example["rootfs_digest"].as_str().expect("digest");
+    assert!(out.contains(&format!("rootfs digest: {digest}")), "{out}");
+    assert!(out.contains("unsigned (no --key)"), "{out}");
+
+    // On a terminal: the spinner, cleared before the result; none with --json.
+    let cmd = |out: &str, extra: &str| {
+        format!(
+            "COSIGN_PASSWORD=x {BIN} {} {extra}",
+            pack_args(t.path(), out, false).join(" ")
+        )
+    };
+    let screen = on_a_terminal(&cmd("tty", ""));
+    assert!(
+        screen.contains("packing ") && screen.contains("\x1b[2K"),
+        "{screen:?}"
+    );
+    assert!(screen.contains("packed mcp-server-time"), "{screen:?}");
+    let screen = on_a_terminal(&cmd("tty-json", "--json"));
+    assert!(!screen.contains('\x1b'), "{screen:?}");
+    assert!(!screen.contains("packing "), "{screen:?}");
+
+    // A failure under --json: one object naming the manifest it could not read.
+    let missing = t.path().join("no-manifest.json");
+    let e = json_err(
+        &germline(&[
+            &"release",
+            &"pack",
+            &"--json",
+            &"--manifest",
+            &missing,
+            &"--rootfs",
+            &bundle().join("rootfs"),
+            &"--out",
+            &t.path().join("never"),
+        ]),
+        "release pack",
+    );
+    assert_eq!(e["file"], s(&missing));
+}
+
+#[test]
+fn gc_in_text_and_json() {
+    // gc reads and removes root's leftovers (cgroups, /run/germline).
+    if !nix_root() {
+        return;
+    }
+    let v = json_ok(&germline(&[&"gc", &"--json"]));
+    let keys: Vec<&str> = v
+        .as_object()
+        .expect("an object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys, ["cgroups", "dirs", "failed", "processes"], "{v}");
+    assert!(v["failed"].as_array().is_some_and(Vec::is_empty), "{v}");
+    // The text: usually nothing is left for a second sweep, and it says so; or (a session that
+    // died meanwhile, on a busy machine) a count and one line per thing removed.
+    let o = germline(&[&"gc"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(serde_json::from_str::<Value>(&out).is_err(), "{out}");
+    let mut lines = out.lines();
+    let first = lines.next().unwrap_or_default();
+    if first != "nothing to remove: no leftovers of stopped sessions" {
+        assert!(first.starts_with("removed "), "{out}");
+        assert!(
+            lines.all(|l| l.starts_with("  cgroup ") || l.starts_with("  directory ")),
+            "{out}"
+        );
+    }
+}
+
+fn nix_root() -> bool {
+    let root = nix::unistd::Uid::effective().is_root();
+    assert!(
+        root || std::env::var_os("GERMLINE_REQUIRE_ROOT_TESTS").is_none(),
+        "needs root"
+    );
+    root
+}
+
+/// The sandbox's commands need root and the test rootfs `mcp-server-time` names
+/// (scripts/setup.sh).
+fn can_start_a_germline() -> bool {
+    nix_root()
+        && Path::new(germline_sandbox_rootfs()).exists()
+        && Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+}
+
+fn germline_sandbox_rootfs() -> &'static str {
+    "/var/tmp/germline-sandbox/rootfs-python"
+}
+
+/// Stops the germline `id` when the test ends, passed or not.
+struct Running(String);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = germline(&[&"stop", &self.0]);
+    }
+}
+
+#[test]
+fn sandbox_start_status_call_stop_in_text_and_json() {
+    if !can_start_a_germline() {
+        return;
+    }
+    let pid = std::process::id();
+    let (a, b) = (format!("clijson-{pid}-a"), format!("clijson-{pid}-b"));
+
+    // start --json: where it runs; start: a line for a person.
+    let v = json_ok(&germline(&[
+        &"start",
+        &"mcp-server-time",
+        &"--id",
+        &a,
+        &"--json",
+    ]));
+    let _a = Running(a.clone());
+    assert_eq!(v["id"], a.as_str());
+    assert!(v["pid"].as_u64().is_some_and(|p| p > 1), "{v}");
+    assert_eq!(v["socket"], format!("/run/germline/{a}.sock"));
+    let o = germline(&[&"start", &"mcp-server-time", &"--id", &b]);
+    let _b = Running(b.clone());
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.starts_with(&format!("germline {b} started (pid ")), "{out}");
+
+    // status: the checks for a person; --json: the supervisor's document.
+    let st = json_ok(&germline(&[&"status", &a, &"--json"]));
+    assert_eq!(st["id"], a.as_str());
+    assert_eq!(st["g1_g3"], "pass", "{st}");
+    let o = germline(&[&"status", &a]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.starts_with(&format!("germline {a} (pid {}): G1-G3 pass", st["pid"])),
+        "{out}"
+    );
+    assert!(out.contains("copies made: 0"), "{out}");
+
+    // call: the tool's text; --json: the answer `{result}` with the same facts.
+    let args = r#"{"timezone":"UTC"}"#;
+    let r = json_ok(&germline(&[
+        &"call",
+        &a,
+        &"get_current_time",
+        &args,
+        &"--json",
+    ]));
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    assert_eq!(r["result"]["structuredContent"]["timezone"], "UTC", "{r}");
+    let o = germline(&[&"call", &a, &"get_current_time", &args]);
+    assert!(o.status.success(), "{}", text(&o));
+    let shown: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    assert_eq!(shown["timezone"], "UTC", "the tool's own text: {}", text(&o));
+    assert!(shown.get("result").is_none(), "{}", text(&o));
+    // A refused call under --json: the error object on stderr, stdout empty.
+    let e = json_err(&germline(&[&"call", &a, &"no_such_tool", &"--json"]), "call");
+    assert!(
+        e["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("no_such_tool")),
+        "{e:?}"
+    );
+    let o = germline(&[&"call", &a, &"no_such_tool"]);
+    assert!(!o.status.success() && o.stdout.is_empty(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).starts_with("germline: "),
+        "{}",
+        text(&o)
+    );
+
+    // stop --json: `{stopped: true}`; stop: a line; stopping it again fails.
+    let s1 = json_ok(&germline(&[&"stop", &a, &"--json"]));
+    assert_eq!(s1, serde_json::json!({"stopped": true}));
+    let o = germline(&[&"stop", &b]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        format!("germline {b} stopped")
+    );
+    json_err(&germline(&[&"stop", &a, &"--json"]), "stop");
+}
+
+#[test]
+fn client_and_broker_bench_in_text_and_json() {
+    if !have_bundles() {
+        return;
+    }
+    // client setup's failure under --json: the JSON object, not `germline: error:`.
+    let t = tempfile::tempdir().expect("tempdir");
+    let policy = t.path().join("no-policy.toml");
+    let e = json_err(
+        &germline(&[
+            &"client",
+            &"setup",
+            &"vscode",
+            &"--release",
+            &bundle(),
+            &"--key",
+            &key(),
+            &"--policy",
+            &policy,
+            &"--config",
+            &t.path().join("mcp.json"),
+            &"--json",
+        ]),
+        "client setup",
+    );
+    assert!(
+        e["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&s(&policy))),
+        "{e:?}"
+    );
+    assert!(!t.path().join("mcp.json").exists());
+    // broker bench: --json prints the document --out writes; text by default.
+    if !nix_root() {
+        return;
+    }
+    let file = t.path().join("broker.json");
+    let v = json_ok(&germline(&[
+        &"broker",
+        &"bench",
+        &"--requests",
+        &"20",
+        &"--out",
+        &file,
+        &"--json",
+    ]));
+    let written: Value =
+        serde_json::from_slice(&std::fs::read(&file).expect("written")).expect("json");
+    assert_eq!(v, written);
+    assert_eq!(v["requests"], 20);
+    let o = germline(&[&"broker", &"bench", &"--requests", &"20"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.starts_with("broker bench: 20 requests per side"), "{out}");
+}
