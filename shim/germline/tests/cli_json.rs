@@ -515,15 +515,17 @@ fn nix_root() -> bool {
 }
 
 /// The sandbox's commands need root and the test rootfs `mcp-server-time` names
-/// (scripts/setup.sh).
+/// (scripts/setup.d/40-sandbox.sh; the marker its version writes).
 fn can_start_a_germline() -> bool {
-    nix_root()
-        && Path::new(germline_sandbox_rootfs()).exists()
-        && Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
-}
-
-fn germline_sandbox_rootfs() -> &'static str {
-    "/var/tmp/germline-sandbox/rootfs-python"
+    if !nix_root() {
+        return false;
+    }
+    let ok = Path::new("/var/tmp/germline-sandbox/rootfs-python/.germline-rootfs-v2").exists();
+    assert!(
+        ok || std::env::var_os("GERMLINE_REQUIRE_ROOT_TESTS").is_none(),
+        "needs the sandbox rootfs (scripts/setup.d/40-sandbox.sh)"
+    );
+    ok
 }
 
 /// Stops the germline `id` when the test ends, passed or not.
@@ -532,6 +534,8 @@ struct Running(String);
 impl Drop for Running {
     fn drop(&mut self) {
         let _ = germline(&[&"stop", &self.0]);
+        // `start` keeps the background supervisor's log beside its socket.
+        let _ = std::fs::remove_file(format!("/run/germline/{}.log", self.0));
     }
 }
 
