@@ -563,7 +563,10 @@ fn sandbox_start_status_call_stop_in_text_and_json() {
     let _b = Running(b.clone());
     assert!(o.status.success(), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.starts_with(&format!("germline {b} started (pid ")), "{out}");
+    assert!(
+        out.starts_with(&format!("germline {b} started (pid ")),
+        "{out}"
+    );
 
     // status: the checks for a person; --json: the supervisor's document.
     let st = json_ok(&germline(&[&"status", &a, &"--json"]));
@@ -592,10 +595,18 @@ fn sandbox_start_status_call_stop_in_text_and_json() {
     let o = germline(&[&"call", &a, &"get_current_time", &args]);
     assert!(o.status.success(), "{}", text(&o));
     let shown: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
-    assert_eq!(shown["timezone"], "UTC", "the tool's own text: {}", text(&o));
+    assert_eq!(
+        shown["timezone"],
+        "UTC",
+        "the tool's own text: {}",
+        text(&o)
+    );
     assert!(shown.get("result").is_none(), "{}", text(&o));
     // A refused call under --json: the error object on stderr, stdout empty.
-    let e = json_err(&germline(&[&"call", &a, &"no_such_tool", &"--json"]), "call");
+    let e = json_err(
+        &germline(&[&"call", &a, &"no_such_tool", &"--json"]),
+        "call",
+    );
     assert!(
         e["message"]
             .as_str()
@@ -675,5 +686,8 @@ fn client_and_broker_bench_in_text_and_json() {
     let o = germline(&[&"broker", &"bench", &"--requests", &"20"]);
     assert!(o.status.success(), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.starts_with("broker bench: 20 requests per side"), "{out}");
+    assert!(
+        out.starts_with("broker bench: 20 requests per side"),
+        "{out}"
+    );
 }

@@ -225,8 +225,16 @@ fn status_text(v: &Value) -> String {
         v["id"].as_str().unwrap_or("?"),
         v["pid"],
         v["g1_g3"].as_str().unwrap_or("?"),
-        if v["warm"] == json!(true) { ", warm" } else { "" },
-        if v["frozen"] == json!(true) { ", frozen" } else { "" },
+        if v["warm"] == json!(true) {
+            ", warm"
+        } else {
+            ""
+        },
+        if v["frozen"] == json!(true) {
+            ", frozen"
+        } else {
+            ""
+        },
     );
     for c in v["checks"].as_array().into_iter().flatten() {
         t.push_str(&format!("  failed check: {}\n", c.as_str().unwrap_or("?")));
