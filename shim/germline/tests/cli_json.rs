@@ -631,6 +631,32 @@ fn sandbox_start_status_call_stop_in_text_and_json() {
         format!("germline {b} stopped")
     );
     json_err(&germline(&[&"stop", &a, &"--json"]), "stop");
+
+    // sandbox-bench (a research command): its table, or with --json the same figures.
+    let v = json_ok(&germline(&[
+        &"sandbox-bench",
+        &"mcp-server-time",
+        &"--n",
+        &"1",
+        &"--json",
+    ]));
+    let modes = v["modes"].as_array().expect("modes");
+    assert_eq!(
+        modes.iter().map(|m| m["pool"].clone()).collect::<Vec<_>>(),
+        [0, 2]
+    );
+    for m in modes {
+        assert!(
+            m["answer_ms"]["median"].as_f64().is_some_and(|t| t > 0.0),
+            "{v}"
+        );
+        assert!(m["private_mib"]["max"].as_f64().is_some(), "{v}");
+    }
+    let o = germline(&[&"sandbox-bench", &"mcp-server-time", &"--n", &"1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.starts_with("germline pid "), "{out}");
+    assert_eq!(out.lines().count(), 7, "{out}");
 }
 
 #[test]

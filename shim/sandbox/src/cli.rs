@@ -120,6 +120,9 @@ pub struct BenchArgs {
     /// Copies run the tool as PID 2 under a reaper (docs/sandbox.md, "The tool is PID 2").
     #[arg(long)]
     pub reaper: bool,
+    /// Print the figures as one JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 fn load_spec(r: &ReleaseArgs) -> Result<LaunchSpec, String> {
@@ -159,7 +162,7 @@ pub fn run(cmd: Command) -> ExitCode {
         Command::Status(a) => (a.json, "status"),
         Command::Call(a) => (a.json, "call"),
         Command::Stop(a) => (a.json, "stop"),
-        Command::SandboxBench(_) => (false, "sandbox-bench"),
+        Command::SandboxBench(a) => (a.json, "sandbox-bench"),
     };
     let r = match cmd {
         Command::Start(a) => start(a),
@@ -425,13 +428,19 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[(i as usize).min(sorted.len() - 1)]
 }
 
-fn summary(name: &str, mut v: Vec<f64>) {
+/// The median and p99 of `v` (sorted here), as `--json` prints them.
+fn summary(mut v: Vec<f64>) -> Value {
     v.sort_by(f64::total_cmp);
-    println!(
+    json!({"median": percentile(&v, 0.5), "p99": percentile(&v, 0.99)})
+}
+
+/// A line of the table: `name`, then the median and p99 of `s` ([`summary`]).
+fn summary_line(name: &str, s: &Value) -> String {
+    format!(
         "{name:<50} median {:>7.2} ms   p99 {:>7.2} ms",
-        percentile(&v, 0.5),
-        percentile(&v, 0.99),
-    );
+        s["median"].as_f64().unwrap_or(f64::NAN),
+        s["p99"].as_f64().unwrap_or(f64::NAN),
+    )
 }
 
 /// One call with the timing split the benchmark reports: (request -> ready copy, request ->
@@ -455,18 +464,26 @@ fn timed_call(g: &mut Germline, tool: &str, args: &Value) -> Result<(f64, f64, f
 fn bench(a: BenchArgs) -> Result<(), String> {
     let spec = load_spec(&a.release)?;
     let args: Value = serde_json::from_str(&a.arguments).map_err(|e| format!("arguments: {e}"))?;
+    // The table's lines as they come (a run takes a while), unless the document is wanted.
+    let line = |t: String| {
+        if !a.json {
+            println!("{t}");
+        }
+    };
+    let mut doc = json!({"tool": a.tool, "calls_per_mode": a.n, "reaper": a.reaper, "modes": []});
     for pool in [0usize, 2] {
         let mut opts = Options::new(&format!("bench-{}-{pool}", std::process::id()));
         opts.pool = pool;
         opts.reaper = a.reaper;
         let mut g = Germline::start(spec.clone(), opts).map_err(|e| e.to_string())?;
         if pool == 0 {
-            println!(
+            doc["warm"] = json!(g.warmed());
+            line(format!(
                 "germline pid {} (warm: {}), {} calls per mode",
                 g.pid(),
                 g.warmed(),
                 a.n
-            );
+            ));
         }
         let (mut ready, mut answer, mut mem) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..a.n {
@@ -480,19 +497,31 @@ fn bench(a: BenchArgs) -> Result<(), String> {
         } else {
             format!("pool of {pool}")
         };
-        summary(
+        let (ready, answer) = (summary(ready), summary(answer));
+        line(summary_line(
             &format!("fork command -> checked copy ready ({mode})"),
-            ready,
-        );
-        summary(&format!("command -> answer of {} ({mode})", a.tool), answer);
+            &ready,
+        ));
+        line(summary_line(
+            &format!("command -> answer of {} ({mode})", a.tool),
+            &answer,
+        ));
         mem.sort_by(f64::total_cmp);
-        println!(
-            "{:<50} median {:>7.2} MiB  max {:>6.2} MiB",
+        let (mem_median, mem_max) = (percentile(&mem, 0.5), percentile(&mem, 1.0));
+        line(format!(
+            "{:<50} median {mem_median:>7.2} MiB  max {mem_max:>6.2} MiB",
             format!("private memory of a live copy ({mode})"),
-            percentile(&mem, 0.5),
-            percentile(&mem, 1.0)
-        );
+        ));
+        if let Some(modes) = doc["modes"].as_array_mut() {
+            modes.push(json!({
+                "pool": pool, "ready_ms": ready, "answer_ms": answer,
+                "private_mib": {"median": mem_median, "max": mem_max},
+            }));
+        }
         g.stop().map_err(|e| e.to_string())?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
     }
     Ok(())
 }
