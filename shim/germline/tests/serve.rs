@@ -983,3 +983,103 @@ fn serve_allows_the_hosts_and_origins_it_is_told() {
         assert!(err.contains("wildcard"), "{bad:?}: {err}");
     }
 }
+
+/// OAuth 2.1 resource server (issue 29): a local issuer whose RSA key the test makes; the MCP
+/// SDK client sends the bearer JWT. Expired, wrong-audience, wrong-issuer and wrong-key tokens
+/// get 401 with the RFC 9728 challenge; a good one's configured claim becomes the user; the
+/// static token keeps working.
+#[test]
+fn serve_accepts_jwts_of_its_oauth_issuer_and_names_the_claimed_user() {
+    if !can_run() {
+        return;
+    }
+    let keys = tempfile::tempdir().expect("tempdir");
+    let made = Command::new(AGENT_PYTHON)
+        .arg(repo().join("tests/run/oauth_client.py"))
+        .arg("keys")
+        .arg(keys.path())
+        .output()
+        .expect("make the issuer's keys");
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let issuer = "https://issuer.test";
+    let jwks = keys.path().join("jwks.json");
+    let jwks = jwks.to_str().expect("a UTF-8 path");
+    let s = Serve::start(
+        &[
+            "--oauth-issuer",
+            issuer,
+            "--oauth-jwks",
+            jwks,
+            "--oauth-user-claim",
+            "preferred_username",
+        ],
+        &[bundle("mcp-server-time")],
+    );
+    let out = Command::new(AGENT_PYTHON)
+        .arg(repo().join("tests/run/oauth_client.py"))
+        .arg("check")
+        .arg(s.url())
+        .arg(keys.path())
+        .arg(issuer)
+        .arg(s.token_file.as_ref().expect("a generated token"))
+        .output()
+        .expect("run the MCP client");
+    assert!(
+        out.status.success(),
+        "the OAuth check failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).expect("the client's JSON");
+    eprintln!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+    let base = format!("http://{}", s.addr);
+    assert_eq!(r["metadata"]["status"], 200, "{r}");
+    assert_eq!(r["metadata"]["body"]["resource"], s.url(), "{r}");
+    assert_eq!(
+        r["metadata"]["body"]["authorization_servers"],
+        serde_json::json!([issuer]),
+        "{r}"
+    );
+    let challenge = format!("resource_metadata=\"{base}/.well-known/oauth-protected-resource\"");
+    for (case, why) in [
+        ("none", "a bearer token is required"),
+        ("expired", "expired"),
+        ("wrong_audience", "not for this resource"),
+        ("wrong_issuer", "not from the configured issuer"),
+        ("wrong_key", "signature does not verify"),
+    ] {
+        let c = &r[case];
+        assert_eq!(c["status"], 401, "{case}: {c}");
+        let www = c["www_authenticate"].as_str().unwrap_or_default();
+        assert!(www.starts_with("Bearer ") && www.contains(&challenge), "{case}: {www}");
+        assert_eq!(www.contains("invalid_token"), case != "none", "{case}: {www}");
+        let msg = c["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(why), "{case}: {msg}");
+        assert_eq!(c["sdk"]["ok"], false, "{case}: the SDK client got through: {c}");
+    }
+    let good = &r["good"];
+    assert_eq!(good["ok"], true, "{good}");
+    assert_eq!(good["tool_ok"], true, "{good}");
+    assert_eq!(good["status_user"], "carol", "{good}");
+    assert_eq!(good["session_users"], serde_json::json!(["carol"]), "{good}");
+    let stat = &r["static"];
+    assert_eq!(stat["ok"], true, "{stat}");
+    assert_eq!(stat["tool_ok"], true, "{stat}");
+    assert_ne!(stat["status_user"], "carol", "{stat}");
+
+    // A JWKS with a symmetric key is refused at start.
+    let oct = keys.path().join("oct.json");
+    std::fs::write(&oct, r#"{"keys":[{"kty":"oct","k":"c2VjcmV0c2VjcmV0c2VjcmV0"}]}"#)
+        .expect("write");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let oct = oct.to_str().expect("a UTF-8 path");
+    let out = serve_cmd(
+        dir.path(),
+        &key(),
+        &["--oauth-issuer", issuer, "--oauth-jwks", oct],
+        &[bundle("mcp-server-time")],
+    )
+    .output()
+    .expect("run serve");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("symmetric"));
+}
