@@ -323,7 +323,11 @@ fn live_copies(serve: u32) -> Vec<(String, Vec<i32>)> {
         if !run.file_name().to_string_lossy().starts_with(&prefix) {
             continue;
         }
-        for c in std::fs::read_dir(run.path()).into_iter().flatten().flatten() {
+        for c in std::fs::read_dir(run.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             if !c.file_name().to_string_lossy().starts_with("copy-") {
                 continue;
             }
@@ -422,7 +426,9 @@ fn a_cancel_over_http_kills_the_calls_copies_and_a_ping_is_answered_meanwhile() 
         None => (0, None),
     };
     let f = |v: &Value, k: &str| v[k].as_f64().map_or("-".into(), |x| format!("{x:.1} ms"));
-    eprintln!("over HTTP    | ping during call | answers for the cancelled id | next call  | copies");
+    eprintln!(
+        "over HTTP    | ping during call | answers for the cancelled id | next call  | copies"
+    );
     for (name, after) in [("unprotected", &p_after), ("germline", &g_after)] {
         eprintln!(
             "{name:<12} | {:>16} | {:<28} | {:>10} | {}",
@@ -472,7 +478,10 @@ fn a_cancel_over_http_kills_the_calls_copies_and_a_ping_is_answered_meanwhile() 
         .flatten()
         .filter(|m| m["error"]["message"] != "SSE stream ended without a response")
         .collect();
-    assert!(from_server.is_empty(), "germline answered the cancelled id: {g_after}");
+    assert!(
+        from_server.is_empty(),
+        "germline answered the cancelled id: {g_after}"
+    );
     // One group here (no labelled data in the call): its copy, killed with its tasks.
     assert!(copies >= 1, "the call's copies were live at the cancel");
     let gone = gone_ms.expect("the copies' cgroups emptied within the samples");

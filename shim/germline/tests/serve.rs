@@ -1000,7 +1000,11 @@ fn serve_accepts_jwts_of_its_oauth_issuer_and_names_the_claimed_user() {
         .arg(keys.path())
         .output()
         .expect("make the issuer's keys");
-    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
     let issuer = "https://issuer.test";
     let jwks = keys.path().join("jwks.json");
     let jwks = jwks.to_str().expect("a UTF-8 path");
@@ -1050,17 +1054,31 @@ fn serve_accepts_jwts_of_its_oauth_issuer_and_names_the_claimed_user() {
         let c = &r[case];
         assert_eq!(c["status"], 401, "{case}: {c}");
         let www = c["www_authenticate"].as_str().unwrap_or_default();
-        assert!(www.starts_with("Bearer ") && www.contains(&challenge), "{case}: {www}");
-        assert_eq!(www.contains("invalid_token"), case != "none", "{case}: {www}");
+        assert!(
+            www.starts_with("Bearer ") && www.contains(&challenge),
+            "{case}: {www}"
+        );
+        assert_eq!(
+            www.contains("invalid_token"),
+            case != "none",
+            "{case}: {www}"
+        );
         let msg = c["message"].as_str().unwrap_or_default();
         assert!(msg.contains(why), "{case}: {msg}");
-        assert_eq!(c["sdk"]["ok"], false, "{case}: the SDK client got through: {c}");
+        assert_eq!(
+            c["sdk"]["ok"], false,
+            "{case}: the SDK client got through: {c}"
+        );
     }
     let good = &r["good"];
     assert_eq!(good["ok"], true, "{good}");
     assert_eq!(good["tool_ok"], true, "{good}");
     assert_eq!(good["status_user"], "carol", "{good}");
-    assert_eq!(good["session_users"], serde_json::json!(["carol"]), "{good}");
+    assert_eq!(
+        good["session_users"],
+        serde_json::json!(["carol"]),
+        "{good}"
+    );
     let stat = &r["static"];
     assert_eq!(stat["ok"], true, "{stat}");
     assert_eq!(stat["tool_ok"], true, "{stat}");
@@ -1068,8 +1086,11 @@ fn serve_accepts_jwts_of_its_oauth_issuer_and_names_the_claimed_user() {
 
     // A JWKS with a symmetric key is refused at start.
     let oct = keys.path().join("oct.json");
-    std::fs::write(&oct, r#"{"keys":[{"kty":"oct","k":"c2VjcmV0c2VjcmV0c2VjcmV0"}]}"#)
-        .expect("write");
+    std::fs::write(
+        &oct,
+        r#"{"keys":[{"kty":"oct","k":"c2VjcmV0c2VjcmV0c2VjcmV0"}]}"#,
+    )
+    .expect("write");
     let dir = tempfile::tempdir().expect("tempdir");
     let oct = oct.to_str().expect("a UTF-8 path");
     let out = serve_cmd(

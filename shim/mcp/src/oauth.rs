@@ -187,10 +187,11 @@ mod tests {
     #[test]
     fn a_jwks_must_hold_public_keys() {
         let oct = r#"{"keys":[{"kty":"oct","k":"c2VjcmV0c2VjcmV0c2VjcmV0","alg":"HS256"}]}"#;
-        let err = OAuth::from_jwks("https://i", "http://r/mcp", "sub", oct).unwrap_err();
+        let err =
+            OAuth::from_jwks("https://i", "http://r/mcp", "sub", oct).expect_err("an oct key");
         assert!(err.contains("symmetric"), "{err}");
         let empty = r#"{"keys":[]}"#;
-        let err = OAuth::from_jwks("https://i", "http://r/mcp", "sub", empty).unwrap_err();
+        let err = OAuth::from_jwks("https://i", "http://r/mcp", "sub", empty).expect_err("no keys");
         assert!(err.contains("no keys"), "{err}");
     }
 
@@ -199,7 +200,8 @@ mod tests {
         let ec = r#"{"keys":[{"kty":"EC","crv":"P-256","kid":"a",
             "x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU",
             "y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}"#;
-        let o = OAuth::from_jwks("https://i", "http://127.0.0.1:9/mcp", "sub", ec).unwrap();
+        let o =
+            OAuth::from_jwks("https://i", "http://127.0.0.1:9/mcp", "sub", ec).expect("an EC key");
         assert_eq!(
             o.metadata_url(),
             "http://127.0.0.1:9/.well-known/oauth-protected-resource"

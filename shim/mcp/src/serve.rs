@@ -59,7 +59,12 @@ pub struct ServeArgs {
     pub no_auth: bool,
     /// Accept bearer JWTs of this OAuth 2.1 authorization server (its `iss`), besides the
     /// static tokens; needs `--oauth-jwks` (docs/run.md, "OAuth").
-    #[arg(long, value_name = "URL", requires = "oauth_jwks", conflicts_with = "no_auth")]
+    #[arg(
+        long,
+        value_name = "URL",
+        requires = "oauth_jwks",
+        conflicts_with = "no_auth"
+    )]
     pub oauth_issuer: Option<String>,
     /// The issuer's public keys, a JWKS file (`{"keys": [...]}`), read at start.
     #[arg(long, value_name = "FILE", requires = "oauth_issuer")]
