@@ -608,9 +608,14 @@ impl Http {
             return Ok(user.to_string());
         }
         let mut why = None;
-        if let (Some(o), Some(given)) = (oauth, header.and_then(|v| v.to_str().ok())) {
-            if let Some(jwt) = given.strip_prefix("Bearer ") {
-                match o.user(jwt.trim()) {
+        let given = header.and_then(|v| v.to_str().ok());
+        let jwt = given
+            .and_then(|v| v.trim().split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| t.trim());
+        if let Some(o) = oauth {
+            if let Some(jwt) = jwt {
+                match o.user(jwt) {
                     Ok(user) => return Ok(user),
                     Err(crate::oauth::Refused(w)) => why = Some(w),
                 }
