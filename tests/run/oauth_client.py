@@ -12,7 +12,11 @@ usage: oauth_client.py check URL DIR ISSUER STATIC_TOKEN_FILE
     - with a good token: the SDK client initializes and calls get_current_time, and reads
       /status.json with the same token while its session is open (whose user it shows);
     - with the static token: the same.
-    Prints one JSON object."""
+    Prints one JSON object.
+usage: oauth_client.py mint DIR KEY ISSUER AUDIENCE
+    Prints a token good for an hour, signed by DIR/KEY.pem (issuer or rogue), user "dave".
+usage: oauth_client.py rotate DIR
+    Rewrites DIR/jwks.json with the rogue key's public key under kid "k1" (a key rotation)."""
 import asyncio, json, os, sys, time
 
 import httpx
@@ -26,20 +30,26 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 
+def publish(d, name):
+    """DIR/jwks.json: the public half of DIR/NAME.pem, kid "k1"."""
+    with open(os.path.join(d, name + ".pem"), "rb") as f:
+        k = serialization.load_pem_private_key(f.read(), password=None)
+    jwk = json.loads(RSAAlgorithm.to_jwk(k.public_key()))
+    jwk.update({"kid": "k1", "alg": "RS256", "use": "sig"})
+    tmp = os.path.join(d, "jwks.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump({"keys": [jwk]}, f)
+    os.replace(tmp, os.path.join(d, "jwks.json"))
+
+
 def keys(d):
-    out = {"keys": []}
     for name in ("issuer", "rogue"):
         k = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         with open(os.path.join(d, name + ".pem"), "wb") as f:
             f.write(k.private_bytes(serialization.Encoding.PEM,
                                     serialization.PrivateFormat.PKCS8,
                                     serialization.NoEncryption()))
-        if name == "issuer":
-            jwk = json.loads(RSAAlgorithm.to_jwk(k.public_key()))
-            jwk.update({"kid": "k1", "alg": "RS256", "use": "sig"})
-            out["keys"].append(jwk)
-    with open(os.path.join(d, "jwks.json"), "w") as f:
-        json.dump(out, f)
+    publish(d, "issuer")
 
 
 def mint(d, key, **claims):
@@ -105,5 +115,11 @@ async def check(url, d, issuer, static_file):
 
 if sys.argv[1] == "keys":
     keys(sys.argv[2])
+elif sys.argv[1] == "rotate":
+    publish(sys.argv[2], "rogue")
+elif sys.argv[1] == "mint":
+    d, key, iss, aud = sys.argv[2:6]
+    now = int(time.time())
+    print(mint(d, key, iss=iss, aud=aud, sub="dave", iat=now, exp=now + 3600))
 else:
     asyncio.run(check(*sys.argv[2:6]))

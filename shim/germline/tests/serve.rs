@@ -1104,3 +1104,116 @@ fn serve_accepts_jwts_of_its_oauth_issuer_and_names_the_claimed_user() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("symmetric"));
 }
+
+/// `--oauth-jwks` as a URL (loopback http here; `https` elsewhere): the keys are fetched at
+/// start and again every `--oauth-jwks-refresh`, so an issuer's key rotation is followed
+/// without a restart. Plain http to a host that is not loopback is refused at start.
+#[test]
+fn serve_fetches_the_issuers_jwks_from_a_url_and_follows_its_rotation() {
+    if !can_run() {
+        return;
+    }
+    let keys = tempfile::tempdir().expect("tempdir");
+    let py = |args: &[&str]| {
+        let out = Command::new(AGENT_PYTHON)
+            .arg(repo().join("tests/run/oauth_client.py"))
+            .args(args)
+            .output()
+            .expect("run oauth_client.py");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let kdir = keys.path().to_str().expect("a UTF-8 path");
+    py(&["keys", kdir]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let mut issuer_http = Command::new(AGENT_PYTHON)
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .arg("--directory")
+        .arg(keys.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the issuer's JWKS server");
+    let t0 = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the JWKS server did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let issuer = "https://issuer.test";
+    let jwks_url = format!("http://127.0.0.1:{port}/jwks.json");
+    let s = Serve::start(
+        &[
+            "--oauth-issuer",
+            issuer,
+            "--oauth-jwks",
+            &jwks_url,
+            "--oauth-jwks-refresh",
+            "1",
+        ],
+        &[bundle("mcp-server-time")],
+    );
+    let url = s.url();
+    let (old, new) = (
+        py(&["mint", kdir, "issuer", issuer, &url]),
+        py(&["mint", kdir, "rogue", issuer, &url]),
+    );
+    let status = |token: &str| {
+        let bearer = format!("Bearer {token}");
+        let h = [
+            ("content-type", "application/json"),
+            ("authorization", bearer.as_str()),
+        ];
+        http(&s.addr, "POST", "/mcp", &h, INIT).0
+    };
+    assert_eq!(status(&old), 200, "the issuer's key, fetched from the URL");
+    assert_eq!(status(&new), 401, "a key the JWKS does not hold");
+    py(&["rotate", kdir]);
+    let t0 = Instant::now();
+    while status(&new) != 200 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "the rotated key was not fetched"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!(
+        "rotation followed after {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    assert_eq!(status(&old), 401, "the rotated-out key still accepted");
+    let _ = issuer_http.kill();
+    let _ = issuer_http.wait();
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = serve_cmd(
+        dir.path(),
+        &key(),
+        &[
+            "--oauth-issuer",
+            issuer,
+            "--oauth-jwks",
+            "http://issuer.example/jwks.json",
+        ],
+        &[bundle("mcp-server-time")],
+    )
+    .output()
+    .expect("run serve");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("loopback"));
+}

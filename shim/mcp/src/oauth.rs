@@ -9,8 +9,6 @@
 //! this module picks the key, allows only asymmetric algorithms of the key's own family, and
 //! turns the claim into a user name.
 
-use std::path::Path;
-
 use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{json, Value};
@@ -44,7 +42,169 @@ pub struct OAuth {
     pub resource: String,
     /// The claim whose value is the session's user.
     pub user_claim: String,
-    keys: Vec<(Option<String>, DecodingKey)>,
+    /// Where the JWKS comes from (`--oauth-jwks`), read again by [`OAuth::refresh`].
+    pub source: Source,
+    keys: std::sync::RwLock<Keys>,
+}
+
+/// The issuer's keys, each with its `kid`.
+type Keys = Vec<(Option<String>, DecodingKey)>;
+
+/// Where the JWKS is read from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    File(std::path::PathBuf),
+    /// `https://...`, or `http://` on a loopback host only (a JWKS fetched in clear text from
+    /// elsewhere could be anyone's keys).
+    Url(url::Url),
+}
+
+impl Source {
+    /// `--oauth-jwks`: a URL when it starts with `http://` or `https://`, else a file.
+    pub fn parse(v: &str) -> Result<Source, String> {
+        if !(v.starts_with("http://") || v.starts_with("https://")) {
+            return Ok(Source::File(v.into()));
+        }
+        let u = url::Url::parse(v).map_err(|e| format!("{v}: {e}"))?;
+        if u.scheme() == "http" && !is_loopback(&u) {
+            return Err(format!(
+                "{v}: a JWKS over plain http only from a loopback host (use https)"
+            ));
+        }
+        Ok(Source::Url(u))
+    }
+
+    fn read(&self) -> Result<String, String> {
+        match self {
+            Source::File(p) => {
+                std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))
+            }
+            Source::Url(u) => fetch(u).map_err(|e| format!("{u}: {e}")),
+        }
+    }
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::File(p) => write!(f, "{}", p.display()),
+            Source::Url(u) => write!(f, "{u}"),
+        }
+    }
+}
+
+fn is_loopback(u: &url::Url) -> bool {
+    match u.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(a)) => a.is_loopback(),
+        Some(url::Host::Ipv6(a)) => a.is_loopback(),
+        None => false,
+    }
+}
+
+/// How long fetching the JWKS may take, and its largest size.
+const FETCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+const MAX_JWKS: usize = 1 << 20;
+
+/// GET a JWKS URL (blocking: at start, and on the refresh thread; never on serve's runtime).
+fn fetch(u: &url::Url) -> Result<String, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        tokio::time::timeout(FETCH_TIMEOUT, get(u))
+            .await
+            .map_err(|_| "timed out".to_string())?
+    })
+}
+
+async fn get(u: &url::Url) -> Result<String, String> {
+    use http_body_util::BodyExt;
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let https = u.scheme() == "https";
+    let host = u
+        .host_str()
+        .ok_or("no host")?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let port = u.port_or_known_default().ok_or("no port")?;
+    let mut path = u.path().to_string();
+    if let Some(q) = u.query() {
+        path = format!("{path}?{q}");
+    }
+    let authority = match u.port() {
+        Some(p) => format!("{}:{p}", u.host_str().unwrap_or_default()),
+        None => u.host_str().unwrap_or_default().to_string(),
+    };
+    let req = hyper::Request::get(path)
+        .header(hyper::header::HOST, authority)
+        .header(hyper::header::ACCEPT, "application/json")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .map_err(|x| e(&x))?;
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+        .await
+        .map_err(|x| e(&x))?;
+    let answer = if https {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|x| e(&x))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::try_from(host).map_err(|x| e(&x))?;
+        let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+            .connect(name, tcp)
+            .await
+            .map_err(|x| e(&x))?;
+        exchange(hyper_util::rt::TokioIo::new(tls), req).await?
+    } else {
+        exchange(hyper_util::rt::TokioIo::new(tcp), req).await?
+    };
+    let (parts, body) = answer.into_parts();
+    if parts.status != hyper::StatusCode::OK {
+        return Err(format!("answered {}", parts.status));
+    }
+    let bytes = http_body_util::Limited::new(body, MAX_JWKS)
+        .collect()
+        .await
+        .map_err(|x| e(&x))?
+        .to_bytes();
+    String::from_utf8(bytes.to_vec()).map_err(|_| "not UTF-8".to_string())
+}
+
+async fn exchange<I>(
+    io: I,
+    req: hyper::Request<http_body_util::Empty<bytes::Bytes>>,
+) -> Result<hyper::Response<hyper::body::Incoming>, String>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|x| x.to_string())?;
+    tokio::spawn(conn);
+    sender.send_request(req).await.map_err(|x| x.to_string())
+}
+
+/// The keys of a JWKS's text; refuses a set without keys or with a symmetric (`oct`) key.
+fn parse_jwks(text: &str) -> Result<Keys, String> {
+    let set: JwkSet = serde_json::from_str(text).map_err(|e| format!("not a JWKS: {e}"))?;
+    let mut keys = Vec::new();
+    for jwk in &set.keys {
+        if matches!(jwk.algorithm, AlgorithmParameters::OctetKey(_)) {
+            return Err("a symmetric (oct) key has no place in an issuer's JWKS".into());
+        }
+        let key = DecodingKey::from_jwk(jwk).map_err(|e| format!("a key: {e}"))?;
+        keys.push((jwk.common.key_id.clone(), key));
+    }
+    if keys.is_empty() {
+        return Err("the JWKS has no keys".into());
+    }
+    Ok(keys)
 }
 
 impl std::fmt::Debug for OAuth {
@@ -53,7 +213,7 @@ impl std::fmt::Debug for OAuth {
             .field("issuer", &self.issuer)
             .field("resource", &self.resource)
             .field("user_claim", &self.user_claim)
-            .field("keys", &self.keys.len())
+            .field("source", &self.source)
             .finish()
     }
 }
@@ -63,18 +223,20 @@ impl std::fmt::Debug for OAuth {
 pub struct Refused(pub String);
 
 impl OAuth {
-    /// Reads the issuer's JWKS from `jwks` (a JSON file `{"keys": [...]}`); refuses a set
-    /// without keys or with a symmetric (`oct`) key.
+    /// Reads the issuer's JWKS from `jwks` (a JSON file `{"keys": [...]}`, or a URL, see
+    /// [`Source::parse`]); refuses a set without keys or with a symmetric (`oct`) key.
     pub fn load(
         issuer: &str,
         resource: &str,
         user_claim: &str,
-        jwks: &Path,
+        jwks: &str,
     ) -> Result<OAuth, String> {
-        let text = std::fs::read_to_string(jwks)
-            .map_err(|e| format!("--oauth-jwks {}: {e}", jwks.display()))?;
-        OAuth::from_jwks(issuer, resource, user_claim, &text)
-            .map_err(|e| format!("--oauth-jwks {}: {e}", jwks.display()))
+        let source = Source::parse(jwks).map_err(|e| format!("--oauth-jwks {e}"))?;
+        let text = source.read().map_err(|e| format!("--oauth-jwks {e}"))?;
+        let mut o = OAuth::from_jwks(issuer, resource, user_claim, &text)
+            .map_err(|e| format!("--oauth-jwks {source}: {e}"))?;
+        o.source = source;
+        Ok(o)
     }
 
     /// As [`OAuth::load`], from the JWKS's text.
@@ -84,18 +246,7 @@ impl OAuth {
         user_claim: &str,
         text: &str,
     ) -> Result<OAuth, String> {
-        let set: JwkSet = serde_json::from_str(text).map_err(|e| format!("not a JWKS: {e}"))?;
-        let mut keys = Vec::new();
-        for jwk in &set.keys {
-            if matches!(jwk.algorithm, AlgorithmParameters::OctetKey(_)) {
-                return Err("a symmetric (oct) key has no place in an issuer's JWKS".into());
-            }
-            let key = DecodingKey::from_jwk(jwk).map_err(|e| format!("a key: {e}"))?;
-            keys.push((jwk.common.key_id.clone(), key));
-        }
-        if keys.is_empty() {
-            return Err("the JWKS has no keys".into());
-        }
+        let keys = parse_jwks(text)?;
         if issuer.is_empty() || resource.is_empty() || user_claim.is_empty() {
             return Err("the issuer, the resource and the user claim must not be empty".into());
         }
@@ -103,8 +254,36 @@ impl OAuth {
             issuer: issuer.to_string(),
             resource: resource.to_string(),
             user_claim: user_claim.to_string(),
-            keys,
+            source: Source::File(std::path::PathBuf::new()),
+            keys: std::sync::RwLock::new(keys),
         })
+    }
+
+    /// Reads the JWKS again from its source; on any failure the keys stay as they were.
+    pub fn refresh(&self) -> Result<usize, String> {
+        let keys = parse_jwks(&self.source.read()?)?;
+        let n = keys.len();
+        *self
+            .keys
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = keys;
+        Ok(n)
+    }
+
+    /// Refreshes the keys every `every` on a thread of its own (the issuer's key rotation;
+    /// a failure is told on stderr and the old keys serve on).
+    pub fn refresh_every(self: &std::sync::Arc<Self>, every: std::time::Duration) {
+        let me = std::sync::Arc::downgrade(self);
+        std::thread::spawn(move || loop {
+            std::thread::sleep(every);
+            let Some(o) = me.upgrade() else { return };
+            if let Err(e) = o.refresh() {
+                eprintln!(
+                    "germline serve: --oauth-jwks {}: refresh failed, keys kept: {e}",
+                    o.source
+                );
+            }
+        });
     }
 
     /// The protected-resource metadata (RFC 9728 section 2).
@@ -137,10 +316,14 @@ impl OAuth {
         if !ASYMMETRIC.contains(&header.alg) {
             return Err(refused("the token's algorithm is not accepted"));
         }
+        let keys = self
+            .keys
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let key = match &header.kid {
-            Some(kid) => self.keys.iter().find(|(k, _)| k.as_deref() == Some(kid)),
+            Some(kid) => keys.iter().find(|(k, _)| k.as_deref() == Some(kid)),
             // Without a `kid` only a set of one key says which key is meant.
-            None if self.keys.len() == 1 => self.keys.first(),
+            None if keys.len() == 1 => keys.first(),
             None => None,
         };
         let Some((_, key)) = key else {

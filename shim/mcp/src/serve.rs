@@ -66,9 +66,14 @@ pub struct ServeArgs {
         conflicts_with = "no_auth"
     )]
     pub oauth_issuer: Option<String>,
-    /// The issuer's public keys, a JWKS file (`{"keys": [...]}`), read at start.
-    #[arg(long, value_name = "FILE", requires = "oauth_issuer")]
-    pub oauth_jwks: Option<PathBuf>,
+    /// The issuer's public keys: a JWKS file (`{"keys": [...]}`) or URL (`https://`, or
+    /// `http://` on loopback), read at start and again every `--oauth-jwks-refresh`.
+    #[arg(long, value_name = "FILE|URL", requires = "oauth_issuer")]
+    pub oauth_jwks: Option<String>,
+    /// Seconds between reads of the JWKS (the issuer's key rotation).
+    #[arg(long, value_name = "SECS", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub oauth_jwks_refresh: u64,
     /// This server's resource URI, the audience (`aud`) a JWT must name; by default
     /// `http://LISTEN/mcp`.
     #[arg(long, value_name = "URL", requires = "oauth_issuer")]
@@ -340,7 +345,9 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
                 .unwrap_or_else(|| format!("http://{local}{MCP_PATH}"));
             let o = crate::oauth::OAuth::load(issuer, &resource, &a.oauth_user_claim, jwks)
                 .map_err(Error::OAuth)?;
-            Some(Arc::new(o))
+            let o = Arc::new(o);
+            o.refresh_every(std::time::Duration::from_secs(a.oauth_jwks_refresh));
+            Some(o)
         }
         _ => None,
     };
