@@ -1,6 +1,7 @@
 //! `germline serve` as its own process, for real (root, the example releases of
 //! bundles/build.sh, the agent venv of scripts/setup.d): the official MCP Python SDK calls
-//! `get_current_time` over Streamable HTTP; the token, Host and Origin guards; `/health`;
+//! `get_current_time` over Streamable HTTP; the token, Host and Origin guards; OAuth bearer JWTs
+//! of a local issuer (file and URL JWKS); `/health`;
 //! refusals at start; a clean stop on SIGTERM. With GERMLINE_REQUIRE_ROOT_TESTS=1 a test that
 //! cannot run fails instead of skipping.
 
