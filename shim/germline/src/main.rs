@@ -38,7 +38,7 @@ enum Command {
     /// The system service that runs `germline run` sessions for users who are not root.
     Daemon(germline_mcp::daemon::DaemonArgs),
     /// Serve signed releases to MCP clients over Streamable HTTP (bearer token, localhost only).
-    Serve(germline_mcp::serve::ServeArgs),
+    Serve(Box<germline_mcp::serve::ServeArgs>),
     /// Add `germline run` for a release to Claude Desktop's, VS Code's or Cursor's MCP
     /// configuration, or list the germline servers they have.
     Client(client_cmd::ClientArgs),

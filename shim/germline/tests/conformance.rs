@@ -283,3 +283,208 @@ fn the_checks_that_pass_unprotected_pass_under_germline() {
         "checks listed as gaps now pass under germline (remove them from GAPS and the docs): {gap_passes:?}"
     );
 }
+
+/// CLOCK_MONOTONIC in seconds (Python's `time.monotonic()` reads the same clock).
+fn monotonic() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+/// Whether `pid` runs (a zombie is gone).
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rfind(')')
+                .and_then(|i| s.get(i + 2..i + 3))
+                .map(|st| st != "Z")
+        })
+        .unwrap_or(false)
+}
+
+/// Copy cgroups (`germline/run-<serve pid>-*/copy-*`, cgroup v1 pids or v2) holding a task,
+/// with their running tasks.
+fn live_copies(serve: u32) -> Vec<(String, Vec<i32>)> {
+    let base = ["/sys/fs/cgroup/pids/germline", "/sys/fs/cgroup/germline"]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.is_dir());
+    let Some(base) = base else {
+        return Vec::new();
+    };
+    let prefix = format!("run-{serve}-");
+    let mut out = Vec::new();
+    for run in std::fs::read_dir(base).into_iter().flatten().flatten() {
+        if !run.file_name().to_string_lossy().starts_with(&prefix) {
+            continue;
+        }
+        for c in std::fs::read_dir(run.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if !c.file_name().to_string_lossy().starts_with("copy-") {
+                continue;
+            }
+            let procs: Vec<i32> = std::fs::read_to_string(c.path().join("cgroup.procs"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .filter(|p| running(*p))
+                .collect();
+            if !procs.is_empty() {
+                out.push((c.path().display().to_string(), procs));
+            }
+        }
+    }
+    out
+}
+
+/// Samples (monotonic time, live copy cgroups, their tasks) every millisecond.
+type Samples = Vec<(f64, Vec<String>, Vec<i32>)>;
+
+/// tests/run/cancel_client.py against `url`: its two JSON lines; with `serve`, the copies of
+/// that `germline serve` sampled meanwhile.
+fn cancel_over_http(url: &str, serve: Option<u32>) -> (Value, Value, Samples) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let stop = Arc::new(AtomicBool::new(false));
+    let samples: Arc<Mutex<Samples>> = Arc::default();
+    let watcher = serve.map(|pid| {
+        let (stop, samples) = (stop.clone(), samples.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let live = live_copies(pid);
+                let t = monotonic();
+                let cgs = live.iter().map(|(c, _)| c.clone()).collect();
+                let pids = live.into_iter().flat_map(|(_, p)| p).collect();
+                if let Ok(mut s) = samples.lock() {
+                    s.push((t, cgs, pids));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    });
+    let out = Command::new(AGENT_PYTHON)
+        .arg(repo().join("tests/run/cancel_client.py"))
+        .arg(url)
+        .output()
+        .expect("run the cancel client");
+    stop.store(true, Ordering::SeqCst);
+    if let Some(h) = watcher {
+        h.join().expect("watcher");
+    }
+    assert!(
+        out.status.success(),
+        "the cancel client failed against {url}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut lines = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line"));
+    let (sent, after) = (lines.next(), lines.next());
+    let samples = std::mem::take(&mut *samples.lock().expect("samples"));
+    (
+        sent.expect("the cancel line"),
+        after.expect("the after line"),
+        samples,
+    )
+}
+
+/// Issue 29 over Streamable HTTP: a long call (the server waits for a sampling answer the agent
+/// never gives) is pinged, then cancelled with `notifications/cancelled` by the official Python
+/// SDK client. Under germline the ping is answered at once, the call's copies are killed and
+/// their cgroups emptied (measured, printed), the agent gets nothing for the cancelled id, and
+/// the next call is served at once; unprotected on the same calls side by side.
+#[test]
+fn a_cancel_over_http_kills_the_calls_copies_and_a_ping_is_answered_meanwhile() {
+    if !can_run() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_plain, plain_url) = unprotected();
+    let (p_sent, p_after, _) = cancel_over_http(&plain_url, None);
+    let (serve, serve_url) = under_germline(dir.path());
+    let (g_sent, g_after, samples) = cancel_over_http(&serve_url, Some(serve.0.id()));
+    let t = g_sent["cancel_monotonic"].as_f64().expect("cancel time");
+    let before = samples.iter().rev().find(|(at, _, _)| *at < t);
+    let (copies, gone_ms) = match before {
+        Some((_, cgs, pids)) => {
+            let gone = samples.iter().find(|(at, live, alive)| {
+                *at >= t
+                    && live.iter().all(|c| !cgs.contains(c))
+                    && pids.iter().all(|p| !alive.contains(p))
+            });
+            (cgs.len(), gone.map(|(at, _, _)| (at - t) * 1000.0))
+        }
+        None => (0, None),
+    };
+    let f = |v: &Value, k: &str| v[k].as_f64().map_or("-".into(), |x| format!("{x:.1} ms"));
+    eprintln!(
+        "over HTTP    | ping during call | answers for the cancelled id | next call  | copies"
+    );
+    for (name, after) in [("unprotected", &p_after), ("germline", &g_after)] {
+        eprintln!(
+            "{name:<12} | {:>16} | {:<28} | {:>10} | {}",
+            f(after, "ping_ms"),
+            after["late"].to_string(),
+            f(after, "next_ms"),
+            if name == "germline" {
+                format!(
+                    "{copies} live at the cancel, cgroups empty after {}",
+                    gone_ms.map_or("-".into(), |x| format!("{x:.1} ms"))
+                )
+            } else {
+                "-".into()
+            }
+        );
+    }
+    for (name, sent, after) in [
+        ("unprotected", &p_sent, &p_after),
+        ("germline", &g_sent, &g_after),
+    ] {
+        assert_eq!(sent["answered_before"], false, "{name}: {sent}");
+        assert_eq!(
+            after["cancel_sent"].as_array().map(Vec::len),
+            Some(1),
+            "{name}: the SDK sent notifications/cancelled: {after}"
+        );
+        let late = after["late"].as_array().cloned().unwrap_or_default();
+        // The Python SDK's own server answers the cancelled id with an error (-32800); no
+        // result, from either.
+        assert!(
+            late.iter().all(|m| m.get("result").is_none()),
+            "{name}: a result for the cancelled id: {late:?}"
+        );
+        assert_eq!(after["next_ok"], true, "{name}: {after}");
+        // At once: generous bounds on a loaded 2-core machine, far below the call's 60 s.
+        let ping = after["ping_ms"].as_f64().unwrap_or(f64::MAX);
+        assert!(ping < 2000.0, "{name}: ping took {ping} ms");
+        let next = after["next_ms"].as_f64().unwrap_or(f64::MAX);
+        assert!(next < 5000.0, "{name}: next call took {next} ms");
+    }
+    // germline: the stream ends without any message for that id. The SDK's transport then
+    // resolves its own waiter with a message it makes (CONNECTION_CLOSED, -32000, "SSE stream
+    // ended without a response"), which never came over the wire; nothing else may be there.
+    let from_server: Vec<&Value> = g_after["late"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["error"]["message"] != "SSE stream ended without a response")
+        .collect();
+    assert!(
+        from_server.is_empty(),
+        "germline answered the cancelled id: {g_after}"
+    );
+    // One group here (no labelled data in the call): its copy, killed with its tasks.
+    assert!(copies >= 1, "the call's copies were live at the cancel");
+    let gone = gone_ms.expect("the copies' cgroups emptied within the samples");
+    // The issue's target is 100 ms (printed above); asserted generously on a loaded machine.
+    assert!(gone < 1000.0, "copies gone after {gone:.1} ms");
+}

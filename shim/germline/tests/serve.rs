@@ -1,6 +1,7 @@
 //! `germline serve` as its own process, for real (root, the example releases of
 //! bundles/build.sh, the agent venv of scripts/setup.d): the official MCP Python SDK calls
-//! `get_current_time` over Streamable HTTP; the token, Host and Origin guards; `/health`;
+//! `get_current_time` over Streamable HTTP; the token, Host and Origin guards; OAuth bearer JWTs
+//! of a local issuer (file and URL JWKS); `/health`;
 //! refusals at start; a clean stop on SIGTERM. With GERMLINE_REQUIRE_ROOT_TESTS=1 a test that
 //! cannot run fails instead of skipping.
 
@@ -982,4 +983,238 @@ fn serve_allows_the_hosts_and_origins_it_is_told() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("wildcard"), "{bad:?}: {err}");
     }
+}
+
+/// OAuth 2.1 resource server (issue 29): a local issuer whose RSA key the test makes; the MCP
+/// SDK client sends the bearer JWT. Expired, wrong-audience, wrong-issuer and wrong-key tokens
+/// get 401 with the RFC 9728 challenge; a good one's configured claim becomes the user; the
+/// static token keeps working.
+#[test]
+fn serve_accepts_jwts_of_its_oauth_issuer_and_names_the_claimed_user() {
+    if !can_run() {
+        return;
+    }
+    let keys = tempfile::tempdir().expect("tempdir");
+    let made = Command::new(AGENT_PYTHON)
+        .arg(repo().join("tests/run/oauth_client.py"))
+        .arg("keys")
+        .arg(keys.path())
+        .output()
+        .expect("make the issuer's keys");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let issuer = "https://issuer.test";
+    let jwks = keys.path().join("jwks.json");
+    let jwks = jwks.to_str().expect("a UTF-8 path");
+    let s = Serve::start(
+        &[
+            "--oauth-issuer",
+            issuer,
+            "--oauth-jwks",
+            jwks,
+            "--oauth-user-claim",
+            "preferred_username",
+        ],
+        &[bundle("mcp-server-time")],
+    );
+    let out = Command::new(AGENT_PYTHON)
+        .arg(repo().join("tests/run/oauth_client.py"))
+        .arg("check")
+        .arg(s.url())
+        .arg(keys.path())
+        .arg(issuer)
+        .arg(s.token_file.as_ref().expect("a generated token"))
+        .output()
+        .expect("run the MCP client");
+    assert!(
+        out.status.success(),
+        "the OAuth check failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).expect("the client's JSON");
+    eprintln!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+    let base = format!("http://{}", s.addr);
+    assert_eq!(r["metadata"]["status"], 200, "{r}");
+    assert_eq!(r["metadata"]["body"]["resource"], s.url(), "{r}");
+    assert_eq!(
+        r["metadata"]["body"]["authorization_servers"],
+        serde_json::json!([issuer]),
+        "{r}"
+    );
+    let challenge = format!("resource_metadata=\"{base}/.well-known/oauth-protected-resource\"");
+    for (case, why) in [
+        ("none", "a bearer token is required"),
+        ("expired", "expired"),
+        ("wrong_audience", "not for this resource"),
+        ("wrong_issuer", "not from the configured issuer"),
+        ("wrong_key", "signature does not verify"),
+    ] {
+        let c = &r[case];
+        assert_eq!(c["status"], 401, "{case}: {c}");
+        let www = c["www_authenticate"].as_str().unwrap_or_default();
+        assert!(
+            www.starts_with("Bearer ") && www.contains(&challenge),
+            "{case}: {www}"
+        );
+        assert_eq!(
+            www.contains("invalid_token"),
+            case != "none",
+            "{case}: {www}"
+        );
+        let msg = c["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(why), "{case}: {msg}");
+        assert_eq!(
+            c["sdk"]["ok"], false,
+            "{case}: the SDK client got through: {c}"
+        );
+    }
+    let good = &r["good"];
+    assert_eq!(good["ok"], true, "{good}");
+    assert_eq!(good["tool_ok"], true, "{good}");
+    assert_eq!(good["status_user"], "carol", "{good}");
+    assert_eq!(
+        good["session_users"],
+        serde_json::json!(["carol"]),
+        "{good}"
+    );
+    let stat = &r["static"];
+    assert_eq!(stat["ok"], true, "{stat}");
+    assert_eq!(stat["tool_ok"], true, "{stat}");
+    assert_ne!(stat["status_user"], "carol", "{stat}");
+
+    // A JWKS with a symmetric key is refused at start.
+    let oct = keys.path().join("oct.json");
+    std::fs::write(
+        &oct,
+        r#"{"keys":[{"kty":"oct","k":"c2VjcmV0c2VjcmV0c2VjcmV0"}]}"#,
+    )
+    .expect("write");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let oct = oct.to_str().expect("a UTF-8 path");
+    let out = serve_cmd(
+        dir.path(),
+        &key(),
+        &["--oauth-issuer", issuer, "--oauth-jwks", oct],
+        &[bundle("mcp-server-time")],
+    )
+    .output()
+    .expect("run serve");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("symmetric"));
+}
+
+/// `--oauth-jwks` as a URL (loopback http here; `https` elsewhere): the keys are fetched at
+/// start and again every `--oauth-jwks-refresh`, so an issuer's key rotation is followed
+/// without a restart. Plain http to a host that is not loopback is refused at start.
+#[test]
+fn serve_fetches_the_issuers_jwks_from_a_url_and_follows_its_rotation() {
+    if !can_run() {
+        return;
+    }
+    let keys = tempfile::tempdir().expect("tempdir");
+    let py = |args: &[&str]| {
+        let out = Command::new(AGENT_PYTHON)
+            .arg(repo().join("tests/run/oauth_client.py"))
+            .args(args)
+            .output()
+            .expect("run oauth_client.py");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let kdir = keys.path().to_str().expect("a UTF-8 path");
+    py(&["keys", kdir]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let mut issuer_http = Command::new(AGENT_PYTHON)
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .arg("--directory")
+        .arg(keys.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the issuer's JWKS server");
+    let t0 = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the JWKS server did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let issuer = "https://issuer.test";
+    let jwks_url = format!("http://127.0.0.1:{port}/jwks.json");
+    let s = Serve::start(
+        &[
+            "--oauth-issuer",
+            issuer,
+            "--oauth-jwks",
+            &jwks_url,
+            "--oauth-jwks-refresh",
+            "1",
+        ],
+        &[bundle("mcp-server-time")],
+    );
+    let url = s.url();
+    let (old, new) = (
+        py(&["mint", kdir, "issuer", issuer, &url]),
+        py(&["mint", kdir, "rogue", issuer, &url]),
+    );
+    let status = |token: &str| {
+        let bearer = format!("Bearer {token}");
+        let h = [
+            ("content-type", "application/json"),
+            ("authorization", bearer.as_str()),
+        ];
+        http(&s.addr, "POST", "/mcp", &h, INIT).0
+    };
+    assert_eq!(status(&old), 200, "the issuer's key, fetched from the URL");
+    assert_eq!(status(&new), 401, "a key the JWKS does not hold");
+    py(&["rotate", kdir]);
+    let t0 = Instant::now();
+    while status(&new) != 200 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "the rotated key was not fetched"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!(
+        "rotation followed after {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    assert_eq!(status(&old), 401, "the rotated-out key still accepted");
+    let _ = issuer_http.kill();
+    let _ = issuer_http.wait();
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = serve_cmd(
+        dir.path(),
+        &key(),
+        &[
+            "--oauth-issuer",
+            issuer,
+            "--oauth-jwks",
+            "http://issuer.example/jwks.json",
+        ],
+        &[bundle("mcp-server-time")],
+    )
+    .output()
+    .expect("run serve");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("loopback"));
 }

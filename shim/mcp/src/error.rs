@@ -98,6 +98,9 @@ pub enum Error {
         .0.display(), crate::serve::MIN_TOKEN
     )]
     Token(PathBuf),
+    /// `--oauth-issuer`/`--oauth-jwks`: the JWKS cannot serve.
+    #[error("oauth: {0}")]
+    OAuth(String),
     /// A line of the `--users` file (`FILE:LINE`), or the whole file.
     #[error("users {at}: {message}")]
     Users { at: String, message: String },

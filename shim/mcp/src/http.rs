@@ -87,6 +87,8 @@ pub struct HttpConfig {
     pub tokens: Option<Vec<Bearer>>,
     /// The user of every session with `--no-auth`.
     pub anonymous_user: String,
+    /// Bearer JWTs of an OAuth issuer, accepted besides the static tokens (`--oauth-*`).
+    pub oauth: Option<Arc<crate::oauth::OAuth>>,
     /// Most live sessions, and how long one may stay unused.
     pub max_sessions: usize,
     pub idle_timeout: Duration,
@@ -592,30 +594,55 @@ impl Http {
         None
     }
 
-    /// The bearer token's user, or the refusal.
+    /// The bearer token's user, or the refusal: a static token first, then (with
+    /// `--oauth-*`) a JWT of the issuer.
     fn authorize(&self, h: &HeaderMap) -> Result<String, Box<Resp>> {
-        let Some(tokens) = &self.cfg.tokens else {
-            return Ok(self.cfg.anonymous_user.clone());
+        let oauth = self.cfg.oauth.as_deref();
+        let tokens = match &self.cfg.tokens {
+            None if oauth.is_none() => return Ok(self.cfg.anonymous_user.clone()),
+            None => &[][..],
+            Some(t) => &t[..],
         };
-        if let Some(user) = bearer_user(h.get("authorization"), tokens) {
+        let header = h.get("authorization");
+        if let Some(user) = bearer_user(header, tokens) {
             return Ok(user.to_string());
+        }
+        let mut why = None;
+        let given = header.and_then(|v| v.to_str().ok());
+        let jwt = given
+            .and_then(|v| v.trim().split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| t.trim());
+        if let Some(o) = oauth {
+            if let Some(jwt) = jwt {
+                match o.user(jwt) {
+                    Ok(user) => return Ok(user),
+                    Err(crate::oauth::Refused(w)) => why = Some(w),
+                }
+            }
         }
         let mut r = refuse(
             StatusCode::UNAUTHORIZED,
             &Value::Null,
             INVALID_REQUEST,
-            "germline: a bearer token is required (Authorization: Bearer <token from the \
-             file germline serve printed>)",
+            &match &why {
+                Some(w) => format!("germline: the bearer token is refused: {w}"),
+                None => "germline: a bearer token is required (Authorization: Bearer <token from \
+                         the file germline serve printed, or of the OAuth issuer>)"
+                    .to_string(),
+            },
         );
-        let challenge = if h.contains_key("authorization") {
-            "Bearer realm=\"germline\", error=\"invalid_token\""
-        } else {
-            "Bearer realm=\"germline\""
-        };
-        r.headers_mut().insert(
-            hyper::header::WWW_AUTHENTICATE,
-            HeaderValue::from_static(challenge),
-        );
+        let mut challenge = String::from("Bearer realm=\"germline\"");
+        if h.contains_key("authorization") {
+            challenge.push_str(", error=\"invalid_token\"");
+        }
+        if let Some(o) = oauth {
+            // RFC 9728 section 5.1: where a client finds the authorization server.
+            challenge.push_str(&format!(", resource_metadata=\"{}\"", o.metadata_url()));
+        }
+        if let Ok(v) = HeaderValue::from_str(&challenge) {
+            r.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, v);
+        }
         Err(Box::new(r))
     }
 
@@ -633,6 +660,17 @@ impl Http {
                 Method::GET | Method::HEAD => json_response(StatusCode::OK, &self.health),
                 _ => with_allow(empty(StatusCode::METHOD_NOT_ALLOWED), "GET"),
             };
+        }
+        if let Some(o) = &self.cfg.oauth {
+            // The metadata needs no token: a client reads it to learn where to get one.
+            if path == crate::oauth::METADATA_PATH
+                || path == format!("{}{MCP_PATH}", crate::oauth::METADATA_PATH)
+            {
+                return match *req.method() {
+                    Method::GET | Method::HEAD => json_response(StatusCode::OK, &o.metadata()),
+                    _ => with_allow(empty(StatusCode::METHOD_NOT_ALLOWED), "GET"),
+                };
+            }
         }
         if self.board.is_some() && path.starts_with("/status") {
             return self.status(req).await;

@@ -14,6 +14,7 @@ pub mod daemon;
 pub mod error;
 pub mod http;
 pub mod jsonrpc;
+pub mod oauth;
 pub mod router;
 pub mod serve;
 pub mod session;

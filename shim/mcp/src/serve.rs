@@ -57,6 +57,30 @@ pub struct ServeArgs {
     /// Serve without a bearer token (any local process may then call the tools).
     #[arg(long)]
     pub no_auth: bool,
+    /// Accept bearer JWTs of this OAuth 2.1 authorization server (its `iss`), besides the
+    /// static tokens; needs `--oauth-jwks` (docs/run.md, "OAuth").
+    #[arg(
+        long,
+        value_name = "URL",
+        requires = "oauth_jwks",
+        conflicts_with = "no_auth"
+    )]
+    pub oauth_issuer: Option<String>,
+    /// The issuer's public keys: a JWKS file (`{"keys": [...]}`) or URL (`https://`, or
+    /// `http://` on loopback), read at start and again every `--oauth-jwks-refresh`.
+    #[arg(long, value_name = "FILE|URL", requires = "oauth_issuer")]
+    pub oauth_jwks: Option<String>,
+    /// Seconds between reads of the JWKS (the issuer's key rotation).
+    #[arg(long, value_name = "SECS", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub oauth_jwks_refresh: u64,
+    /// This server's resource URI, the audience (`aud`) a JWT must name; by default
+    /// `http://LISTEN/mcp`.
+    #[arg(long, value_name = "URL", requires = "oauth_issuer")]
+    pub oauth_resource: Option<String>,
+    /// The JWT claim whose value is the session's user.
+    #[arg(long, value_name = "CLAIM", default_value = "sub")]
+    pub oauth_user_claim: String,
     /// Host names or addresses a request's `Host` may name besides localhost (comma
     /// separated, no wildcard): a Kubernetes Service's or an Ingress's name (docs/run.md).
     #[arg(long, value_delimiter = ',', value_parser = crate::allow::parse_host)]
@@ -169,7 +193,7 @@ fn read_token(path: &Path) -> Result<Token, Error> {
 }
 
 /// A user name of `--users`: letters, digits, `.`, `_`, `-`, `@`, at most 64.
-fn user_ok(u: &str) -> bool {
+pub(crate) fn user_ok(u: &str) -> bool {
     !u.is_empty()
         && u.len() <= 64
         && u.bytes()
@@ -313,6 +337,20 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
     } else {
         Some(generate_token()?)
     };
+    let oauth = match (&a.oauth_issuer, &a.oauth_jwks) {
+        (Some(issuer), Some(jwks)) => {
+            let resource = a
+                .oauth_resource
+                .clone()
+                .unwrap_or_else(|| format!("http://{local}{MCP_PATH}"));
+            let o = crate::oauth::OAuth::load(issuer, &resource, &a.oauth_user_claim, jwks)
+                .map_err(Error::OAuth)?;
+            let o = Arc::new(o);
+            o.refresh_every(std::time::Duration::from_secs(a.oauth_jwks_refresh));
+            Some(o)
+        }
+        _ => None,
+    };
     let mut broker = a.broker.start(&a.policy)?;
     let metrics = match a.telemetry.metrics_listen {
         Some(addr) => {
@@ -401,6 +439,7 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
         HttpConfig {
             tokens,
             anonymous_user: default_user(),
+            oauth: oauth.clone(),
             max_sessions: a.max_sessions,
             idle_timeout: std::time::Duration::from_secs(a.session_idle_timeout),
             extra_hosts: crate::http::extra_hosts_for(local.ip())
@@ -440,6 +479,15 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
         (None, None) => {
             eprintln!("germline serve: warning: --no-auth, any local process may call")
         }
+    }
+    if let Some(o) = &oauth {
+        eprintln!(
+            "germline serve: bearer JWTs of {} for {} (user: claim {}), metadata at {}",
+            o.issuer,
+            o.resource,
+            o.user_claim,
+            o.metadata_url()
+        );
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let served = tokio::runtime::Builder::new_multi_thread()
