@@ -87,7 +87,7 @@ def run_case(case: str, w: dict, a: argparse.Namespace) -> dict:
             continue
         if isinstance(e, dict) and e.get("evidence") in ("verdict", "rerun failed"):
             verdicts.append(e)
-    listing = subprocess.run([a.germline, "witness", "list", "--evidence", str(evidence)],
+    listing = subprocess.run([a.germline, "witness", "list", "--json", "--evidence", str(evidence)],
                              capture_output=True, text=True, timeout=60)
     return {
         "case": case, "error": res.error,
