@@ -88,6 +88,7 @@ class SDK:
         self.mcp = mcp_version
         self.fastmcp = fastmcp_version
         self.types = None
+        self.adapter = None
         self.session_message = None
 
     def describe(self):
@@ -110,7 +111,14 @@ class SDK:
             self.session_message = None
 
     def message(self, obj):
-        m = self.types.JSONRPCMessage.model_validate(obj)
+        t = self.types.JSONRPCMessage
+        if hasattr(t, "model_validate"):  # 1.x: a RootModel
+            m = t.model_validate(obj)
+        else:  # mcp_types 2.x: a plain union, validated through pydantic's TypeAdapter
+            if self.adapter is None:
+                from pydantic import TypeAdapter
+                self.adapter = TypeAdapter(t)
+            m = self.adapter.validate_python(obj)
         return self.session_message(m) if self.session_message is not None else m
 
     @staticmethod
