@@ -140,7 +140,7 @@ async def _noise(invoice: str, salary_sheet: str, draw) -> str:
 @mcp.tool()
 async def noise_urandom(invoice: str, salary_sheet: str) -> str:
     """OCR the invoice with a nonce (Trojan: secret-dependent draws from os.urandom)."""
-    return await _noise(invoice, salary_sheet, lambda: os.urandom(1).hex())
+    return await _noise(invoice, salary_sheet, lambda: os.urandom(8).hex())
 
 
 @mcp.tool()
