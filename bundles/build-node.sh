@@ -19,18 +19,7 @@ npm="$(command -v npm)" || { echo "bundles: npm is required" >&2; exit 1; }
 [ -f "$out/keys/cosign.key" ] || { echo "bundles: $out/keys missing (run bundles/build.sh first)" >&2; exit 1; }
 (cd "$root" && cargo build -q -p germline)
 
-copy_with_libs() { # copy an ELF file and every shared library it needs into the rootfs
-    local rootfs="$1"; shift
-    for f in "$@"; do
-        ldd "$f" 2>/dev/null | awk '/=> \//{print $3} /^\s*\/lib/{print $1}' | while read -r lib; do
-            local real; real="$(readlink -f "$lib")"
-            local dest="$rootfs/usr${lib#/usr}"
-            [ -e "$dest" ] && continue
-            mkdir -p "$(dirname "$dest")"
-            cp -L "$real" "$dest"
-        done
-    done
-}
+source "$here/lib.sh"  # copy_with_libs
 
 dirs=("$@")
 if [ ${#dirs[@]} -eq 0 ]; then
@@ -40,7 +29,7 @@ for dir in "${dirs[@]}"; do
     manifest="$here/node/$dir/manifest.json"
     name="$(node -e 'console.log(require(process.argv[1]).name)' "$manifest")"
     version="$(node -e 'console.log(require(process.argv[1]).version)' "$manifest")"
-    stamp="$( (cat "$manifest" "$here/build-node.sh"; "$node" --version) | sha256sum | cut -c1-16)"
+    stamp="$( (cat "$manifest" "$here/build-node.sh" "$here/lib.sh"; "$node" --version) | sha256sum | cut -c1-16)"
     dest="$out/$name"
     if [ -f "$dest/stamp" ] && [ "$(cat "$dest/stamp")" = "$stamp" ] && [ -d "$dest/image" ]; then
         echo "bundles: $name $version already built"

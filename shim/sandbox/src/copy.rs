@@ -312,20 +312,7 @@ impl Copy {
     /// Private memory of the copy in bytes (Private_Clean + Private_Dirty of smaps_rollup), of
     /// its reaper and tool together when it has one.
     pub fn private_memory(&self) -> Option<u64> {
-        let mut kb = 0;
-        for pid in std::iter::once(self.pid).chain(self.tool) {
-            let s = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
-            kb += s
-                .lines()
-                .filter(|l| l.starts_with("Private_Clean:") || l.starts_with("Private_Dirty:"))
-                .filter_map(|l| {
-                    l.split_whitespace()
-                        .nth(1)
-                        .and_then(|v| v.parse::<u64>().ok())
-                })
-                .sum::<u64>();
-        }
-        Some(kb * 1024)
+        germline_sys::procfs::private_memory(std::iter::once(self.pid).chain(self.tool))
     }
 
     /// Asks a checked, data-free pool copy to run the germline's warming session once more

@@ -120,20 +120,7 @@ impl Spawned {
 
     /// Private memory of every process of the copy (bytes).
     pub fn private_memory(&self) -> Option<u64> {
-        let mut kb = 0;
-        for pid in self.cgroup.procs().ok()? {
-            let s = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
-            kb += s
-                .lines()
-                .filter(|l| l.starts_with("Private_Clean:") || l.starts_with("Private_Dirty:"))
-                .filter_map(|l| {
-                    l.split_whitespace()
-                        .nth(1)
-                        .and_then(|v| v.parse::<u64>().ok())
-                })
-                .sum::<u64>();
-        }
-        Some(kb * 1024)
+        germline_sys::procfs::private_memory(self.cgroup.procs().ok()?)
     }
 
     /// A request with every message the copy sends meanwhile handed to `handler` (see
