@@ -285,16 +285,16 @@ pub fn major_minor(dev: u64) -> (u32, u32) {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn private_kb_adds_clean_and_dirty_only() {
-        let text = "55a0-7ffe ---p 00000000 00:00 0 [rollup]\nRss: 900 kB\nPrivate_Clean: 120 kB\nPrivate_Dirty: 3 kB\nShared_Clean: 700 kB\n";
-        assert_eq!(super::parse_private_kb(text), 123);
-    }
-
     //! The parsers on `/proc` files recorded from real germlines and copies (germline-sandbox's
     //! `tests/fixtures/proc/`, the fixtures of its check rules).
 
     use super::*;
+
+    #[test]
+    fn private_kb_adds_clean_and_dirty_only() {
+        let text = "55a0-7ffe ---p 00000000 00:00 0 [rollup]\nRss: 900 kB\nPrivate_Clean: 120 kB\nPrivate_Dirty: 3 kB\nShared_Clean: 700 kB\n";
+        assert_eq!(parse_private_kb(text), 123);
+    }
 
     fn fixture(name: &str, file: &str) -> String {
         let p = format!(
