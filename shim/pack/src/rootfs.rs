@@ -184,7 +184,7 @@ fn find_so(dir: &Path, out: &mut Vec<PathBuf>) {
 
 /// The libraries `ldd` lists for `files`, each copied to its own path under `root` (under
 /// `usr/` when the path is `/lib...`, as the rootfs's `/lib` is a link to `usr/lib`).
-fn copy_with_libraries(root: &Path, files: &[PathBuf]) -> Result<()> {
+pub(crate) fn copy_with_libraries(root: &Path, files: &[PathBuf]) -> Result<()> {
     let mut libs = BTreeSet::new();
     for chunk in files.chunks(64) {
         let out = Command::new("ldd")
@@ -223,16 +223,16 @@ pub fn ldd_paths(text: &str) -> Vec<PathBuf> {
     out
 }
 
-fn mkdir(p: &Path) -> Result<()> {
+pub(crate) fn mkdir(p: &Path) -> Result<()> {
     std::fs::create_dir_all(p).map_err(|e| Error::io(p.display(), e))
 }
 
-fn symlink(to: &str, at: &Path) -> Result<()> {
+pub(crate) fn symlink(to: &str, at: &Path) -> Result<()> {
     std::os::unix::fs::symlink(to, at).map_err(|e| Error::io(at.display(), e))
 }
 
 /// A regular file's contents and mode (following links: the rootfs holds the file itself).
-fn copy_file(from: &Path, to: &Path) -> Result<()> {
+pub(crate) fn copy_file(from: &Path, to: &Path) -> Result<()> {
     if let Some(parent) = to.parent() {
         mkdir(parent)?;
     }

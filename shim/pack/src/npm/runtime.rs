@@ -1,0 +1,79 @@
+//! The Node runtime of a release's rootfs: the host's `node` (one ELF file: its standard
+//! library is built into it) and the shared libraries `ldd` names, at their own paths, with
+//! the mount points of the germline's copies, the CA bundle and an `/etc/passwd` (Node's
+//! `os.userInfo()` reads it). docs/release.md, "Packing from npm", says why the host's Node.
+
+use std::path::Path;
+
+use crate::rootfs::{copy_file, copy_with_libraries, mkdir, symlink};
+use crate::{Error, Result};
+
+/// Where `node` is in the rootfs (the manifest's first `entry` word).
+pub const NODE: &str = "/usr/bin/node";
+
+/// The host's Node.js (Debian's `nodejs` package).
+pub const DEFAULT_NODE: &str = "/usr/bin/node";
+
+/// `node` and what it needs into `root` (which may already hold `/app`).
+pub fn node_runtime(node: &Path, root: &Path) -> Result<()> {
+    let real = std::fs::canonicalize(node).map_err(|e| Error::io(node.display(), e))?;
+    let mut magic = [0u8; 4];
+    let elf = std::fs::File::open(&real)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+        .is_ok()
+        && magic == *b"\x7fELF";
+    if !elf {
+        return Err(Error::Entry(format!(
+            "--node {}: not an ELF executable (give the node binary itself, not a wrapper \
+             script)",
+            node.display()
+        )));
+    }
+    // /dev, /proc, /run and /tmp are the copies' mount points (empty, signed).
+    for d in [
+        "usr/bin",
+        "usr/lib",
+        "usr/lib64",
+        "etc/ssl/certs",
+        "dev",
+        "proc",
+        "run",
+        "tmp",
+    ] {
+        mkdir(&root.join(d))?;
+    }
+    for (link, to) in [
+        ("bin", "usr/bin"),
+        ("lib", "usr/lib"),
+        ("lib64", "usr/lib64"),
+    ] {
+        symlink(to, &root.join(link))?;
+    }
+    copy_file(&real, &root.join(NODE.trim_start_matches('/')))?;
+    copy_with_libraries(root, &[real])?;
+    let ld = Path::new("/lib64/ld-linux-x86-64.so.2");
+    let ld_dest = root.join("usr/lib64/ld-linux-x86-64.so.2");
+    if ld.exists() && !ld_dest.exists() {
+        copy_file(ld, &ld_dest)?;
+    }
+    copy_file(
+        Path::new("/etc/ssl/certs/ca-certificates.crt"),
+        &root.join("etc/ssl/certs/ca-certificates.crt"),
+    )?;
+    let passwd = root.join("etc/passwd");
+    std::fs::write(
+        &passwd,
+        "root:x:0:0:root:/:/bin/false\nnobody:x:65534:65534:nobody:/:/bin/false\n",
+    )
+    .map_err(|e| Error::io(passwd.display(), e))
+}
+
+/// `node --version` of the host's Node (for the pack's JSON and the error of a package whose
+/// `engines.node` it does not meet).
+pub fn version(node: &Path) -> Result<String> {
+    let out = crate::source::run(
+        std::process::Command::new(node).arg("--version"),
+        "node --version",
+    )?;
+    Ok(String::from_utf8_lossy(&out).trim().to_string())
+}
