@@ -41,6 +41,7 @@ for dir in "${dirs[@]}"; do
     fi
     rm -rf "$dest"; mkdir -p "$dest"
     work="$(mktemp -d "$out/.work-$name.XXXXXX")"
+    chmod 755 "$work"  # the probe's sandbox enters it (mktemp makes it 0700)
     trap 'rm -rf "$work"' EXIT
     # The rootfs and a draft manifest, unsigned, as an image layout.
     "$germline" release pack --json --from "npm:@modelcontextprotocol/$dir@$version" \

@@ -41,8 +41,31 @@ pub fn launch_spec(root: &Path, entry: &[String], readable_paths: &[String]) -> 
     }
 }
 
+/// Refuses a rootfs below a directory others cannot enter (`mktemp -d`'s 0700, `/root`): the
+/// copy's keeper, in its own user namespace, then cannot bind the rootfs, and the launcher
+/// only says "Permission denied".
+pub fn reachable(root: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    for dir in root.ancestors().skip(1) {
+        let Ok(meta) = std::fs::metadata(dir) else {
+            continue;
+        };
+        if meta.permissions().mode() & 0o001 == 0 {
+            return Err(Error::Entry(format!(
+                "{} (mode {:o}) is not searchable by others, so the sandbox cannot reach the \
+                 rootfs below it: give --out in a directory with o+x on its whole path (e.g. \
+                 under /var/tmp), or chmod o+x it",
+                dir.display(),
+                meta.permissions().mode() & 0o7777
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Spawns one copy of the draft, lists its tools (every page), kills it.
 pub fn list_tools(spec: LaunchSpec, name: &str) -> Result<Vec<String>> {
+    reachable(&spec.rootfs)?;
     let id = format!("pack-{}-{name}", std::process::id());
     let mut opts = SpawnOptions::new(&id);
     opts.pool = 0;
