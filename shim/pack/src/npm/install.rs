@@ -125,8 +125,9 @@ fn explain(e: Error, spec: &NpmSpec) -> Error {
     .any(|c| stderr.contains(c))
     {
         format!(
-            "npm could not reach the registry for {} and has no lock of it in the cache: \
-             pack it once with the network (then again offline, with the same --cache)",
+            "npm could not reach the registry for {}, and the cache cannot install it \
+             offline (no lock of it there, or its tarballs are gone): pack it once with the \
+             network (then again offline, with the same --cache)",
             spec.requirement()
         )
     } else {
