@@ -67,13 +67,3 @@ pub fn node_runtime(node: &Path, root: &Path) -> Result<()> {
     )
     .map_err(|e| Error::io(passwd.display(), e))
 }
-
-/// `node --version` of the host's Node (for the pack's JSON and the error of a package whose
-/// `engines.node` it does not meet).
-pub fn version(node: &Path) -> Result<String> {
-    let out = crate::source::run(
-        std::process::Command::new(node).arg("--version"),
-        "node --version",
-    )?;
-    Ok(String::from_utf8_lossy(&out).trim().to_string())
-}
