@@ -106,7 +106,7 @@ pub fn pack_from(p: &NpmPack) -> Result<Packed> {
         .map_err(|e| Error::io(parent.display(), e))?;
     let root = work.path().join("rootfs");
 
-    bar.step(&format!("npm: {}", p.spec));
+    bar.step(&format!("npm: {}", p.spec.requirement()));
     let installed = install::install(p, &root)?;
 
     bar.step("rootfs: Node runtime, shared libraries");
