@@ -446,30 +446,21 @@ fn pack_from(a: &PackArgs, quiet: bool) -> Result<()> {
         .from
         .as_deref()
         .is_some_and(|f| f.starts_with("npm:"));
+    let (manifest, image, limits) = (a.manifest.as_deref(), a.image.as_deref(), a.limits.limits());
+    let progress = progress::wanted(quiet, a.json);
     let p = if npm {
-        let mut from = germline_pack::npm::NpmPack::from_args(
-            &a.pypi,
-            a.manifest.as_deref(),
-            key,
-            &a.out,
-            a.image.as_deref(),
-            a.limits.limits(),
-        )
-        .map_err(|e| Error::Usage(e.to_string()))?;
-        from.progress = progress::wanted(quiet, a.json);
-        germline_pack::npm::pack_from(&from)
+        germline_pack::npm::NpmPack::from_args(&a.pypi, manifest, key, &a.out, image, limits)
+            .and_then(|mut n| {
+                n.flags.progress = progress;
+                germline_pack::npm::pack_from(&n)
+            })
     } else {
-        let mut from = germline_pack::PackFrom::from_args(
-            &a.pypi,
-            a.manifest.as_deref(),
-            key,
-            &a.out,
-            a.image.as_deref(),
-            a.limits.limits(),
+        germline_pack::PackFrom::from_args(&a.pypi, manifest, key, &a.out, image, limits).and_then(
+            |mut f| {
+                f.progress = progress;
+                germline_pack::pack_from(&f)
+            },
         )
-        .map_err(|e| Error::Usage(e.to_string()))?;
-        from.progress = progress::wanted(quiet, a.json);
-        germline_pack::pack_from(&from)
     }
     .map_err(|e| Error::Usage(e.to_string()))?;
     // How each ecosystem spells a pinned package.

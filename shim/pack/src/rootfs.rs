@@ -37,26 +37,7 @@ pub fn python_version(python: &Path) -> Result<String> {
 pub fn python_runtime(python: &Path, root: &Path) -> Result<()> {
     let version = python_version(python)?;
     let python = std::fs::canonicalize(python).map_err(|e| Error::io(python.display(), e))?;
-    // /dev, /proc, /run and /tmp are the germline's and its copies' mount points (empty, signed).
-    for d in [
-        "usr/bin",
-        "usr/lib",
-        "usr/lib64",
-        "etc/ssl/certs",
-        "dev",
-        "proc",
-        "run",
-        "tmp",
-    ] {
-        mkdir(&root.join(d))?;
-    }
-    for (link, to) in [
-        ("bin", "usr/bin"),
-        ("lib", "usr/lib"),
-        ("lib64", "usr/lib64"),
-    ] {
-        symlink(to, &root.join(link))?;
-    }
+    skeleton(root)?;
     copy_file(&python, &root.join("usr/bin").join(&version))?;
     symlink(&version, &root.join("usr/bin/python3"))?;
     let stdlib = Path::new("/usr/lib").join(&version);
@@ -96,6 +77,32 @@ pub fn python_runtime(python: &Path, root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The directories every runtime's rootfs has: `/usr/{bin,lib,lib64}` with `/bin`, `/lib` and
+/// `/lib64` linked to them, `/etc/ssl/certs`, and the germline's and its copies' mount points
+/// `/dev`, `/proc`, `/run`, `/tmp` (empty, signed).
+pub(crate) fn skeleton(root: &Path) -> Result<()> {
+    for d in [
+        "usr/bin",
+        "usr/lib",
+        "usr/lib64",
+        "etc/ssl/certs",
+        "dev",
+        "proc",
+        "run",
+        "tmp",
+    ] {
+        mkdir(&root.join(d))?;
+    }
+    for (link, to) in [
+        ("bin", "usr/bin"),
+        ("lib", "usr/lib"),
+        ("lib64", "usr/lib64"),
+    ] {
+        symlink(to, &root.join(link))?;
+    }
+    Ok(())
+}
+
 /// Host files and directories (`--include`) at their own paths in `root`, each ELF file's
 /// libraries with it. Only absolute paths: the rootfs has no other place to put them.
 pub fn include(root: &Path, paths: &[PathBuf]) -> Result<()> {
@@ -121,7 +128,7 @@ pub fn include(root: &Path, paths: &[PathBuf]) -> Result<()> {
     copy_with_libraries(root, &elves)
 }
 
-fn is_elf(p: &Path) -> bool {
+pub(crate) fn is_elf(p: &Path) -> bool {
     let mut magic = [0u8; 4];
     std::fs::File::open(p)
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))

@@ -29,9 +29,9 @@ pub struct Installed {
     pub offline: bool,
 }
 
-/// Installs `p.spec` (and `p.with`) into `root/app`.
+/// Installs `p.spec` (and `p.flags.with`) into `root/app`.
 ///
-/// The cache (`p.cache`) keeps npm's own cache (`npm/`, tarballs by integrity) and, per spec,
+/// The cache (`p.flags.cache`) keeps npm's own cache (`npm/`, tarballs by integrity) and, per spec,
 /// a lock (`npm-locks/<spec>/{package.json,package-lock.json}`). When the lock is there (for
 /// an unpinned spec, younger than a day), `npm ci --offline` installs exactly it from the
 /// cache; otherwise (or if that fails) `npm install` resolves against the registry and the
@@ -43,7 +43,7 @@ pub fn install(p: &NpmPack, root: &Path) -> Result<Installed> {
     // `--out`'s path they would climb out of `/app` (and the rootfs digest would change with
     // the place the pack ran).
     let app = std::fs::canonicalize(&app).map_err(|e| Error::io(app.display(), e))?;
-    let lock = p.cache.join("npm-locks").join(lock_name(p));
+    let lock = p.flags.cache.join("npm-locks").join(lock_name(p));
     if lock_usable(&lock, p.spec.pinned()) {
         for f in ["package.json", "package-lock.json"] {
             std::fs::copy(lock.join(f), app.join(f))
@@ -61,7 +61,7 @@ pub fn install(p: &NpmPack, root: &Path) -> Result<Installed> {
     let mut cmd = npm(p, "install", &app);
     cmd.arg("--save-exact")
         .arg(p.spec.requirement())
-        .args(&p.with);
+        .args(&p.flags.with);
     run(&mut cmd, "npm install").map_err(|e| explain(e, &p.spec))?;
     let installed = finish(&app, &p.spec, false)?;
     // The lock, for the next pack; a failure here only costs that pack time.
@@ -90,7 +90,7 @@ fn npm(p: &NpmPack, sub: &str, app: &Path) -> Command {
         .arg("--prefix")
         .arg(app)
         .arg("--cache")
-        .arg(p.cache.join("npm"))
+        .arg(p.flags.cache.join("npm"))
         .args(["--omit=dev", "--ignore-scripts", "--no-audit", "--no-fund"])
         .args([
             "--omit-lockfile-registry-resolved=false",
@@ -193,7 +193,7 @@ pub fn lock_packages(lock: &Value) -> Vec<(String, String)> {
 /// The lock's directory name: the spec and `--with`, spelt with file-name-safe characters.
 fn lock_name(p: &NpmPack) -> String {
     let mut s = p.spec.requirement();
-    for w in &p.with {
+    for w in &p.flags.with {
         s.push('+');
         s.push_str(w);
     }

@@ -23,7 +23,7 @@ use serde_json::json;
 
 pub use spec::NpmSpec;
 
-use crate::{Error, FromArgs, Packed, Result};
+use crate::{Error, FromArgs, PackFrom, Packed, Result};
 
 /// The rootfs paths a Node release reads: the runtime and its libraries, the package, CAs.
 const READABLE: [&str; 3] = ["/usr", install::APP, "/etc/ssl"];
@@ -32,22 +32,14 @@ const READABLE: [&str; 3] = ["/usr", install::APP, "/etc/ssl"];
 #[derive(Debug)]
 pub struct NpmPack {
     pub spec: NpmSpec,
-    /// More packages npm installs beside it (`--with`).
-    pub with: Vec<String>,
-    pub destinations: Vec<(String, String)>,
-    pub entry: Option<String>,
-    pub include: Vec<PathBuf>,
-    pub cache: PathBuf,
     /// The host's Node, copied into the rootfs.
     pub node: PathBuf,
     /// The npm that installs (the host's, from `PATH`).
     pub npm: PathBuf,
-    pub manifest_out: PathBuf,
-    pub key: Option<germline_release::keys::SigningKey>,
-    pub out: PathBuf,
-    pub image: Option<PathBuf>,
-    pub limits: germline_release::untrusted::Limits,
-    pub progress: bool,
+    /// The flags a pack from PyPI takes too (`with`, `destinations`, `entry`, `include`,
+    /// `cache`, `manifest_out`, `key`, `out`, `image`, `limits`, `progress`), parsed by the
+    /// PyPI path's own code; its `spec` and `python` are not read.
+    pub flags: PackFrom,
 }
 
 impl NpmPack {
@@ -61,41 +53,32 @@ impl NpmPack {
         limits: germline_release::untrusted::Limits,
     ) -> Result<NpmPack> {
         let spec = NpmSpec::parse(a.from.as_deref().unwrap_or_default())?;
-        // The PyPI path's checks of the shared flags, on a stand-in PyPI spec.
-        let shared = crate::PackFrom::from_args(
+        let flags = PackFrom::from_args(
             &FromArgs {
+                // A stand-in the PyPI parser accepts: only the other flags are read.
                 from: Some("pypi:npm".into()),
                 ..a.clone()
             },
             manifest_out,
-            None,
+            key,
             out,
             image,
             limits,
         )?;
         Ok(NpmPack {
             spec,
-            with: a.with.clone(),
-            destinations: shared.destinations,
-            entry: a.entry.clone(),
-            include: shared.include,
-            cache: shared.cache,
             node: a.node.clone(),
             npm: PathBuf::from("npm"),
-            manifest_out: shared.manifest_out,
-            key,
-            out: shared.out,
-            image: shared.image,
-            limits: shared.limits,
-            progress: shared.progress,
+            flags,
         })
     }
 }
 
 /// Packs `p.spec` from npm (see the module's documentation).
 pub fn pack_from(p: &NpmPack) -> Result<Packed> {
-    let mut bar = crate::progress::Steps::new(5, p.progress);
-    let parent = p
+    let f = &p.flags;
+    let mut bar = crate::progress::Steps::new(5, f.progress);
+    let parent = f
         .out
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -111,11 +94,11 @@ pub fn pack_from(p: &NpmPack) -> Result<Packed> {
 
     bar.step("rootfs: Node runtime, shared libraries");
     runtime::node_runtime(&p.node, &root)?;
-    crate::rootfs::include(&root, &p.include)?;
+    crate::rootfs::include(&root, &f.include)?;
 
     bar.step("probe: listing the tools in a spawned copy");
     let pkg = &installed.package;
-    let entry = pkg.entry(install::APP, p.entry.as_deref())?;
+    let entry = pkg.entry(install::APP, f.entry.as_deref())?;
     if !root.join(entry[0].trim_start_matches('/')).is_file() {
         return Err(Error::Entry(format!(
             "{} {}: its entry {} is not a file of the package: give --entry",
@@ -141,7 +124,7 @@ pub fn pack_from(p: &NpmPack) -> Result<Packed> {
         entry: vec![],
         readable_paths: readable,
     };
-    let mut manifest = draft.manifest(&tools, &p.destinations)?;
+    let mut manifest = draft.manifest(&tools, &f.destinations)?;
     let mut full_entry = vec![runtime::NODE.to_string()];
     full_entry.extend(entry);
     manifest["entry"] = json!(full_entry);
@@ -150,26 +133,26 @@ pub fn pack_from(p: &NpmPack) -> Result<Packed> {
     // No imports (a Python notion); every copy makes the MCP handshake before it waits.
     manifest["initialisation"] = json!({"imports": [], "warm": true});
     let text = serde_json::to_string_pretty(&manifest).unwrap_or_else(|_| manifest.to_string());
-    std::fs::write(&p.manifest_out, text + "\n")
-        .map_err(|e| Error::io(p.manifest_out.display(), e))?;
+    std::fs::write(&f.manifest_out, text + "\n")
+        .map_err(|e| Error::io(f.manifest_out.display(), e))?;
 
-    bar.step(if p.key.is_some() {
+    bar.step(if f.key.is_some() {
         "release: digest, bundle, signature"
     } else {
         "release: digest, bundle (unsigned: no --key)"
     });
     let release = germline_release::release::pack_with(
-        &p.manifest_out,
+        &f.manifest_out,
         &germline_release::release::Source::RootfsDir(root),
-        p.key.as_ref(),
-        &p.out,
-        p.image.as_deref(),
-        &p.limits,
+        f.key.as_ref(),
+        &f.out,
+        f.image.as_deref(),
+        &f.limits,
     )?;
     let steps = bar.finish();
     Ok(Packed {
         release,
-        manifest_path: p.manifest_out.clone(),
+        manifest_path: f.manifest_out.clone(),
         tools,
         distributions: installed.packages,
         steps,

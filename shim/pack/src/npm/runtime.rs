@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use crate::rootfs::{copy_file, copy_with_libraries, mkdir, symlink};
+use crate::rootfs::{copy_file, copy_with_libraries, is_elf, skeleton};
 use crate::{Error, Result};
 
 /// Where `node` is in the rootfs (the manifest's first `entry` word).
@@ -17,38 +17,14 @@ pub const DEFAULT_NODE: &str = "/usr/bin/node";
 /// `node` and what it needs into `root` (which may already hold `/app`).
 pub fn node_runtime(node: &Path, root: &Path) -> Result<()> {
     let real = std::fs::canonicalize(node).map_err(|e| Error::io(node.display(), e))?;
-    let mut magic = [0u8; 4];
-    let elf = std::fs::File::open(&real)
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
-        .is_ok()
-        && magic == *b"\x7fELF";
-    if !elf {
+    if !is_elf(&real) {
         return Err(Error::Entry(format!(
             "--node {}: not an ELF executable (give the node binary itself, not a wrapper \
              script)",
             node.display()
         )));
     }
-    // /dev, /proc, /run and /tmp are the copies' mount points (empty, signed).
-    for d in [
-        "usr/bin",
-        "usr/lib",
-        "usr/lib64",
-        "etc/ssl/certs",
-        "dev",
-        "proc",
-        "run",
-        "tmp",
-    ] {
-        mkdir(&root.join(d))?;
-    }
-    for (link, to) in [
-        ("bin", "usr/bin"),
-        ("lib", "usr/lib"),
-        ("lib64", "usr/lib64"),
-    ] {
-        symlink(to, &root.join(link))?;
-    }
+    skeleton(root)?;
     copy_file(&real, &root.join(NODE.trim_start_matches('/')))?;
     copy_with_libraries(root, &[real])?;
     let ld = Path::new("/lib64/ld-linux-x86-64.so.2");
