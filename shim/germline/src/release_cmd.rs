@@ -72,7 +72,8 @@ pub struct PackArgs {
         required_unless_present_any = ["from_image", "from"]
     )]
     pub rootfs: Option<PathBuf>,
-    /// `--from pypi:NAME[==VERSION]` and its flags (docs/release.md, "Packing from PyPI").
+    /// `--from pypi:NAME[==VERSION]` or `--from npm:NAME[@VERSION]` and their flags
+    /// (docs/release.md, "Packing from PyPI", "Packing from npm").
     #[command(flatten)]
     pub pypi: germline_pack::FromArgs,
     /// An OCI image layout to take the rootfs from (layers flattened).
@@ -434,21 +435,36 @@ fn packed_text(p: &release::Packed, a: &PackArgs, seconds: f64) -> String {
     t
 }
 
-/// `pack --from pypi:...`: the germline-pack crate does the work; this prints its result.
+/// `pack --from pypi:...` or `--from npm:...`: the germline-pack crate does the work; this
+/// prints its result.
 fn pack_from(a: &PackArgs, quiet: bool) -> Result<()> {
     let key = a.key.as_deref().map(keys::load_signing_key).transpose()?;
     let t0 = Instant::now();
-    let mut from = germline_pack::PackFrom::from_args(
-        &a.pypi,
-        a.manifest.as_deref(),
-        key,
-        &a.out,
-        a.image.as_deref(),
-        a.limits.limits(),
-    )
+    // `npm:` (issue 28) or `pypi:` (issue 27): the same flags, result and manners.
+    let npm = a
+        .pypi
+        .from
+        .as_deref()
+        .is_some_and(|f| f.starts_with("npm:"));
+    let (manifest, image, limits) = (a.manifest.as_deref(), a.image.as_deref(), a.limits.limits());
+    let progress = progress::wanted(quiet, a.json);
+    let p = if npm {
+        germline_pack::npm::NpmPack::from_args(&a.pypi, manifest, key, &a.out, image, limits)
+            .and_then(|mut n| {
+                n.flags.progress = progress;
+                germline_pack::npm::pack_from(&n)
+            })
+    } else {
+        germline_pack::PackFrom::from_args(&a.pypi, manifest, key, &a.out, image, limits).and_then(
+            |mut f| {
+                f.progress = progress;
+                germline_pack::pack_from(&f)
+            },
+        )
+    }
     .map_err(|e| Error::Usage(e.to_string()))?;
-    from.progress = progress::wanted(quiet, a.json);
-    let p = germline_pack::pack_from(&from).map_err(|e| Error::Usage(e.to_string()))?;
+    // How each ecosystem spells a pinned package.
+    let pin = if npm { "@" } else { "==" };
     let r = &p.release;
     const REVIEW: &str = "destinations are only those given by --destination: review the \
                           manifest, then re-pack with --manifest if you edit it";
@@ -457,7 +473,7 @@ fn pack_from(a: &PackArgs, quiet: bool) -> Result<()> {
         "signed": r.signed, "bundle": a.out, "image": a.image,
         "image_manifest": r.image_manifest.as_ref().map(|d| d.digest.clone()),
         "manifest": p.manifest_path, "tools": p.tools,
-        "distributions": p.distributions.iter().map(|(n, v)| format!("{n}=={v}")).collect::<Vec<_>>(),
+        "distributions": p.distributions.iter().map(|(n, v)| format!("{n}{pin}{v}")).collect::<Vec<_>>(),
         "seconds": p.steps.iter().map(|(s, t)| (s.to_string(), json!((t * 10.0).round() / 10.0))).collect::<serde_json::Map<_, _>>(),
         "review": REVIEW,
     });
@@ -469,7 +485,7 @@ fn pack_from(a: &PackArgs, quiet: bool) -> Result<()> {
             p.tools.join(", "),
             p.distributions
                 .iter()
-                .map(|(n, v)| format!("{n}=={v}"))
+                .map(|(n, v)| format!("{n}{pin}{v}"))
                 .collect::<Vec<_>>()
                 .join(" "),
         ));

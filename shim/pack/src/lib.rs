@@ -13,6 +13,7 @@
 //! 5. `germline_release::release::pack_with`: rootfs digest, OCI bundle and image, signature.
 
 pub mod draft;
+pub mod npm;
 pub mod probe;
 pub mod progress;
 pub mod rootfs;
@@ -31,7 +32,7 @@ pub const DEFAULT_CACHE: &str = "/var/tmp/germline-pack";
 /// Why a pack from PyPI failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("--from {0:?}: expected pypi:NAME or pypi:NAME==VERSION")]
+    #[error("--from {0:?}: expected pypi:NAME[==VERSION] or npm:NAME[@VERSION]")]
     Spec(String),
     #[error("{what}: {source}")]
     Io {
@@ -77,11 +78,16 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// The flags of `germline release pack` that only `--from` uses.
 #[derive(Debug, Clone, Args, Default)]
 pub struct FromArgs {
-    /// Build the rootfs from PyPI: `pypi:NAME` or `pypi:NAME==VERSION` (then --manifest is
-    /// where the draft manifest is written, default `<out>.manifest.json`).
-    #[arg(long = "from", value_name = "pypi:NAME[==VERSION]")]
+    /// Build the rootfs from PyPI (`pypi:NAME` or `pypi:NAME==VERSION`) or npm (`npm:NAME` or
+    /// `npm:NAME@VERSION`, issue 28); then --manifest is where the draft manifest is written,
+    /// default `<out>.manifest.json`.
+    #[arg(
+        long = "from",
+        value_name = "pypi:NAME[==VERSION] | npm:NAME[@VERSION]"
+    )]
     pub from: Option<String>,
-    /// More requirements pip installs beside the package (e.g. `mcp==1.26.0`); repeatable.
+    /// More requirements pip (or npm) installs beside the package (e.g. `mcp==1.26.0`);
+    /// repeatable.
     #[arg(long = "with", value_name = "REQUIREMENT", requires = "from")]
     pub with: Vec<String>,
     /// A destination the publisher declares for a tool, `TOOL=HOST`; repeatable. A tool without
@@ -89,7 +95,8 @@ pub struct FromArgs {
     #[arg(long = "destination", value_name = "TOOL=HOST", requires = "from")]
     pub destinations: Vec<String>,
     /// The entry point, `module:function` or `-m module` (default: the package's console
-    /// script named like it, or its only one).
+    /// script named like it, or its only one); with `npm:`, `BIN [ARGS...]`, a `bin` of the
+    /// package or a file of it (default: the `bin` named like it, or its only one).
     #[arg(long, requires = "from", allow_hyphen_values = true)]
     pub entry: Option<String>,
     /// A host file or directory the server needs besides Python (a program it runs, e.g.
@@ -103,6 +110,9 @@ pub struct FromArgs {
     /// The host's Python whose runtime goes into the rootfs (Debian's python3.11).
     #[arg(long, default_value = rootfs::DEFAULT_PYTHON, requires = "from")]
     pub python: PathBuf,
+    /// With `npm:`: the host's Node.js whose `node` goes into the rootfs.
+    #[arg(long, default_value = npm::runtime::DEFAULT_NODE, requires = "from")]
+    pub node: PathBuf,
 }
 
 /// What a pack from PyPI asks for.

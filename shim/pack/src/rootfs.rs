@@ -37,26 +37,7 @@ pub fn python_version(python: &Path) -> Result<String> {
 pub fn python_runtime(python: &Path, root: &Path) -> Result<()> {
     let version = python_version(python)?;
     let python = std::fs::canonicalize(python).map_err(|e| Error::io(python.display(), e))?;
-    // /dev, /proc, /run and /tmp are the germline's and its copies' mount points (empty, signed).
-    for d in [
-        "usr/bin",
-        "usr/lib",
-        "usr/lib64",
-        "etc/ssl/certs",
-        "dev",
-        "proc",
-        "run",
-        "tmp",
-    ] {
-        mkdir(&root.join(d))?;
-    }
-    for (link, to) in [
-        ("bin", "usr/bin"),
-        ("lib", "usr/lib"),
-        ("lib64", "usr/lib64"),
-    ] {
-        symlink(to, &root.join(link))?;
-    }
+    skeleton(root)?;
     copy_file(&python, &root.join("usr/bin").join(&version))?;
     symlink(&version, &root.join("usr/bin/python3"))?;
     let stdlib = Path::new("/usr/lib").join(&version);
@@ -96,6 +77,32 @@ pub fn python_runtime(python: &Path, root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The directories every runtime's rootfs has: `/usr/{bin,lib,lib64}` with `/bin`, `/lib` and
+/// `/lib64` linked to them, `/etc/ssl/certs`, and the germline's and its copies' mount points
+/// `/dev`, `/proc`, `/run`, `/tmp` (empty, signed).
+pub(crate) fn skeleton(root: &Path) -> Result<()> {
+    for d in [
+        "usr/bin",
+        "usr/lib",
+        "usr/lib64",
+        "etc/ssl/certs",
+        "dev",
+        "proc",
+        "run",
+        "tmp",
+    ] {
+        mkdir(&root.join(d))?;
+    }
+    for (link, to) in [
+        ("bin", "usr/bin"),
+        ("lib", "usr/lib"),
+        ("lib64", "usr/lib64"),
+    ] {
+        symlink(to, &root.join(link))?;
+    }
+    Ok(())
+}
+
 /// Host files and directories (`--include`) at their own paths in `root`, each ELF file's
 /// libraries with it. Only absolute paths: the rootfs has no other place to put them.
 pub fn include(root: &Path, paths: &[PathBuf]) -> Result<()> {
@@ -121,7 +128,7 @@ pub fn include(root: &Path, paths: &[PathBuf]) -> Result<()> {
     copy_with_libraries(root, &elves)
 }
 
-fn is_elf(p: &Path) -> bool {
+pub(crate) fn is_elf(p: &Path) -> bool {
     let mut magic = [0u8; 4];
     std::fs::File::open(p)
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
@@ -184,7 +191,7 @@ fn find_so(dir: &Path, out: &mut Vec<PathBuf>) {
 
 /// The libraries `ldd` lists for `files`, each copied to its own path under `root` (under
 /// `usr/` when the path is `/lib...`, as the rootfs's `/lib` is a link to `usr/lib`).
-fn copy_with_libraries(root: &Path, files: &[PathBuf]) -> Result<()> {
+pub(crate) fn copy_with_libraries(root: &Path, files: &[PathBuf]) -> Result<()> {
     let mut libs = BTreeSet::new();
     for chunk in files.chunks(64) {
         let out = Command::new("ldd")
@@ -223,16 +230,16 @@ pub fn ldd_paths(text: &str) -> Vec<PathBuf> {
     out
 }
 
-fn mkdir(p: &Path) -> Result<()> {
+pub(crate) fn mkdir(p: &Path) -> Result<()> {
     std::fs::create_dir_all(p).map_err(|e| Error::io(p.display(), e))
 }
 
-fn symlink(to: &str, at: &Path) -> Result<()> {
+pub(crate) fn symlink(to: &str, at: &Path) -> Result<()> {
     std::os::unix::fs::symlink(to, at).map_err(|e| Error::io(at.display(), e))
 }
 
 /// A regular file's contents and mode (following links: the rootfs holds the file itself).
-fn copy_file(from: &Path, to: &Path) -> Result<()> {
+pub(crate) fn copy_file(from: &Path, to: &Path) -> Result<()> {
     if let Some(parent) = to.parent() {
         mkdir(parent)?;
     }

@@ -1,0 +1,160 @@
+//! `germline release pack --from npm:NAME[@VERSION]` (issue 28): one command from an npm
+//! package to a signed release whose copies are spawned (Node cannot fork: docs/sandbox.md,
+//! "Spawned copies").
+//!
+//! The steps, shown as the PyPI path shows them ([`crate::progress`]):
+//! 1. [`install`]: npm installs the package (production dependencies, no install scripts)
+//!    into the rootfs's `/app`, its `package-lock.json` kept there and in the cache;
+//! 2. [`runtime`]: the host's `node` and its shared libraries beside it;
+//! 3. [`probe`]: the server spawned once as a copy (the real sandbox, no network, no data)
+//!    to list its tools;
+//! 4. the manifest: the PyPI draft's rules (destinations only from `--destination`, never
+//!    guessed) with language `node`, execution `spawn` and the package's `bin` as entry;
+//! 5. `germline_release::release::pack_with`: rootfs digest, OCI bundle and image, signature.
+
+pub mod install;
+pub mod probe;
+pub mod runtime;
+pub mod spec;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+pub use spec::NpmSpec;
+
+use crate::{Error, FromArgs, PackFrom, Packed, Result};
+
+/// The rootfs paths a Node release reads: the runtime and its libraries, the package, CAs.
+const READABLE: [&str; 3] = ["/usr", install::APP, "/etc/ssl"];
+
+/// What a pack from npm asks for.
+#[derive(Debug)]
+pub struct NpmPack {
+    pub spec: NpmSpec,
+    /// The host's Node, copied into the rootfs.
+    pub node: PathBuf,
+    /// The npm that installs (the host's, from `PATH`).
+    pub npm: PathBuf,
+    /// The flags a pack from PyPI takes too (`with`, `destinations`, `entry`, `include`,
+    /// `cache`, `manifest_out`, `key`, `out`, `image`, `limits`, `progress`), parsed by the
+    /// PyPI path's own code; its `spec` and `python` are not read.
+    pub flags: PackFrom,
+}
+
+impl NpmPack {
+    /// From the command line's flags (the same as `--from pypi:`'s, with `--node`).
+    pub fn from_args(
+        a: &FromArgs,
+        manifest_out: Option<&Path>,
+        key: Option<germline_release::keys::SigningKey>,
+        out: &Path,
+        image: Option<&Path>,
+        limits: germline_release::untrusted::Limits,
+    ) -> Result<NpmPack> {
+        let spec = NpmSpec::parse(a.from.as_deref().unwrap_or_default())?;
+        let flags = PackFrom::from_args(
+            &FromArgs {
+                // A stand-in the PyPI parser accepts: only the other flags are read.
+                from: Some("pypi:npm".into()),
+                ..a.clone()
+            },
+            manifest_out,
+            key,
+            out,
+            image,
+            limits,
+        )?;
+        Ok(NpmPack {
+            spec,
+            node: a.node.clone(),
+            npm: PathBuf::from("npm"),
+            flags,
+        })
+    }
+}
+
+/// Packs `p.spec` from npm (see the module's documentation).
+pub fn pack_from(p: &NpmPack) -> Result<Packed> {
+    let f = &p.flags;
+    let mut bar = crate::progress::Steps::new(5, f.progress);
+    let parent = f
+        .out
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let work = tempfile::Builder::new()
+        .prefix(".germline-pack-")
+        .tempdir_in(parent)
+        .map_err(|e| Error::io(parent.display(), e))?;
+    let root = work.path().join("rootfs");
+
+    bar.step(&format!("npm: {}", p.spec.requirement()));
+    let installed = install::install(p, &root)?;
+
+    bar.step("rootfs: Node runtime, shared libraries");
+    runtime::node_runtime(&p.node, &root)?;
+    crate::rootfs::include(&root, &f.include)?;
+
+    bar.step("probe: listing the tools in a spawned copy");
+    let pkg = &installed.package;
+    let entry = pkg.entry(install::APP, f.entry.as_deref())?;
+    if !root.join(entry[0].trim_start_matches('/')).is_file() {
+        return Err(Error::Entry(format!(
+            "{} {}: its entry {} is not a file of the package: give --entry",
+            pkg.name, pkg.version, entry[0]
+        )));
+    }
+    let readable: Vec<String> = READABLE.iter().map(|s| s.to_string()).collect();
+    let name = p.spec.release_name();
+    let tools = probe::list_tools(probe::launch_spec(&root, &entry, &readable), &name)?;
+
+    bar.step("manifest: drafting for review");
+    semver::Version::parse(&pkg.version).map_err(|e| {
+        Error::Version(format!(
+            "{} {}: not a semantic version ({e}): pack with --manifest after editing the draft",
+            pkg.name, pkg.version
+        ))
+    })?;
+    // The PyPI draft (tools, destinations only from flags, deterministic: false), with what
+    // differs for Node.
+    let draft = crate::draft::Draft {
+        name,
+        version: pkg.version.clone(),
+        entry: vec![],
+        readable_paths: readable,
+    };
+    let mut manifest = draft.manifest(&tools, &f.destinations)?;
+    let mut full_entry = vec![runtime::NODE.to_string()];
+    full_entry.extend(entry);
+    manifest["entry"] = json!(full_entry);
+    manifest["language"] = json!("node");
+    manifest["execution"] = json!("spawn");
+    // No imports (a Python notion); every copy makes the MCP handshake before it waits.
+    manifest["initialisation"] = json!({"imports": [], "warm": true});
+    let text = serde_json::to_string_pretty(&manifest).unwrap_or_else(|_| manifest.to_string());
+    std::fs::write(&f.manifest_out, text + "\n")
+        .map_err(|e| Error::io(f.manifest_out.display(), e))?;
+
+    bar.step(if f.key.is_some() {
+        "release: digest, bundle, signature"
+    } else {
+        "release: digest, bundle (unsigned: no --key)"
+    });
+    let release = germline_release::release::pack_with(
+        &f.manifest_out,
+        &germline_release::release::Source::RootfsDir(root),
+        f.key.as_ref(),
+        &f.out,
+        f.image.as_deref(),
+        &f.limits,
+    )?;
+    let steps = bar.finish();
+    Ok(Packed {
+        release,
+        manifest_path: f.manifest_out.clone(),
+        tools,
+        distributions: installed.packages,
+        steps,
+    })
+}
