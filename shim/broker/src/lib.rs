@@ -362,6 +362,10 @@ pub(crate) struct CopyMut {
     pub(crate) requests: Vec<RequestEvent>,
 }
 
+/// The slot entry that names a horizon's current file-state generation (issue 27). A copy
+/// cannot write it: `@` is not a character of the keys the state endpoint takes.
+pub const FILES_KEY: &str = "@files";
+
 /// Most request events kept per copy (a copy cannot grow the broker's memory with them).
 pub const MAX_REQUEST_EVENTS: usize = 256;
 
@@ -762,6 +766,70 @@ impl Broker {
             || json!({"call": call, "group": group, "label": label}),
         );
         Ok(())
+    }
+
+    /// The generation of file state (issue 27) copy `group` starts from: its horizon's
+    /// [`FILES_KEY`] when the copy started (a re-run's: the recorded snapshot's); `None`:
+    /// the release's initial state.
+    pub fn copy_files(&self, call: u64, group: usize) -> Result<Option<String>, BrokerError> {
+        let state = self.call(call)?;
+        let m = state.lock()?;
+        let copy = m
+            .copies
+            .get(&group)
+            .ok_or(BrokerError::NoCopy { call, group })?;
+        Ok(copy
+            .snapshot
+            .entries
+            .get(FILES_KEY)
+            .map(|e| String::from_utf8_lossy(&e.value).into_owned()))
+    }
+
+    /// Points the horizon of ended copy `group` at file-state `generation` (a sha256, hex),
+    /// stored with the copy's output label `ℓ(g)` as any slot write: refused if that label is
+    /// not within the horizon ([`SlotStore::write`]), and for a probe or control re-run,
+    /// whose writes go nowhere. Two copies of one call at one horizon: the later commits last
+    /// and wins (as for key-value slots).
+    pub fn commit_files(
+        &self,
+        call: u64,
+        group: usize,
+        generation: &str,
+    ) -> Result<Label, BrokerError> {
+        if generation.len() != 64 || !generation.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(BrokerError::Replay(format!(
+                "file state generation {generation:?} is not a sha256 in hex"
+            )));
+        }
+        let state = self.call(call)?;
+        if state.replay.is_some() {
+            return Err(BrokerError::Replay(
+                "a probe or control re-run commits no state".into(),
+            ));
+        }
+        let (label, horizon) = {
+            let m = state.lock()?;
+            let rec = m
+                .done
+                .get(&group)
+                .ok_or(BrokerError::NoCopy { call, group })?;
+            let label = rec
+                .outcome
+                .as_ref()
+                .map(|o| o.label.clone())
+                .ok_or(BrokerError::NoCopy { call, group })?;
+            (label, rec.horizon.clone())
+        };
+        let key = SlotKey {
+            release: state.release.clone(),
+            user: state.user.clone(),
+            horizon,
+        };
+        self.inner
+            .slots()?
+            .write(&key, FILES_KEY, generation.as_bytes(), &label)?;
+        self.inner.audit.event("state_commit", || json!({"call": call, "group": group, "generation": generation, "label": label}));
+        Ok(label)
     }
 
     /// Ends a copy: closes its endpoint (cutting anything in flight) and returns its output
