@@ -524,9 +524,7 @@ fn handle(broker: &Broker, req: Request, passed: Option<OwnedFd>) -> Result<Resp
             Ok(Response::CopyRaised(CopyRaised {}))
         }
         Request::CopyFiles { call, group } => {
-            let generation = broker
-                .copy_files(call, group)
-                .map_err(|e| e.to_string())?;
+            let generation = broker.copy_files(call, group).map_err(|e| e.to_string())?;
             Ok(Response::CopyFiles(FilesAt { generation }))
         }
         Request::CommitFiles {

@@ -93,6 +93,9 @@ pub enum BrokerError {
     Poisoned,
     #[error("replay spec: {0}")]
     Replay(String),
+    /// A file-state commit the broker refuses (issue 27).
+    #[error("file state: {0}")]
+    FileState(String),
     #[error("the copies' proxy port {}: {why}", path.display())]
     CopyPort { path: PathBuf, why: String },
 }
@@ -797,27 +800,29 @@ impl Broker {
         generation: &str,
     ) -> Result<Label, BrokerError> {
         if generation.len() != 64 || !generation.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(BrokerError::Replay(format!(
-                "file state generation {generation:?} is not a sha256 in hex"
+            return Err(BrokerError::FileState(format!(
+                "generation {generation:?} is not a sha256 in hex"
             )));
         }
         let state = self.call(call)?;
         if state.replay.is_some() {
-            return Err(BrokerError::Replay(
+            return Err(BrokerError::FileState(
                 "a probe or control re-run commits no state".into(),
             ));
         }
         let (label, horizon) = {
             let m = state.lock()?;
-            let rec = m
-                .done
-                .get(&group)
-                .ok_or(BrokerError::NoCopy { call, group })?;
+            let not_ended = || {
+                BrokerError::FileState(format!(
+                    "call {call}: group {group}'s copy has not ended (a copy commits after its end, with its final label)"
+                ))
+            };
+            let rec = m.done.get(&group).ok_or_else(not_ended)?;
             let label = rec
                 .outcome
                 .as_ref()
                 .map(|o| o.label.clone())
-                .ok_or(BrokerError::NoCopy { call, group })?;
+                .ok_or_else(not_ended)?;
             (label, rec.horizon.clone())
         };
         let key = SlotKey {
@@ -828,7 +833,10 @@ impl Broker {
         self.inner
             .slots()?
             .write(&key, FILES_KEY, generation.as_bytes(), &label)?;
-        self.inner.audit.event("state_commit", || json!({"call": call, "group": group, "generation": generation, "label": label}));
+        self.inner.audit.event(
+            "state_commit",
+            || json!({"call": call, "group": group, "generation": generation, "label": label}),
+        );
         Ok(label)
     }
 

@@ -209,7 +209,9 @@ pub trait BrokerApi {
     fn end_call(&self, call: u64) -> Result<CallRecord, ControlError>;
     /// The file-state generation a started copy starts from (issue 27; none: the initial).
     fn copy_files(&self, _call: u64, _group: usize) -> Result<Option<String>, ControlError> {
-        Err(ControlError::Refused("this broker keeps no file state".into()))
+        Err(ControlError::Refused(
+            "this broker keeps no file state".into(),
+        ))
     }
     /// Points an ended copy's horizon at file-state `generation`, under the copy's label.
     fn commit_files(
@@ -218,7 +220,9 @@ pub trait BrokerApi {
         _group: usize,
         _generation: &str,
     ) -> Result<Label, ControlError> {
-        Err(ControlError::Refused("this broker keeps no file state".into()))
+        Err(ControlError::Refused(
+            "this broker keeps no file state".into(),
+        ))
     }
 }
 

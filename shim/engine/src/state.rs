@@ -109,8 +109,9 @@ impl FileState {
             .map(|p| (p.name().to_string(), p.kind == StateKind::Dir))
             .collect();
         std::fs::create_dir_all(&root).map_err(io(&root))?;
-        // Recreated each start, so it is exactly the declaration (never a copy's writes).
-        let _ = std::fs::remove_dir_all(&initial);
+        // Made (again) at each start: empty files and directories, the declaration's only.
+        // Never removed first: another runtime of the same release may have it bound in its
+        // germline right now (its files are the same, empty, whoever wrote them).
         germline_sandbox::statedir::initial_state(&initial, &decls).map_err(|e| {
             StateError::Io {
                 path: initial.clone(),
@@ -286,8 +287,7 @@ fn walk(base: &Path, rel: &str, out: &mut StateFiles) -> Result<(), StateError> 
             walk(base, &child, out)?;
         } else if t.is_file() {
             let p = base.join(&child);
-            out.files
-                .push((child, std::fs::read(&p).map_err(io(&p))?));
+            out.files.push((child, std::fs::read(&p).map_err(io(&p))?));
         }
     }
     Ok(())

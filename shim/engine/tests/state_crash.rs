@@ -118,7 +118,8 @@ fn current(dir: &Path) -> StateFiles {
         .entries
         .get(FILES_KEY)
         .map(|e| String::from_utf8(e.value.clone()).expect("utf-8"));
-    st.load(g.as_deref()).expect("the pointer names a complete generation")
+    st.load(g.as_deref())
+        .expect("the pointer names a complete generation")
 }
 
 #[test]
@@ -146,7 +147,11 @@ fn a_commit_killed_at_any_step_leaves_the_old_state_or_the_new_one() {
             "the committer was killed at {name}: {out:?}"
         );
         let now = current(dir);
-        let want = if name == "pointer" { state(2) } else { state(1) };
+        let want = if name == "pointer" {
+            state(2)
+        } else {
+            state(1)
+        };
         assert_eq!(
             now.files, want.files,
             "killed at {name}: the state is not the old or the new one"

@@ -89,7 +89,8 @@ fn sqlite_keeps_its_database_between_calls_per_horizon() {
     }
     let w = tempfile::tempdir().expect("tempdir");
     let d = w.path();
-    let select = json!({"tool": "read_query", "arguments": {"query": "SELECT id, name FROM invoices"}});
+    let select =
+        json!({"tool": "read_query", "arguments": {"query": "SELECT id, name FROM invoices"}});
     let script = json!([
         {"tool": "create_table", "arguments": {"query": "CREATE TABLE invoices (id INTEGER PRIMARY KEY, name TEXT)"}},
         {"tool": "write_query", "arguments": {"query": "INSERT INTO invoices (name) VALUES ('acme')"}},
@@ -143,7 +144,10 @@ fn sqlite_keeps_its_database_between_calls_per_horizon() {
         &germline_run(d, &finance, "audit-2.jsonl"),
     ));
     assert_eq!(again, vec![g[2].clone()], "after a restart");
-    assert!(commits(d, "audit-2.jsonl").is_empty(), "a read commits nothing");
+    assert!(
+        commits(d, "audit-2.jsonl").is_empty(),
+        "a read commits nothing"
+    );
 
     // Another clearance, so another horizon: its own (empty) database, not the finance one.
     let both = policy(d, "both.toml", r#"["finance", "hr"]"#);

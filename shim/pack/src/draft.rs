@@ -134,7 +134,8 @@ mod tests {
         germline_release::manifest::Manifest::parse(m.to_string().as_bytes(), "draft")
             .expect("a valid manifest");
         let mut s = d.clone();
-        s.entry.extend(["--db-path".into(), "/run/state/db.sqlite".into()]);
+        s.entry
+            .extend(["--db-path".into(), "/run/state/db.sqlite".into()]);
         s.state = vec![
             crate::state_path("--db-path=db.sqlite").expect("flag"),
             crate::state_path("cache/").expect("dir"),

@@ -352,7 +352,8 @@ impl Manifest {
                 ));
             }
         }
-        self.validate_state().map_err(|(field, message)| err(&field, message))?;
+        self.validate_state()
+            .map_err(|(field, message)| err(&field, message))?;
         if let Some(pin) = &self.rootfs {
             if pin.algorithm != crate::digest::ALGORITHM {
                 return Err(err(
@@ -380,7 +381,10 @@ impl Manifest {
         if self.state.len() > MAX_STATE_PATHS {
             return Err((
                 "state".into(),
-                format!("at most {MAX_STATE_PATHS} state paths, found {}", self.state.len()),
+                format!(
+                    "at most {MAX_STATE_PATHS} state paths, found {}",
+                    self.state.len()
+                ),
             ));
         }
         let mut seen = std::collections::BTreeSet::new();
@@ -403,14 +407,20 @@ impl Manifest {
                 ));
             }
             if !seen.insert(name) {
-                return Err((format!("{field}.path"), format!("{:?} is declared twice", s.path)));
+                return Err((
+                    format!("{field}.path"),
+                    format!("{:?} is declared twice", s.path),
+                ));
             }
             if let Some(flag) = &s.arg {
                 let passed = self
                     .entry
                     .windows(2)
                     .any(|w| &w[0] == flag && w[1] == s.path)
-                    || self.entry.iter().any(|a| *a == format!("{flag}={}", s.path));
+                    || self
+                        .entry
+                        .iter()
+                        .any(|a| *a == format!("{flag}={}", s.path));
                 if flag.is_empty() || !passed {
                     return Err((
                         format!("{field}.arg"),
@@ -549,7 +559,11 @@ mod tests {
             ("/run/state/a/b", None, "expected /run/state/NAME"),
             ("/run/state/..", None, "expected /run/state/NAME"),
             ("/run/state/", None, "expected /run/state/NAME"),
-            ("/run/state/db.sqlite", Some("--db"), "expected the entry to pass"),
+            (
+                "/run/state/db.sqlite",
+                Some("--db"),
+                "expected the entry to pass",
+            ),
         ] {
             let mut w = v.clone();
             w["state"] = serde_json::json!([{"path": path, "kind": "file", "arg": arg}]);

@@ -175,7 +175,9 @@ impl StateDir {
             .metadata()
             .map_err(|e| Error::sys(format!("state: stat {rel:?}"), e))?;
         if !md.is_file() {
-            return Err(Error::Refused(format!("state: {rel:?} is not a regular file")));
+            return Err(Error::Refused(format!(
+                "state: {rel:?} is not a regular file"
+            )));
         }
         let mut v = Vec::with_capacity(md.len() as usize);
         f.read_to_end(&mut v)
