@@ -18,7 +18,9 @@ use germline_policy::Label;
 const RELEASE: &str = "sha256:test-release";
 
 fn listener() -> std::net::TcpListener {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("listener")
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+    l.set_nonblocking(true).expect("nonblocking");
+    l
 }
 
 /// One copy of the single group of a call whose items are `items` and whose agent is cleared

@@ -2,9 +2,11 @@
 //! horizon's state into it before the call and reads what the copy left there after it.
 //!
 //! The descriptor is opened while the copy lives and keeps the tmpfs alive after the copy and
-//! its mount namespace are gone, so the read comes after the copy is frozen or killed and
-//! nothing of the copy can change it meanwhile. Nothing the copy made is ever followed: a
-//! symbolic link, device or socket it left is reported, not read.
+//! its mount namespace are gone, so the read comes after the copy is retired (frozen, then
+//! killed). Nothing the copy made is ever followed: every path is resolved beneath the
+//! tmpfs's root with no symbolic link on the way (`openat2`), so even a copy still running
+//! while it is read cannot make the shim read outside it; a symbolic link, device, FIFO or
+//! socket it left is reported, not read.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -131,13 +133,30 @@ impl StateDir {
         Ok(out)
     }
 
+    /// `rel` resolved strictly below the tmpfs's root without following any symbolic link
+    /// (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`), as an `O_PATH` descriptor, and
+    /// a path that reopens exactly that inode. Whatever the copy left, even swapped between the
+    /// listing and the open, the shim reads nothing outside its tmpfs.
+    fn beneath(&self, rel: &str) -> Result<(OwnedFd, String)> {
+        let fd = if rel.is_empty() {
+            sys::open_beneath(self.0.as_raw_fd(), &c(".")?)
+        } else {
+            sys::open_beneath(self.0.as_raw_fd(), &c(rel)?)
+        }
+        .map(sys::own)
+        .map_err(|e| Error::sys(format!("state: resolve {rel:?}"), e))?;
+        let p = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        Ok((fd, p))
+    }
+
     fn walk(&self, rel: &str, out: &mut StateFiles, depth: usize) -> Result<()> {
         if depth > 32 {
             out.skipped.push(rel.to_string());
             return Ok(());
         }
-        let entries = std::fs::read_dir(self.path(rel))
-            .map_err(|e| Error::sys(format!("state: list {rel:?}"), e))?;
+        let (_dir, at) = self.beneath(rel)?;
+        let entries =
+            std::fs::read_dir(&at).map_err(|e| Error::sys(format!("state: list {rel:?}"), e))?;
         for e in entries {
             let e = e.map_err(|e| Error::sys("state: list", e))?;
             let name = e.file_name().to_string_lossy().into_owned();
@@ -163,10 +182,12 @@ impl StateDir {
     }
 
     fn read_file(&self, rel: &str) -> Result<Vec<u8>> {
-        let p = c(&self.path(rel).to_string_lossy())?;
+        let (_file, at) = self.beneath(rel)?;
+        let p = c(&at)?;
         let fd = sys::open_raw(
             &p,
-            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
+            // Reopens the inode `beneath` resolved (the magic link is followed on purpose).
+            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK,
             0,
         )
         .map_err(|e| Error::sys(format!("state: open {rel:?}"), e))?;
