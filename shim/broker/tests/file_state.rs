@@ -37,7 +37,12 @@ fn start(w: &World, items: &[(&str, &[&str])], agent: &[&str]) -> (u64, Option<S
     );
     assert_eq!(p.groups.len(), 1);
     w.broker
-        .start_copy_on(call, 0, listener(), Instant::now() + Duration::from_secs(10))
+        .start_copy_on(
+            call,
+            0,
+            listener(),
+            Instant::now() + Duration::from_secs(10),
+        )
         .expect("start copy");
     let at = w.broker.copy_files(call, 0).expect("copy files");
     (call, at)
@@ -59,7 +64,10 @@ fn the_files_pointer_is_labelled_per_horizon_and_never_written_by_a_rerun() {
         .expect_err("only an ended copy commits");
     assert!(e.to_string().contains("has not ended"), "{e}");
     w.broker.end_copy(call, 0).expect("end");
-    assert!(w.broker.commit_files(call, 0, "../x").is_err(), "not a sha256");
+    assert!(
+        w.broker.commit_files(call, 0, "../x").is_err(),
+        "not a sha256"
+    );
     let label = w.broker.commit_files(call, 0, &g1).expect("commit");
     assert_eq!(label, Label::of(["finance"]));
     w.broker.end_call(call).expect("end call");
@@ -70,7 +78,11 @@ fn the_files_pointer_is_labelled_per_horizon_and_never_written_by_a_rerun() {
     let (call, at) = start(&w, &[], &["finance"]);
     assert_eq!(at.as_deref(), Some(g1.as_str()));
     let (out, _) = w.broker.end_copy(call, 0).expect("end");
-    assert_eq!(out.label, Label::of(["finance"]), "file state labels the copy");
+    assert_eq!(
+        out.label,
+        Label::of(["finance"]),
+        "file state labels the copy"
+    );
     w.broker.end_call(call).expect("end call");
 
     // Another clearance is another horizon: it does not see the finance state.
@@ -116,7 +128,12 @@ fn the_files_pointer_is_labelled_per_horizon_and_never_written_by_a_rerun() {
         .begin_replay(RELEASE, "", pl, &[], spec)
         .expect("replay");
     w.broker
-        .start_copy_on(call, 0, listener(), Instant::now() + Duration::from_secs(10))
+        .start_copy_on(
+            call,
+            0,
+            listener(),
+            Instant::now() + Duration::from_secs(10),
+        )
         .expect("start");
     assert_eq!(
         w.broker.copy_files(call, 0).expect("files").as_deref(),
