@@ -75,6 +75,17 @@ pub enum Request {
         call: u64,
     },
     CaCert,
+    /// The file-state generation a running copy starts from (issue 27).
+    CopyFiles {
+        call: u64,
+        group: usize,
+    },
+    /// Points an ended copy's horizon at a new file-state generation, with its label.
+    CommitFiles {
+        call: u64,
+        group: usize,
+        generation: String,
+    },
     /// Where copies' proxies listen inside their namespaces (`127.0.0.1:PORT`).
     CopyProxy,
     /// Counters for metrics: requests by release, declared host (or `undeclared`), verdict.
@@ -126,6 +137,22 @@ pub enum Response {
     CopyProxy(ProxyAddr),
     /// To [`Request::Stats`].
     Stats(StatsRows),
+    /// To [`Request::CopyFiles`].
+    CopyFiles(FilesAt),
+    /// To [`Request::CommitFiles`].
+    FilesCommitted(FilesCommitted),
+}
+
+/// A copy's starting file-state generation (none: the release's initial state).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilesAt {
+    pub generation: Option<String>,
+}
+
+/// A committed file-state generation and the label it was stored with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilesCommitted {
+    pub label: Label,
 }
 
 /// A registered call: its id, its twin inputs and the plan the broker ran.
@@ -496,6 +523,20 @@ fn handle(broker: &Broker, req: Request, passed: Option<OwnedFd>) -> Result<Resp
                 .map_err(|e| e.to_string())?;
             Ok(Response::CopyRaised(CopyRaised {}))
         }
+        Request::CopyFiles { call, group } => {
+            let generation = broker.copy_files(call, group).map_err(|e| e.to_string())?;
+            Ok(Response::CopyFiles(FilesAt { generation }))
+        }
+        Request::CommitFiles {
+            call,
+            group,
+            generation,
+        } => {
+            let label = broker
+                .commit_files(call, group, &generation)
+                .map_err(|e| e.to_string())?;
+            Ok(Response::FilesCommitted(FilesCommitted { label }))
+        }
         Request::EndCall { call } => {
             let rec = broker.end_call(call).map_err(|e| e.to_string())?;
             Ok(Response::CallEnded(CallEnded { record: rec }))
@@ -600,6 +641,28 @@ impl BrokerClient {
             label: label.clone(),
         };
         self.call::<CopyRaised>(&req, None).map(drop)
+    }
+
+    /// The file-state generation copy `group` starts from.
+    pub fn copy_files(&self, call: u64, group: usize) -> Result<Option<String>, ControlError> {
+        let r: FilesAt = self.call(&Request::CopyFiles { call, group }, None)?;
+        Ok(r.generation)
+    }
+
+    /// Commits file-state `generation` for ended copy `group`; the label it was stored with.
+    pub fn commit_files(
+        &self,
+        call: u64,
+        group: usize,
+        generation: &str,
+    ) -> Result<Label, ControlError> {
+        let req = Request::CommitFiles {
+            call,
+            group,
+            generation: generation.to_string(),
+        };
+        let r: FilesCommitted = self.call(&req, None)?;
+        Ok(r.label)
     }
 
     /// The call's record.

@@ -93,6 +93,9 @@ pub enum BrokerError {
     Poisoned,
     #[error("replay spec: {0}")]
     Replay(String),
+    /// A file-state commit the broker refuses (issue 27).
+    #[error("file state: {0}")]
+    FileState(String),
     #[error("the copies' proxy port {}: {why}", path.display())]
     CopyPort { path: PathBuf, why: String },
 }
@@ -361,6 +364,10 @@ pub(crate) struct CopyMut {
     /// The copy's requests, for its trace (at most [`MAX_REQUEST_EVENTS`]).
     pub(crate) requests: Vec<RequestEvent>,
 }
+
+/// The slot entry that names a horizon's current file-state generation (issue 27). A copy
+/// cannot write it: `@` is not a character of the keys the state endpoint takes.
+pub const FILES_KEY: &str = "@files";
 
 /// Most request events kept per copy (a copy cannot grow the broker's memory with them).
 pub const MAX_REQUEST_EVENTS: usize = 256;
@@ -762,6 +769,75 @@ impl Broker {
             || json!({"call": call, "group": group, "label": label}),
         );
         Ok(())
+    }
+
+    /// The generation of file state (issue 27) copy `group` starts from: its horizon's
+    /// [`FILES_KEY`] when the copy started (a re-run's: the recorded snapshot's); `None`:
+    /// the release's initial state.
+    pub fn copy_files(&self, call: u64, group: usize) -> Result<Option<String>, BrokerError> {
+        let state = self.call(call)?;
+        let m = state.lock()?;
+        let copy = m
+            .copies
+            .get(&group)
+            .ok_or(BrokerError::NoCopy { call, group })?;
+        Ok(copy
+            .snapshot
+            .entries
+            .get(FILES_KEY)
+            .map(|e| String::from_utf8_lossy(&e.value).into_owned()))
+    }
+
+    /// Points the horizon of ended copy `group` at file-state `generation` (a sha256, hex),
+    /// stored with the copy's output label `ℓ(g)` as any slot write: refused if that label is
+    /// not within the horizon ([`SlotStore::write`]), and for a probe or control re-run,
+    /// whose writes go nowhere. Two copies of one call at one horizon: the later commits last
+    /// and wins (as for key-value slots).
+    pub fn commit_files(
+        &self,
+        call: u64,
+        group: usize,
+        generation: &str,
+    ) -> Result<Label, BrokerError> {
+        if generation.len() != 64 || !generation.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(BrokerError::FileState(format!(
+                "generation {generation:?} is not a sha256 in hex"
+            )));
+        }
+        let state = self.call(call)?;
+        if state.replay.is_some() {
+            return Err(BrokerError::FileState(
+                "a probe or control re-run commits no state".into(),
+            ));
+        }
+        let (label, horizon) = {
+            let m = state.lock()?;
+            let not_ended = || {
+                BrokerError::FileState(format!(
+                    "call {call}: group {group}'s copy has not ended (a copy commits after its end, with its final label)"
+                ))
+            };
+            let rec = m.done.get(&group).ok_or_else(not_ended)?;
+            let label = rec
+                .outcome
+                .as_ref()
+                .map(|o| o.label.clone())
+                .ok_or_else(not_ended)?;
+            (label, rec.horizon.clone())
+        };
+        let key = SlotKey {
+            release: state.release.clone(),
+            user: state.user.clone(),
+            horizon,
+        };
+        self.inner
+            .slots()?
+            .write(&key, FILES_KEY, generation.as_bytes(), &label)?;
+        self.inner.audit.event(
+            "state_commit",
+            || json!({"call": call, "group": group, "generation": generation, "label": label}),
+        );
+        Ok(label)
     }
 
     /// Ends a copy: closes its endpoint (cutting anything in flight) and returns its output

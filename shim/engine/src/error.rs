@@ -239,6 +239,13 @@ pub enum StartError {
     /// A release whose copies can neither be forked nor spawned (issue 28).
     #[error("{release}: {reason}")]
     NoExecution { release: String, reason: String },
+    /// The release's state in files could not be opened (issue 27).
+    #[error("{release}: state in files: {source}")]
+    State {
+        release: String,
+        #[source]
+        source: crate::state::StateError,
+    },
     #[error("{release}: the spawned copies did not start: {source}")]
     Spawn {
         release: String,

@@ -38,6 +38,7 @@ pub mod release;
 pub mod runtime;
 pub mod sidecar;
 pub mod spawned;
+pub mod state;
 pub mod status;
 pub mod sweep;
 #[cfg(test)]

@@ -102,6 +102,13 @@ pub trait SourcedCopy {
     ) -> SandboxResult<Value>;
     /// Every wait for the copy from now on also ends when `cancel` fires.
     fn set_cancel(&mut self, _cancel: Option<Arc<relay::Cancel>>) {}
+    /// The copy's state tmpfs (issue 27), held by the shim; a source without one refuses a
+    /// release that declares state rather than run it without.
+    fn state_dir(&self) -> SandboxResult<germline_sandbox::StateDir> {
+        Err(germline_sandbox::Error::Spec(
+            "this copy source keeps no state paths".into(),
+        ))
+    }
 }
 
 impl CopySource for Germline {
@@ -171,6 +178,9 @@ impl SourcedCopy for germline_sandbox::Copy {
     fn set_cancel(&mut self, cancel: Option<Arc<relay::Cancel>>) {
         germline_sandbox::Copy::set_cancel(self, cancel)
     }
+    fn state_dir(&self) -> SandboxResult<germline_sandbox::StateDir> {
+        germline_sandbox::StateDir::open(self.pid())
+    }
 }
 
 /// What the pipeline asks of the broker sidecar.
@@ -197,6 +207,23 @@ pub trait BrokerApi {
     ) -> Result<(CopyOutcome, Vec<RequestEvent>), ControlError>;
     /// The call's record.
     fn end_call(&self, call: u64) -> Result<CallRecord, ControlError>;
+    /// The file-state generation a started copy starts from (issue 27; none: the initial).
+    fn copy_files(&self, _call: u64, _group: usize) -> Result<Option<String>, ControlError> {
+        Err(ControlError::Refused(
+            "this broker keeps no file state".into(),
+        ))
+    }
+    /// Points an ended copy's horizon at file-state `generation`, under the copy's label.
+    fn commit_files(
+        &self,
+        _call: u64,
+        _group: usize,
+        _generation: &str,
+    ) -> Result<Label, ControlError> {
+        Err(ControlError::Refused(
+            "this broker keeps no file state".into(),
+        ))
+    }
 }
 
 impl BrokerApi for Sidecar {
@@ -227,6 +254,17 @@ impl BrokerApi for Sidecar {
     }
     fn end_call(&self, call: u64) -> Result<CallRecord, ControlError> {
         self.client.end_call(call)
+    }
+    fn copy_files(&self, call: u64, group: usize) -> Result<Option<String>, ControlError> {
+        self.client.copy_files(call, group)
+    }
+    fn commit_files(
+        &self,
+        call: u64,
+        group: usize,
+        generation: &str,
+    ) -> Result<Label, ControlError> {
+        self.client.commit_files(call, group, generation)
     }
 }
 
@@ -267,6 +305,8 @@ pub(crate) struct Stages<'a, S: CopySource, B: BrokerApi> {
     pub(crate) data_sent: &'a mut bool,
     /// The call's broker requests by group (for its trace).
     pub(crate) last_requests: &'a mut Vec<(usize, RequestEvent)>,
+    /// The release's state in files, if its manifest declares any ([`crate::state`]).
+    pub(crate) state: Option<&'a crate::state::FileState>,
 }
 
 /// Plan for `meta` (the broker's `begin_call`); `replay`: a probe or control re-run's, served
@@ -686,6 +726,28 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             copy.kill();
             return Err(broker_failed(e));
         }
+        // State in files: the generation the copy's horizon is at when it starts (the same
+        // snapshot its key-value slot reads are served from), loaded before any data.
+        let start_state = match self.state {
+            Some(st) => {
+                let loaded = self
+                    .broker
+                    .copy_files(call, gi)
+                    .map_err(broker_failed)
+                    .and_then(|g| {
+                        st.load(g.as_deref())
+                            .map_err(|e| said(format!("state in files: {e}")))
+                    });
+                match loaded {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        copy.kill();
+                        return Err(e);
+                    }
+                }
+            }
+            None => None,
+        };
         phases.lap("broker", t);
         let t = Instant::now();
         let files: Vec<(String, Vec<u8>, bool)> = meta
@@ -716,9 +778,15 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         let mut marks = [0u64; 5];
         let us = micros;
         *self.data_sent = true;
+        let mut state_dir = None;
         let r = (|| {
             let s = Instant::now();
             g.prepare_copy_view(&mut copy, &files, &tree)?;
+            if let Some(st) = &start_state {
+                let d = copy.state_dir()?;
+                d.fill(st)?;
+                state_dir = Some(d);
+            }
             marks[0] = us(s);
             let s = Instant::now();
             copy.deliver(&files)?;
@@ -733,7 +801,8 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             v
         })();
         let s = Instant::now();
-        let r = if cancel.as_ref().is_some_and(|c| c.fired()) {
+        let cancelled = cancel.as_ref().is_some_and(|c| c.fired());
+        let r = if cancelled {
             // The agent cancelled the call: the copy is killed now with every descendant and
             // its cgroup emptied and removed (not frozen for later: the agent is waiting for
             // its next request, and nothing of the copy may run on).
@@ -753,11 +822,33 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             ("copy.mcp", marks[2]),
             ("copy.teardown", marks[3]),
         ]);
+        // What the copy left in its state tmpfs, read once it is frozen (its descriptor keeps
+        // the tmpfs after the copy is gone). A re-run or a cancelled call commits nothing.
+        let left = match (&state_dir, rerun || cancelled) {
+            (Some(d), false) => Some(d.read()),
+            _ => None,
+        };
+        drop(state_dir);
         let s = Instant::now();
         let (outcome, requests) = self.broker.end_copy(call, gi).map_err(broker_failed)?;
         self.last_requests
             .extend(requests.into_iter().map(|r| (gi, r)));
         phases.lap("broker.end_copy", s);
+        if let (Some(st), Some(left), Some(before)) = (self.state, left, &start_state) {
+            let s = Instant::now();
+            let left = left.map_err(|e| said(format!("state in files: {e}")))?;
+            if crate::state::hash(&left) != crate::state::hash(before) {
+                // Durable before the pointer names it; the broker labels the pointer with
+                // the copy's output label (refused outside the horizon).
+                let generation = st
+                    .store(&left)
+                    .map_err(|e| said(format!("state in files: {e}")))?;
+                self.broker
+                    .commit_files(call, gi, &generation)
+                    .map_err(broker_failed)?;
+            }
+            phases.lap("state.commit", s);
+        }
         let r = r.map_err(ToolFailure::Copy).and_then(tool_result);
         Ok((r, outcome.label.clone(), outcome, relay.answered))
     }
@@ -1187,6 +1278,7 @@ r2 = ["c"]
             mode: Mode::Germline,
             data_sent: &mut data_sent,
             last_requests: &mut requests,
+            state: None,
         };
         let mut link = CancelLink {
             inner: Buffered::default(),

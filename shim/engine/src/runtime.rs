@@ -180,6 +180,8 @@ pub struct Runtime {
     data_sent: bool,
     /// Where results for the recipients a manifest names go ([`crate::outbox`]).
     pub(crate) outbox: Option<PathBuf>,
+    /// The release's state in files (issue 27), when its manifest declares any.
+    pub(crate) file_state: Option<crate::state::FileState>,
     /// Where fresh germlines are forked (`germline serve`: a thread that outlives them,
     /// [`crate::launcher`]); the calling thread otherwise.
     pub(crate) launcher: Option<std::sync::Arc<crate::launcher::Launcher>>,
@@ -280,6 +282,7 @@ pub fn launch_spec(
         // The deployment CA, over the rootfs's CA bundles (the signed rootfs is not changed).
         extra_mounts: trust.mounts.iter().cloned().map(BindMount::from).collect(),
         egress_port: Some(proxy.port()),
+        state_bytes: 0,
     })
 }
 
@@ -325,6 +328,7 @@ macro_rules! stages_over {
             mode: $rt.mode,
             data_sent: &mut $rt.data_sent,
             last_requests: &mut $rt.last_requests,
+            state: $rt.file_state.as_ref(),
         }
     };
 }
@@ -414,9 +418,38 @@ impl Runtime {
         let mut host_proxy = None;
         let mut proc_spec = None;
         let mut launch = None;
+        let mut file_state = None;
         let backend = match mode {
             Mode::Germline | Mode::Nosplit => {
-                let spec = launch_spec(&release, &trust, copy_proxy)?;
+                let mut spec = launch_spec(&release, &trust, copy_proxy)?;
+                if !release.manifest.state.is_empty() {
+                    if spec.execution == germline_sandbox::Execution::Spawn {
+                        return Err(StartError::NoExecution {
+                            release: release.label(),
+                            reason: "the manifest declares state paths, which only forked \
+                                     copies keep (spawned copies have no state tmpfs yet)"
+                                .into(),
+                        });
+                    }
+                    let st = crate::state::FileState::open(
+                        broker.state_dir(),
+                        &release.digest,
+                        &user,
+                        &release.manifest.state,
+                    )
+                    .map_err(|source| StartError::State {
+                        release: release.label(),
+                        source,
+                    })?;
+                    // The germline sees the initial state read-only at /run/state; each copy
+                    // gets its own tmpfs there, filled with its horizon's state.
+                    spec.extra_mounts.push(BindMount {
+                        source: st.initial_dir().to_path_buf(),
+                        target: germline_sandbox::spec::STATE_DIR.into(),
+                    });
+                    spec.state_bytes = crate::state::STATE_TMPFS_BYTES;
+                    file_state = Some(st);
+                }
                 let id = germline_sys::paths::run_germline_id(std::process::id(), n, mode.name());
                 if spec.execution == germline_sandbox::Execution::Spawn {
                     let mut opts = SpawnOptions::new(&id);
@@ -508,6 +541,7 @@ impl Runtime {
             data_sent: false,
             outbox,
             launcher: runtime_launcher,
+            file_state,
         })
     }
 

@@ -36,6 +36,11 @@ pub struct SidecarConfig {
 }
 
 impl Sidecar {
+    /// Where the broker keeps its CA and slots (and the runtime its state in files).
+    pub fn state_dir(&self) -> &Path {
+        &self.cfg.state_dir
+    }
+
     pub fn start(cfg: &SidecarConfig) -> Result<Sidecar, SidecarError> {
         if let Some(sock) = &cfg.existing {
             let client = connect(sock)?;

@@ -24,6 +24,8 @@ pub struct Draft {
     pub entry: Vec<String>,
     /// What the germline may read: the runtime's directories.
     pub readable_paths: Vec<String>,
+    /// State paths the publisher declared (`--state`).
+    pub state: Vec<germline_release::manifest::StatePath>,
 }
 
 impl Draft {
@@ -38,6 +40,7 @@ impl Draft {
                 format!("/etc/{python_version}"),
                 "/usr/share/zoneinfo".into(),
             ],
+            state: Vec::new(),
         })
     }
 
@@ -72,7 +75,7 @@ impl Draft {
             .collect();
         let mut entry = vec![INTERPRETER.to_string()];
         entry.extend(self.entry.iter().cloned());
-        Ok(json!({
+        let mut m = json!({
             "schema": "germline.release.manifest/v1",
             "name": self.name,
             "version": self.version,
@@ -87,7 +90,12 @@ impl Draft {
             // Whether the server is deterministic under twin inputs is the publisher's claim
             // to make (docs/evidence.md): not guessed either.
             "deterministic": false,
-        }))
+        });
+        if !self.state.is_empty() {
+            m["state"] = serde_json::to_value(&self.state)
+                .map_err(|e| Error::Entry(format!("state: {e}")))?;
+        }
+        Ok(m)
     }
 }
 
@@ -125,6 +133,26 @@ mod tests {
         // The draft is a manifest the release crate accepts as it is.
         germline_release::manifest::Manifest::parse(m.to_string().as_bytes(), "draft")
             .expect("a valid manifest");
+        let mut s = d.clone();
+        s.entry
+            .extend(["--db-path".into(), "/run/state/db.sqlite".into()]);
+        s.state = vec![
+            crate::state_path("--db-path=db.sqlite").expect("flag"),
+            crate::state_path("cache/").expect("dir"),
+        ];
+        let m = s.manifest(&tools, &[]).expect("manifest");
+        assert_eq!(
+            m["state"],
+            json!([
+                {"path": "/run/state/db.sqlite", "kind": "file", "arg": "--db-path"},
+                {"path": "/run/state/cache", "kind": "dir"}
+            ])
+        );
+        germline_release::manifest::Manifest::parse(m.to_string().as_bytes(), "draft")
+            .expect("a valid manifest with state");
+        for bad in ["", "a/b", "x=db", "--f=", ".hidden", "../x"] {
+            assert!(crate::state_path(bad).is_err(), "{bad}");
+        }
         let e = d
             .manifest(&tools, &[("git_push".into(), "example.org".into())])
             .expect_err("no such tool");

@@ -52,6 +52,8 @@ pub enum Error {
     Version(String),
     #[error("the server did not start in the germline: {0}")]
     Probe(String),
+    #[error("--state {0:?}: expected NAME, NAME/ or FLAG=NAME (NAME of [A-Za-z0-9._-])")]
+    State(String),
     #[error("--destination {0:?}: expected TOOL=HOST")]
     Destination(String),
     #[error("--destination {tool}={host}: the server has no tool {tool:?} (it lists: {tools})")]
@@ -104,6 +106,17 @@ pub struct FromArgs {
     /// repeatable.
     #[arg(long = "include", value_name = "HOST_PATH", requires = "from")]
     pub include: Vec<PathBuf>,
+    /// State the server keeps in files between calls (issue 27), kept by germline per (release,
+    /// user, horizon): `NAME` (a file at /run/state/NAME), `NAME/` (a directory), or
+    /// `FLAG=NAME` for a file the entry takes by a flag (`--state=--db-path=db.sqlite`: the
+    /// entry gets `--db-path /run/state/db.sqlite`); repeatable.
+    #[arg(
+        long = "state",
+        value_name = "[FLAG=]NAME[/]",
+        requires = "from",
+        allow_hyphen_values = true
+    )]
+    pub state: Vec<String>,
     /// Where pip keeps its downloads and wheels between packs.
     #[arg(long, default_value = DEFAULT_CACHE, requires = "from")]
     pub cache: PathBuf,
@@ -123,6 +136,8 @@ pub struct PackFrom {
     pub destinations: Vec<(String, String)>,
     pub entry: Option<String>,
     pub include: Vec<PathBuf>,
+    /// The declared state paths (`--state`).
+    pub state: Vec<germline_release::manifest::StatePath>,
     pub cache: PathBuf,
     pub python: PathBuf,
     /// Where the draft manifest is written.
@@ -168,6 +183,12 @@ impl PackFrom {
             destinations,
             entry: a.entry.clone(),
             include: a.include.clone(),
+            state: a
+                .state
+                .iter()
+                .map(String::as_str)
+                .map(state_path)
+                .collect::<Result<Vec<_>>>()?,
             cache: a.cache.clone(),
             python: a.python.clone(),
             manifest_out,
@@ -178,6 +199,34 @@ impl PackFrom {
             progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
         })
     }
+}
+
+/// One `--state` value as a manifest's state path.
+pub fn state_path(s: &str) -> Result<germline_release::manifest::StatePath> {
+    use germline_release::manifest::{StateKind, StatePath, STATE_DIR};
+    let (flag, rest) = match s.split_once('=') {
+        Some((f, n)) if f.starts_with('-') && f.len() > 1 => (Some(f.to_string()), n),
+        Some(_) => return Err(Error::State(s.to_string())),
+        None => (None, s),
+    };
+    let (name, kind) = match rest.strip_suffix('/') {
+        Some(n) => (n, StateKind::Dir),
+        None => (rest, StateKind::File),
+    };
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if !ok {
+        return Err(Error::State(s.to_string()));
+    }
+    Ok(StatePath {
+        path: format!("{STATE_DIR}/{name}"),
+        kind,
+        arg: flag,
+    })
 }
 
 /// What [`pack_from`] made.
@@ -219,8 +268,16 @@ pub fn pack_from(p: &PackFrom) -> Result<Packed> {
     rootfs::extension_libraries(&root)?;
 
     bar.step("probe: listing the tools in a germline");
-    let entry = source::entry(&installed, p.entry.as_deref())?;
-    let draft0 = draft::Draft::new(&installed, entry, &rootfs::python_version(&p.python)?)?;
+    let mut entry = source::entry(&installed, p.entry.as_deref())?;
+    // A state path the entry takes by a flag: the flag and the path in the copy.
+    for s in &p.state {
+        if let Some(flag) = &s.arg {
+            entry.push(flag.clone());
+            entry.push(s.path.clone());
+        }
+    }
+    let mut draft0 = draft::Draft::new(&installed, entry, &rootfs::python_version(&p.python)?)?;
+    draft0.state = p.state.clone();
     let probed = probe::list_tools(&root, &draft0)?;
 
     bar.step("manifest: drafting for review");

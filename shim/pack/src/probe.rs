@@ -45,13 +45,37 @@ pub fn launch_spec(root: &Path, draft: &Draft) -> LaunchSpec {
         limits: Limits::default(),
         extra_mounts: vec![],
         egress_port: None,
+        state_bytes: 0,
     }
 }
 
 /// Starts the draft in a germline, lists the tools from one copy, stops it.
 pub fn list_tools(root: &Path, draft: &Draft) -> Result<Probed> {
     let id = format!("pack-{}-{}", std::process::id(), draft.name);
-    let mut g = Germline::start(launch_spec(root, draft), Options::new(&id)).map_err(|e| {
+    let mut spec = launch_spec(root, draft);
+    if !draft.state.is_empty() {
+        // As `germline run` does: the germline sees each state path (empty) at /run/state, so
+        // a server that opens its database at start works here too.
+        let initial = root.with_file_name("state-initial");
+        let decls: Vec<(String, bool)> = draft
+            .state
+            .iter()
+            .map(|s| {
+                (
+                    s.name().to_string(),
+                    s.kind == germline_release::manifest::StateKind::Dir,
+                )
+            })
+            .collect();
+        germline_sandbox::statedir::initial_state(&initial, &decls)
+            .map_err(|e| Error::Probe(e.to_string()))?;
+        spec.extra_mounts.push(germline_sandbox::BindMount {
+            source: initial,
+            target: germline_sandbox::spec::STATE_DIR.into(),
+        });
+        spec.state_bytes = 1 << 20;
+    }
+    let mut g = Germline::start(spec, Options::new(&id)).map_err(|e| {
         Error::Probe(match e {
             germline_sandbox::Error::Init(reason) => reason,
             other => other.to_string(),

@@ -48,6 +48,51 @@ pub struct Manifest {
     /// The pinned digest of the rootfs; `pack` fills it in, `verify` requires it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rootfs: Option<RootfsPin>,
+    /// State the server keeps in files between calls (issue 27): kept per (release, user,
+    /// horizon) by the shim, a fresh writable copy of it in each copy at [`STATE_DIR`]
+    /// (docs/policy.md "State in files").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub state: Vec<StatePath>,
+}
+
+/// Where every state path lives inside a copy: each copy's own tmpfs, filled with its
+/// horizon's state before the call and read back after it.
+pub const STATE_DIR: &str = "/run/state";
+
+/// Most state paths one release declares.
+pub const MAX_STATE_PATHS: usize = 16;
+
+/// One declared state path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatePath {
+    /// The path inside the copy: `/run/state/NAME` (one component below [`STATE_DIR`]).
+    pub path: String,
+    /// A file (a SQLite database) or a directory.
+    pub kind: StateKind,
+    /// The entry's flag that takes this path (`--db-path`), when the entry passes it on its
+    /// command line: then `entry` holds the flag followed by `path` (`pack --state` writes
+    /// both). Documentation for the reviewer; the shim checks the pair is there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arg: Option<String>,
+}
+
+/// What a state path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StateKind {
+    File,
+    Dir,
+}
+
+impl StatePath {
+    /// The name below [`STATE_DIR`].
+    pub fn name(&self) -> &str {
+        self.path
+            .strip_prefix(STATE_DIR)
+            .and_then(|r| r.strip_prefix('/'))
+            .unwrap_or_default()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -307,6 +352,8 @@ impl Manifest {
                 ));
             }
         }
+        self.validate_state()
+            .map_err(|(field, message)| err(&field, message))?;
         if let Some(pin) = &self.rootfs {
             if pin.algorithm != crate::digest::ALGORITHM {
                 return Err(err(
@@ -323,6 +370,63 @@ impl Manifest {
                     "rootfs.digest",
                     format!("expected sha256:<64 hex>, found {:?}", pin.digest),
                 ));
+            }
+        }
+        Ok(())
+    }
+
+    /// State paths: each one component below [`STATE_DIR`], a portable file name, declared
+    /// once; one given by a flag appears in `entry` right after that flag.
+    fn validate_state(&self) -> std::result::Result<(), (String, String)> {
+        if self.state.len() > MAX_STATE_PATHS {
+            return Err((
+                "state".into(),
+                format!(
+                    "at most {MAX_STATE_PATHS} state paths, found {}",
+                    self.state.len()
+                ),
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, s) in self.state.iter().enumerate() {
+            let field = format!("state[{i}]");
+            let name = s.name();
+            let portable = !name.is_empty()
+                && name.len() <= 128
+                && !name.starts_with('.')
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+            if !portable {
+                return Err((
+                    format!("{field}.path"),
+                    format!(
+                        "expected {STATE_DIR}/NAME (NAME of [A-Za-z0-9._-], not starting with '.'), found {:?}",
+                        s.path
+                    ),
+                ));
+            }
+            if !seen.insert(name) {
+                return Err((
+                    format!("{field}.path"),
+                    format!("{:?} is declared twice", s.path),
+                ));
+            }
+            if let Some(flag) = &s.arg {
+                let passed = self
+                    .entry
+                    .windows(2)
+                    .any(|w| &w[0] == flag && w[1] == s.path)
+                    || self
+                        .entry
+                        .iter()
+                        .any(|a| *a == format!("{flag}={}", s.path));
+                if flag.is_empty() || !passed {
+                    return Err((
+                        format!("{field}.arg"),
+                        format!("expected the entry to pass {flag:?} {:?}", s.path),
+                    ));
+                }
             }
         }
         Ok(())
@@ -437,6 +541,39 @@ mod tests {
             Some("url")
         );
         assert_eq!(m.scratch_mb, 0);
+    }
+
+    #[test]
+    fn state_paths_lie_below_the_state_dir_and_a_flag_passes_them() {
+        let mut v = base();
+        v["entry"] = serde_json::json!(["python3", "m:main", "--db-path", "/run/state/db.sqlite"]);
+        v["state"] = serde_json::json!([
+            {"path": "/run/state/db.sqlite", "kind": "file", "arg": "--db-path"},
+            {"path": "/run/state/cache", "kind": "dir"}
+        ]);
+        let m = parse(&v).expect("valid");
+        assert_eq!(m.state[0].name(), "db.sqlite");
+        assert_eq!(m.state[1].kind, StateKind::Dir);
+        for (path, arg, why) in [
+            ("/data/db.sqlite", None, "expected /run/state/NAME"),
+            ("/run/state/a/b", None, "expected /run/state/NAME"),
+            ("/run/state/..", None, "expected /run/state/NAME"),
+            ("/run/state/", None, "expected /run/state/NAME"),
+            (
+                "/run/state/db.sqlite",
+                Some("--db"),
+                "expected the entry to pass",
+            ),
+        ] {
+            let mut w = v.clone();
+            w["state"] = serde_json::json!([{"path": path, "kind": "file", "arg": arg}]);
+            let e = parse(&w).expect_err(path).to_string();
+            assert!(e.contains(why) && e.contains("state[0]"), "{path}: {e}");
+        }
+        let mut w = v.clone();
+        w["state"][1]["path"] = serde_json::json!("/run/state/db.sqlite");
+        let e = parse(&w).expect_err("twice").to_string();
+        assert!(e.contains("declared twice"), "{e}");
     }
 
     #[test]

@@ -357,8 +357,8 @@ impl Germline {
         let abi = landlock::abi();
         let handled = landlock::all_fs_rights(abi) & !landlock::READ;
         let mut rules = vec![("/dev/null".to_string(), landlock::READ_WRITE_FILE)];
-        // As in the germline's layer: /run holds the mount points of items and scratch.
-        if self.spec.scratch {
+        // As in the germline's layer: /run holds the mount points of items, scratch and state.
+        if self.spec.scratch || self.spec.state_bytes > 0 {
             rules.push(("/run".to_string(), handled));
         }
         LandlockLayer {
@@ -1057,6 +1057,7 @@ impl Germline {
             scratch,
             self.spec.limits.memory_bytes.max(1 << 20),
         )?
+        .with_state(self.spec.state_bytes)?
         .apply()?;
         copy.set_items_dir(ItemsDir::open(copy.pid())?);
         Ok(())
@@ -1156,6 +1157,7 @@ impl Germline {
         }
         let scratch = self.spec.scratch.then_some(16u64 << 20);
         CopyMounts::new(copy.pid(), scratch, files)?
+            .with_state(self.spec.state_bytes)?
             .with_binds(binds)?
             .apply()
     }

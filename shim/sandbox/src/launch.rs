@@ -459,7 +459,19 @@ impl Prepared {
         // ignores rules on a directory once a mount hides it, so the rule sits on /run, the root
         // of a small read-only tmpfs the keeper mounts (its subdirectories are the mount points).
         let abi = landlock::abi();
-        let run_rights = if scratch {
+        // A copy's state tmpfs (/run/state) is written like its scratch: the same rule on /run.
+        if spec.state_bytes > 0
+            && !spec
+                .extra_mounts
+                .iter()
+                .any(|m| m.target.trim_end_matches('/') == crate::spec::STATE_DIR)
+        {
+            return Err(Error::Spec(format!(
+                "state_bytes: the germline's {} (its initial state) is not among extra_mounts",
+                crate::spec::STATE_DIR
+            )));
+        }
+        let run_rights = if scratch || spec.state_bytes > 0 {
             landlock::all_fs_rights(abi)
         } else {
             landlock::READ

@@ -23,6 +23,7 @@ pub mod protocol;
 pub mod seccomp;
 pub mod spawn;
 pub mod spec;
+pub mod statedir;
 pub mod tree;
 
 // Moved to germline-sys (issue 26); re-exported so `germline_sandbox::cgroup` and
@@ -36,4 +37,5 @@ pub use error::{Error, Result};
 pub use germline::Ablation;
 pub use germline::{Germline, Options};
 pub use spec::{BindMount, Execution, Language, LaunchSpec, Limits};
+pub use statedir::{StateDir, StateFiles};
 pub use tree::TreeEntry;

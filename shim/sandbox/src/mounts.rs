@@ -42,6 +42,8 @@ pub struct CopyMounts {
     empty: CString,
     tmpfs: CString,
     scratch: Option<(CString, CString)>,
+    /// The copy's state tmpfs (`/run/state`, writable by the copy: [`StateDir`]).
+    state: Option<(CString, CString)>,
     items_dir: CString,
     items_opts: CString,
     items: Vec<ItemFile>,
@@ -86,6 +88,7 @@ impl CopyMounts {
                 Some(n) => Some((c("/run/scratch")?, c(&format!("size={n},mode=1777"))?)),
                 None => None,
             },
+            state: None,
             items_dir: c("/run/items")?,
             items_opts: c(&format!("size={},mode=755", total + (64 << 10)))?,
             items,
@@ -117,6 +120,20 @@ impl CopyMounts {
         m.base = false;
         m.fill = false;
         Ok(m)
+    }
+
+    /// Also mounts a tmpfs of `bytes` (none for 0) at `/run/state`, empty and writable by the
+    /// copy (mode 0777: the copy's users are unprivileged on the host), over the germline's
+    /// read-only initial state. The shim fills it through [`StateDir`] before the call.
+    pub fn with_state(mut self, bytes: u64) -> Result<CopyMounts> {
+        self.state = match bytes {
+            0 => None,
+            n => Some((
+                c(crate::spec::STATE_DIR)?,
+                c(&format!("size={n},mode=777"))?,
+            )),
+        };
+        Ok(self)
     }
 
     /// Also binds item store slots (see [`ItemStore`]) at absolute mount points of the copy.
@@ -163,6 +180,7 @@ impl CopyMounts {
                 "make an item directory read-only",
                 "open an item mount point",
                 "attach an item directory (move_mount)",
+                "mount state",
             ]
             .get(usize::from(rec[1]))
             .copied()
@@ -280,6 +298,12 @@ impl CopyMounts {
             if let Err(e) = sys::mount(Some(&self.tmpfs), dir, Some(&self.tmpfs), flags, Some(opts))
             {
                 fail(7, e);
+            }
+        }
+        if let Some((dir, opts)) = self.state.as_ref().filter(|_| self.base) {
+            if let Err(e) = sys::mount(Some(&self.tmpfs), dir, Some(&self.tmpfs), flags, Some(opts))
+            {
+                fail(15, e);
             }
         }
         if self.base {

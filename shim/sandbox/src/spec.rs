@@ -163,7 +163,15 @@ pub struct LaunchSpec {
     /// there; the germline's namespace has no interface up). `None`: no TCP connect at all.
     #[serde(default = "default_egress_port")]
     pub egress_port: Option<u16>,
+    /// Size of each copy's own writable tmpfs at [`STATE_DIR`] (issue 27, the manifest's
+    /// state paths), bytes; 0: none. The germline itself sees there the release's initial
+    /// state, read-only: an `extra_mounts` entry whose target is [`STATE_DIR`] (required).
+    #[serde(default)]
+    pub state_bytes: u64,
 }
+
+/// Where a copy's state tmpfs is mounted ([`LaunchSpec::state_bytes`]).
+pub const STATE_DIR: &str = "/run/state";
 
 fn default_workdir() -> String {
     "/".to_string()
@@ -192,6 +200,7 @@ impl LaunchSpec {
             limits: Limits::default(),
             extra_mounts: vec![],
             egress_port: default_egress_port(),
+            state_bytes: 0,
         }
     }
 }

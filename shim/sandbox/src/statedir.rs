@@ -1,0 +1,251 @@
+//! A copy's state tmpfs (`/run/state`, issue 27), opened from the host: the shim writes its
+//! horizon's state into it before the call and reads what the copy left there after it.
+//!
+//! The descriptor is opened while the copy lives and keeps the tmpfs alive after the copy and
+//! its mount namespace are gone, so the read comes after the copy is retired (frozen, then
+//! killed). Nothing the copy made is ever followed: every path is resolved beneath the
+//! tmpfs's root with no symbolic link on the way (`openat2`), so even a copy still running
+//! while it is read cannot make the shim read outside it; a symbolic link, device, FIFO or
+//! socket it left is reported, not read.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use crate::error::{Error, Result};
+use crate::sys;
+
+/// One file of a state: its path below `/run/state` (`db.sqlite`, `cache/a/b`) and contents.
+/// Directories are implied by their files, plus [`StateFiles::dirs`] for empty ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StateFiles {
+    /// Sorted by path.
+    pub files: Vec<(String, Vec<u8>)>,
+    /// Every directory (also the non-empty ones), sorted.
+    pub dirs: Vec<String>,
+    /// Entries that are neither files nor directories (left out of the state).
+    pub skipped: Vec<String>,
+}
+
+/// The copy's `/run/state`, held by the shim.
+#[derive(Debug)]
+pub struct StateDir(OwnedFd);
+
+fn c(s: &str) -> Result<CString> {
+    CString::new(s).map_err(|_| Error::Spec("NUL byte in a state path".into()))
+}
+
+fn valid_rel(rel: &str) -> bool {
+    !rel.is_empty()
+        && !rel.starts_with('/')
+        && rel
+            .split('/')
+            .all(|p| !p.is_empty() && p != "." && p != "..")
+}
+
+impl StateDir {
+    /// Opens `/run/state` of the copy `pid` and checks that it is a tmpfs (the one the shim
+    /// mounted, not the germline's read-only initial state) and empty.
+    pub fn open(pid: i32) -> Result<StateDir> {
+        let path = c(&format!("/proc/{pid}/root{}", crate::spec::STATE_DIR))?;
+        let fd = sys::open_raw(
+            &path,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0,
+        )
+        .map(sys::own)
+        .map_err(|e| Error::sys("open the copy's /run/state", e))?;
+        let f_type =
+            sys::fs_type(fd.as_raw_fd()).map_err(|e| Error::sys("fstatfs /run/state", e))?;
+        if f_type != libc::TMPFS_MAGIC {
+            return Err(Error::Refused(format!(
+                "the copy's /run/state is not the tmpfs the shim mounted (f_type {f_type:#x})"
+            )));
+        }
+        let d = StateDir(fd);
+        let entries = std::fs::read_dir(d.path(""))
+            .map_err(|e| Error::sys("list the copy's /run/state", e))?
+            .count();
+        if entries != 0 {
+            return Err(Error::Refused(format!(
+                "the copy's /run/state holds {entries} entries before its state"
+            )));
+        }
+        Ok(d)
+    }
+
+    fn path(&self, rel: &str) -> std::path::PathBuf {
+        let mut p = std::path::PathBuf::from(format!("/proc/self/fd/{}", self.0.as_raw_fd()));
+        if !rel.is_empty() {
+            p.push(rel);
+        }
+        p
+    }
+
+    /// Writes `state` into the empty tmpfs: directories 0777, files 0666 (the copy's users
+    /// are unprivileged on the host; the tmpfs is its alone). Before the call, so nothing of
+    /// the copy runs meanwhile.
+    pub fn fill(&self, state: &StateFiles) -> Result<()> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+        let bad = |p: &str| Error::Spec(format!("state path {p:?} is not a relative path"));
+        for d in &state.dirs {
+            if !valid_rel(d) {
+                return Err(bad(d));
+            }
+            let p = self.path(d);
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o777)
+                .create(&p)
+                .map_err(|e| Error::sys(format!("state: mkdir {d:?}"), e))?;
+            // The umask took bits off.
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o777))
+                .map_err(|e| Error::sys(format!("state: chmod {d:?}"), e))?;
+        }
+        for (rel, contents) in &state.files {
+            if !valid_rel(rel) {
+                return Err(bad(rel));
+            }
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o666)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(self.path(rel))
+                .map_err(|e| Error::sys(format!("state: create {rel:?}"), e))?;
+            f.write_all(contents)
+                .map_err(|e| Error::sys(format!("state: write {rel:?}"), e))?;
+            f.set_permissions(std::fs::Permissions::from_mode(0o666))
+                .map_err(|e| Error::sys(format!("state: chmod {rel:?}"), e))?;
+        }
+        Ok(())
+    }
+
+    /// What the copy left: every regular file and directory, read without following any
+    /// symbolic link (call it once the copy is frozen or dead).
+    pub fn read(&self) -> Result<StateFiles> {
+        let mut out = StateFiles::default();
+        self.walk("", &mut out, 0)?;
+        out.files.sort();
+        out.dirs.sort();
+        out.skipped.sort();
+        Ok(out)
+    }
+
+    /// `rel` resolved strictly below the tmpfs's root without following any symbolic link
+    /// (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`), as an `O_PATH` descriptor, and
+    /// a path that reopens exactly that inode. Whatever the copy left, even swapped between the
+    /// listing and the open, the shim reads nothing outside its tmpfs.
+    fn beneath(&self, rel: &str) -> Result<(OwnedFd, String)> {
+        let fd = if rel.is_empty() {
+            sys::open_beneath(self.0.as_raw_fd(), &c(".")?)
+        } else {
+            sys::open_beneath(self.0.as_raw_fd(), &c(rel)?)
+        }
+        .map(sys::own)
+        .map_err(|e| Error::sys(format!("state: resolve {rel:?}"), e))?;
+        let p = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        Ok((fd, p))
+    }
+
+    fn walk(&self, rel: &str, out: &mut StateFiles, depth: usize) -> Result<()> {
+        if depth > 32 {
+            out.skipped.push(rel.to_string());
+            return Ok(());
+        }
+        let (_dir, at) = self.beneath(rel)?;
+        let entries =
+            std::fs::read_dir(&at).map_err(|e| Error::sys(format!("state: list {rel:?}"), e))?;
+        for e in entries {
+            let e = e.map_err(|e| Error::sys("state: list", e))?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let child = if rel.is_empty() {
+                name
+            } else {
+                format!("{rel}/{name}")
+            };
+            // lstat: the entry itself, never what a link names.
+            let t = e
+                .file_type()
+                .map_err(|e| Error::sys(format!("state: stat {child:?}"), e))?;
+            if t.is_dir() {
+                out.dirs.push(child.clone());
+                self.walk(&child, out, depth + 1)?;
+            } else if t.is_file() {
+                out.files.push((child.clone(), self.read_file(&child)?));
+            } else {
+                out.skipped.push(child);
+            }
+        }
+        Ok(())
+    }
+
+    fn read_file(&self, rel: &str) -> Result<Vec<u8>> {
+        let (_file, at) = self.beneath(rel)?;
+        let p = c(&at)?;
+        let fd = sys::open_raw(
+            &p,
+            // Reopens the inode `beneath` resolved (the magic link is followed on purpose).
+            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK,
+            0,
+        )
+        .map_err(|e| Error::sys(format!("state: open {rel:?}"), e))?;
+        let mut f = File::from(sys::own(fd));
+        let md = f
+            .metadata()
+            .map_err(|e| Error::sys(format!("state: stat {rel:?}"), e))?;
+        if !md.is_file() {
+            return Err(Error::Refused(format!(
+                "state: {rel:?} is not a regular file"
+            )));
+        }
+        let mut v = Vec::with_capacity(md.len() as usize);
+        f.read_to_end(&mut v)
+            .map_err(|e| Error::sys(format!("state: read {rel:?}"), e))?;
+        Ok(v)
+    }
+}
+
+/// Makes `dir` hold a release's initial state (each declared file empty, each directory
+/// empty) readable by the germline's unprivileged user; returns `dir`. The germline sees it,
+/// read-only, at `/run/state` (an `extra_mounts` entry), so a server that opens its database
+/// at start finds it.
+pub fn initial_state(dir: &std::path::Path, paths: &[(String, bool)]) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let io = |what: String| move |e| Error::sys(what, e);
+    std::fs::create_dir_all(dir).map_err(io(format!("state: mkdir {}", dir.display())))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+        .map_err(io(format!("state: chmod {}", dir.display())))?;
+    for (name, is_dir) in paths {
+        if !valid_rel(name) || name.contains('/') {
+            return Err(Error::Spec(format!("state name {name:?}")));
+        }
+        let p = dir.join(name);
+        if *is_dir {
+            std::fs::create_dir_all(&p).map_err(io(format!("state: mkdir {}", p.display())))?;
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))
+                .map_err(io(format!("state: chmod {}", p.display())))?;
+        } else {
+            std::fs::write(&p, b"").map_err(io(format!("state: write {}", p.display())))?;
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644))
+                .map_err(io(format!("state: chmod {}", p.display())))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_paths_only() {
+        for ok in ["db.sqlite", "a/b", "a.b/c-d"] {
+            assert!(valid_rel(ok), "{ok}");
+        }
+        for bad in ["", "/a", "a/../b", "a//b", "./a", "..", "a/"] {
+            assert!(!valid_rel(bad), "{bad}");
+        }
+    }
+}
