@@ -38,6 +38,7 @@ pub fn launch_spec(root: &Path, entry: &[String], readable_paths: &[String]) -> 
         limits: Limits::default(),
         extra_mounts: vec![],
         egress_port: None,
+        state_bytes: 0,
     }
 }
 
