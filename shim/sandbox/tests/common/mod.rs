@@ -80,7 +80,7 @@ pub fn text(result: &serde_json::Value) -> String {
 }
 
 /// Every test release, installed together (they import testlib).
-pub const RELEASES: [(&str, &str); 11] = [
+pub const RELEASES: [(&str, &str); 14] = [
     ("testlib", include_str!("../releases/testlib.py")),
     ("plain", include_str!("../releases/plain.py")),
     ("lowlevel", include_str!("../releases/lowlevel.py")),
@@ -92,6 +92,9 @@ pub const RELEASES: [(&str, &str); 11] = [
     ("g2_rodev", include_str!("../releases/g2_rodev.py")),
     ("init_probe", include_str!("../releases/init_probe.py")),
     ("hijack", include_str!("../releases/hijack.py")),
+    ("g4_sigchld", include_str!("../releases/g4_sigchld.py")),
+    ("g4_flip", include_str!("../releases/g4_flip.py")),
+    ("slow_warm", include_str!("../releases/slow_warm.py")),
 ];
 
 /// The spec of test release `name` (all test releases are installed first).
