@@ -111,3 +111,54 @@ fn the_pool_grows_to_a_multi_group_call_and_every_group_takes_from_it() {
     g0.stop().expect("stop");
     g.stop().expect("stop");
 }
+
+/// Private memory (kB) of a live copy of mcp-server-time after one `get_current_time`, and
+/// the time of that call's MCP exchange (ms), medians of 5 fresh copies of a warmed germline
+/// started with `bootstrap`.
+fn copy_private_and_mcp(bootstrap: &str, name: &str) -> (u64, f64) {
+    let mut spec = common::time_spec();
+    spec.warm = true;
+    let mut opts = common::opts(name);
+    opts.bootstrap = bootstrap.to_string();
+    let mut g = Germline::start(spec, opts).expect("start");
+    let (mut kb, mut ms) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        let mut c = g.copy().expect("copy");
+        g.prepare_copy(&mut c, &[]).expect("mounts");
+        c.deliver(&[]).expect("data");
+        c.initialize().expect("handshake");
+        let t = Instant::now();
+        c.mcp_call("get_current_time", json!({"timezone": "UTC"}))
+            .expect("call");
+        ms.push(t.elapsed().as_secs_f64() * 1000.0);
+        kb.push(c.private_memory().expect("smaps_rollup") / 1024);
+        let _ = g.retire(c, Ok(serde_json::Value::Null));
+        g.refill_pool().expect("between calls");
+    }
+    g.stop().expect("stop");
+    kb.sort_unstable();
+    ms.sort_by(f64::total_cmp);
+    (kb[2], ms[2])
+}
+
+/// Issue 30's candidate 3, measured and not kept (docs/performance.md, "Issue 30"): the
+/// bootstrap with `gc.freeze()` before `ready` against the shipped one. Prints, asserts
+/// nothing: run by hand with `cargo test -p germline-sandbox --test pool -- --ignored
+/// --nocapture gc_freeze`.
+#[test]
+#[ignore = "a measurement; run by hand"]
+fn gc_freeze_in_the_bootstrap_measured() {
+    assert!(common::can_run());
+    let shipped = germline_sandbox::germline::PYTHON_BOOTSTRAP;
+    let ready = "\n    send_ctl({\"op\": \"ready\", \"warm\": warmed})\n";
+    assert!(shipped.contains(ready));
+    let frozen = shipped.replace(ready, &format!("\n    gc.freeze(){ready}"));
+    for round in 1..=2 {
+        let (kb_frozen, ms_frozen) = copy_private_and_mcp(&frozen, "gc-frozen");
+        let (kb_shipped, ms_shipped) = copy_private_and_mcp(shipped, "gc-shipped");
+        eprintln!(
+            "round {round}: private kB / copy.mcp ms: with gc.freeze() {kb_frozen} / \
+             {ms_frozen:.2}, shipped {kb_shipped} / {ms_shipped:.2}"
+        );
+    }
+}

@@ -611,9 +611,6 @@ def main():
     # Copies are reaped by the kernel: set before ready, since the shim may freeze the germline
     # as soon as it reads it and G4 then finds SIGCHLD ignored (docs/sandbox.md).
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-    # Move every object the initialisation left into the permanent generation: the copies'
-    # collections then never touch (and so never copy, copy-on-write) the germline's pages.
-    gc.freeze()
     send_ctl({"op": "ready", "warm": warmed})
     fork_loop()
 

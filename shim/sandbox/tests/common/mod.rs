@@ -127,3 +127,22 @@ pub fn call_text(
 pub fn json_of(s: &str) -> serde_json::Value {
     serde_json::from_str(s).unwrap_or_else(|e| panic!("tool answered non-JSON {s:?}: {e}"))
 }
+
+/// Waits (up to 10 s) until every pool copy answered its handshake, so the next call's first
+/// copy comes from the pool (only a ready one is handed out first; docs/sandbox.md, "Pool
+/// states"). Panics if one does not get there.
+pub fn wait_pool_ready(g: &mut germline_sandbox::Germline) {
+    use germline_sandbox::PoolState;
+    let t = std::time::Instant::now();
+    loop {
+        let states = g.pool_states();
+        if states.iter().all(|s| *s == PoolState::Ready) {
+            return;
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "the pool copies did not get ready: {states:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
