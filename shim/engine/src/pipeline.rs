@@ -52,6 +52,9 @@ pub trait CopySource {
     fn set_pool_capabilities(&mut self, caps: &Value);
     /// A data-free, checked copy whose `initialize` announces `caps`.
     fn copy_for(&mut self, caps: &Value) -> SandboxResult<Self::Copy>;
+    /// A call of `groups` groups came: a pooling source keeps that many copies from its next
+    /// refill on, so that every group's copy comes from the pool.
+    fn want_depth(&mut self, _groups: usize) {}
     /// The laps of the last fork (none for a pool copy).
     fn fork_phases(&self) -> &[(&'static str, u64)];
     /// The copy's mounts of its items (`(file name, contents, in view)`).
@@ -121,6 +124,9 @@ impl CopySource for Germline {
     }
     fn copy_for(&mut self, caps: &Value) -> SandboxResult<Self::Copy> {
         Germline::copy_for(self, caps)
+    }
+    fn want_depth(&mut self, groups: usize) {
+        Germline::want_depth(self, groups)
     }
     fn fork_phases(&self) -> &[(&'static str, u64)] {
         Germline::fork_phases(self)
@@ -493,6 +499,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         let mut early = Vec::new();
         if plan.groups.len() > 1 {
             let g = &mut *self.source;
+            g.want_depth(plan.groups.len());
             for (gi, group) in plan.groups.iter().enumerate() {
                 let caps = if Some(gi) == cx.agent_group && cx.inadmissible(group).is_none() {
                     agent_link.relayed_capabilities()
@@ -976,6 +983,9 @@ mod tests {
             self.events.borrow_mut().push("call_begins".into());
         }
         fn set_pool_capabilities(&mut self, _caps: &Value) {}
+        fn want_depth(&mut self, groups: usize) {
+            self.events.borrow_mut().push(format!("depth {groups}"));
+        }
         fn copy_for(&mut self, _caps: &Value) -> SandboxResult<FakeCopy> {
             let n = self.taken;
             self.taken += 1;
@@ -1333,6 +1343,20 @@ r2 = ["c"]
                     .filter(|e| e.starts_with("take"))
                     .count();
                 assert_eq!(takes_before, n, "{:?}", source.events());
+                // The pool is asked for as many copies as the call has groups, before the
+                // first is taken.
+                let depth = source
+                    .events()
+                    .iter()
+                    .position(|e| *e == format!("depth {n}"));
+                let first_take = source.events().iter().position(|e| e.starts_with("take"));
+                assert!(
+                    depth.is_some() && depth < first_take,
+                    "{:?}",
+                    source.events()
+                );
+            } else {
+                assert_eq!(source.count("depth"), 0, "{:?}", source.events());
             }
             assert_eq!(out.result["_meta"]["germline"]["copies"], json!(n));
         }

@@ -5,6 +5,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use serde::Serialize;
 use serde_json::Value;
 
 use crate::cancel::Cancel;
@@ -90,6 +91,23 @@ pub struct Copy {
     items_dir: Option<ItemsDir>,
     /// Twin inputs `(time_ns, seed)` sent with the data (A4), if set.
     twin: Option<(u128, u64)>,
+    /// A pool copy's state while it waits ([`PoolState`]).
+    pool_state: PoolState,
+}
+
+/// Where a pool copy is while it waits for a call (docs/sandbox.md, "The pool"). Only a
+/// `Ready` copy is handed out for a call's first copy: a `Warming` one would make the call wait
+/// behind its synthetic session and handshake, which is slower than forking a fresh copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PoolState {
+    /// Forked, confined and checked; nothing asked of it yet (not a pool copy).
+    Forked,
+    /// Asked to run its warming session (if the germline warmed) and its MCP handshake; it
+    /// has not answered the handshake yet.
+    Warming,
+    /// It answered its handshake: the warming session, which it runs first, is over.
+    Ready,
 }
 
 /// The copy socket as a [`Channel`]: newline-delimited JSON, every wait bounded by the copy's
@@ -124,6 +142,11 @@ impl CopyChannel {
 
     pub(crate) fn deadline(&self) -> Instant {
         self.deadline
+    }
+
+    /// Whether the copy has sent anything not read yet (never blocks).
+    fn has_input(&self) -> bool {
+        self.buf.contains(&b'\n') || sys::poll_readable(self.sock.as_raw_fd(), 0).unwrap_or(false)
     }
 
     fn send_raw(&self, line: &[u8], fds: &[i32]) -> Result<()> {
@@ -223,7 +246,23 @@ impl Copy {
             leases: Vec::new(),
             items_dir: None,
             twin: None,
+            pool_state: PoolState::Forked,
         }
+    }
+
+    /// The copy's pool state, read without blocking: a `Warming` copy becomes `Ready` once its
+    /// handshake's answer is there to read (the copy sends nothing before it: the warming
+    /// session runs first and answers nothing). The answer stays unread until the call reads
+    /// it with the answer of its first request, as for any copy.
+    pub fn pool_state(&mut self) -> PoolState {
+        if self.pool_state == PoolState::Warming && self.chan.has_input() {
+            self.pool_state = PoolState::Ready;
+        }
+        self.pool_state
+    }
+
+    pub(crate) fn set_warming(&mut self) {
+        self.pool_state = PoolState::Warming;
     }
 
     /// Host pid of the copy (PID 1 of its own namespace).

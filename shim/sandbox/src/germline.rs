@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use crate::cgroup::Cgroup;
 use crate::checks::snapshot::GermlineSnapshot;
 use crate::checks::{self, CopyExpect, GermlineFacts, Role};
-use crate::copy::{Copy, Corpse, Item};
+use crate::copy::{Copy, Corpse, Item, PoolState};
 use crate::error::{Error, Result};
 use crate::landlock;
 use crate::launch::{self, Prepared};
@@ -34,6 +34,8 @@ pub const PYTHON_BOOTSTRAP: &str = concat!(
 const ITEM_STORE_BYTES: u64 = 1 << 30;
 /// Killed copies whose exit may overlap the next calls before one is waited for.
 const MAX_DYING: usize = 4;
+/// The deepest a pool grows for multi-group calls ([`Germline::want_depth`]).
+pub const MAX_POOL: usize = 8;
 
 /// Host uid and gid that root inside every germline's user namespace maps to.
 pub const HOST_ID: u32 = 2_100_000;
@@ -145,9 +147,15 @@ pub struct Germline {
     /// Whether the pool's waiting copies were asked to freeze for the call that took a copy
     /// ([`Germline::pause_pool`]); they are thawed between calls.
     pool_paused: bool,
-    /// Whether [`Germline::call_begins`] left the pool's first copy running (the one the call
-    /// takes next).
-    front_spared: bool,
+    /// The pool copy [`Germline::call_begins`] left running (the ready one the call takes
+    /// next), by pid.
+    spared: Option<i32>,
+    /// Pool copies to keep: `Options::pool`, raised to the groups of a multi-group call
+    /// ([`Germline::want_depth`]) so that every group's copy can come from the pool.
+    depth: usize,
+    /// Copies handed out since the last call began or the pool was last refilled: the first
+    /// must be a ready pool copy ([`Germline::copy_for`]).
+    taken_in_call: usize,
     /// The client capabilities a pool copy's `initialize` announces
     /// ([`Germline::set_pool_capabilities`]: the agent's, as its group's copy last had them).
     pool_caps: Value,
@@ -308,7 +316,9 @@ impl Germline {
             forked: Vec::new(),
             pool: VecDeque::new(),
             pool_paused: false,
-            front_spared: false,
+            spared: None,
+            depth: opts.pool,
+            taken_in_call: 0,
             pool_caps: json!({}),
             dying: Vec::new(),
             fork_phases: Vec::new(),
@@ -578,7 +588,8 @@ impl Germline {
     pub fn refill_pool(&mut self) -> Result<()> {
         self.kill_retired();
         self.pause_pool(false);
-        while self.pool.len() < self.opts.pool {
+        self.taken_in_call = 0;
+        while self.pool.len() < self.depth {
             let c = self.fork_copy_with(true)?;
             self.pool.push_back(c);
         }
@@ -590,30 +601,58 @@ impl Germline {
     pub fn refill_one(&mut self) -> Result<bool> {
         self.kill_retired();
         self.pause_pool(false);
-        if self.pool.len() < self.opts.pool {
+        self.taken_in_call = 0;
+        if self.pool.len() < self.depth {
             let c = self.fork_copy_with(true)?;
             self.pool.push_back(c);
         }
-        let more = self.pool.len() < self.opts.pool;
+        let more = self.pool.len() < self.depth;
         if !more {
             self.prepare_fork()?;
         }
         Ok(more)
     }
 
-    /// A call begins: the pool's waiting copies but the first (the one the call takes next)
-    /// are frozen from now on, so that a refill's warming does not compete with the call's
-    /// own work before its copy is taken (the broker's Plan, item reads). The first is left
-    /// running: thawing it again when it is handed out would cost the call more than it saves.
+    /// A call begins: the pool's waiting copies but the first ready one (the one the call
+    /// takes next) are frozen from now on, so that a refill's warming does not compete with
+    /// the call's own work (the broker's Plan, item reads, a fork on the call's path when no
+    /// copy is ready). The ready one is left running: thawing it again when it is handed out
+    /// would cost the call more than it saves.
     pub fn call_begins(&mut self) {
+        self.taken_in_call = 0;
         if self.pool_paused {
             return;
         }
         self.pool_paused = true;
-        self.front_spared = true;
-        for c in self.pool.iter().skip(1) {
-            let _ = c.cgroup().request_frozen(true);
+        let ready = self
+            .pool
+            .iter_mut()
+            .position(|c| c.pool_state() == PoolState::Ready);
+        self.spared = ready.map(|i| self.pool[i].pid());
+        for (i, c) in self.pool.iter().enumerate() {
+            if Some(i) != ready {
+                let _ = c.cgroup().request_frozen(true);
+            }
         }
+    }
+
+    /// A call of `groups` groups came: from the next refill on, the pool keeps at least that
+    /// many copies (up to [`MAX_POOL`]), so that every group's copy comes from it. Only a
+    /// germline with a pool grows it.
+    pub fn want_depth(&mut self, groups: usize) {
+        if self.opts.pool > 0 {
+            self.depth = self.depth.max(groups.min(MAX_POOL));
+        }
+    }
+
+    /// The pool's target depth ([`Germline::want_depth`]).
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+
+    /// The state of each pool copy, front first (never blocks).
+    pub fn pool_states(&mut self) -> Vec<PoolState> {
+        self.pool.iter_mut().map(Copy::pool_state).collect()
     }
 
     /// Freezes (`true`) or thaws the pool's waiting copies, without waiting for the kernel.
@@ -629,7 +668,7 @@ impl Germline {
             return;
         }
         self.pool_paused = paused;
-        self.front_spared = false;
+        self.spared = None;
         for c in &self.pool {
             let _ = c.cgroup().request_frozen(paused);
         }
@@ -731,21 +770,47 @@ impl Germline {
 
     /// Like [`Germline::copy`], for a copy whose `initialize` announces the client
     /// capabilities `caps`. A pool copy made its handshake while it waited, with
-    /// [`Germline::set_pool_capabilities`]'s; one that announced others is retired unused and a
-    /// fresh copy forked.
+    /// [`Germline::set_pool_capabilities`]'s; one that announced others is retired unused.
+    ///
+    /// The first copy of a call comes from the pool only if one is [`PoolState::Ready`] (it
+    /// answered its handshake, so its warming session is over): a copy still warming would
+    /// make the call wait behind that session, which back to back cost more than a fork
+    /// (docs/performance.md). With none ready the copy is forked on the call's path, as without
+    /// a pool, and the waiting ones stay frozen until the call ends. Later copies of the same
+    /// call (taken ahead for the later groups of a multi-group call, data-free until their
+    /// turn) take a warming one too: it finishes while the earlier groups run, where a fork
+    /// would be on the call's path now.
     pub fn copy_for(&mut self, caps: &Value) -> Result<Copy> {
         self.reap();
         self.fork_phases.clear();
-        let mut spared = std::mem::take(&mut self.front_spared);
-        while let Some(mut c) = self.pool.pop_front() {
-            if self.pool_paused && !std::mem::take(&mut spared) {
-                // Taken by a later copy of the same call, or by a call with no pause before it
-                // (also before a retirement: v1's freezer keeps a frozen task from dying).
-                let _ = c.cgroup().request_frozen(false);
-            }
-            if c.initialized_with().is_some_and(|v| v != caps) {
-                let _ = self.retire(c, Ok(Value::Null));
+        let spared = self.spared.take();
+        let mut i = 0;
+        while i < self.pool.len() {
+            if !self.pool[i].initialized_with().is_some_and(|v| v != caps) {
+                i += 1;
                 continue;
+            }
+            if let Some(c) = self.pool.remove(i) {
+                // v1's freezer keeps a frozen task from dying: thawed before it is killed.
+                if self.pool_paused && Some(c.pid()) != spared {
+                    let _ = c.cgroup().request_frozen(false);
+                }
+                let _ = self.retire(c, Ok(Value::Null));
+            }
+        }
+        let first = self.taken_in_call == 0;
+        self.taken_in_call += 1;
+        while let Some(i) = self
+            .pool
+            .iter_mut()
+            .position(|c| !first || c.pool_state() == PoolState::Ready)
+        {
+            let Some(mut c) = self.pool.remove(i) else {
+                break;
+            };
+            if self.pool_paused && Some(c.pid()) != spared {
+                // Taken by a later copy of the same call, or by a call with no pause before it.
+                let _ = c.cgroup().request_frozen(false);
             }
             // A pool copy's deadline starts when it is handed out for a call.
             c.restart_deadline(self.spec.limits.deadline());
@@ -766,6 +831,8 @@ impl Germline {
             self.pause_pool(true);
             return Ok(c);
         }
+        // Empty, or nothing ready: forked on the call's path, the pool frozen meanwhile.
+        self.pause_pool(true);
         let r = self.fork_copy().and_then(|mut c| {
             c.set_client_capabilities(caps.clone());
             c.begin_initialize()?;
@@ -802,9 +869,11 @@ impl Germline {
                 if self.warm {
                     c.request_prewarm()?;
                 }
-                // The handshake is public: made while the copy waits for a call.
+                // The handshake is public: made while the copy waits for a call. Its answer
+                // marks the copy ready (Copy::pool_state).
                 c.set_client_capabilities(self.pool_caps.clone());
                 c.begin_initialize()?;
+                c.set_warming();
             }
             Ok(c)
         });
@@ -1022,6 +1091,18 @@ impl Germline {
         if let Err(e) = self.cgroup.set_frozen(true) {
             copy.kill();
             return Err(e.into());
+        }
+        // G4 right after the refreeze: the disposition it reads holds until the next thaw,
+        // so for every copy that dies meanwhile, this one included (checks::rules::g4).
+        if !ablated!(self.opts, skip_germline_checks) {
+            let bad = match procfs::status(self.pid) {
+                Ok(st) => checks::rules::g4(&st),
+                Err(e) => vec![format!("G4: cannot read the germline's status: {e}")],
+            };
+            if !bad.is_empty() {
+                copy.kill();
+                return Err(Error::Refused(bad.join("; ")));
+            }
         }
         lap("fork.freeze", &mut phases);
         // [shim send, germline received, before fork, after fork, shim got reply, shim added it

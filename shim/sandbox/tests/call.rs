@@ -74,6 +74,7 @@ fn warm_calls_run_once_in_the_germline_and_pool_copies_answer_like_fresh_ones() 
             "G1-G3 after the warm calls"
         );
         for i in 0..2 {
+            common::wait_pool_ready(&mut g);
             let got = common::call_text(&mut g, "count", json!({})).expect("call");
             assert_eq!(
                 got, want,

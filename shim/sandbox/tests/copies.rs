@@ -101,6 +101,7 @@ fn copies_are_isolated_from_each_other_live_and_over_time() {
     // The working copy A: sees its view only, then plants the secret everywhere it can.
     let mut a = g.copy().expect("copy A");
     g.refill_pool().expect("refill the pool before A gets data");
+    common::wait_pool_ready(&mut g);
     g.prepare_copy(&mut a, &items).expect("mounts");
     a.deliver(&items).expect("deliver");
     let seen = common::json_of(&common::text(
@@ -361,6 +362,7 @@ fn under_the_reaper_the_tool_is_pid_2_and_the_copy_stays_checked_and_killed_whol
     opts.pool = 1;
     opts.ablation.no_cgroup_sweep = true;
     let mut g = Germline::start(common::test_release("plain"), opts).expect("start");
+    common::wait_pool_ready(&mut g);
     let pool_copy = g.pool_pids()[0];
     let tool = procfs_children(pool_copy);
     assert_eq!(tool.len(), 1, "a pool copy holds its tool: {tool:?}");
@@ -526,6 +528,8 @@ fn the_pool_waits_frozen_while_a_call_runs_and_is_thawed_between_calls() {
         vec![Some(false); 2],
         "an idle pool runs"
     );
+    // The call's first copy is taken only from ready ones.
+    common::wait_pool_ready(&mut g);
 
     let mut first = g.copy().expect("first copy");
     let rest = g.pool_pids();
@@ -561,6 +565,7 @@ fn the_pool_waits_frozen_while_a_call_runs_and_is_thawed_between_calls() {
     // Between calls: refilled, and nothing in the pool is frozen; a call takes one and
     // freezes the other, and a stop with a frozen pool copy leaves nothing behind.
     g.refill_pool().expect("refill");
+    common::wait_pool_ready(&mut g);
     let waiting = g.pool_pids();
     assert_eq!(waiting.len(), 2);
     assert_eq!(
@@ -576,6 +581,7 @@ fn the_pool_waits_frozen_while_a_call_runs_and_is_thawed_between_calls() {
     // A call that begins (before its Plan) freezes the pool but the copy it takes next,
     // which it then takes running; the other stays frozen.
     g.refill_pool().expect("refill");
+    common::wait_pool_ready(&mut g);
     let waiting = g.pool_pids();
     assert_eq!(groups_reach(&waiting, false), vec![Some(false); 2]);
     g.call_begins();
@@ -630,6 +636,7 @@ fn a_pool_copy_is_mounted_and_initialized_before_its_call() {
         let mut opts = common::opts(&format!("poolinit{pool}"));
         opts.pool = pool;
         let mut g = Germline::start(common::test_release("plain"), opts).expect("start");
+        common::wait_pool_ready(&mut g);
         let made = g.status().copies_made;
         let r = g.call(&items, "items", json!({})).expect("items");
         if pool == 1 {
@@ -662,6 +669,7 @@ fn a_pool_copy_is_mounted_and_initialized_before_its_call() {
     // Refilled with the call's capabilities, the pool copy serves the next such call.
     g.set_pool_capabilities(&sampling);
     g.refill_pool().expect("refill");
+    common::wait_pool_ready(&mut g);
     let made = g.status().copies_made;
     let mut c = g.copy_for(&sampling).expect("copy");
     assert_eq!(g.status().copies_made, made, "the pool copy was used");

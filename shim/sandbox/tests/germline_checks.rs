@@ -90,6 +90,40 @@ fn g2_a_sealed_memfd_or_a_read_only_device_off_the_rootfs_is_refused() {
     refused("g2_rodev", "is /dev/zero (not /dev/null");
 }
 
+const G4: &str = "G4: the germline does not ignore SIGCHLD";
+
+#[test]
+fn g4_a_germline_that_keeps_sigchld_reads_exit_statuses_when_off_and_is_refused_when_on() {
+    if !common::can_run() {
+        return;
+    }
+    // Off: the first copy ends itself with its data's first byte ("A", 65) as exit status; the
+    // germline reaps it when it is thawed for the next fork, and the next copy reads it.
+    let mut opts = common::opts("g4_sigchld");
+    opts.ablation.skip_germline_checks = true;
+    let mut g = Germline::start(common::test_release("g4_sigchld"), opts).expect("start");
+    let crashed = g.call(&[], "stash", json!({"text": "A"}));
+    assert!(crashed.is_err(), "the copy ended itself: {crashed:?}");
+    assert_eq!(
+        common::call_text(&mut g, "peek", json!({})).expect("peek"),
+        "65"
+    );
+    g.stop().expect("stop");
+    // On: refused before its first copy, saying why.
+    refused("g4_sigchld", G4);
+}
+
+#[test]
+fn g4_is_read_right_after_each_refreeze() {
+    if !common::can_run() {
+        return;
+    }
+    // SIGCHLD is ignored whenever the germline is checked before a fork, and caught from the
+    // fork on: only the read right after the refreeze sees it, and the copy it forked is
+    // killed before any data reaches it.
+    refused("g4_flip", G4);
+}
+
 #[test]
 fn a_well_behaved_germline_passes_g1_to_g3() {
     if !common::can_run() {

@@ -38,6 +38,7 @@ fn items_at_their_own_paths_only_in_their_copy() {
     let mut opts = common::opts("item-paths");
     opts.pool = 1;
     let mut g = Germline::start(common::test_release("plain"), opts).expect("start");
+    common::wait_pool_ready(&mut g);
     let pool_pid = g.pool_pids()[0];
     // The pool copy is handed out; the pool is refilled only after the call.
     let mut copy = g.copy().expect("copy");

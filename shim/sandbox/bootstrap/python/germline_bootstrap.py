@@ -555,7 +555,7 @@ def _own_pidns_for_children():
 def fork_loop():
     global CAP_LAST
     CAP_LAST = _last_cap()
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # copies are reaped by the kernel
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # copies are reaped by the kernel (G4)
     while True:
         msg, fds, _flags, _addr = socket.recv_fds(CTL, 1 << 20, 4)
         if not msg:
@@ -608,6 +608,9 @@ def main():
     except BaseException:
         import traceback
         fail(traceback.format_exc())
+    # Copies are reaped by the kernel: set before ready, since the shim may freeze the germline
+    # as soon as it reads it and G4 then finds SIGCHLD ignored (docs/sandbox.md).
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     send_ctl({"op": "ready", "warm": warmed})
     fork_loop()
 

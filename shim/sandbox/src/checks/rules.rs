@@ -39,7 +39,37 @@ pub fn germline(facts: &GermlineFacts, snap: &GermlineSnapshot) -> Vec<String> {
     let mut bad = g1(facts, snap);
     bad.extend(g2(facts, snap));
     bad.extend(g3(facts, snap));
+    bad.extend(judged(
+        &snap.status,
+        "G4: cannot read the germline's status",
+        g4,
+    ));
     bad
+}
+
+/// SIGCHLD's bit in a `SigIgn` mask (signal n is bit n - 1).
+const SIGCHLD_BIT: u64 = 1 << (libc::SIGCHLD - 1);
+
+/// G4: the germline ignores SIGCHLD (`SigIgn` of `/proc/G/status` has its bit), so the kernel
+/// reaps its copies as they die and no exit status is left for it to read. A germline that
+/// kept SIGCHLD could `waitpid` its copies and read an exit code each one chose (a copy can
+/// `_exit(code)` before the shim kills it): a channel from a copy that held data to the
+/// next copies. The shim reads it right after every refreeze as well as before each fork
+/// ([`crate::Germline`]): the disposition cannot change while the germline is frozen, so a
+/// germline found ignoring SIGCHLD then ignores it for every copy that dies until it is
+/// next thawed.
+pub fn g4(status: &BTreeMap<String, String>) -> Vec<String> {
+    let ign = status_field(status, "SigIgn");
+    match u64::from_str_radix(ign.trim(), 16) {
+        Ok(mask) if mask & SIGCHLD_BIT != 0 => Vec::new(),
+        Ok(_) => vec![format!(
+            "G4: the germline does not ignore SIGCHLD (SigIgn {ign}): it could wait for its \
+             copies and read the exit status each one chose"
+        )],
+        Err(_) => vec![format!(
+            "G4: unreadable SigIgn {ign:?} in the germline's status"
+        )],
+    }
 }
 
 /// G1: the germline is the only process of its cgroup, with one thread.
@@ -262,6 +292,42 @@ mod tests {
             mode: libc::S_IFREG | 0o644,
         });
         assert_eq!(refusals(&x), Vec::<String>::new());
+    }
+
+    #[test]
+    fn g4_a_germline_that_does_not_ignore_sigchld_is_refused() {
+        // The clean recording with SIGCHLD (bit 16) taken out of SigIgn: the germline could
+        // wait for its copies (tests/germline_checks.rs has the releases that do).
+        let mut x = load("plain");
+        let st = x.snap.status.as_mut().expect("status");
+        assert_eq!(
+            st.get("SigIgn").map(String::as_str),
+            Some("0000000081011000")
+        );
+        st.insert("SigIgn".into(), "0000000081001000".into());
+        assert_eq!(
+            refusals(&x),
+            [
+                "G4: the germline does not ignore SIGCHLD (SigIgn 0000000081001000): it could \
+              wait for its copies and read the exit status each one chose"
+            ]
+        );
+        // Other bits do not matter; an unreadable mask refuses.
+        st_set(&mut x, "0000000000010000");
+        assert_eq!(refusals(&x), Vec::<String>::new());
+        st_set(&mut x, "zz");
+        assert_eq!(
+            refusals(&x),
+            ["G4: unreadable SigIgn \"zz\" in the germline's status"]
+        );
+    }
+
+    fn st_set(x: &mut Fixture, sig_ign: &str) {
+        x.snap
+            .status
+            .as_mut()
+            .expect("status")
+            .insert("SigIgn".into(), sig_ign.into());
     }
 
     #[test]

@@ -80,7 +80,7 @@ pub fn text(result: &serde_json::Value) -> String {
 }
 
 /// Every test release, installed together (they import testlib).
-pub const RELEASES: [(&str, &str); 11] = [
+pub const RELEASES: [(&str, &str); 14] = [
     ("testlib", include_str!("../releases/testlib.py")),
     ("plain", include_str!("../releases/plain.py")),
     ("lowlevel", include_str!("../releases/lowlevel.py")),
@@ -92,6 +92,9 @@ pub const RELEASES: [(&str, &str); 11] = [
     ("g2_rodev", include_str!("../releases/g2_rodev.py")),
     ("init_probe", include_str!("../releases/init_probe.py")),
     ("hijack", include_str!("../releases/hijack.py")),
+    ("g4_sigchld", include_str!("../releases/g4_sigchld.py")),
+    ("g4_flip", include_str!("../releases/g4_flip.py")),
+    ("slow_warm", include_str!("../releases/slow_warm.py")),
 ];
 
 /// The spec of test release `name` (all test releases are installed first).
@@ -123,4 +126,23 @@ pub fn call_text(
 /// Parses a tool's JSON text answer.
 pub fn json_of(s: &str) -> serde_json::Value {
     serde_json::from_str(s).unwrap_or_else(|e| panic!("tool answered non-JSON {s:?}: {e}"))
+}
+
+/// Waits (up to 10 s) until every pool copy answered its handshake, so the next call's first
+/// copy comes from the pool (only a ready one is handed out first; docs/sandbox.md, "Pool
+/// states"). Panics if one does not get there.
+pub fn wait_pool_ready(g: &mut germline_sandbox::Germline) {
+    use germline_sandbox::PoolState;
+    let t = std::time::Instant::now();
+    loop {
+        let states = g.pool_states();
+        if states.iter().all(|s| *s == PoolState::Ready) {
+            return;
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "the pool copies did not get ready: {states:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
