@@ -8,6 +8,7 @@
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -142,7 +143,7 @@ impl Serve {
             if let Some(p) = line.strip_prefix("germline serve: bearer token in ") {
                 token_file = Some(PathBuf::from(p.trim()));
             }
-            if line.contains("--no-auth") {
+            if line.contains("--no-auth") || line.contains("bearer tokens of users in") {
                 break;
             }
         }
@@ -1308,6 +1309,8 @@ fn sessions_of_a_user_share_one_germline_and_call_in_parallel() {
     let d = dir.path();
     let (ta, tb) = ("alice-token-0123456789ab", "bob-token-0123456789abcd");
     std::fs::write(d.join("users"), format!("alice {ta}\nbob {tb}\n")).expect("users");
+    std::fs::set_permissions(d.join("users"), std::fs::Permissions::from_mode(0o600))
+        .expect("chmod");
     std::fs::write(d.join("ta"), ta).expect("token");
     std::fs::write(d.join("tb"), tb).expect("token");
     let users = d.join("users").display().to_string();
