@@ -201,7 +201,7 @@ impl Evidence {
             )
             .map_err(witness_key(&kp))?;
         }
-        let key = keys::load_signing_key(&kp).map_err(witness_key(&kp))?;
+        let key = load_witness_key(&kp).map_err(witness_key(&kp))?;
         drop(made);
         let lp = cfg.dir.join("dampening.json");
         let ledger = match std::fs::read(&lp) {
@@ -610,6 +610,29 @@ fn record_of(
         label: job.label.tags().map(str::to_string).collect(),
         key: format!("{key_name} {fp}"),
     })
+}
+
+/// The witness key at `path`, decrypted once per process and file version (its length and
+/// modification time): `germline serve` opens evidence for every session, and decrypting the
+/// key (scrypt) took ~230 ms of each session's `initialize` in a debug build, more than the
+/// rest of a session's start on a shared germline (issue 30). A replaced key file is read again.
+fn load_witness_key(path: &Path) -> Result<SigningKey, germline_release::Error> {
+    type Cache = std::sync::Mutex<Vec<(PathBuf, (u64, Option<std::time::SystemTime>), SigningKey)>>;
+    static KEYS: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
+    let version = std::fs::metadata(path)
+        .map(|m| (m.len(), m.modified().ok()))
+        .map_err(|e| germline_release::Error::io(path, e))?;
+    let cache = KEYS.get_or_init(Default::default);
+    let mut held = cache
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, _, k)) = held.iter().find(|(p, v, _)| p == path && *v == version) {
+        return Ok(k.clone());
+    }
+    let key = keys::load_signing_key(path)?;
+    held.retain(|(p, _, _)| p != path);
+    held.push((path.to_path_buf(), version, key.clone()));
+    Ok(key)
 }
 
 fn write_signed(path: &Path, rec: &WitnessRecord, key: &SigningKey) -> Result<(), EvidenceError> {
