@@ -1044,6 +1044,28 @@ mod tests {
         }
     }
 
+    /// The per-process cache of witness keys gives the key the file holds now: the same key
+    /// again without decrypting it, a replaced file's new key (a cache by path alone would
+    /// hand out the old one).
+    #[test]
+    fn the_witness_key_cache_follows_the_key_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let pw = keys::password_from_env();
+        let fp = |k: &SigningKey| k.public().fingerprint().expect("fingerprint");
+        let first = keys::keygen(d, "w", Algorithm::Ed25519, &pw).expect("keygen");
+        let kp = d.join("w.key");
+        let a = load_witness_key(&kp).expect("load");
+        assert_eq!(fp(&a), first.fingerprint().expect("fp"));
+        assert_eq!(fp(&load_witness_key(&kp).expect("again")), fp(&a));
+        // Another key replaces the file (a different length or time: a new version).
+        let second = keys::keygen(d, "x", Algorithm::EcdsaP256, &pw).expect("keygen");
+        std::fs::rename(d.join("x.key"), &kp).expect("replace");
+        let b = load_witness_key(&kp).expect("load the new key");
+        assert_eq!(fp(&b), second.fingerprint().expect("fp"));
+        assert_ne!(fp(&b), fp(&a));
+    }
+
     #[test]
     fn a_penalty_raised_by_one_runtime_reaches_another_already_running() {
         let dir = tempfile::tempdir().expect("tempdir");
