@@ -284,3 +284,31 @@ pub fn run(a: &LoadArgs) -> Result<Value, String> {
     println!("wrote {}", path.display());
     Ok(doc)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// calls/s is every call over the span from the first call sent to the last answered
+    /// (not the sum of each client's rate); percentiles are over every client's calls.
+    #[test]
+    fn the_summary_counts_calls_over_the_whole_span() {
+        let runs = [
+            json!({"latency_ms": [10.0, 20.0, 30.0], "calls_t0": 100.0, "calls_t1": 101.0,
+                   "initialize_ms": 40.0}),
+            json!({"latency_ms": [40.0, 50.0], "calls_t0": 100.5, "calls_t1": 102.0,
+                   "initialize_ms": 5.0}),
+        ];
+        let s = summary(&runs);
+        assert_eq!(s["calls"], 5);
+        assert_eq!(s["span_s"], 2.0);
+        assert_eq!(s["calls_per_s"], 2.5);
+        assert_eq!(s["p50_ms"], 30.0);
+        assert_eq!(s["p99_ms"], 50.0);
+        assert_eq!(s["initialize_ms"], json!([5.0, 40.0]));
+        assert_eq!(
+            release_name(Path::new("bundles/out/mcp-server-time/bundle")),
+            "mcp-server-time"
+        );
+    }
+}
