@@ -3,7 +3,8 @@
 usage: serve_client.py URL TOKEN_FILE CALLS
 Initializes, lists the tools, calls `get_current_time` (timezone UTC) CALLS times, closes the
 session (DELETE), and prints one JSON object: the server's name, the tool names, the first
-call's result, every call's latency and the initialize's in milliseconds. TOKEN_FILE `-` sends no token."""
+call's result, every call's latency and the initialize's in milliseconds, and the wall-clock
+seconds when the first call was sent and the last answered (calls_t0, calls_t1). TOKEN_FILE `-` sends no token."""
 import asyncio, json, sys, time
 
 from mcp.client.session import ClientSession
@@ -24,12 +25,14 @@ async def main(url, token_file, calls):
                 init_ms = (time.perf_counter() - t) * 1000
                 tools = await session.list_tools()
                 first, latencies = None, []
+                calls_t0 = time.time()
                 for _ in range(calls):
                     t = time.perf_counter()
                     r = await session.call_tool("get_current_time", {"timezone": "UTC"})
                     latencies.append((time.perf_counter() - t) * 1000)
                     if first is None:
                         first = r.model_dump(by_alias=True, mode="json", exclude_none=True)
+                calls_t1 = time.time()
                 try:
                     await session.call_tool("no_such_tool", {})
                     unknown = None
@@ -43,6 +46,8 @@ async def main(url, token_file, calls):
         "unknown_tool_error": unknown,
         "latency_ms": latencies,
         "initialize_ms": init_ms,
+        "calls_t0": calls_t0,
+        "calls_t1": calls_t1,
     }))
 
 

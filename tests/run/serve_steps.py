@@ -6,12 +6,18 @@ TOKEN_FILE `-` sends no token. Steps (a JSON array):
     {"tool": NAME, "arguments": {...}}  a tools/call
     {"touch": PATH}                     creates PATH (tells the test where the session is)
     {"wait_file": PATH}                 waits, at most 120 s, until PATH exists
+    {"initialize_ms": true}             prints {"initialize_ms": MS}, the initialize's time
+    {"sample": {"asked": PATH, "gate": PATH}}
+                                        from now on a sampling request of the server creates
+                                        `asked`, waits (at most 120 s) until `gate` exists and
+                                        answers "sampled" (the hub test holds a call open)
 After the last step the session is closed (the SDK sends DELETE) and `{"closed": true}` is
 printed. Each call prints one JSON line as it ends: {"tool", "ok", "text": [...], "t0", "t1"}
 (t0/t1: wall-clock seconds when the call was sent and answered), or {"tool", "ok": false,
 "error"} when the call failed with an MCP or HTTP error."""
 import asyncio, json, os, sys, time
 
+from mcp import types
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -26,12 +32,34 @@ async def main(url, token_file, steps_path):
     headers = {}
     if token_file != "-":
         headers["Authorization"] = "Bearer " + open(token_file).read().strip()
+    sample = {}
+
+    async def wait_for(path):
+        for _ in range(1200):
+            if os.path.exists(path):
+                return
+            await asyncio.sleep(0.1)
+        raise SystemExit(f"timed out waiting for {path}")
+
+    async def on_sample(ctx, params):
+        if sample:
+            open(sample["asked"], "w").close()
+            await wait_for(sample["gate"])
+        return types.CreateMessageResult(
+            role="assistant", model="test", content=types.TextContent(type="text", text="sampled"))
+
     async with create_mcp_http_client(headers=headers) as http:
         async with streamable_http_client(url, http_client=http) as (read, write, *_):
-            async with ClientSession(read, write) as session:
+            async with ClientSession(read, write, sampling_callback=on_sample) as session:
+                t = time.perf_counter()
                 await session.initialize()
+                init_ms = (time.perf_counter() - t) * 1000
                 for step in steps:
-                    if "touch" in step:
+                    if "initialize_ms" in step:
+                        dump({"initialize_ms": init_ms})
+                    elif "sample" in step:
+                        sample.update(step["sample"])
+                    elif "touch" in step:
                         open(step["touch"], "w").close()
                     elif "wait_file" in step:
                         for _ in range(1200):

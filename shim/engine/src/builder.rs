@@ -43,6 +43,8 @@ pub struct RuntimeBuilder {
     pub(crate) read_as: Option<germline_sys::user::FsCreds>,
     /// Observers beyond metrics, traces and the status file, told after them.
     pub(crate) observers: Vec<Box<dyn CallObserver>>,
+    /// A germline shared with other sessions (`germline serve`, [`crate::hub`]).
+    pub(crate) hub: Option<Arc<crate::hub::GermlineHub>>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -79,6 +81,7 @@ impl RuntimeBuilder {
             status: None,
             read_as: None,
             observers: Vec::new(),
+            hub: None,
         }
     }
 
@@ -159,6 +162,14 @@ impl RuntimeBuilder {
     /// must not make root read a file for them (docs/daemon.md).
     pub fn read_as(mut self, creds: Option<germline_sys::user::FsCreds>) -> Self {
         self.read_as = creds;
+        self
+    }
+
+    /// Take copies from `hub`'s shared germline instead of starting one (germline and nosplit
+    /// modes; the baselines ignore it). Slots, evidence, limits and observers stay this
+    /// runtime's.
+    pub fn hub(mut self, hub: Arc<crate::hub::GermlineHub>) -> Self {
+        self.hub = Some(hub);
         self
     }
 

@@ -201,7 +201,7 @@ impl Evidence {
             )
             .map_err(witness_key(&kp))?;
         }
-        let key = keys::load_signing_key(&kp).map_err(witness_key(&kp))?;
+        let key = load_witness_key(&kp).map_err(witness_key(&kp))?;
         drop(made);
         let lp = cfg.dir.join("dampening.json");
         let ledger = match std::fs::read(&lp) {
@@ -612,6 +612,29 @@ fn record_of(
     })
 }
 
+/// The witness key at `path`, decrypted once per process and file version (its length and
+/// modification time): `germline serve` opens evidence for every session, and decrypting the
+/// key (scrypt) took ~230 ms of each session's `initialize` in a debug build, more than the
+/// rest of a session's start on a shared germline (issue 30). A replaced key file is read again.
+fn load_witness_key(path: &Path) -> Result<SigningKey, germline_release::Error> {
+    type Cache = std::sync::Mutex<Vec<(PathBuf, (u64, Option<std::time::SystemTime>), SigningKey)>>;
+    static KEYS: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
+    let version = std::fs::metadata(path)
+        .map(|m| (m.len(), m.modified().ok()))
+        .map_err(|e| germline_release::Error::io(path, e))?;
+    let cache = KEYS.get_or_init(Default::default);
+    let mut held = cache
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, _, k)) = held.iter().find(|(p, v, _)| p == path && *v == version) {
+        return Ok(k.clone());
+    }
+    let key = keys::load_signing_key(path)?;
+    held.retain(|(p, _, _)| p != path);
+    held.push((path.to_path_buf(), version, key.clone()));
+    Ok(key)
+}
+
 fn write_signed(path: &Path, rec: &WitnessRecord, key: &SigningKey) -> Result<(), EvidenceError> {
     let line = serde_json::to_vec(rec)?;
     let mut msg = SIGNED_PREFIX.to_vec();
@@ -1019,6 +1042,28 @@ mod tests {
             tries: 1,
             params: Default::default(),
         }
+    }
+
+    /// The per-process cache of witness keys gives the key the file holds now: the same key
+    /// again without decrypting it, a replaced file's new key (a cache by path alone would
+    /// hand out the old one).
+    #[test]
+    fn the_witness_key_cache_follows_the_key_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let pw = keys::password_from_env();
+        let fp = |k: &SigningKey| k.public().fingerprint().expect("fingerprint");
+        let first = keys::keygen(d, "w", Algorithm::Ed25519, &pw).expect("keygen");
+        let kp = d.join("w.key");
+        let a = load_witness_key(&kp).expect("load");
+        assert_eq!(fp(&a), first.fingerprint().expect("fp"));
+        assert_eq!(fp(&load_witness_key(&kp).expect("again")), fp(&a));
+        // Another key replaces the file (a different length or time: a new version).
+        let second = keys::keygen(d, "x", Algorithm::EcdsaP256, &pw).expect("keygen");
+        std::fs::rename(d.join("x.key"), &kp).expect("replace");
+        let b = load_witness_key(&kp).expect("load the new key");
+        assert_eq!(fp(&b), second.fingerprint().expect("fp"));
+        assert_ne!(fp(&b), fp(&a));
     }
 
     #[test]

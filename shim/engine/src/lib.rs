@@ -9,7 +9,8 @@
 //! * [`relay`]: what a copy may send to and ask of the agent during a call.
 //! * [`evidence`]: probe and control re-runs of triggers, signed witness records, dampening
 //!   (docs/evidence.md).
-//! * [`sidecar`]: starting or reaching the broker; [`launcher`]: where germlines are forked.
+//! * [`sidecar`]: starting or reaching the broker; [`launcher`]: where germlines are forked;
+//!   [`hub`]: one germline shared by the sessions of a release and user under `serve`.
 //! * [`limits`], [`metrics`], [`trace`], [`status`], [`sweep`]: operations
 //!   (docs/operations.md), the last three told of each call as [`observe::CallObserver`]s; [`outbox`]: results for the recipients a manifest names.
 //! * [`laps`]: the phase timing of a call.
@@ -24,6 +25,7 @@ pub mod error;
 pub mod evidence;
 pub mod fileitem;
 pub mod flows;
+pub mod hub;
 pub mod ids;
 pub mod laps;
 pub mod launcher;

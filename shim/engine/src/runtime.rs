@@ -28,6 +28,7 @@ use crate::builder::RuntimeBuilder;
 use crate::callmeta::CallMeta;
 pub use crate::error::RunError;
 use crate::error::{broker_failed, limit, said, SandboxFailure, StartError, ToolFailure};
+use crate::hub::HubSource;
 use crate::observe::{CallObserver, CallView, Observers, RuntimeView};
 use crate::outbox::{self, Delivery};
 use crate::pipeline::Stages;
@@ -116,6 +117,8 @@ enum Backend {
     Process(ToolProcess),
     /// `fresh-ifc`: started per call.
     Fresh,
+    /// A germline shared with other sessions (`germline serve`, [`crate::hub`]).
+    Hub(Box<HubSource>),
 }
 
 impl Backend {
@@ -123,6 +126,7 @@ impl Backend {
         match self {
             Backend::Germline(g) => Some(g.pid()),
             Backend::Process(p) => Some(p.pid),
+            Backend::Hub(h) => h.pid(),
             Backend::Spawn(_) | Backend::Fresh => None,
         }
     }
@@ -286,6 +290,49 @@ pub fn launch_spec(
     })
 }
 
+/// A number unique per runtime (and germline hub, [`crate::hub`]) of this process: with the
+/// pid it names their germline's cgroup and CA directory (`germline serve` starts many).
+pub(crate) fn next_runtime_number() -> u32 {
+    static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The CA bundles that add the broker's deployment CA, for every copy's TLS clients, written
+/// into `ca_dir` (made readable to the germline's unprivileged user). A runtime's germline
+/// and a hub's ([`crate::hub`]) bind them into their copies.
+pub(crate) fn copy_trust(
+    release: &Release,
+    broker: &Sidecar,
+    read_as: Option<&germline_sys::user::FsCreds>,
+    ca_dir: &Path,
+) -> Result<CopyTrust, StartError> {
+    let pem = broker.client.ca_cert().map_err(StartError::BrokerCa)?;
+    let _ = std::fs::remove_dir_all(ca_dir);
+    // Read as the user a daemon session runs for (a symlink in their rootfs must not
+    // make root read a file for them), written as root.
+    let read = || germline_broker::ca::rootfs_bundles(&release.rootfs);
+    let bundles = match read_as {
+        Some(c) => c.run(read).unwrap_or_else(|source| {
+            Err(germline_broker::ca::CaError::Io {
+                path: release.rootfs.clone(),
+                source,
+            })
+        }),
+        None => read(),
+    }
+    .map_err(StartError::CopyTrust)?;
+    let trust = germline_broker::ca::copy_trust_from(&bundles, &pem, ca_dir)
+        .map_err(StartError::CopyTrust)?;
+    let mut readable = vec![ca_dir.to_path_buf()];
+    readable.extend(trust.mounts.iter().map(|(src, _)| src.clone()));
+    for p in readable {
+        let mode = if p.is_dir() { 0o755 } else { 0o644 };
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
+            .map_err(|source| StartError::Permissions { path: p, source })?;
+    }
+    Ok(trust)
+}
+
 /// The sandbox's language and execution of a release (issue 28): Python forks unless its
 /// manifest asks for `spawn`; Node and native binaries spawn; a non-Python release that asks
 /// for `fork` is refused (only the Python bootstrap finds a fork point that passes G1).
@@ -372,6 +419,7 @@ impl Runtime {
             status: _,
             read_as,
             observers: _,
+            hub,
         } = cfg;
         let mut observers = Observers::default();
         if let Some(m) = &metrics {
@@ -381,39 +429,46 @@ impl Runtime {
             observers.push(Box::new(t));
         }
         let limits = Limits::default();
-        // Unique per runtime on this host: `germline serve` starts one per release.
-        static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // A shared germline (`germline serve`): no germline, CA directory or proxy of this
+        // runtime's own; everything else is the session's.
+        let hub = hub.filter(|_| matches!(mode, Mode::Germline | Mode::Nosplit));
+        if let Some(hub) = hub {
+            return Ok(Runtime {
+                ca_dir: PathBuf::new(),
+                mode,
+                release,
+                broker,
+                backend: Backend::Hub(Box::new(HubSource::new(hub))),
+                proc_spec: None,
+                host_proxy: None,
+                limits,
+                user,
+                twin_on: twin_inputs_on(),
+                evidence,
+                limiter,
+                metrics,
+                observers,
+                last_requests: Vec::new(),
+                lifetime,
+                launch: None,
+                generation: 0,
+                fresh_due: false,
+                germline_down: None,
+                restarts: Vec::new(),
+                restart_window,
+                data_sent: false,
+                outbox,
+                launcher: runtime_launcher,
+            });
+        }
+        let n = next_runtime_number();
         // CA bundles that add the broker's deployment CA, for every copy's TLS clients. They
         // must be readable by the germline's unprivileged user: a 0755 directory of our own.
         let ca_dir = germline_sys::paths::ca_dir(std::process::id(), n, mode.name());
         // Removed on every error below (the germline not starting among them); kept once the
         // runtime exists, whose `stop` removes it.
         let ca_made = crate::sidecar::DirGuard::new(ca_dir.clone());
-        let pem = broker.client.ca_cert().map_err(StartError::BrokerCa)?;
-        let _ = std::fs::remove_dir_all(&ca_dir);
-        // Read as the user a daemon session runs for (a symlink in their rootfs must not
-        // make root read a file for them), written as root.
-        let read = || germline_broker::ca::rootfs_bundles(&release.rootfs);
-        let bundles = match &read_as {
-            Some(c) => c.run(read).unwrap_or_else(|source| {
-                Err(germline_broker::ca::CaError::Io {
-                    path: release.rootfs.clone(),
-                    source,
-                })
-            }),
-            None => read(),
-        }
-        .map_err(StartError::CopyTrust)?;
-        let trust = germline_broker::ca::copy_trust_from(&bundles, &pem, &ca_dir)
-            .map_err(StartError::CopyTrust)?;
-        let mut readable = vec![ca_dir.clone()];
-        readable.extend(trust.mounts.iter().map(|(src, _)| src.clone()));
-        for p in readable {
-            let mode = if p.is_dir() { 0o755 } else { 0o644 };
-            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
-                .map_err(|source| StartError::Permissions { path: p, source })?;
-        }
+        let trust = copy_trust(&release, &broker, read_as.as_ref(), &ca_dir)?;
         let copy_proxy = broker.client.copy_proxy().map_err(StartError::CopyProxy)?;
         let mut host_proxy = None;
         let mut proc_spec = None;
@@ -586,7 +641,10 @@ impl Runtime {
 
     /// Whether this runtime's copies run the tool as PID 2 under a reaper (`[copies] reaper`).
     pub fn copy_reaper(&self) -> bool {
-        self.launch.as_ref().is_some_and(|(_, o)| o.reaper)
+        match &self.backend {
+            Backend::Hub(h) => h.reaper(),
+            _ => self.launch.as_ref().is_some_and(|(_, o)| o.reaper),
+        }
     }
 
     /// Pid of the germline or the persistent process, for reports and cleanup checks.
@@ -655,6 +713,21 @@ impl Runtime {
                     }
                     None => RunError::Tool(ToolFailure::Copy(e)),
                 })
+            }
+            Backend::Hub(h) => {
+                let _permit = self.limiter.admit_copy(0).map_err(limit)?;
+                use crate::pipeline::{CopySource, SourcedCopy};
+                // As for a germline of the runtime's own (above).
+                let copy = h.passthrough_copy(method == "initialize");
+                let r = copy.and_then(|mut copy| {
+                    let r = (|| {
+                        h.prepare_copy(&mut copy, &[])?;
+                        copy.deliver(&[])?;
+                        copy.copy()?.mcp_call_method(method, params)
+                    })();
+                    h.retire(copy, r)
+                });
+                r.map_err(|e| RunError::Tool(ToolFailure::Copy(e)))
             }
             Backend::Spawn(pool) => {
                 let _permit = self.limiter.admit_copy(0).map_err(limit)?;
@@ -765,6 +838,10 @@ impl Runtime {
         if let Backend::Spawn(pool) = &mut self.backend {
             // No germline to die: every copy is fresh, a failed spawn is the call's error.
             return stages_over!(self, pool.as_mut()).call(meta, plan_mode, agent_link);
+        }
+        if let Backend::Hub(h) = &mut self.backend {
+            // The hub restarts a germline that died, before the next copy it hands out.
+            return stages_over!(self, h.as_mut()).call(meta, plan_mode, agent_link);
         }
         let r = self
             .stages()
@@ -891,7 +968,9 @@ impl Runtime {
                 fresh = ToolProcess::start(spec).map_err(|e| RunError::Sandbox(e.into()))?;
                 &mut fresh
             }
-            Backend::Germline(_) | Backend::Spawn(_) => return Err(said("no process".into())),
+            Backend::Germline(_) | Backend::Spawn(_) | Backend::Hub(_) => {
+                return Err(said("no process".into()))
+            }
         };
         if !p.alive() {
             let _ = self.broker.client.end_call(call);
@@ -1165,9 +1244,13 @@ impl Runtime {
             }
             Backend::Process(p) => p.kill(),
             Backend::Fresh => {}
+            // The last session's release stops the shared germline.
+            Backend::Hub(h) => h.release(),
         }
         self.broker.stop();
-        let _ = std::fs::remove_dir_all(&self.ca_dir);
+        if !self.ca_dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.ca_dir);
+        }
     }
 }
 
@@ -1180,6 +1263,9 @@ impl crate::evidence::Replay for Runtime {
     ) -> Result<Vec<String>, RunError> {
         if let Backend::Spawn(pool) = &mut self.backend {
             return stages_over!(self, pool.as_mut()).replay_copy(job, view);
+        }
+        if let Backend::Hub(h) = &mut self.backend {
+            return stages_over!(self, h.as_mut()).replay_copy(job, view);
         }
         self.stages()?.replay_copy(job, view)
     }

@@ -104,6 +104,18 @@ pub struct SuiteArgs {
     pub breakdown_only: bool,
     #[arg(long, default_value = germline_sys::paths::BROKER_BENCH_STATE)]
     pub state_dir: PathBuf,
+    /// Only the throughput of `germline serve` under this many concurrent official-SDK
+    /// clients (issue 30): sig-pin (long-lived and session) and germline (shared germline,
+    /// `--pool`) side by side; writes `serve-clients.json` in `--out` (crate::load).
+    #[arg(long, value_name = "N")]
+    pub serve_clients: Option<usize>,
+    /// Calls of each client of `--serve-clients`.
+    #[arg(long, value_name = "M", default_value_t = 20)]
+    pub serve_calls: usize,
+    /// The Python of the official MCP SDK that `--serve-clients` runs its clients with
+    /// (scripts/setup.d's agent venv).
+    #[arg(long, default_value = "/var/tmp/germline-venv-agent/bin/python")]
+    pub agent_python: PathBuf,
 }
 
 struct Sizes {
@@ -468,6 +480,18 @@ pub fn run(a: &SuiteArgs) -> Result<(), String> {
 pub fn run_with(a: &SuiteArgs, progress: &dyn crate::progress::Progress) -> Result<(), String> {
     let started = Instant::now();
     std::fs::create_dir_all(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
+    if let Some(clients) = a.serve_clients {
+        return crate::load::run(&crate::load::LoadArgs {
+            clients,
+            calls: a.serve_calls,
+            key: a.key.clone(),
+            release: a.time_release.clone(),
+            agent_python: a.agent_python.clone(),
+            pool: a.pool,
+            out: a.out.clone(),
+        })
+        .map(|_| ());
+    }
     for (what, p) in [
         ("--bench-release", &a.bench_release),
         ("--time-release", &a.time_release),

@@ -8,6 +8,7 @@
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -142,7 +143,7 @@ impl Serve {
             if let Some(p) = line.strip_prefix("germline serve: bearer token in ") {
                 token_file = Some(PathBuf::from(p.trim()));
             }
-            if line.contains("--no-auth") {
+            if line.contains("--no-auth") || line.contains("bearer tokens of users in") {
                 break;
             }
         }
@@ -1217,4 +1218,203 @@ fn serve_fetches_the_issuers_jwks_from_a_url_and_follows_its_rotation() {
     .expect("run serve");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("loopback"));
+}
+
+/// One agent session of tests/run/serve_steps.py (the official SDK), read line by line.
+struct Steps {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<Value>,
+}
+
+impl Steps {
+    fn start(url: &str, token: &Path, steps: &Value, dir: &Path, name: &str) -> Steps {
+        let sp = dir.join(format!("steps-{name}.json"));
+        std::fs::write(&sp, steps.to_string()).expect("steps");
+        let mut child = Command::new(AGENT_PYTHON)
+            .arg(repo().join("tests/run/serve_steps.py"))
+            .arg(url)
+            .arg(token)
+            .arg(&sp)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("serve_steps.py");
+        let out = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    let _ = tx.send(v);
+                }
+            }
+        });
+        Steps { child, lines: rx }
+    }
+
+    fn next(&self, within: Duration) -> Value {
+        self.lines
+            .recv_timeout(within)
+            .expect("the session's next line")
+    }
+
+    fn text(&self, within: Duration) -> String {
+        let v = self.next(within);
+        assert_eq!(v["ok"], true, "{v}");
+        v["text"][0].as_str().unwrap_or_default().to_string()
+    }
+
+    fn finish(mut self) -> bool {
+        let closed = self.next(Duration::from_secs(60)) == serde_json::json!({"closed": true});
+        closed && self.child.wait().is_ok_and(|s| s.success())
+    }
+}
+
+impl Drop for Steps {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `germline status`'s files of serve process `pid`: (user, release, germline pid) of each
+/// live runtime.
+fn runtimes_of(pid: u32) -> Vec<(String, String, i64)> {
+    let prefix = format!("{pid}-");
+    std::fs::read_dir("/run/germline/status")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .filter_map(|e| std::fs::read(e.path()).ok())
+        .filter_map(|b| serde_json::from_slice::<Value>(&b).ok())
+        .map(|r| {
+            (
+                r["user"].as_str().unwrap_or_default().to_string(),
+                r["release"].as_str().unwrap_or_default().to_string(),
+                r["germline_pid"].as_i64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+/// Issue 30: the sessions of one release and user share one germline (a hub): a later
+/// session's `initialize` needs no germline start; a call of one session runs while another
+/// session's copy of the same germline holds data (here: waits for the agent's sampling
+/// answer); state slots stay per user; another user's sessions get a germline of their own.
+#[test]
+fn sessions_of_a_user_share_one_germline_and_call_in_parallel() {
+    if !can_run() || !bundle("germline-notes").join("rootfs").is_dir() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let (ta, tb) = ("alice-token-0123456789ab", "bob-token-0123456789abcd");
+    std::fs::write(d.join("users"), format!("alice {ta}\nbob {tb}\n")).expect("users");
+    std::fs::set_permissions(d.join("users"), std::fs::Permissions::from_mode(0o600))
+        .expect("chmod");
+    std::fs::write(d.join("ta"), ta).expect("token");
+    std::fs::write(d.join("tb"), tb).expect("token");
+    let users = d.join("users").display().to_string();
+    let s = Serve::start(
+        &["--users", &users],
+        &[bundle("germline-notes"), bundle("germline-everything")],
+    );
+    let f = |n: &str| d.join(n);
+    let note = |t: &str| serde_json::json!({"tool": "add_note", "arguments": {"text": t}});
+    let list = serde_json::json!({"tool": "list_notes", "arguments": {}});
+    let sample = serde_json::json!({"tool": "test_sampling", "arguments": {"prompt": "hi"}});
+    let long = Duration::from_secs(120);
+    // Alice's first session starts her germlines (one per release), writes a note, and holds
+    // a call open: its copy waits for her sampling answer until the test opens the gate.
+    let a1 = Steps::start(
+        &s.url(),
+        &f("ta"),
+        &serde_json::json!([{"initialize_ms": true}, note("alice's"),
+            {"sample": {"asked": f("asked"), "gate": f("gate")}}, sample, {"wait_file": f("end")}]),
+        d,
+        "a1",
+    );
+    let first_ms = a1.next(long)["initialize_ms"].as_f64().unwrap_or(0.0);
+    assert_eq!(a1.text(long), "1 notes");
+    let t0 = Instant::now();
+    while !f("asked").exists() {
+        assert!(
+            t0.elapsed() < long,
+            "the sampling request never reached alice"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // While that copy holds data: two more sessions of alice and one of bob, at once.
+    let later = |name: &str, token: &str| {
+        Steps::start(
+            &s.url(),
+            &f(token),
+            &serde_json::json!([{"initialize_ms": true}, list.clone(), note(name),
+                {"wait_file": f("end")}]),
+            d,
+            name,
+        )
+    };
+    let (a2, a3, b1) = (later("a2", "ta"), later("a3", "ta"), later("b1", "tb"));
+    let ms = |c: &Steps| c.next(long)["initialize_ms"].as_f64().unwrap_or(0.0);
+    let (a2_ms, a3_ms, b1_ms) = (ms(&a2), ms(&a3), ms(&b1));
+    eprintln!(
+        "initialize: alice's first {first_ms:.1} ms (starts her germlines), her later sessions \
+         {a2_ms:.1} and {a3_ms:.1} ms (shared germlines), bob's first {b1_ms:.1} ms"
+    );
+    // Alice's later sessions read her slot (her note), while her first session's copy still
+    // waits for the agent: their copies run beside it (a hub that ran one copy at a time
+    // would hold them until the gate opens, which it does only after these answers).
+    let short = Duration::from_secs(60);
+    let (l2, l3) = (a2.text(short), a3.text(short));
+    assert!(
+        l2.contains("alice's") && l3.contains("alice's"),
+        "{l2:?} {l3:?}"
+    );
+    // Bob's slot is his own: none of alice's notes.
+    assert_eq!(b1.text(short), "(no notes)");
+    assert_eq!(b1.text(short), "1 notes");
+    for c in [&a2, &a3] {
+        let n = c.text(short);
+        assert!(n.ends_with("notes"), "{n}");
+    }
+    std::fs::write(f("gate"), "").expect("gate");
+    assert_eq!(a1.text(long), "LLM response: sampled");
+    // One germline per (release, user): alice's six runtimes (three sessions, two releases)
+    // name two germlines, bob's two runtimes two others; four germline cgroups in all.
+    let rts = runtimes_of(s.child.id());
+    let germlines = |user: &str| -> BTreeSet<(String, i64)> {
+        rts.iter()
+            .filter(|(u, _, _)| u == user)
+            .map(|(_, r, p)| (r.clone(), *p))
+            .collect()
+    };
+    let (ga, gb) = (germlines("alice"), germlines("bob"));
+    let count = |user: &str| rts.iter().filter(|(u, _, _)| u == user).count();
+    assert_eq!((count("alice"), count("bob")), (6, 2), "{rts:?}");
+    assert_eq!(ga.len(), 2, "alice's sessions do not share: {rts:?}");
+    assert_eq!(gb.len(), 2, "{rts:?}");
+    assert!(
+        ga.is_disjoint(&gb),
+        "alice and bob share a germline: {rts:?}"
+    );
+    let ids: BTreeSet<String> = cgroups_of(s.child.id())
+        .iter()
+        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().to_string()))
+        .collect();
+    assert_eq!(ids.len(), 4, "germline cgroups: {ids:?}");
+    // The sessions end: the last one of a user stops that user's germlines.
+    std::fs::write(f("end"), "").expect("end");
+    for c in [a1, a2, a3, b1] {
+        assert!(c.finish(), "a session did not close cleanly");
+    }
+    for (_, p) in ga.iter().chain(&gb) {
+        let t0 = Instant::now();
+        while Path::new(&format!("/proc/{p}")).exists() && t0.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            !Path::new(&format!("/proc/{p}")).exists(),
+            "germline {p} outlived its sessions"
+        );
+    }
 }

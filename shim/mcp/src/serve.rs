@@ -18,9 +18,11 @@ use crate::http::{Bearer, Http, HttpConfig, MCP_PATH};
 use crate::router::{describe, tool_owners, Router};
 use crate::session::Session;
 use germline_engine::builder::RuntimeBuilder;
+use germline_engine::hub::GermlineHub;
 use germline_engine::release::Release;
 use germline_engine::runtime::Mode;
 use germline_engine::sidecar::{Sidecar, SidecarConfig};
+use germline_policy::limits::Lifetime;
 
 #[derive(Debug, Args, Clone)]
 pub struct ServeArgs {
@@ -120,6 +122,11 @@ pub struct ServeArgs {
     /// Pre-forked, checked, data-free copies to keep ready per release (germline, nosplit).
     #[arg(long, default_value_t = 0)]
     pub pool: usize,
+    /// Which agent sessions of a release (lifetime `session`) share one germline: each user's
+    /// (the default), every user's (`all`: the PID counter channel then crosses users,
+    /// docs/sandbox.md), or none (`off`: a germline per session, as before issue 30).
+    #[arg(long, value_enum, default_value = "user")]
+    pub share_germlines: ShareGermlines,
     #[command(flatten)]
     pub evidence: crate::cli::EvidenceArgs,
     /// The maxima an image layout release is read under (docs/release.md).
@@ -134,6 +141,18 @@ pub struct ServeArgs {
     /// names must be distinct.
     #[arg(required = true, num_args = 1..)]
     pub releases: Vec<PathBuf>,
+}
+
+/// Which sessions share a germline (`--share-germlines`, docs/performance.md "Sessions share
+/// a germline").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ShareGermlines {
+    /// The sessions of one release and one user.
+    User,
+    /// The sessions of one release, whatever their user.
+    All,
+    /// None: each session starts a germline of its own.
+    Off,
 }
 
 /// The bearer token, and the file it was generated into (removed at the end).
@@ -388,6 +407,10 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
     // Lives until every germline is stopped (after `router.stop()` below).
     let launcher = Arc::new(germline_engine::launcher::Launcher::start()?);
     let flauncher = launcher.clone();
+    // Germlines shared by sessions (issue 30): one per release and user by default, started
+    // on a thread of its own at the key's first session, stopped with its last.
+    let hubs = Arc::new(germline_engine::hub::Hubs::new());
+    let share = a.share_germlines;
     // Starts one runtime (germline or baseline process) of a release for a user: at a
     // session's `initialize` under `session` and `single-shot`, at a user's first need under
     // `long-lived` (docs/operations.md).
@@ -401,10 +424,35 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
             audit: None,
             read_as: None,
         })?;
-        let runtime = RuntimeBuilder::new(mode, release, client)
+        let shared = share != ShareGermlines::Off
+            && matches!(mode, Mode::Germline | Mode::Nosplit)
+            && fpolicy.lifetime(&release.manifest.name) == Lifetime::Session
+            && germline_engine::hub::forks(&release);
+        let hub = if shared {
+            let who = if share == ShareGermlines::All {
+                ""
+            } else {
+                user
+            };
+            Some(hubs.get_or_start((i, who.to_string()), || {
+                let opts = germline_engine::hub::HubOptions {
+                    pool,
+                    reaper: fpolicy.copy_reaper(),
+                    mode: mode.name(),
+                };
+                GermlineHub::start(&release, &client, &opts)
+            })?)
+        } else {
+            None
+        };
+        let builder = RuntimeBuilder::new(mode, release, client);
+        let builder = match hub {
+            Some(h) => builder.hub(h),
+            None => builder.launcher(flauncher.clone()),
+        };
+        let runtime = builder
             .policy(&fpolicy)
             .pool(pool)
-            .launcher(flauncher.clone())
             // The user keys the broker's state slots (release, user, horizon).
             .user(user)
             .evidence(crate::cli::evidence_for(&evidence, &state_dir, &fpolicy)?)

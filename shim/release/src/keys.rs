@@ -35,7 +35,7 @@ pub enum Algorithm {
 }
 
 /// A private signing key.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum SigningKey {
     EcdsaP256(p256::ecdsa::SigningKey),
     Ed25519(ed25519_dalek::SigningKey),
