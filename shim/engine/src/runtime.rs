@@ -431,7 +431,12 @@ impl Runtime {
         let limits = Limits::default();
         // A shared germline (`germline serve`): no germline, CA directory or proxy of this
         // runtime's own; everything else is the session's.
-        let hub = hub.filter(|_| matches!(mode, Mode::Germline | Mode::Nosplit));
+        // A release with state in files keeps a germline per session: the hub's germline has
+        // no initial-state mount and its copies no state tmpfs (issue 27's state is not yet
+        // wired through the hub).
+        let hub = hub.filter(|_| {
+            matches!(mode, Mode::Germline | Mode::Nosplit) && release.manifest.state.is_empty()
+        });
         if let Some(hub) = hub {
             return Ok(Runtime {
                 ca_dir: PathBuf::new(),
@@ -459,6 +464,7 @@ impl Runtime {
                 data_sent: false,
                 outbox,
                 launcher: runtime_launcher,
+                file_state: None,
             });
         }
         let n = next_runtime_number();
