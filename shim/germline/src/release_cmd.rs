@@ -43,7 +43,7 @@ pub struct KeygenArgs {
 #[derive(Debug, Subcommand)]
 pub enum ReleaseCmd {
     /// Build an OCI bundle (config.json + rootfs/) and optionally an OCI image layout.
-    Pack(PackArgs),
+    Pack(Box<PackArgs>),
     /// Sign a blob (like `cosign sign-blob --bundle`), or re-sign an unpacked bundle's manifest.
     Sign(SignArgs),
     /// Create a TUF repository (root, targets, snapshot, timestamp) with one key.
