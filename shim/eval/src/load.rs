@@ -218,6 +218,18 @@ pub fn run(a: &LoadArgs) -> Result<Value, String> {
             lifetime: "session",
             extra: vec!["--pool".into(), a.pool.to_string()],
         },
+        // The behaviour before the hub (a germline per session), in the same run.
+        Setup {
+            name: "germline-per-session",
+            mode: "germline",
+            lifetime: "session",
+            extra: vec![
+                "--pool".into(),
+                a.pool.to_string(),
+                "--share-germlines".into(),
+                "off".into(),
+            ],
+        },
     ];
     let dir = a.out.join("serve-clients");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -273,10 +285,11 @@ pub fn run(a: &LoadArgs) -> Result<Value, String> {
             / results[n]["calls_per_s"].as_f64().unwrap_or(f64::NAN)
     };
     println!(
-        "  germline-shared / sig-pin-long-lived: {:.2}x (target 1.5x: {}); / sig-pin-session: {:.2}x",
+        "  germline-shared / sig-pin-long-lived: {:.2}x (target 1.5x: {}); / sig-pin-session: {:.2}x; / germline-per-session: {:.2}x",
         ratio("sig-pin-long-lived"),
         if ratio("sig-pin-long-lived") >= 1.5 { "met" } else { "not met" },
-        ratio("sig-pin-session")
+        ratio("sig-pin-session"),
+        ratio("germline-per-session")
     );
     let path = a.out.join("serve-clients.json");
     let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
