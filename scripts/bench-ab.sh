@@ -18,7 +18,7 @@ for round in $(seq 1 "$rounds"); do
                 --modes sig-pin,germline --calls 100 --warmup 10 --pool 2 --gap-ms "$gap" \
                 --state-dir "$out/state-$v" --out "$out/rb-$v-g$gap-r$round.json" \
                 bundles/out/mcp-server-time/bundle > "$out/rb-$v-g$gap-r$round.txt" 2>&1
-            echo "$v gap=$gap round=$round: $(grep -E '^(sig-pin|germline) ' "$out/rb-$v-g$gap-r$round.txt" | awk '{printf "%s/%s %s ms  ", $1, $2, $3}')"
+            echo "$v gap=$gap round=$round: $(grep -E '^(sig-pin|germline) +[0-9]' "$out/rb-$v-g$gap-r$round.txt" | awk '{printf "%s/%s %s ms  ", $1, $2, $3}')"
         done
     done
 done
