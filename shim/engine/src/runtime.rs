@@ -429,155 +429,153 @@ impl Runtime {
             observers.push(Box::new(t));
         }
         let limits = Limits::default();
-        // A shared germline (`germline serve`): no germline, CA directory or proxy of this
-        // runtime's own; everything else is the session's.
         // A release with state in files keeps a germline per session: the hub's germline has
         // no initial-state mount and its copies no state tmpfs (issue 27's state is not yet
         // wired through the hub).
         let hub = hub.filter(|_| {
             matches!(mode, Mode::Germline | Mode::Nosplit) && release.manifest.state.is_empty()
         });
-        if let Some(hub) = hub {
-            return Ok(Runtime {
-                ca_dir: PathBuf::new(),
-                mode,
-                release,
-                broker,
-                backend: Backend::Hub(Box::new(HubSource::new(hub))),
-                proc_spec: None,
-                host_proxy: None,
-                limits,
-                user,
-                twin_on: twin_inputs_on(),
-                evidence,
-                limiter,
-                metrics,
-                observers,
-                last_requests: Vec::new(),
-                lifetime,
-                launch: None,
-                generation: 0,
-                fresh_due: false,
-                germline_down: None,
-                restarts: Vec::new(),
-                restart_window,
-                data_sent: false,
-                outbox,
-                launcher: runtime_launcher,
-                file_state: None,
-            });
-        }
-        let n = next_runtime_number();
-        // CA bundles that add the broker's deployment CA, for every copy's TLS clients. They
-        // must be readable by the germline's unprivileged user: a 0755 directory of our own.
-        let ca_dir = germline_sys::paths::ca_dir(std::process::id(), n, mode.name());
-        // Removed on every error below (the germline not starting among them); kept once the
-        // runtime exists, whose `stop` removes it.
-        let ca_made = crate::sidecar::DirGuard::new(ca_dir.clone());
-        let trust = copy_trust(&release, &broker, read_as.as_ref(), &ca_dir)?;
-        let copy_proxy = broker.client.copy_proxy().map_err(StartError::CopyProxy)?;
-        let mut host_proxy = None;
-        let mut proc_spec = None;
-        let mut launch = None;
-        let mut file_state = None;
-        let backend = match mode {
-            Mode::Germline | Mode::Nosplit => {
-                let mut spec = launch_spec(&release, &trust, copy_proxy)?;
-                if !release.manifest.state.is_empty() {
-                    if spec.execution == germline_sandbox::Execution::Spawn {
-                        return Err(StartError::NoExecution {
-                            release: release.label(),
-                            reason: "the manifest declares state paths, which only forked \
-                                     copies keep (spawned copies have no state tmpfs yet)"
-                                .into(),
-                        });
+        // The parts that differ: a shared germline (`germline serve`) has no germline, CA
+        // directory or proxy of this runtime's own; everything else is the session's.
+        let (backend, ca_dir, proc_spec, host_proxy, launch, file_state) = match hub {
+            Some(hub) => (
+                Backend::Hub(Box::new(HubSource::new(hub))),
+                PathBuf::new(),
+                None,
+                None,
+                None,
+                None,
+            ),
+            None => {
+                let n = next_runtime_number();
+                // CA bundles that add the broker's deployment CA, for every copy's TLS clients. They
+                // must be readable by the germline's unprivileged user: a 0755 directory of our own.
+                let ca_dir = germline_sys::paths::ca_dir(std::process::id(), n, mode.name());
+                // Removed on every error below (the germline not starting among them); kept once the
+                // runtime exists, whose `stop` removes it.
+                let ca_made = crate::sidecar::DirGuard::new(ca_dir.clone());
+                let trust = copy_trust(&release, &broker, read_as.as_ref(), &ca_dir)?;
+                let copy_proxy = broker.client.copy_proxy().map_err(StartError::CopyProxy)?;
+                let mut host_proxy = None;
+                let mut proc_spec = None;
+                let mut launch = None;
+                let mut file_state = None;
+                let backend = match mode {
+                    Mode::Germline | Mode::Nosplit => {
+                        let mut spec = launch_spec(&release, &trust, copy_proxy)?;
+                        if !release.manifest.state.is_empty() {
+                            if spec.execution == germline_sandbox::Execution::Spawn {
+                                return Err(StartError::NoExecution {
+                                    release: release.label(),
+                                    reason: "the manifest declares state paths, which only forked \
+                                             copies keep (spawned copies have no state tmpfs yet)"
+                                        .into(),
+                                });
+                            }
+                            let st = crate::state::FileState::open(
+                                broker.state_dir(),
+                                &release.digest,
+                                &user,
+                                &release.manifest.state,
+                            )
+                            .map_err(|source| StartError::State {
+                                release: release.label(),
+                                source,
+                            })?;
+                            // The germline sees the initial state read-only at /run/state; each copy
+                            // gets its own tmpfs there, filled with its horizon's state.
+                            spec.extra_mounts.push(BindMount {
+                                source: st.initial_dir().to_path_buf(),
+                                target: germline_sandbox::spec::STATE_DIR.into(),
+                            });
+                            spec.state_bytes = crate::state::STATE_TMPFS_BYTES;
+                            file_state = Some(st);
+                        }
+                        let id = germline_sys::paths::run_germline_id(
+                            std::process::id(),
+                            n,
+                            mode.name(),
+                        );
+                        if spec.execution == germline_sandbox::Execution::Spawn {
+                            let mut opts = SpawnOptions::new(&id);
+                            opts.pool = pool;
+                            let p = SpawnPool::start(spec, opts).map_err(|source| {
+                                StartError::Spawn {
+                                    release: release.label(),
+                                    source,
+                                }
+                            })?;
+                            Backend::Spawn(Box::new(p))
+                        } else {
+                            let mut opts = Options::new(&id);
+                            opts.pool = pool;
+                            opts.reaper = reaper;
+                            launch = Some((spec.clone(), opts.clone()));
+                            let g = Germline::start(spec, opts).map_err(|source| {
+                                StartError::Germline {
+                                    release: release.label(),
+                                    source,
+                                }
+                            })?;
+                            Backend::Germline(Box::new(g))
+                        }
                     }
-                    let st = crate::state::FileState::open(
-                        broker.state_dir(),
-                        &release.digest,
-                        &user,
-                        &release.manifest.state,
-                    )
-                    .map_err(|source| StartError::State {
-                        release: release.label(),
-                        source,
-                    })?;
-                    // The germline sees the initial state read-only at /run/state; each copy
-                    // gets its own tmpfs there, filled with its horizon's state.
-                    spec.extra_mounts.push(BindMount {
-                        source: st.initial_dir().to_path_buf(),
-                        target: germline_sandbox::spec::STATE_DIR.into(),
-                    });
-                    spec.state_bytes = crate::state::STATE_TMPFS_BYTES;
-                    file_state = Some(st);
-                }
-                let id = germline_sys::paths::run_germline_id(std::process::id(), n, mode.name());
-                if spec.execution == germline_sandbox::Execution::Spawn {
-                    let mut opts = SpawnOptions::new(&id);
-                    opts.pool = pool;
-                    let p = SpawnPool::start(spec, opts).map_err(|source| StartError::Spawn {
-                        release: release.label(),
-                        source,
-                    })?;
-                    Backend::Spawn(Box::new(p))
-                } else {
-                    let mut opts = Options::new(&id);
-                    opts.pool = pool;
-                    opts.reaper = reaper;
-                    launch = Some((spec.clone(), opts.clone()));
-                    let g = Germline::start(spec, opts).map_err(|source| StartError::Germline {
-                        release: release.label(),
-                        source,
-                    })?;
-                    Backend::Germline(Box::new(g))
-                }
-            }
-            Mode::SigPin | Mode::SigIfc | Mode::ConfinedIfc | Mode::FreshIfc => {
-                let confined = matches!(mode, Mode::ConfinedIfc | Mode::FreshIfc);
-                let addr = if confined {
-                    copy_proxy.to_string()
-                } else {
-                    let l = std::net::TcpListener::bind("127.0.0.1:0")
-                        .map_err(StartError::ProxyListener)?;
-                    let a = l
-                        .local_addr()
-                        .map_err(StartError::ProxyListener)?
-                        .to_string();
-                    host_proxy = Some(l);
-                    a
+                    Mode::SigPin | Mode::SigIfc | Mode::ConfinedIfc | Mode::FreshIfc => {
+                        let confined = matches!(mode, Mode::ConfinedIfc | Mode::FreshIfc);
+                        let addr = if confined {
+                            copy_proxy.to_string()
+                        } else {
+                            let l = std::net::TcpListener::bind("127.0.0.1:0")
+                                .map_err(StartError::ProxyListener)?;
+                            let a = l
+                                .local_addr()
+                                .map_err(StartError::ProxyListener)?
+                                .to_string();
+                            host_proxy = Some(l);
+                            a
+                        };
+                        let spec = ProcessSpec {
+                            rootfs: release.rootfs.clone(),
+                            argv: release.manifest.entry.clone(),
+                            env: base_env()
+                                .into_iter()
+                                .chain(proxy_env(&addr))
+                                .chain(trust.env.iter().cloned())
+                                .collect(),
+                            binds: trust.mounts.clone(),
+                            confined,
+                            readable: release.manifest.readable_paths.clone(),
+                            shared_tmp: Some(user_tmp_dir()),
+                            proxy_port: copy_proxy.port(),
+                        };
+                        proc_spec = Some(spec.clone());
+                        if mode == Mode::FreshIfc {
+                            Backend::Fresh
+                        } else {
+                            let mut p = ToolProcess::start(&spec)?;
+                            p.ensure_initialized(
+                                Instant::now() + Duration::from_millis(limits.init_timeout_ms),
+                            )
+                            .map_err(|reason| StartError::Init {
+                                release: release.label(),
+                                reason: reason.to_string(),
+                            })?;
+                            Backend::Process(p)
+                        }
+                    }
                 };
-                let spec = ProcessSpec {
-                    rootfs: release.rootfs.clone(),
-                    argv: release.manifest.entry.clone(),
-                    env: base_env()
-                        .into_iter()
-                        .chain(proxy_env(&addr))
-                        .chain(trust.env.iter().cloned())
-                        .collect(),
-                    binds: trust.mounts.clone(),
-                    confined,
-                    readable: release.manifest.readable_paths.clone(),
-                    shared_tmp: Some(user_tmp_dir()),
-                    proxy_port: copy_proxy.port(),
-                };
-                proc_spec = Some(spec.clone());
-                if mode == Mode::FreshIfc {
-                    Backend::Fresh
-                } else {
-                    let mut p = ToolProcess::start(&spec)?;
-                    p.ensure_initialized(
-                        Instant::now() + Duration::from_millis(limits.init_timeout_ms),
-                    )
-                    .map_err(|reason| StartError::Init {
-                        release: release.label(),
-                        reason: reason.to_string(),
-                    })?;
-                    Backend::Process(p)
-                }
+                (
+                    backend,
+                    ca_made.keep(),
+                    proc_spec,
+                    host_proxy,
+                    launch,
+                    file_state,
+                )
             }
         };
         Ok(Runtime {
-            ca_dir: ca_made.keep(),
+            ca_dir,
             mode,
             release,
             broker,
