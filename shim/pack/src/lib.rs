@@ -201,6 +201,32 @@ impl PackFrom {
     }
 }
 
+/// The last two steps of every `--from` pack: the draft manifest written where the publisher
+/// reviews it, then the release packed from `root` (digest, bundle, signature with `--key`).
+pub(crate) fn write_and_pack(
+    p: &PackFrom,
+    manifest: &serde_json::Value,
+    root: PathBuf,
+    bar: &mut progress::Steps,
+) -> Result<germline_release::release::Packed> {
+    let text = serde_json::to_string_pretty(manifest).unwrap_or_else(|_| manifest.to_string());
+    std::fs::write(&p.manifest_out, text + "\n")
+        .map_err(|e| Error::io(p.manifest_out.display(), e))?;
+    bar.step(if p.key.is_some() {
+        "release: digest, bundle, signature"
+    } else {
+        "release: digest, bundle (unsigned: no --key)"
+    });
+    Ok(germline_release::release::pack_with(
+        &p.manifest_out,
+        &germline_release::release::Source::RootfsDir(root),
+        p.key.as_ref(),
+        &p.out,
+        p.image.as_deref(),
+        &p.limits,
+    )?)
+}
+
 /// One `--state` value as a manifest's state path.
 pub fn state_path(s: &str) -> Result<germline_release::manifest::StatePath> {
     use germline_release::manifest::{StateKind, StatePath, STATE_DIR};
@@ -282,23 +308,7 @@ pub fn pack_from(p: &PackFrom) -> Result<Packed> {
 
     bar.step("manifest: drafting for review");
     let manifest = draft0.manifest(&probed.tools, &p.destinations)?;
-    let text = serde_json::to_string_pretty(&manifest).unwrap_or_else(|_| manifest.to_string());
-    std::fs::write(&p.manifest_out, text + "\n")
-        .map_err(|e| Error::io(p.manifest_out.display(), e))?;
-
-    bar.step(if p.key.is_some() {
-        "release: digest, bundle, signature"
-    } else {
-        "release: digest, bundle (unsigned: no --key)"
-    });
-    let release = germline_release::release::pack_with(
-        &p.manifest_out,
-        &germline_release::release::Source::RootfsDir(root),
-        p.key.as_ref(),
-        &p.out,
-        p.image.as_deref(),
-        &p.limits,
-    )?;
+    let release = write_and_pack(p, &manifest, root, &mut bar)?;
     let steps = bar.finish();
     Ok(Packed {
         release,

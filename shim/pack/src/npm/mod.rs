@@ -142,23 +142,7 @@ pub fn pack_from(p: &NpmPack) -> Result<Packed> {
     manifest["execution"] = json!("spawn");
     // No imports (a Python notion); every copy makes the MCP handshake before it waits.
     manifest["initialisation"] = json!({"imports": [], "warm": true});
-    let text = serde_json::to_string_pretty(&manifest).unwrap_or_else(|_| manifest.to_string());
-    std::fs::write(&f.manifest_out, text + "\n")
-        .map_err(|e| Error::io(f.manifest_out.display(), e))?;
-
-    bar.step(if f.key.is_some() {
-        "release: digest, bundle, signature"
-    } else {
-        "release: digest, bundle (unsigned: no --key)"
-    });
-    let release = germline_release::release::pack_with(
-        &f.manifest_out,
-        &germline_release::release::Source::RootfsDir(root),
-        f.key.as_ref(),
-        &f.out,
-        f.image.as_deref(),
-        &f.limits,
-    )?;
+    let release = crate::write_and_pack(f, &manifest, root, &mut bar)?;
     let steps = bar.finish();
     Ok(Packed {
         release,
