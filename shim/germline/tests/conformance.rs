@@ -8,6 +8,8 @@
 //! weakening its guarantee (docs/conformance.md). Root, the releases, the agent venv and the
 //! suite are needed; with GERMLINE_REQUIRE_ROOT_TESTS=1 the test fails instead of skipping.
 
+mod run_common;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
@@ -284,67 +286,6 @@ fn the_checks_that_pass_unprotected_pass_under_germline() {
     );
 }
 
-/// CLOCK_MONOTONIC in seconds (Python's `time.monotonic()` reads the same clock).
-fn monotonic() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid timespec to write.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
-}
-
-/// Whether `pid` runs (a zombie is gone).
-fn running(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rfind(')')
-                .and_then(|i| s.get(i + 2..i + 3))
-                .map(|st| st != "Z")
-        })
-        .unwrap_or(false)
-}
-
-/// Copy cgroups (`germline/run-<serve pid>-*/copy-*`, cgroup v1 pids or v2) holding a task,
-/// with their running tasks.
-fn live_copies(serve: u32) -> Vec<(String, Vec<i32>)> {
-    let base = ["/sys/fs/cgroup/pids/germline", "/sys/fs/cgroup/germline"]
-        .into_iter()
-        .map(Path::new)
-        .find(|p| p.is_dir());
-    let Some(base) = base else {
-        return Vec::new();
-    };
-    let prefix = format!("run-{serve}-");
-    let mut out = Vec::new();
-    for run in std::fs::read_dir(base).into_iter().flatten().flatten() {
-        if !run.file_name().to_string_lossy().starts_with(&prefix) {
-            continue;
-        }
-        for c in std::fs::read_dir(run.path())
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            if !c.file_name().to_string_lossy().starts_with("copy-") {
-                continue;
-            }
-            let procs: Vec<i32> = std::fs::read_to_string(c.path().join("cgroup.procs"))
-                .unwrap_or_default()
-                .split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .filter(|p| running(*p))
-                .collect();
-            if !procs.is_empty() {
-                out.push((c.path().display().to_string(), procs));
-            }
-        }
-    }
-    out
-}
-
 /// Samples (monotonic time, live copy cgroups, their tasks) every millisecond.
 type Samples = Vec<(f64, Vec<String>, Vec<i32>)>;
 
@@ -359,8 +300,18 @@ fn cancel_over_http(url: &str, serve: Option<u32>) -> (Value, Value, Samples) {
         let (stop, samples) = (stop.clone(), samples.clone());
         std::thread::spawn(move || {
             while !stop.load(Ordering::SeqCst) {
-                let live = live_copies(pid);
-                let t = monotonic();
+                // Only running tasks count: a cgroup whose tasks are all zombies is empty.
+                let live: Vec<(String, Vec<i32>)> = run_common::live_copies(pid)
+                    .into_iter()
+                    .map(|(c, p)| {
+                        (
+                            c,
+                            p.into_iter().filter(|p| run_common::running(*p)).collect(),
+                        )
+                    })
+                    .filter(|(_, p): &(String, Vec<i32>)| !p.is_empty())
+                    .collect();
+                let t = run_common::monotonic();
                 let cgs = live.iter().map(|(c, _)| c.clone()).collect();
                 let pids = live.into_iter().flat_map(|(_, p)| p).collect();
                 if let Ok(mut s) = samples.lock() {

@@ -430,3 +430,64 @@ pub fn settle_pending(server: &[String]) -> String {
     assert!(status.success(), "settling session: {status}\n{stderr}");
     stderr
 }
+
+/// CLOCK_MONOTONIC in seconds (Python's `time.monotonic()` reads the same clock).
+pub fn monotonic() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+/// Whether `pid` runs (a zombie runs nothing and holds no memory: gone).
+pub fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rfind(')')
+                .and_then(|i| s.get(i + 2..i + 3))
+                .map(|st| st != "Z")
+        })
+        .unwrap_or(false)
+}
+
+/// Copy cgroups (`germline/run-<pid>-*/copy-*`, cgroup v1 pids or v2) of the `germline run`
+/// or `serve` process `pid` that hold a task (a zombie counts), with their tasks.
+pub fn live_copies(pid: u32) -> Vec<(String, Vec<i32>)> {
+    let base = ["/sys/fs/cgroup/pids/germline", "/sys/fs/cgroup/germline"]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.is_dir());
+    let Some(base) = base else {
+        return Vec::new();
+    };
+    let prefix = format!("run-{pid}-");
+    let mut out = Vec::new();
+    for run in std::fs::read_dir(base).into_iter().flatten().flatten() {
+        if !run.file_name().to_string_lossy().starts_with(&prefix) {
+            continue;
+        }
+        for c in std::fs::read_dir(run.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = c.file_name().to_string_lossy().to_string();
+            if !name.starts_with("copy-") {
+                continue;
+            }
+            let procs: Vec<i32> = std::fs::read_to_string(c.path().join("cgroup.procs"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect();
+            if !procs.is_empty() {
+                out.push((c.path().display().to_string(), procs));
+            }
+        }
+    }
+    out
+}
