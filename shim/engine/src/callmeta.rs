@@ -97,8 +97,12 @@ pub enum ItemKind {
     /// An inline argument value (its JSON text is the contents).
     Inline,
     /// A directory the agent named (treeitem.rs): public (its name is in the call), present
-    /// in every copy at `host_path` (`treeitem::copy_root`), which the copy's argument names.
-    Dir { host_path: PathBuf },
+    /// in every copy at `host_path` (`treeitem::copy_root`), which the copy's argument names;
+    /// `trusted`: its trusted path on the host, where a copy's writes are committed (issue 27).
+    Dir {
+        host_path: PathBuf,
+        trusted: PathBuf,
+    },
     /// A regular file of a directory item, labelled by its own rules (the item is named by
     /// its resolved path): at `host_path`, below its directory's place in the copies, in the
     /// copies whose view holds it, absent from the others.
@@ -140,6 +144,9 @@ pub struct CallMeta {
     /// syntax is checked here; [`crate::trace`] parses it.
     pub traceparent: Option<String>,
     pub tracestate: Option<String>,
+    /// The policy whose rules label the paths a copy writes (issue 27, `crate::writes`): set
+    /// by the session; `None` refuses every write.
+    pub policy: Option<std::sync::Arc<Policy>>,
 }
 
 impl CallMeta {
@@ -174,6 +181,14 @@ impl CallMeta {
         items_dir: &str,
     ) -> Result<Value, CallMetaError> {
         let mut args = self.arguments.clone();
+        let dirs: Vec<&PathBuf> = self
+            .items
+            .iter()
+            .filter_map(|i| match &i.kind {
+                ItemKind::Dir { host_path, .. } => Some(host_path),
+                _ => None,
+            })
+            .collect();
         for item in &self.items {
             let slot = item
                 .arg
@@ -183,11 +198,19 @@ impl CallMeta {
                     path: item.arg.to_string(),
                 })?;
             match (&item.kind, &item.file_name) {
+                // A file of a directory item of the same call, in the view: the copy has it at
+                // its own path there, which is what a tool on that directory expects (`git add
+                // README` in the repository; issue 27). Elsewhere, under the items directory.
+                (ItemKind::File { host_path }, _)
+                    if in_view(item) && dirs.iter().any(|d| host_path.starts_with(d)) =>
+                {
+                    *slot = Value::String(host_path.display().to_string())
+                }
                 (ItemKind::File { .. }, Some(f)) => {
                     *slot = Value::String(format!("{items_dir}/{f}"))
                 }
                 // Where the copy finds the directory, however the agent spelled it.
-                (ItemKind::Dir { host_path }, _) => {
+                (ItemKind::Dir { host_path, .. }, _) => {
                     *slot = Value::String(host_path.display().to_string())
                 }
                 // Its directory's argument is public; the file is in the view or absent.
@@ -558,6 +581,7 @@ pub fn build_in(
                 label: Label::public(),
                 kind: ItemKind::Dir {
                     host_path: root.clone(),
+                    trusted: host_path.clone(),
                 },
                 file_name: None,
                 contents: Vec::new(),
@@ -673,6 +697,7 @@ pub fn build_in(
         items,
         hosts,
         consumers,
+        policy: None,
     })
 }
 
@@ -892,7 +917,8 @@ agent = ["hr", "finance"]
         assert!(m.items.iter().any(|i| i.arg.to_string() == "dir"
             && i.kind
                 == ItemKind::Dir {
-                    host_path: w.clone()
+                    host_path: w.clone(),
+                    trusted: w.clone()
                 }));
         assert!(m
             .items

@@ -732,6 +732,7 @@ pub fn meta_of(rec: &WitnessRecord, items: &Path) -> Result<CallMeta, EvidenceEr
         progress_token: None,
         traceparent: None,
         tracestate: None,
+        policy: None,
     })
 }
 
@@ -1111,6 +1112,7 @@ mod tests {
             progress_token: None,
             traceparent: None,
             tracestate: None,
+            policy: None,
         };
         Job {
             meta,

@@ -179,6 +179,7 @@ mod tests {
             progress_token: None,
             traceparent: None,
             tracestate: None,
+            policy: None,
         }
     }
 

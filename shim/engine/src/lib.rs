@@ -21,6 +21,7 @@
 
 pub mod builder;
 pub mod callmeta;
+pub mod commit;
 pub mod error;
 pub mod evidence;
 pub mod fileitem;
@@ -47,3 +48,4 @@ pub mod sweep;
 mod testkit;
 pub mod trace;
 pub mod treeitem;
+pub mod writes;

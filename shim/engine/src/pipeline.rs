@@ -112,6 +112,11 @@ pub trait SourcedCopy {
             "this copy source keeps no state paths".into(),
         ))
     }
+    /// The copy's writable layer of the directory item it sees at `dir` (issue 27; `None`:
+    /// its directory items are read-only, so it leaves no writes).
+    fn tree_layer(&self, _dir: &str) -> SandboxResult<Option<germline_sandbox::TreeLayer>> {
+        Ok(None)
+    }
 }
 
 impl CopySource for Germline {
@@ -186,6 +191,9 @@ impl SourcedCopy for germline_sandbox::Copy {
     }
     fn state_dir(&self) -> SandboxResult<germline_sandbox::StateDir> {
         germline_sandbox::StateDir::open(self.pid())
+    }
+    fn tree_layer(&self, dir: &str) -> SandboxResult<Option<germline_sandbox::TreeLayer>> {
+        germline_sandbox::Copy::tree_layer(self, dir)
     }
 }
 
@@ -313,6 +321,17 @@ pub(crate) struct Stages<'a, S: CopySource, B: BrokerApi> {
     pub(crate) last_requests: &'a mut Vec<(usize, RequestEvent)>,
     /// The release's state in files, if its manifest declares any ([`crate::state`]).
     pub(crate) state: Option<&'a crate::state::FileState>,
+    /// Writes into directory items (issue 27, [`crate::writes`]).
+    pub(crate) writes: CallWrites,
+}
+
+/// Where a call's writes are journalled, and what the agent is told of them.
+#[derive(Debug, Default)]
+pub(crate) struct CallWrites {
+    /// The commit journal's directory (`None`: writes are never committed).
+    pub(crate) journal: Option<std::path::PathBuf>,
+    /// `_meta.germline.writes` of the call's answer.
+    pub(crate) summary: Option<Value>,
 }
 
 /// Plan for `meta` (the broker's `begin_call`); `replay`: a probe or control re-run's, served
@@ -411,6 +430,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
     ) -> Result<Outcome, RunError> {
         let t0 = Instant::now();
         *self.data_sent = false;
+        self.writes.summary = None;
         let mut got = Gathered::default();
         self.admit(meta)?;
         got.laps.lap("evidence.admit", t0);
@@ -622,6 +642,9 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         if others_failed {
             g["notice"] = json!(OTHER_COPY_FAILED);
         }
+        if let Some(w) = self.writes.summary.take() {
+            g["writes"] = w;
+        }
         if !deliveries.is_empty() {
             g["recipients"] = Value::Object(outbox::deliver_all(
                 self.outbox,
@@ -807,6 +830,21 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             marks[2] = us(s);
             v
         })();
+        // The agent's copy's layers of its directory items (issue 27), held past its end so
+        // they are read once it is retired; every other copy's go with it, unread.
+        let mut layers = Vec::new();
+        if is_agent && !rerun && self.writes.journal.is_some() {
+            for (seen_at, trusted) in crate::writes::dirs(meta) {
+                match seen_at.to_str().map(|d| copy.tree_layer(d)) {
+                    Some(Ok(Some(l))) => layers.push((seen_at, trusted, l)),
+                    Some(Ok(None)) | None => {}
+                    Some(Err(e)) => {
+                        copy.kill();
+                        return Err(said(format!("writes: {e}")));
+                    }
+                }
+            }
+        }
         let s = Instant::now();
         let cancelled = cancel.as_ref().is_some_and(|c| c.fired());
         let r = if cancelled {
@@ -857,6 +895,30 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             phases.lap("state.commit", s);
         }
         let r = r.map_err(ToolFailure::Copy).and_then(tool_result);
+        // Writes: only a copy that answered, not cancelled, commits (docs/policy.md "Writes").
+        if let (Some(journal), false, true) = (&self.writes.journal, cancelled, r.is_ok()) {
+            if !layers.is_empty() {
+                let s = Instant::now();
+                let mut trees = Vec::new();
+                for (seen_at, trusted, layer) in &layers {
+                    let left = layer.read().map_err(|e| said(format!("writes: {e}")))?;
+                    let ops = crate::writes::diff(meta, in_view, seen_at, &left);
+                    trees.push((trusted.clone(), ops, left.skipped));
+                }
+                drop(layers);
+                let w = crate::writes::commit_all(
+                    journal,
+                    meta.policy.as_deref(),
+                    &outcome.label,
+                    &agent_clearance_of(meta),
+                    &trees,
+                );
+                if !w.is_null() {
+                    self.writes.summary = Some(w);
+                }
+                phases.lap("writes.commit", s);
+            }
+        }
         Ok((r, outcome.label.clone(), outcome, relay.answered))
     }
 
@@ -1289,6 +1351,7 @@ r2 = ["c"]
             data_sent: &mut data_sent,
             last_requests: &mut requests,
             state: None,
+            writes: CallWrites::default(),
         };
         let mut link = CancelLink {
             inner: Buffered::default(),

@@ -186,6 +186,9 @@ pub struct Runtime {
     pub(crate) outbox: Option<PathBuf>,
     /// The release's state in files (issue 27), when its manifest declares any.
     pub(crate) file_state: Option<crate::state::FileState>,
+    /// Where commits of writes into directory items are journalled (issue 27,
+    /// [`crate::writes`]); `None` for a baseline or a hub session's runtime.
+    pub(crate) writes_journal: Option<PathBuf>,
     /// Where fresh germlines are forked (`germline serve`: a thread that outlives them,
     /// [`crate::launcher`]); the calling thread otherwise.
     pub(crate) launcher: Option<std::sync::Arc<crate::launcher::Launcher>>,
@@ -287,6 +290,7 @@ pub fn launch_spec(
         extra_mounts: trust.mounts.iter().cloned().map(BindMount::from).collect(),
         egress_port: Some(proxy.port()),
         state_bytes: 0,
+        writable_trees: true,
     })
 }
 
@@ -376,6 +380,10 @@ macro_rules! stages_over {
             data_sent: &mut $rt.data_sent,
             last_requests: &mut $rt.last_requests,
             state: $rt.file_state.as_ref(),
+            writes: $crate::pipeline::CallWrites {
+                journal: $rt.writes_journal.clone(),
+                summary: None,
+            },
         }
     };
 }
@@ -437,6 +445,19 @@ impl Runtime {
         });
         // The parts that differ: a shared germline (`germline serve`) has no germline, CA
         // directory or proxy of this runtime's own; everything else is the session's.
+        let writes_journal = (hub.is_none() && matches!(mode, Mode::Germline | Mode::Nosplit))
+            .then(|| crate::writes::journal_dir(broker.state_dir()));
+        if let Some(j) = &writes_journal {
+            // A commit killed midway is completed (its journal is complete) or undone.
+            match crate::commit::recover(j) {
+                Ok(r) if r != crate::commit::Recovered::default() => eprintln!(
+                    "germline: writes: {} interrupted commits completed, {} undone",
+                    r.rolled_forward, r.removed
+                ),
+                Ok(_) => {}
+                Err(e) => eprintln!("germline: writes: recovery of {}: {e}", j.display()),
+            }
+        }
         let (backend, ca_dir, proc_spec, host_proxy, launch, file_state) = match hub {
             Some(hub) => (
                 Backend::Hub(Box::new(HubSource::new(hub))),
@@ -601,6 +622,7 @@ impl Runtime {
             outbox,
             launcher: runtime_launcher,
             file_state,
+            writes_journal,
         })
     }
 

@@ -200,7 +200,7 @@ pub fn view_entries(items: &[ArgItem], in_view: &dyn Fn(&ArgItem) -> bool) -> Ve
     let mut seen = std::collections::BTreeSet::new();
     for i in items {
         let entry = match &i.kind {
-            ItemKind::Dir { host_path } => TreeEntry::Dir {
+            ItemKind::Dir { host_path, .. } => TreeEntry::Dir {
                 path: host_path.display().to_string(),
             },
             ItemKind::TreeFile {

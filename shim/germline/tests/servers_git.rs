@@ -5,8 +5,12 @@
 //!
 //! The agent is cleared for finance only; the repository's `hr/` and a symlink out of it to an
 //! hr file are not in its view, so they are absent from its copy: git's status lacks exactly
-//! their "Untracked files" lines, and every other answer is identical. Writes (`git_add`)
-//! are refused today (docs/servers.md says why).
+//! their "Untracked files" lines, and every other answer is identical.
+//!
+//! Writes: `git_add` then `git_commit` write into the agent's copy's own layer of the
+//! repository, and that copy's writes are committed to the host repository (docs/policy.md
+//! "Writes"): the commit is then in the host's history, with the same tree, message and author
+//! as the unprotected server's same calls make in a twin repository.
 
 mod run_common;
 
@@ -127,22 +131,19 @@ fn git_reads_a_repository_passed_as_an_argument_as_unprotected() {
         // Relative: resolved against [workdirs] under germline, the cwd unprotected.
         {"tool": "git_status", "arguments": {"repo_path": "."}},
     ]);
-    let mut script = reads.as_array().cloned().expect("steps");
-    script.push(json!({"tool": "git_add", "arguments": {"repo_path": r, "files": ["README"]}}));
-    let germ = run_agent(
-        d.path(),
-        &Value::Array(script),
-        &run_cmd(&policy, "germline", "mcp-server-git", d.path(), &[]),
-    );
+    let writes = |r: &str| {
+        json!([
+            {"tool": "git_add", "arguments": {"repo_path": r, "files": ["src/main.rs"]}},
+            {"tool": "git_commit", "arguments": {"repo_path": r, "message": "third"}},
+        ])
+    };
     // Unprotected: the release's own code and git, on the host, in the repository.
     let rootfs = bundle("mcp-server-git").join("rootfs");
-    let plain = run_agent(
-        d.path(),
-        &reads,
-        &[
+    let unprotected = |cwd: &str| -> Vec<String> {
+        vec![
             "env".into(),
             "-C".into(),
-            r.clone(),
+            cwd.to_string(),
             "PYTHONDONTWRITEBYTECODE=1".into(),
             format!(
                 "PYTHONPATH={}",
@@ -152,9 +153,26 @@ fn git_reads_a_repository_passed_as_an_argument_as_unprotected() {
             "/usr/bin/python3.11".into(),
             "-m".into(),
             "mcp_server_git".into(),
-        ],
+        ]
+    };
+    // The reads first (the germline's commit comes later), then the same writes in a twin
+    // repository.
+    let plain = run_agent(d.path(), &reads, &unprotected(&r));
+    let twin_dir = tempfile::Builder::new()
+        .prefix("germline-git-twin-")
+        .tempdir_in("/tmp")
+        .expect("tempdir");
+    let twin = repository(twin_dir.path());
+    let t = twin.display().to_string();
+    let plain_w = run_agent(twin_dir.path(), &writes(&t), &unprotected(&t));
+    let mut script = reads.as_array().cloned().expect("steps");
+    script.extend(writes(&r).as_array().cloned().expect("steps"));
+    let germ = run_agent(
+        d.path(),
+        &Value::Array(script),
+        &run_cmd(&policy, "germline", "mcp-server-git", d.path(), &[]),
     );
-    assert_eq!(germ.len(), 8, "{germ:?}");
+    assert_eq!(germ.len(), 9, "{germ:?}");
     assert_eq!(plain.len(), 7, "{plain:?}");
     let g: Vec<String> = germ.iter().map(answer).collect();
     let p: Vec<String> = plain.iter().map(answer).collect();
@@ -179,20 +197,69 @@ fn git_reads_a_repository_passed_as_an_argument_as_unprotected() {
         g[5]
     );
     assert!(!g.concat().contains("CANARY-HR"));
-    // Writes are not built yet, and git_add is refused before it could write: its file name
-    // `README` names an existing file under [workdirs], so it is a file item, which a copy gets
-    // at /run/items (as every file argument today), outside the repository's tree. (Were it
-    // let through, the read-only tree would refuse git's index lock.)
-    let add = &g[7];
-    assert!(
-        add.starts_with("ok=false")
-            && add.contains("/run/items/")
-            && add.contains("is outside the repository"),
-        "git_add: {add}"
+    // Writes: the same answers as unprotected (the commit's hash aside: the copy's clock is
+    // not the host's), and the commit is in the host repository, as unprotected it is in the
+    // twin: same tree, message, author and parent.
+    let pw: Vec<String> = plain_w.iter().map(answer).collect();
+    assert_eq!(g[7], pw[0], "git_add");
+    assert!(g[7].starts_with("ok=true"), "{}", g[7]);
+    let hash_of = |a: &str| {
+        a.rsplit(' ')
+            .next()
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default()
+    };
+    let (gh, ph) = (hash_of(&g[8]), hash_of(&pw[1]));
+    assert_eq!(
+        g[8].replace(&gh, "H"),
+        pw[1].replace(&ph, "H"),
+        "git_commit"
     );
-    let staged = Command::new("/usr/bin/git")
-        .args(["-C", &r, "diff", "--cached", "--name-only"])
+    assert!(
+        g[8].starts_with("ok=true") && gh.len() == 40,
+        "{} (git_add: {})",
+        g[8],
+        germ[7]["meta"]
+    );
+    // What each call's copy wrote and was committed: git_add the index, git_commit the
+    // objects and the branch.
+    for (i, path) in [(7, ".git/index"), (8, ".git/refs/heads/main")] {
+        let meta = &germ[i]["meta"]["germline"]["writes"];
+        assert!(
+            meta["committed"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|p| p.as_str() == Some(&format!("{r}/{path}")))),
+            "call {i}: _meta.germline.writes: {meta}"
+        );
+    }
+    let show = |repo: &str, what: &str| {
+        let out = Command::new("/usr/bin/git")
+            .args(["-C", repo, "log", "-1", &format!("--format={what}")])
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(show(&r, "%H"), gh, "the host's HEAD is the copy's commit");
+    assert_eq!(show(&t, "%H"), ph);
+    for what in ["%T", "%P", "%s", "%an <%ae>"] {
+        assert_eq!(show(&r, what), show(&t, what), "{what}");
+    }
+    assert_eq!(show(&r, "%s"), "third");
+    // The host repository is sound, and holds nothing of the staging or journal.
+    let fsck = Command::new("/usr/bin/git")
+        .args(["-C", &r, "fsck", "--strict"])
         .output()
         .expect("git");
-    assert!(staged.stdout.is_empty(), "nothing staged on the host");
+    assert!(fsck.status.success(), "{fsck:?}");
+    let staged = Command::new("/usr/bin/git")
+        .args(["-C", &r, "status", "--porcelain"])
+        .output()
+        .expect("git");
+    let status = String::from_utf8_lossy(&staged.stdout);
+    assert!(
+        !status.contains("src/main.rs") && status.contains("?? hr/"),
+        "{status}"
+    );
+    assert!(!status.contains(".germline-commit"), "{status}");
 }

@@ -275,7 +275,11 @@ impl Session {
             None => build(),
         };
         let meta = match built {
-            Ok(m) => m,
+            Ok(mut m) => {
+                // Its rules label what a copy writes into a directory item (issue 27).
+                m.policy = Some(self.policy.clone());
+                m
+            }
             Err(e) => return Some(error(id, INVALID_PARAMS, format!("germline: {e}"))),
         };
         self.calls += 1;

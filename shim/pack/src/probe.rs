@@ -46,6 +46,7 @@ pub fn launch_spec(root: &Path, draft: &Draft) -> LaunchSpec {
         extra_mounts: vec![],
         egress_port: None,
         state_bytes: 0,
+        writable_trees: false,
     }
 }
 

@@ -10,6 +10,7 @@
 //!   Lemma 1).
 //! - [`dampening`]: the per-release penalty (Appendix B-E).
 //! - [`names`]: what a host, item, consumer, release, header or credential name may be.
+//! - [`workspace`]: whether a copy's writes may be committed to a host path (issue 27).
 //!
 //! Nothing here forks, confines or talks to the network; only [`slots`] touches the disk.
 
@@ -23,6 +24,7 @@ pub mod plan;
 pub mod policy;
 pub mod slots;
 pub mod witness;
+pub mod workspace;
 
 pub use argpath::{ArgPath, ArgPattern, Seg};
 pub use label::Label;

@@ -85,8 +85,11 @@ pub struct Copy {
     sweep: bool,
     /// Checked to be PID 1 of a PID namespace of its own (O3).
     own_pidns: bool,
-    /// Item store slots mounted in this copy; freed (and emptied) once it is dead.
-    leases: Vec<SlotLease>,
+    /// Item store slots mounted in this copy; freed (and emptied) once it is dead and no
+    /// [`TreeLayer`] of it is held.
+    leases: Vec<Arc<SlotLease>>,
+    /// The slots bound read-write, holding directory items (issue 27), by mount point.
+    trees: Vec<(String, Arc<SlotLease>)>,
     /// Its `/run/items`, once the mounts that need no data are made (pool copies).
     items_dir: Option<ItemsDir>,
     /// Twin inputs `(time_ns, seed)` sent with the data (A4), if set.
@@ -244,6 +247,7 @@ impl Copy {
             sweep: true,
             own_pidns: false,
             leases: Vec::new(),
+            trees: Vec::new(),
             items_dir: None,
             twin: None,
             pool_state: PoolState::Forked,
@@ -312,8 +316,43 @@ impl Copy {
         self.own_pidns = own;
     }
 
-    pub(crate) fn hold(&mut self, lease: SlotLease) {
+    /// Holds `lease` until the copy is dead; `tree_at`: the mount point of a slot bound
+    /// read-write for directory items.
+    pub(crate) fn hold(&mut self, lease: SlotLease, tree_at: Option<String>) {
+        let lease = Arc::new(lease);
+        if let Some(at) = tree_at {
+            self.trees.push((at, lease.clone()));
+        }
         self.leases.push(lease);
+    }
+
+    /// The copy's writable layer of the directory item at `host_dir` (issue 27; `None`: it
+    /// has none here), read through a descriptor of the slot it was written into. The layer
+    /// keeps the slot (neither emptied nor reused) while it is held, so it is read after the
+    /// copy is retired (frozen, then killed): see [`TreeLayer::read`].
+    pub fn tree_layer(&self, host_dir: &str) -> Result<Option<TreeLayer>> {
+        for (at, lease) in &self.trees {
+            let rel = if host_dir == at {
+                "."
+            } else {
+                match host_dir
+                    .strip_prefix(at.as_str())
+                    .and_then(|r| r.strip_prefix('/'))
+                {
+                    Some(r) => r,
+                    None => continue,
+                }
+            };
+            let rel = CString::new(rel).map_err(|_| Error::Spec("NUL in a tree path".into()))?;
+            let fd = sys::open_beneath(lease.fd(), &rel)
+                .map(sys::own)
+                .map_err(|e| Error::sys(format!("open the copy's layer of {host_dir}"), e))?;
+            return Ok(Some(TreeLayer {
+                dir: crate::statedir::StateDir::from_fd(fd),
+                _lease: lease.clone(),
+            }));
+        }
+        Ok(None)
     }
 
     pub(crate) fn set_items_dir(&mut self, dir: ItemsDir) {
@@ -642,6 +681,23 @@ impl Copy {
     }
 }
 
+/// A copy's writable layer of one directory item ([`Copy::tree_layer`]).
+#[derive(Debug)]
+pub struct TreeLayer {
+    dir: crate::statedir::StateDir,
+    _lease: Arc<SlotLease>,
+}
+
+impl TreeLayer {
+    /// Every regular file and directory the copy left below the directory item, read without
+    /// following any symbolic link (`openat2` beneath the layer, as a state tmpfs is read);
+    /// symlinks, devices, FIFOs and sockets are listed in `skipped`, never read. Call it once
+    /// the copy is retired.
+    pub fn read(&self) -> Result<crate::statedir::StateFiles> {
+        self.dir.read()
+    }
+}
+
 impl Drop for Copy {
     fn drop(&mut self) {
         self.kill();
@@ -653,7 +709,7 @@ impl Drop for Copy {
 #[derive(Debug)]
 pub struct Corpse {
     cgroup: Cgroup,
-    leases: Vec<SlotLease>,
+    leases: Vec<Arc<SlotLease>>,
     since: Instant,
     /// PID 1 of the copy's namespace while its cgroup is frozen, not yet killed.
     frozen: Option<i32>,

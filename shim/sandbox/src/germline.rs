@@ -365,12 +365,31 @@ impl Germline {
         // that layer covers the item directories mounted into the copy later (mounts.rs),
         // which no rule the copy could make before its mounts exist would.
         let abi = landlock::abi();
-        let handled = landlock::all_fs_rights(abi) & !landlock::READ;
+        // Writable directory items (issue 27) sit in the item store's directories, which no
+        // rule of this layer can name: it leaves their write rights to the germline's layer,
+        // which grants them there (by descriptor), on /run and on /dev/null only.
+        // REFER is the exception: every layer denies it unless one of its own rules grants
+        // it (git renames objects into their directories), so this layer grants it on `/`,
+        // the only ancestor of a slot's mount point it can name (a covered mount point's own
+        // rule would be skipped: docs/sandbox.md). REFER alone allows no write: the germline's
+        // layer still decides where files may be made and removed.
+        let tree_rights = if self.spec.writable_trees {
+            landlock::TREE_WRITE & !landlock::REFER
+        } else {
+            0
+        };
+        let handled = landlock::all_fs_rights(abi) & !landlock::READ & !tree_rights;
         let mut rules = vec![("/dev/null".to_string(), landlock::READ_WRITE_FILE)];
+        if self.spec.writable_trees {
+            rules.push(("/".to_string(), landlock::REFER));
+        }
         // As in the germline's layer: /run holds the mount points of items, scratch and state.
         if self.spec.scratch || self.spec.state_bytes > 0 {
             rules.push(("/run".to_string(), handled));
         }
+        // A rule must grant some handled right (Landlock refuses an empty one): /dev/null's
+        // read and write are left to the germline's layer when this one handles neither.
+        rules.retain(|(_, rights)| rights & handled != 0);
         LandlockLayer {
             fs: handled,
             net: 3,
@@ -1209,19 +1228,27 @@ impl Germline {
                 .collect();
             for (at, files) in mounts::plan_item_paths(&self.rootfs, &protected, &with_paths)? {
                 let lease = self.items.lease()?;
+                let writable = self.spec.writable_trees;
+                let mut has_tree = false;
                 for (rel, i) in files {
                     match (
                         items.get(i),
                         i.checked_sub(items.len()).and_then(|j| tree.get(j)),
                     ) {
                         (Some(item), _) => lease.write(&rel, item.visible())?,
-                        (None, Some(entry)) => crate::tree::write(&lease.path(), &rel, entry)?,
+                        (None, Some(entry)) => {
+                            has_tree = true;
+                            crate::tree::write(&lease.path(), &rel, entry, writable)?
+                        }
                         (None, None) => return Err(Error::Spec("item mount plan".into())),
                     }
                 }
-                binds.push((lease.fd(), at));
+                // Read-write only for directory items (issue 27): file items in the same slot
+                // stay read-only by their mode and owner (the host's root, unmapped).
+                let rw = has_tree && writable;
+                binds.push((lease.fd(), at.clone(), rw));
                 // The copy holds the slot until it is dead.
-                copy.hold(lease);
+                copy.hold(lease, rw.then_some(at));
             }
         }
         if let Some(dir) = copy.items_dir() {

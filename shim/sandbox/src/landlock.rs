@@ -18,6 +18,14 @@ const FILE_RIGHTS: u64 = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | (1 << 15)
 pub const READ: u64 = EXECUTE | READ_FILE | READ_DIR;
 /// Read and write a single file (only /dev/null gets this).
 pub const READ_WRITE_FILE: u64 = READ_FILE | WRITE_FILE;
+/// What a copy may do in its writable directory items (issue 27, `LaunchSpec::writable_trees`):
+/// write, truncate, make and remove regular files and directories, and rename within them
+/// (`REFER`). No devices, FIFOs, sockets or symlinks.
+pub const TREE_WRITE: u64 =
+    WRITE_FILE | (1 << 4) | (1 << 5) | (1 << 7) | (1 << 8) | REFER | TRUNCATE;
+/// Link or rename into another directory: denied by every layer (ABI >= 2) unless a rule of
+/// that layer grants it, handled or not.
+pub const REFER: u64 = 1 << 13;
 
 /// The Landlock ABI of the running kernel (0 if Landlock is unavailable).
 pub fn abi() -> u32 {

@@ -477,7 +477,15 @@ impl Prepared {
             landlock::READ
         };
         rules.push(("/run".into(), run_rights, true));
-        let fd_rules = item_slots.iter().map(|fd| (*fd, landlock::READ)).collect();
+        // Directory items a copy may write (issue 27) are in these directories: a rule on the
+        // directory a bind mount is made of covers it (the walk checks the mount's root; only a
+        // covered mount point is skipped: docs/sandbox.md, "Writes").
+        let slot_rights = if spec.writable_trees {
+            landlock::READ | landlock::TREE_WRITE
+        } else {
+            landlock::READ
+        };
+        let fd_rules = item_slots.iter().map(|fd| (*fd, slot_rights)).collect();
         let ruleset = Ruleset::new(abi, rules, fd_rules, spec.egress_port)
             .map_err(|e| Error::sys("Landlock", e))?;
         let host_path = |rel: &str| cstr(rootfs.join(rel).as_os_str().as_bytes());

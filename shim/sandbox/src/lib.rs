@@ -31,7 +31,7 @@ pub mod tree;
 pub use germline_sys::{cgroup, procfs, sys};
 
 pub use cancel::Cancel;
-pub use copy::{Copy, Item, PoolState};
+pub use copy::{Copy, Item, PoolState, TreeLayer};
 pub use error::{Error, Result};
 #[cfg(feature = "ablation")]
 pub use germline::Ablation;

@@ -47,11 +47,13 @@ pub struct CopyMounts {
     items_dir: CString,
     items_opts: CString,
     items: Vec<ItemFile>,
-    /// Item store slots to bind (read-only) at their mount points: (slot directory, target
-    /// relative to the copy's root).
-    binds: Vec<(RawFd, CString)>,
+    /// Item store slots to bind at their mount points: (slot directory, target relative to
+    /// the copy's root, read-write: a slot holding a writable directory item, issue 27).
+    binds: Vec<(RawFd, CString, bool)>,
     root: CString,
     bind_attr: sys::MountAttr,
+    /// The same, without `RDONLY`, for a slot holding a writable directory item.
+    bind_attr_rw: sys::MountAttr,
     /// Make the procfs, scratch and items mounts (else only the binds).
     base: bool,
     /// Write `items` into the items tmpfs and make it read-only (else it stays empty and
@@ -96,6 +98,8 @@ impl CopyMounts {
             root: c("/")?,
             // MOUNT_ATTR_RDONLY | NOSUID | NODEV | NOEXEC, private propagation.
             bind_attr: [0x1 | 0x2 | 0x4 | 0x8, 0, libc::MS_PRIVATE, 0],
+            // NOSUID | NODEV | NOEXEC, private; RDONLY cleared.
+            bind_attr_rw: [0x2 | 0x4 | 0x8, 0x1, libc::MS_PRIVATE, 0],
             base: true,
             fill: true,
         })
@@ -136,15 +140,16 @@ impl CopyMounts {
         Ok(self)
     }
 
-    /// Also binds item store slots (see [`ItemStore`]) at absolute mount points of the copy.
-    /// The slot descriptors must stay open until [`CopyMounts::apply`] returns.
-    pub fn with_binds(mut self, binds: Vec<(RawFd, String)>) -> Result<CopyMounts> {
+    /// Also binds item store slots (see [`ItemStore`]) at absolute mount points of the copy,
+    /// read-only unless the flag says read-write. The slot descriptors must stay open until
+    /// [`CopyMounts::apply`] returns.
+    pub fn with_binds(mut self, binds: Vec<(RawFd, String, bool)>) -> Result<CopyMounts> {
         if binds.len() > ITEM_SLOTS {
             return Err(Error::Spec(format!("more than {ITEM_SLOTS} item mounts")));
         }
         self.binds = binds
             .into_iter()
-            .map(|(fd, t)| Ok((fd, c(t.trim_start_matches('/'))?)))
+            .map(|(fd, t, rw)| Ok((fd, c(t.trim_start_matches('/'))?, rw)))
             .collect::<Result<_>>()?;
         Ok(self)
     }
@@ -265,12 +270,17 @@ impl CopyMounts {
         // Item directories are cloned while still in the host's mount namespace, where the
         // shim's detached store lives; the clones keep the inodes the germline's rules name.
         let mut trees: [RawFd; ITEM_SLOTS] = [-1; ITEM_SLOTS];
-        for ((slot, _), tree) in self.binds.iter().zip(trees.iter_mut()) {
+        for ((slot, _, rw), tree) in self.binds.iter().zip(trees.iter_mut()) {
             match sys::open_tree_clone_fd(*slot) {
                 Ok(fd) => *tree = fd,
                 Err(e) => fail(11, e),
             }
-            if let Err(e) = sys::mount_setattr_fd(*tree, &self.bind_attr) {
+            let attr = if *rw {
+                &self.bind_attr_rw
+            } else {
+                &self.bind_attr
+            };
+            if let Err(e) = sys::mount_setattr_fd(*tree, attr) {
                 fail(12, e);
             }
         }
@@ -355,7 +365,7 @@ impl CopyMounts {
                 Ok(fd) => fd,
                 Err(e) => fail(13, e),
             };
-            for ((_, target), tree) in self.binds.iter().zip(trees.iter()) {
+            for ((_, target, _), tree) in self.binds.iter().zip(trees.iter()) {
                 let t = match sys::open_beneath(root, target) {
                     Ok(fd) => fd,
                     Err(e) => fail(13, e),

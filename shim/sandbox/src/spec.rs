@@ -168,6 +168,12 @@ pub struct LaunchSpec {
     /// state, read-only: an `extra_mounts` entry whose target is [`STATE_DIR`] (required).
     #[serde(default)]
     pub state_bytes: u64,
+    /// Directory items are writable in each copy (issue 27): the item store's directories
+    /// carry write rights in the germline's Landlock layer, a slot holding a directory item is
+    /// bound read-write, and what the copy leaves there is read back by the shim
+    /// (`Copy::tree_layer`). Off: directory items are read-only (`EROFS`).
+    #[serde(default)]
+    pub writable_trees: bool,
 }
 
 /// Where a copy's state tmpfs is mounted ([`LaunchSpec::state_bytes`]).
@@ -201,6 +207,7 @@ impl LaunchSpec {
             extra_mounts: vec![],
             egress_port: default_egress_port(),
             state_bytes: 0,
+            writable_trees: false,
         }
     }
 }

@@ -75,6 +75,12 @@ impl StateDir {
         Ok(d)
     }
 
+    /// A directory the shim holds (a copy's writable layer of a directory item, issue 27),
+    /// read as a state tmpfs is.
+    pub(crate) fn from_fd(fd: OwnedFd) -> StateDir {
+        StateDir(fd)
+    }
+
     fn path(&self, rel: &str) -> std::path::PathBuf {
         let mut p = std::path::PathBuf::from(format!("/proc/self/fd/{}", self.0.as_raw_fd()));
         if !rel.is_empty() {

@@ -9,9 +9,10 @@
 //!
 //! Everything written here is owned by [`crate::germline::HOST_ID`], the host id mapped to
 //! the copy's root, so tools that check who owns what they read (git's "dubious ownership")
-//! find it their own. Ownership gives no way to write: the bind is read-only (`EROFS` for
-//! writes, `chmod` and `chown` alike) and the copy's Landlock layer grants no write right
-//! there.
+//! find it their own. Without `LaunchSpec::writable_trees` ownership gives no way to write:
+//! the bind is read-only (`EROFS` for writes, `chmod` and `chown` alike) and no Landlock layer
+//! grants a write right there. With it, the slot is bound read-write and is the copy's own
+//! layer of the directory (issue 27; read back through `Copy::tree_layer`).
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -85,8 +86,9 @@ fn dirs(base: &Path, rel: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Writes `entry` at `rel` below the slot directory `base` (see the module comment).
-pub(crate) fn write(base: &Path, rel: &str, entry: &TreeEntry) -> Result<()> {
+/// Writes `entry` at `rel` below the slot directory `base` (see the module comment);
+/// `writable`: the file keeps its owner's write bit (issue 27: the copy's own layer).
+pub(crate) fn write(base: &Path, rel: &str, entry: &TreeEntry, writable: bool) -> Result<()> {
     let rel = Path::new(rel);
     match entry {
         TreeEntry::Dir { .. } => dirs(base, rel),
@@ -104,7 +106,7 @@ pub(crate) fn write(base: &Path, rel: &str, entry: &TreeEntry) -> Result<()> {
             let mut f = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
-                .mode(0o444 | (mode & 0o555))
+                .mode(0o444 | (mode & if writable { 0o755 } else { 0o555 }))
                 .custom_flags(libc::O_NOFOLLOW)
                 .open(&path)
                 .map_err(|e| Error::sys(what("create"), e))?;

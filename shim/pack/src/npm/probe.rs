@@ -39,6 +39,7 @@ pub fn launch_spec(root: &Path, entry: &[String], readable_paths: &[String]) -> 
         extra_mounts: vec![],
         egress_port: None,
         state_bytes: 0,
+        writable_trees: false,
     }
 }
 
