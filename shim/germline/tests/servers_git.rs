@@ -61,6 +61,11 @@ fn repository(d: &Path) -> std::path::PathBuf {
 }
 
 fn policy(d: &Path, repo: &Path) -> std::path::PathBuf {
+    policy_for(d, repo, r#"["finance"]"#)
+}
+
+/// The policy, with the agent's clearance `agent` (a TOML array).
+fn policy_for(d: &Path, repo: &Path, agent: &str) -> std::path::PathBuf {
     let text = format!(
         r#"[labels]
 hr = "personnel records"
@@ -84,13 +89,14 @@ name = "*"
 label = []
 
 [consumers]
-agent = ["finance"]
+agent = {agent}
 
 [workdirs]
 "mcp-server-git" = "{repo}"
 "#,
         repo = repo.display(),
-        d = d.display()
+        d = d.display(),
+        agent = agent
     );
     let p = d.join("policy.toml");
     std::fs::write(&p, text).expect("policy");
@@ -262,4 +268,65 @@ fn git_reads_a_repository_passed_as_an_argument_as_unprotected() {
         "{status}"
     );
     assert!(!status.contains(".germline-commit"), "{status}");
+}
+
+/// A write never carries an item to a path labelled below it (docs/policy.md "Writes"): an
+/// agent cleared for hr sees `hr/salary.csv`, so its copy's label is `hr`; staging that file
+/// writes its contents into `.git/index` and `.git/objects`, labelled public by the rules, so
+/// the whole commit is refused, the answer says which paths and why, and the host repository
+/// is untouched.
+#[test]
+fn git_add_of_an_hr_file_into_a_public_repository_is_refused() {
+    if !can_run() || !bundle("mcp-server-git").exists() {
+        return;
+    }
+    let d = tempfile::Builder::new()
+        .prefix("germline-git-hr-")
+        .tempdir_in("/tmp")
+        .expect("tempdir");
+    let repo = repository(d.path());
+    let policy = policy_for(d.path(), &repo, r#"["finance", "hr"]"#);
+    let r = repo.display().to_string();
+    let index = std::fs::read(repo.join(".git/index")).expect("index");
+    let objects = |repo: &Path| {
+        let out = Command::new("/usr/bin/git")
+            .args(["-C"])
+            .arg(repo)
+            .args(["count-objects", "-v"])
+            .output()
+            .expect("git");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let before = objects(&repo);
+    let germ = run_agent(
+        d.path(),
+        &json!([
+            {"tool": "git_add", "arguments": {"repo_path": r, "files": ["hr/salary.csv"]}},
+        ]),
+        &run_cmd(&policy, "germline", "mcp-server-git", d.path(), &[]),
+    );
+    assert_eq!(germ.len(), 1, "{germ:?}");
+    // git itself succeeded in the copy; its writes were not committed.
+    assert!(
+        answer(&germ[0]).starts_with("ok=true"),
+        "{}",
+        answer(&germ[0])
+    );
+    let w = &germ[0]["meta"]["germline"]["writes"];
+    assert_eq!(germ[0]["meta"]["germline"]["label"], json!(["hr"]), "{w}");
+    assert_eq!(w["committed"], json!([]), "{w}");
+    let refused = w["refused"].as_array().expect("refused paths");
+    assert!(
+        refused
+            .iter()
+            .any(|x| x["path"] == json!(format!("{r}/.git/index"))
+                && x["why"].as_str().is_some_and(|y| y.contains("hr"))),
+        "{w}"
+    );
+    assert_eq!(
+        std::fs::read(repo.join(".git/index")).expect("index"),
+        index,
+        "the host's index is untouched"
+    );
+    assert_eq!(objects(&repo), before, "no object reached the host");
 }
