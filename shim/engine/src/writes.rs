@@ -197,3 +197,144 @@ pub fn commit_all(
     }
     json!({"committed": committed, "skipped": skipped})
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use germline_policy::ArgPath;
+
+    fn file(name: &str, at: &str, contents: &str) -> ArgItem {
+        ArgItem {
+            name: name.into(),
+            arg: ArgPath::default(),
+            label: Label::public(),
+            kind: ItemKind::TreeFile {
+                host_path: PathBuf::from(at),
+                mode: 0o640,
+                mtime: (0, 0),
+            },
+            file_name: None,
+            contents: contents.as_bytes().to_vec(),
+        }
+    }
+
+    fn meta(items: Vec<ArgItem>) -> CallMeta {
+        CallMeta {
+            tool: "t".into(),
+            arguments: json!({}),
+            items,
+            hosts: vec![],
+            consumers: vec![],
+            progress_token: None,
+            traceparent: None,
+            tracestate: None,
+            policy: None,
+        }
+    }
+
+    /// Modified, created, removed and a new directory, each against what the copy was shown;
+    /// a file outside its view that it "creates" must be absent on the host.
+    #[test]
+    fn diff_is_against_the_view() {
+        let m = meta(vec![
+            file("a", "/r/a", "A"),
+            file("b", "/r/sub/b", "B"),
+            file("same", "/r/same", "S"),
+            file("h", "/r/h", "H"),
+            file("other", "/elsewhere/x", "X"),
+        ]);
+        let in_view = |i: &ArgItem| i.name != "h";
+        let left = StateFiles {
+            files: vec![
+                ("a".into(), b"A2".to_vec()),
+                ("h".into(), b"mine".to_vec()),
+                ("n/c".into(), b"C".to_vec()),
+                ("same".into(), b"S".to_vec()),
+            ],
+            dirs: vec!["n".into(), "sub".into()],
+            skipped: vec![],
+        };
+        let ops = diff(&m, &in_view, Path::new("/r"), &left);
+        assert_eq!(
+            ops,
+            vec![
+                Op::MkDir { rel: "n".into() },
+                Op::Write {
+                    rel: "a".into(),
+                    contents: b"A2".to_vec(),
+                    mode: 0o640,
+                    expected: Expected::Sha256(sha256(b"A")),
+                },
+                Op::Write {
+                    rel: "h".into(),
+                    contents: b"mine".to_vec(),
+                    mode: 0o644,
+                    expected: Expected::Absent,
+                },
+                Op::Write {
+                    rel: "n/c".into(),
+                    contents: b"C".to_vec(),
+                    mode: 0o644,
+                    expected: Expected::Absent,
+                },
+                Op::Delete {
+                    rel: "sub/b".into(),
+                    expected: Expected::Sha256(sha256(b"B")),
+                },
+            ]
+        );
+    }
+
+    /// One path labelled below what the copy saw refuses the whole commit, and nothing is
+    /// written.
+    #[test]
+    fn one_refused_path_refuses_all() {
+        let d = tempfile::tempdir().expect("tmp");
+        let root = d.path().join("r");
+        std::fs::create_dir_all(root.join("hr")).expect("mkdir");
+        let policy = Policy::parse(
+            Path::new("p.toml"),
+            &format!(
+                "[labels]\nhr = \"hr\"\n\n[[item]]\npath = \"{r}/**\"\nlabel = []\n\n\
+                 [[item]]\npath = \"{r}/hr/**\"\nlabel = [\"hr\"]\n\n[consumers]\nagent = [\"hr\"]\n",
+                r = root.display()
+            ),
+        )
+        .expect("policy");
+        let ops = vec![
+            Op::Write {
+                rel: "hr/notes".into(),
+                contents: b"x".to_vec(),
+                mode: 0o644,
+                expected: Expected::Absent,
+            },
+            Op::Write {
+                rel: "public".into(),
+                contents: b"x".to_vec(),
+                mode: 0o644,
+                expected: Expected::Absent,
+            },
+        ];
+        let hr = Label::of(["hr"]);
+        let trees = vec![(root.clone(), ops, vec![])];
+        let w = commit_all(&d.path().join("j"), Some(&policy), &hr, &hr, &trees);
+        assert_eq!(w["committed"], json!([]), "{w}");
+        let refused = w["refused"].as_array().expect("refused");
+        assert_eq!(refused.len(), 1, "{w}");
+        assert_eq!(
+            refused[0]["path"],
+            json!(root.join("public").display().to_string())
+        );
+        assert!(!root.join("hr/notes").exists() && !root.join("public").exists());
+        // Public, both commit.
+        let w = commit_all(
+            &d.path().join("j"),
+            Some(&policy),
+            &Label::public(),
+            &hr,
+            &trees,
+        );
+        assert_eq!(w["committed"].as_array().map(Vec::len), Some(2), "{w}");
+        assert_eq!(std::fs::read(root.join("public")).expect("read"), b"x");
+    }
+}
