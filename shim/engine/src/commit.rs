@@ -247,7 +247,15 @@ fn fsync_dir(fd: &OwnedFd, what: &str) -> Result<(), CommitError> {
     nix::unistd::fsync(fd.as_fd()).map_err(errno(format!("fsync {what}")))
 }
 
-fn write_synced(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), CommitError> {
+/// Writes `name` in `dir` durably (a temporary name, fsync, rename, fsync of `dir`); `lock`:
+/// the file is locked (`flock`) before it gets its name, and the lock is held while the
+/// returned descriptor is.
+fn write_synced(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    lock: bool,
+) -> Result<std::fs::File, CommitError> {
     let tmp = dir.join(format!("{name}.tmp"));
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -256,13 +264,17 @@ fn write_synced(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), CommitError>
         .mode(0o600)
         .open(&tmp)
         .map_err(io(format!("create {}", tmp.display())))?;
+    if lock {
+        f.lock().map_err(io(format!("lock {}", tmp.display())))?;
+    }
     f.write_all(bytes)
         .and_then(|()| f.sync_all())
         .map_err(io(format!("write {}", tmp.display())))?;
     std::fs::rename(&tmp, dir.join(name)).map_err(io(format!("rename {}", tmp.display())))?;
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(io(format!("fsync {}", dir.display())))
+        .map_err(io(format!("fsync {}", dir.display())))?;
+    Ok(f)
 }
 
 /// Commits `ops` below `root`, journalled in `journal_dir`.
@@ -301,7 +313,14 @@ pub fn commit_with(
     );
     let staging = format!(".germline-commit-{id}");
     let intent = serde_json::json!({"root": root, "staging": staging}).to_string();
-    write_synced(journal_dir, &format!("{id}.intent"), intent.as_bytes())?;
+    // Locked until this commit ends: recovery (another runtime starting meanwhile) leaves a
+    // commit whose intent is locked alone, as its committer is alive.
+    let _held = write_synced(
+        journal_dir,
+        &format!("{id}.intent"),
+        intent.as_bytes(),
+        true,
+    )?;
     at(Step::Intent);
     mkdirat(
         rootfd.as_fd(),
@@ -364,9 +383,9 @@ pub fn commit_with(
     fsync_dir(&stagefd, "the staging directory")?;
     at(Step::Staged);
     let text = serde_json::to_vec(&journal).map_err(|e| io("journal")(e.into()))?;
-    write_synced(journal_dir, &format!("{id}.journal"), &text)?;
+    write_synced(journal_dir, &format!("{id}.journal"), &text, false)?;
     at(Step::Journaled);
-    apply(&journal, at)?;
+    apply(&journal, false, at)?;
     at(Step::Applied);
     finish(journal_dir, &id, &journal)?;
     at(Step::Done);
@@ -374,7 +393,9 @@ pub fn commit_with(
 }
 
 /// Does what a decided journal says; each step may already have been done (roll forward).
-fn apply(j: &Journal, at: &mut dyn FnMut(Step)) -> Result<(), CommitError> {
+/// `rolling`: a recovery's roll-forward, where a missing staging directory means every rename
+/// was done (it is removed only after them); in the commit itself it is an error.
+fn apply(j: &Journal, rolling: bool, at: &mut dyn FnMut(Step)) -> Result<(), CommitError> {
     let rootfd = open_root(&j.root)?;
     let mut dirty: Vec<OwnedFd> = Vec::new();
     for rel in &j.mkdirs {
@@ -392,7 +413,7 @@ fn apply(j: &Journal, at: &mut dyn FnMut(Step)) -> Result<(), CommitError> {
     ) {
         Ok(fd) => Some(fd),
         // Every rename done and the staging directory removed: nothing left to move.
-        Err(Errno::ENOENT) => None,
+        Err(Errno::ENOENT) if rolling => None,
         Err(e) => return Err(errno("open the staging directory")(e)),
     };
     if let Some(stagefd) = &stagefd {
@@ -481,25 +502,40 @@ pub fn recover(journal_dir: &Path) -> Result<Recovered, CommitError> {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    for name in &names {
-        if name.ends_with(".tmp") {
-            let _ = std::fs::remove_file(journal_dir.join(name));
+    for name in names.iter().filter(|n| n.ends_with(".intent.tmp")) {
+        // An intent killed before it got its name (its committer touched nothing else yet);
+        // locked while its committer lives.
+        let p = journal_dir.join(name);
+        if let Ok(f) = std::fs::File::open(&p) {
+            if f.try_lock().is_ok() {
+                let _ = std::fs::remove_file(&p);
+            }
         }
     }
     for name in &names {
         let Some(id) = name.strip_suffix(".intent") else {
             continue;
         };
+        // A commit whose committer is alive (it holds the intent's lock) is not ours.
+        let ipath = journal_dir.join(name);
+        let held = std::fs::File::open(&ipath).map_err(io(format!("open {}", ipath.display())))?;
+        match held.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => continue,
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(io(format!("lock {}", ipath.display()))(e))
+            }
+        }
+        let _ = std::fs::remove_file(journal_dir.join(format!("{id}.journal.tmp")));
         let jpath = journal_dir.join(format!("{id}.journal"));
         if jpath.exists() {
             let text = std::fs::read(&jpath).map_err(io(format!("read {}", jpath.display())))?;
             let j: Journal = serde_json::from_slice(&text)
                 .map_err(|e| io(format!("parse {}", jpath.display()))(e.into()))?;
-            apply(&j, &mut |_| {})?;
+            apply(&j, true, &mut |_| {})?;
             finish(journal_dir, id, &j)?;
             out.rolled_forward += 1;
         } else {
-            let ipath = journal_dir.join(name);
             let text = std::fs::read(&ipath).map_err(io(format!("read {}", ipath.display())))?;
             let v: serde_json::Value = serde_json::from_slice(&text)
                 .map_err(|e| io(format!("parse {}", ipath.display()))(e.into()))?;

@@ -207,3 +207,25 @@ fn a_symlink_on_the_host_never_carries_a_write_out() {
     assert!(std::fs::read_dir(&outside).expect("ls").next().is_none());
     assert!(root.join("b").exists(), "nothing was applied");
 }
+
+/// Recovery run while another commit is under way (a second runtime starting) leaves that
+/// commit alone: its committer holds the intent's lock. The commit then completes.
+#[test]
+fn recovery_leaves_a_live_commit_alone() {
+    let d = tempfile::tempdir().expect("tmp");
+    let root = d.path().join("root");
+    before(&root);
+    let journal = d.path().join("journal");
+    let mut seen = Vec::new();
+    commit::commit_with(&journal, &root, &ops(), &mut |s| {
+        if matches!(s, Step::Staged | Step::Journaled) {
+            let r = commit::recover(&journal).expect("recover");
+            seen.push((s, r.rolled_forward, r.removed));
+        }
+    })
+    .expect("commit");
+    assert_eq!(seen, vec![(Step::Staged, 0, 0), (Step::Journaled, 0, 0)]);
+    let now = tree(&root);
+    assert_eq!(now["a"], digest(&vec![9u8; 300 << 10]));
+    assert!(!now.contains_key("b"));
+}
