@@ -28,6 +28,9 @@ pub struct StateFiles {
     pub skipped: Vec<String>,
 }
 
+/// Most entries (files, directories, others) read back from a copy's state tmpfs or layer.
+pub const MAX_ENTRIES: usize = 65536;
+
 /// The copy's `/run/state`, held by the shim.
 #[derive(Debug)]
 pub struct StateDir(OwnedFd);
@@ -165,6 +168,12 @@ impl StateDir {
             std::fs::read_dir(&at).map_err(|e| Error::sys(format!("state: list {rel:?}"), e))?;
         for e in entries {
             let e = e.map_err(|e| Error::sys("state: list", e))?;
+            // The tmpfs bounds the bytes, not the entries (empty files cost none).
+            if out.files.len() + out.dirs.len() + out.skipped.len() >= MAX_ENTRIES {
+                return Err(Error::Refused(format!(
+                    "the copy left more than {MAX_ENTRIES} entries"
+                )));
+            }
             let name = e.file_name().to_string_lossy().into_owned();
             let child = if rel.is_empty() {
                 name
@@ -244,6 +253,27 @@ pub fn initial_state(dir: &std::path::Path, paths: &[(String, bool)]) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn dir_of(p: &std::path::Path) -> StateDir {
+        let f = std::fs::File::open(p).expect("open");
+        StateDir::from_fd(OwnedFd::from(f))
+    }
+
+    /// Empty files cost a tmpfs no bytes: the read-back bounds the entries too.
+    #[test]
+    fn too_many_entries_are_refused() {
+        let d = tempfile::tempdir().expect("tmp");
+        std::fs::create_dir(d.path().join("sub")).expect("mkdir");
+        std::fs::write(d.path().join("sub/f"), b"x").expect("write");
+        let ok = dir_of(d.path()).read().expect("read");
+        assert_eq!(ok.files, vec![("sub/f".to_string(), b"x".to_vec())]);
+        assert_eq!(ok.dirs, vec!["sub".to_string()]);
+        for i in 0..MAX_ENTRIES {
+            std::fs::File::create(d.path().join(format!("e{i}"))).expect("create");
+        }
+        let e = dir_of(d.path()).read().expect_err("refused");
+        assert!(e.to_string().contains("more than 65536 entries"), "{e}");
+    }
 
     #[test]
     fn relative_paths_only() {
