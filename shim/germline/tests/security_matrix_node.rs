@@ -1,7 +1,8 @@
 //! The security matrix ported to Node (issue 28): the documents server of the corpus in Node
 //! with the official TypeScript SDK (bundles/corpus-node, built by
 //! scripts/setup.d/67-corpus-node.sh), its flow-compliant release and the pool, smuggle and mix
-//! Trojans, run by `germline eval matrix --corpus node` as spawned copies. The same scripted
+//! Trojans, run by tests/security/matrix.py --corpus node (`germline eval matrix --corpus node`)
+//! as spawned copies. The same scripted
 //! session (the official Python client) over the same world: the Trojans disclose with the
 //! mechanism switched off (sig-pin) and nothing with it on (germline), while every benign step
 //! completes under germline, so the documents (file items) reach the spawned copies. One trial,
@@ -9,6 +10,7 @@
 
 mod run_common;
 
+use std::path::Path;
 use std::process::Command;
 
 use run_common::*;
@@ -29,15 +31,20 @@ fn node_trojans_disclose_under_sig_pin_and_not_under_germline() {
         return;
     }
     let out = tempfile::tempdir_in("/var/tmp").expect("tempdir");
-    let status = Command::new(germline())
-        .args(["eval", "matrix", "--corpus", "node", "--modes", "sig-pin,germline"])
-        .args(["--trials", "1", "--cases", "docs-*", "--benign", "needed", "--out"])
+    // matrix.py itself (what `germline eval matrix --corpus node` runs after its setup steps,
+    // which scripts/setup.d has run already): the harness's venv, this build's germline.
+    let venv = std::env::var("GERMLINE_CORPUS_VENV")
+        .unwrap_or_else(|_| "/var/tmp/germline-venv-corpus".into());
+    let status = Command::new(Path::new(&venv).join("bin/python"))
+        .arg(root().join("tests/security/matrix.py"))
+        .args(["--corpus", "node", "--modes", "sig-pin,germline", "--trials", "1"])
+        .args(["--cases", "docs-*", "--benign", "needed", "--germline"])
+        .arg(germline())
+        .arg("--out")
         .arg(out.path())
-        .arg("--root")
-        .arg(root())
         .status()
-        .expect("start germline eval matrix");
-    assert!(status.success(), "germline eval matrix --corpus node: {status}");
+        .expect("start tests/security/matrix.py");
+    assert!(status.success(), "matrix.py --corpus node: {status}");
     let text = std::fs::read_to_string(out.path().join("matrix.json")).expect("matrix.json");
     let m: Value = serde_json::from_str(&text).expect("matrix.json is JSON");
     let s = &m["summary"];
