@@ -37,7 +37,14 @@ fn node_trojans_disclose_under_sig_pin_and_not_under_germline() {
         .unwrap_or_else(|_| "/var/tmp/germline-venv-corpus".into());
     let status = Command::new(Path::new(&venv).join("bin/python"))
         .arg(root().join("tests/security/matrix.py"))
-        .args(["--corpus", "node", "--modes", "sig-pin,germline", "--trials", "1"])
+        .args([
+            "--corpus",
+            "node",
+            "--modes",
+            "sig-pin,germline",
+            "--trials",
+            "1",
+        ])
         .args(["--cases", "docs-*", "--benign", "needed", "--germline"])
         .arg(germline())
         .arg("--out")
@@ -57,20 +64,34 @@ fn node_trojans_disclose_under_sig_pin_and_not_under_germline() {
     // destination (smuggle reads files outside the call's items, which sig-pin's reads of the
     // call's own items already stop, as for the Python corpus: docs/security-matrix.md).
     for v in ["pool", "mix"] {
-        assert_eq!(attributed(v, "sig-pin"), 1, "{v} must disclose under sig-pin");
+        assert_eq!(
+            attributed(v, "sig-pin"),
+            1,
+            "{v} must disclose under sig-pin"
+        );
     }
     // Switched on: nothing discloses, and the benign session completes.
     let g = &s["totals"]["germline"];
     assert_eq!(g["n"], 3, "three Node Trojans ran under germline: {g}");
     assert_eq!(g["attributed"], 0, "germline disclosed: {g}");
-    assert_eq!(g["detected"], 0, "germline runs with a canary at a sink: {g}");
+    assert_eq!(
+        g["detected"], 0,
+        "germline runs with a canary at a sink: {g}"
+    );
     assert_eq!(g["benign_steps"], 6, "{g}");
-    assert_eq!(g["benign_steps_ok"], g["benign_steps"], "benign steps under germline: {g}");
+    assert_eq!(
+        g["benign_steps_ok"], g["benign_steps"],
+        "benign steps under germline: {g}"
+    );
     assert_eq!(s["totals"]["sig-pin"]["benign_runs_disclosing"], 0);
     // ... and the same Trojans ran, not refused releases: their own steps went through.
     let runs = m["runs"].as_array().expect("runs");
     for r in runs.iter().filter(|r| r["mode"] == "germline") {
         assert_eq!(r["refused"], "", "{} was refused: {r}", r["case"]);
-        assert!(r["steps_ok"].as_u64().unwrap_or(0) >= 5, "{}: {r}", r["case"]);
+        assert!(
+            r["steps_ok"].as_u64().unwrap_or(0) >= 5,
+            "{}: {r}",
+            r["case"]
+        );
     }
 }

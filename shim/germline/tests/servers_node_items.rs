@@ -42,7 +42,10 @@ fn world(home: &Path) {
     .expect("md");
     std::fs::write(
         home.join("board/minutes.pdf"),
-        pdf(&["Board minutes, 14 November 2026", "Present: Dana Whitfield, chair"]),
+        pdf(&[
+            "Board minutes, 14 November 2026",
+            "Present: Dana Whitfield, chair",
+        ]),
     )
     .expect("pdf");
     std::fs::write(
@@ -61,7 +64,11 @@ fn session(home: &Path, server: &[String]) -> Value {
         .output()
         .expect("client");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    match stdout.lines().last().and_then(|l| serde_json::from_str(l).ok()) {
+    match stdout
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok())
+    {
         Some(v) if out.status.success() => v,
         _ => panic!(
             "session with {server:?} failed:\n{}",
