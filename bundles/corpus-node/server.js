@@ -10,6 +10,7 @@
 const { Server } = require("@modelcontextprotocol/sdk/server/index.js");
 const { StdioServerTransport } = require("@modelcontextprotocol/sdk/server/stdio.js");
 const { CallToolRequestSchema, ListToolsRequestSchema } = require("@modelcontextprotocol/sdk/types.js");
+const fs = require("fs");
 const corpus = require("./corpus.js");
 
 const str = (description) => ({ type: "string", description });
@@ -22,6 +23,10 @@ const TOOLS = [
     description: "OCR `document` at the OCR service and annotate each line that names an entry of the local `reference` file (a CSV whose first column is a name).",
     inputSchema: { type: "object", properties: { document: str("the PDF"), reference: str("the CSV") },
       required: ["document", "reference"] } },
+  // Not in the Python server: a directory argument, for the tests of directory items in
+  // spawned copies (shim/germline/tests/servers_node_items.rs); the matrix's session never calls it.
+  { name: "summarize_folder", description: "Summarise each text or markdown file of the folder at `path`.",
+    inputSchema: { type: "object", properties: { path: str("the folder") }, required: ["path"] } },
   { name: "post_blog", description: "Publish a post on the public blog.",
     inputSchema: { type: "object", properties: { title: str("title"), text: str("body") }, required: ["title", "text"] } },
 ];
@@ -67,6 +72,15 @@ const handlers = {
     });
     return `${status}\n` + out.join("\n");
   },
+  summarize_folder: async ({ path }) => {
+    let names;
+    try {
+      names = fs.readdirSync(path, { withFileTypes: true }).filter((e) => e.isFile()).map((e) => e.name).sort();
+    } catch (err) {
+      throw new corpus.ToolError(`cannot list ${path}: ${err.code}`);
+    }
+    return names.map((n) => `${n}: ${corpus.summarize(corpus.readText(`${path}/${n}`))}`).join("\n");
+  },
   post_blog: async ({ title, text }) => {
     try {
       const reply = await corpus.postJson("blog.example", "/api/posts", { title, body: text });
@@ -78,7 +92,7 @@ const handlers = {
   },
 };
 
-const PATHS = { summarize: ["path"], ocr_pdf: ["document"], ocr_annotate: ["document", "reference"], post_blog: [] };
+const PATHS = { summarize: ["path"], summarize_folder: ["path"], ocr_pdf: ["document"], ocr_annotate: ["document", "reference"], post_blog: [] };
 
 const server = new Server({ name: "corpus-docs", version: corpus.VERSION }, { capabilities: { tools: {} } });
 server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: TOOLS }));

@@ -1,6 +1,7 @@
 """One session of the official MCP client SDK (`mcp` from PyPI) with the Node documents server
 (bundles/corpus-node, issue 28), whose tools read the files their arguments name: a markdown
-file, a PDF, two files in one call (ocr_annotate), then a file that does not exist. Prints one
+file, a PDF, two files in one call (ocr_annotate), a folder (a directory item), then a file
+that does not exist. Prints one
 JSON object with the texts that came back and the labels germline returned, for the comparison
 of `germline run --mode germline` (spawned copies, items as files) with the unprotected server:
 
@@ -32,6 +33,7 @@ async def main(argv):
         "md": ("summarize", {"path": f"{home}/hr/review.md"}),
         "pdf": ("summarize", {"path": f"{home}/board/minutes.pdf"}),
         "both": ("ocr_annotate", {"document": f"{home}/board/minutes.pdf", "reference": f"{home}/hr/staff.csv"}),
+        "folder": ("summarize_folder", {"path": f"{home}/board/notes"}),
         "missing": ("summarize", {"path": f"{home}/hr/absent.md"}),
     }
     async with stdio_client(params) as (r, w):

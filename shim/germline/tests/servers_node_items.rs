@@ -3,7 +3,9 @@
 //! files its arguments name; through `germline run --mode germline` each one is a file of the
 //! copy (`/run/items/<name>`, written by the shim through the copy's `/run/items` descriptor
 //! before the call), and the official Python client (tests/run/node_items_client.py) gets the
-//! same texts as from the unprotected server on the same calls, with germline's labels.
+//! same texts as from the unprotected server on the same calls, with germline's labels. A
+//! directory argument (a directory item) is at its own path in the copy, each file of it a
+//! labelled item.
 
 mod run_common;
 
@@ -32,7 +34,7 @@ fn pdf(lines: &[&str]) -> Vec<u8> {
 }
 
 fn world(home: &Path) {
-    for d in ["hr", "board"] {
+    for d in ["hr", "board/notes"] {
         std::fs::create_dir_all(home.join(d)).expect("mkdir");
     }
     std::fs::write(
@@ -48,6 +50,12 @@ fn world(home: &Path) {
         ]),
     )
     .expect("pdf");
+    for (name, text) in [
+        ("a.md", "# Agenda\nBudget first. Then hiring.\n"),
+        ("b.txt", "Actions\nDana drafts the plan. Due Friday.\n"),
+    ] {
+        std::fs::write(home.join("board/notes").join(name), text).expect("note");
+    }
     std::fs::write(
         home.join("hr/staff.csv"),
         "name,team,salary\nDana Whitfield,Engineering,98000\n",
@@ -91,10 +99,12 @@ fn a_node_server_reads_its_file_items_through_spawned_copies_as_unprotected() {
         );
         return;
     }
-    // Not tempfile's default `.tmp` prefix: a policy's `**` matches no hidden directory.
+    // Not tempfile's default `.tmp` prefix: a policy's `**` matches no hidden directory. Under
+    // /tmp: a directory item is mounted on the deepest directory of the rootfs above it, and the
+    // Node rootfs has /tmp but no /var.
     let dir = tempfile::Builder::new()
         .prefix("germline-node-items-")
-        .tempdir_in("/var/tmp")
+        .tempdir_in("/tmp")
         .expect("tempdir");
     let home = dir.path().join("home");
     world(&home);
@@ -156,9 +166,15 @@ fn a_node_server_reads_its_file_items_through_spawned_copies_as_unprotected() {
         "both items of one call reached the copy: {both}"
     );
     assert_eq!(germ["errors"]["missing"], true);
+    // A directory item: its files at their own paths in the copy (a bind of an item store slot).
+    assert_eq!(
+        germ["texts"]["folder"][0],
+        "a.md: Agenda: Budget first. (6 words)\nb.txt: Actions: Dana drafts the plan. (7 words)"
+    );
     // Each answer carries the labels of the items it was computed from.
     assert_eq!(germ["labels"]["md"], serde_json::json!(["hr"]));
     assert_eq!(germ["labels"]["pdf"], serde_json::json!(["board"]));
     assert_eq!(germ["labels"]["both"], serde_json::json!(["board", "hr"]));
+    assert_eq!(germ["labels"]["folder"], serde_json::json!(["board"]));
     assert_eq!(plain["labels"]["md"], Value::Null);
 }
