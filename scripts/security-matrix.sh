@@ -15,8 +15,10 @@ for a in "$@"; do
     if [ "$a" = --update-docs ]; then update=1; else args+=("$a"); fi
 done
 bash "$here/setup.d/50-corpus.sh"
-out=/var/tmp/germline-matrix
 have() { local k="$1"; for a in "${args[@]}"; do [ "$a" = "$k" ] && return 0; done; return 1; }
+# The Node corpus (issue 28) is built by its own step; 50-corpus.sh sets up the harness's venv.
+if have node; then bash "$here/setup.d/67-corpus-node.sh"; fi
+out=/var/tmp/germline-matrix
 have --modes || args+=(--modes all)
 have --trials || args+=(--trials 3)
 if have --out; then

@@ -40,8 +40,15 @@ import world as worldgen  # noqa: E402
 from sinks import Sinks  # noqa: E402
 
 
+# `--corpus NAME`: a corpus of the source tree, its releases' list and where they are built.
+CORPORA = {"python": (ROOT / "bundles" / "corpus" / "releases.py", ROOT / "bundles" / "out" / "corpus"),
+           # The documents server ported to Node (issue 28), run as spawned copies under germline.
+           "node": (ROOT / "bundles" / "corpus-node" / "releases.py", ROOT / "bundles" / "out" / "corpus-node")}
+RELEASES_PY = CORPORA["python"][0]
+
+
 def load_cases() -> list[dict]:
-    spec = importlib.util.spec_from_file_location("releases", ROOT / "bundles" / "corpus" / "releases.py")
+    spec = importlib.util.spec_from_file_location("releases", RELEASES_PY)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
     return mod.cases()
@@ -265,7 +272,9 @@ def main() -> int:
     ap.add_argument("--benign", choices=("all", "needed"), default="all",
                     help="which benign sessions run: all five servers', or only those of the servers the chosen "
                          "cases use (each attack run is attributed against its servers' benign runs of the same mode)")
-    ap.add_argument("--corpus", type=Path, default=ROOT / "bundles" / "out" / "corpus")
+    ap.add_argument("--corpus", default="python",
+                    help="python (bundles/out/corpus), node (bundles/out/corpus-node: the documents server in Node, "
+                         "issue 28), or a directory of releases built from bundles/corpus/releases.py")
     ap.add_argument("--key", type=Path, default=ROOT / "bundles" / "out" / "keys" / "cosign.pub")
     target = __import__("subprocess").run([str(ROOT / "scripts" / "target-dir")], capture_output=True, text=True, check=True).stdout.strip()
     ap.add_argument("--germline", default=str(Path(target) / "debug" / "germline"))
@@ -284,6 +293,11 @@ def main() -> int:
     if a.merge:
         return merge(a.out, a.merge)
     a._policy_checked = False
+    global RELEASES_PY
+    if a.corpus in CORPORA:
+        RELEASES_PY, a.corpus = CORPORA[a.corpus]
+    else:
+        a.corpus = Path(a.corpus)
     modes = runtimes.MODES if a.modes == "all" else [m.strip() for m in a.modes.split(",") if m.strip()]
     for m in modes:
         if m not in runtimes.MODES:
@@ -303,7 +317,8 @@ def main() -> int:
             ap.error(f"bundles/build-corpus.sh could not build {', '.join(needed[:6])}...")
     missing = [rid for rid in needed if not (a.corpus / rid / "bundle").is_dir()]
     if missing:
-        ap.error(f"releases not built in {a.corpus}: {', '.join(missing[:6])}... (run bundles/build-corpus.sh)")
+        build = "bundles/build-corpus-node.sh" if RELEASES_PY == CORPORA["node"][0] else "bundles/build-corpus.sh"
+        ap.error(f"releases not built in {a.corpus}: {', '.join(missing[:6])}... (run {build})")
     if a.out.exists():
         shutil.rmtree(a.out / "runs", ignore_errors=True)
         shutil.rmtree(a.out / "worlds", ignore_errors=True)

@@ -35,6 +35,8 @@ def launch(mode: str, bundle: Path, *, policy: Path, key: Path, home: str, tmpdi
         entry[0] = str(bundle / "rootfs" / entry[0].lstrip("/"))  # the rootfs's own interpreter
         if entry[0].endswith("/python3"):
             entry[0] += ".11"  # a real file (python3 is a link the host would resolve the same way)
+        # A Node entry names its script by its path in the rootfs (/app/node_modules/...).
+        entry[1:] = [str(bundle / "rootfs" / a.lstrip("/")) if a.startswith("/app/") else a for a in entry[1:]]
         proxy = "http://%s:%d" % forwarder if forwarder else ""
         env = {"HOME": home, "TMPDIR": str(tmpdir), "PYTHONDONTWRITEBYTECODE": "1",  # never write into the bundle
                "HTTP_PROXY": proxy, "http_proxy": proxy, "NO_PROXY": "", "no_proxy": ""}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use germline_sandbox::spawn::{SpawnPool, Spawned};
-use germline_sandbox::Result as SandboxResult;
+use germline_sandbox::{Item, Result as SandboxResult, TreeEntry};
 use serde_json::Value;
 
 use crate::pipeline::{CopySource, SourcedCopy};
@@ -28,10 +28,21 @@ impl CopySource for SpawnPool {
     }
     fn prepare_copy(
         &mut self,
-        _copy: &mut Spawned,
-        _files: &[(String, Vec<u8>, bool)],
+        copy: &mut Spawned,
+        files: &[(String, Vec<u8>, bool)],
     ) -> SandboxResult<()> {
-        Ok(())
+        self.prepare_copy_view(copy, files, &[])
+    }
+    /// Items as files only: `/run/items/<name>` and directory entries at their own paths,
+    /// mounted from the host (`germline_sandbox::spawn`, items.rs).
+    fn prepare_copy_view(
+        &mut self,
+        copy: &mut Spawned,
+        files: &[(String, Vec<u8>, bool)],
+        tree: &[TreeEntry],
+    ) -> SandboxResult<()> {
+        let items: Vec<Item> = files.iter().map(Item::from).collect();
+        SpawnPool::prepare_copy_view(self, copy, &items, tree)
     }
     fn retire(&mut self, copy: Spawned, result: SandboxResult<Value>) -> SandboxResult<Value> {
         SpawnPool::retire(self, copy, result)
@@ -52,14 +63,9 @@ impl SourcedCopy for Spawned {
     fn kill(&mut self) {
         Spawned::kill(self)
     }
-    /// Items are not delivered to spawned copies yet: a call that carries file items is
-    /// refused before the copy gets anything (docs/sandbox.md, "Spawned copies").
-    fn deliver(&mut self, files: &[(String, Vec<u8>, bool)]) -> SandboxResult<()> {
-        if files.iter().any(|(_, _, in_view)| *in_view) {
-            return Err(germline_sandbox::Error::Spec(
-                "file items are not delivered to spawned copies yet (issue 28)".into(),
-            ));
-        }
+    /// Nothing beyond the files `prepare_copy_view` mounted: the release's own entry has no
+    /// bootstrap to hand descriptors to (docs/sandbox.md, "Spawned copies").
+    fn deliver(&mut self, _files: &[(String, Vec<u8>, bool)]) -> SandboxResult<()> {
         Ok(())
     }
     /// The handshake was made before the copy joined the pool.

@@ -55,6 +55,10 @@ struct MatrixArgs {
     /// of the same mode, so `needed` gives the same attack cells with fewer runs.
     #[arg(long, value_parser = ["all", "needed"], default_value = "all")]
     benign: String,
+    /// Which corpus: `python` (the five servers of bundles/corpus) or `node` (the documents
+    /// server ported to Node, run as spawned copies: bundles/corpus-node, issue 28).
+    #[arg(long, value_parser = ["python", "node"], default_value = "python")]
+    corpus: String,
     /// Seconds allowed per run (all sessions of one case).
     #[arg(long)]
     run_timeout: Option<u32>,
@@ -105,6 +109,8 @@ fn matrix(a: &MatrixArgs) -> Result<(), Error> {
         .arg(&a.cases)
         .arg("--benign")
         .arg(&a.benign)
+        .arg("--corpus")
+        .arg(&a.corpus)
         .arg("--germline")
         .arg(&exe)
         .env("GERMLINE_ROOT", &root);

@@ -126,6 +126,11 @@ pub struct FromArgs {
     /// With `npm:`: the host's Node.js whose `node` goes into the rootfs.
     #[arg(long, default_value = npm::runtime::DEFAULT_NODE, requires = "from")]
     pub node: PathBuf,
+    /// With `npm:NAME@VERSION`: install the package from this tarball (`npm pack`'s output)
+    /// instead of the registry; its dependencies still come from the registry. For packages
+    /// that are not published, such as the Node corpus (bundles/build-corpus-node.sh).
+    #[arg(long = "npm-tarball", value_name = "TGZ", requires = "from")]
+    pub npm_tarball: Option<PathBuf>,
 }
 
 /// What a pack from PyPI asks for.

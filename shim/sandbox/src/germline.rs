@@ -13,9 +13,10 @@ use crate::checks::snapshot::GermlineSnapshot;
 use crate::checks::{self, CopyExpect, GermlineFacts, Role};
 use crate::copy::{Copy, Corpse, Item, PoolState};
 use crate::error::{Error, Result};
+use crate::itemview;
 use crate::landlock;
 use crate::launch::{self, Prepared};
-use crate::mounts::{self, CopyMounts, ItemFile, ItemStore, ItemsDir};
+use crate::mounts::ItemStore;
 use crate::procfs::{self, Namespaces};
 use crate::protocol::{self, FromCopy, FromGermline, LandlockLayer, ToCopy, ToGermline};
 use crate::seccomp::{Program, SocketFamilies};
@@ -1148,18 +1149,10 @@ impl Germline {
         Ok(copy)
     }
 
-    /// The copy's procfs, scratch and an empty `/run/items` ([`CopyMounts::base_only`]), for a
+    /// The copy's procfs, scratch and an empty `/run/items` ([`itemview::mount_base`]), for a
     /// pool copy before its call; [`Germline::prepare_copy_items`] then only writes the items.
     fn mount_base(&self, copy: &mut Copy) -> Result<()> {
-        let scratch = self.spec.scratch.then_some(16u64 << 20);
-        CopyMounts::base_only(
-            copy.pid(),
-            scratch,
-            self.spec.limits.memory_bytes.max(1 << 20),
-        )?
-        .with_state(self.spec.state_bytes)?
-        .apply()?;
-        copy.set_items_dir(ItemsDir::open(copy.pid())?);
+        copy.set_items_dir(itemview::mount_base(&self.spec, copy.pid())?);
         Ok(())
     }
 
@@ -1194,80 +1187,25 @@ impl Germline {
         items: &[Item],
         tree: &[TreeEntry],
     ) -> Result<()> {
-        let mut files = Vec::new();
-        for item in items {
-            let name = &item.name;
-            if name.is_empty() || name.contains('/') || name.starts_with('.') || name.contains('\0')
-            {
-                return Err(Error::Spec(format!("bad item name {name:?}")));
-            }
-            files.push(ItemFile {
-                path: std::ffi::CString::new(format!("/run/items/{name}"))
-                    .map_err(|_| Error::Spec("item name".into()))?,
-                contents: item.visible().to_vec(),
-            });
+        let mut held = Vec::new();
+        let r = itemview::mount_view(
+            &itemview::Target {
+                spec: &self.spec,
+                rootfs: &self.rootfs,
+                store: &self.items,
+                pid: copy.pid(),
+                items_dir: copy.items_dir(),
+                writable: self.spec.writable_trees,
+            },
+            items,
+            tree,
+            &mut held,
+        );
+        // The copy holds its slots until it is dead.
+        for (lease, tree_at) in held {
+            copy.hold(lease, tree_at);
         }
-        let with_paths: Vec<(usize, &str, &str)> = items
-            .iter()
-            .enumerate()
-            .filter_map(|(i, it)| it.path.as_deref().map(|p| (i, it.name.as_str(), p)))
-            .chain(
-                tree.iter()
-                    .enumerate()
-                    .map(|(j, e)| (items.len() + j, "directory item", e.path())),
-            )
-            .collect();
-        let mut binds = Vec::new();
-        if !with_paths.is_empty() {
-            let protected: Vec<String> = self
-                .spec
-                .readable_paths
-                .iter()
-                .cloned()
-                .chain(self.spec.extra_mounts.iter().map(|m| m.target.clone()))
-                .collect();
-            for (at, files) in mounts::plan_item_paths(&self.rootfs, &protected, &with_paths)? {
-                let lease = self.items.lease()?;
-                let writable = self.spec.writable_trees;
-                let mut has_tree = false;
-                for (rel, i) in files {
-                    match (
-                        items.get(i),
-                        i.checked_sub(items.len()).and_then(|j| tree.get(j)),
-                    ) {
-                        (Some(item), _) => lease.write(&rel, item.visible())?,
-                        (None, Some(entry)) => {
-                            has_tree = true;
-                            crate::tree::write(&lease.path(), &rel, entry, writable)?
-                        }
-                        (None, None) => return Err(Error::Spec("item mount plan".into())),
-                    }
-                }
-                // Read-write only for directory items (issue 27): file items in the same slot
-                // stay read-only by their mode and owner (the host's root, unmapped).
-                let rw = has_tree && writable;
-                binds.push((lease.fd(), at.clone(), rw));
-                // The copy holds the slot until it is dead.
-                copy.hold(lease, rw.then_some(at));
-            }
-        }
-        if let Some(dir) = copy.items_dir() {
-            // Base mounts made before the call: write the items, bind what has its own path.
-            for (item, f) in items.iter().zip(&files) {
-                dir.write(&item.name, &f.contents)?;
-            }
-            if binds.is_empty() {
-                return Ok(());
-            }
-            return CopyMounts::binds_only(copy.pid())?
-                .with_binds(binds)?
-                .apply();
-        }
-        let scratch = self.spec.scratch.then_some(16u64 << 20);
-        CopyMounts::new(copy.pid(), scratch, files)?
-            .with_state(self.spec.state_bytes)?
-            .with_binds(binds)?
-            .apply()
+        r
     }
 
     /// One call: a checked copy, its mounts and items, the MCP request, the answer. The copy is

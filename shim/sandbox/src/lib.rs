@@ -15,6 +15,7 @@ pub mod cli;
 pub mod copy;
 mod error;
 pub mod germline;
+mod itemview;
 pub mod landlock;
 pub mod launch;
 pub mod mcp_client;

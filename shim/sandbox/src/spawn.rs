@@ -23,12 +23,19 @@ use crate::checks::{self, snapshot::CopySnapshot, CopyExpect, GermlineFacts, Rol
 use crate::copy::{client_error, CopyChannel};
 use crate::error::{Error, Result};
 use crate::germline::HOST_ID;
+use crate::itemview;
 use crate::launch::{self, Prepared};
 use crate::mcp_client::Session;
+use crate::mounts::{ItemStore, ItemsDir, SlotLease};
 use crate::procfs::{self, Namespaces};
 use crate::seccomp::Program;
 use crate::spec::{Execution, LaunchSpec};
 use crate::sys;
+
+mod items;
+
+/// Size limit of a pool's item store (a tmpfs: only what is written counts).
+const ITEM_STORE_BYTES: u64 = 1 << 30;
 
 /// The pool's settings (the deployer's policy: `germline run --pool`, issue 28).
 #[derive(Debug, Clone)]
@@ -79,6 +86,10 @@ pub struct Spawned {
     init_result: Option<Value>,
     spawn_time: Duration,
     dead: bool,
+    /// The copy's `/run/items`, mounted before it joined the pool (items.rs).
+    items_dir: Option<ItemsDir>,
+    /// Item store slots mounted in the copy, freed once it is dead.
+    leases: Vec<SlotLease>,
 }
 
 impl Spawned {
@@ -171,6 +182,7 @@ impl Spawned {
         let _ = sys::kill(self.keeper, libc::SIGKILL);
         let _ = sys::waitpid(self.keeper, 0);
         let _ = self.cgroup.destroy();
+        self.leases.clear();
     }
 
     /// Ends the copy's one use: kills it, and turns a broken channel into the real reason
@@ -211,6 +223,11 @@ pub struct SpawnPool {
     /// Namespaces of the copies handed out and not yet retired.
     live: Vec<(i32, Namespaces)>,
     stopped: bool,
+    /// The store of items at their own paths (directory items); its slots are in every
+    /// copy's Landlock layer (mounts.rs, [`ItemStore`]).
+    items: Arc<ItemStore>,
+    /// The canonical rootfs on the host.
+    rootfs: std::path::PathBuf,
 }
 
 impl SpawnPool {
@@ -225,7 +242,12 @@ impl SpawnPool {
         let mut argv = vec![spec.interpreter.clone()];
         argv.extend(spec.entry.iter().cloned());
         let env = spec.env.clone();
-        let mut prepared = Prepared::new(&spec, &argv, &env, &[])?;
+        let items = ItemStore::new(ITEM_STORE_BYTES)?;
+        let rootfs = spec
+            .rootfs
+            .canonicalize()
+            .map_err(|e| Error::sys("canonicalize the rootfs", e))?;
+        let mut prepared = Prepared::new(&spec, &argv, &env, &items.slot_fds())?;
         prepared.for_spawned_copy();
         let base_rel = germline_sys::paths::germline_cgroup(&opts.id);
         let mut pool = SpawnPool {
@@ -241,6 +263,8 @@ impl SpawnPool {
             refused: None,
             live: Vec::new(),
             stopped: false,
+            items,
+            rootfs,
         };
         // The release must start at all: a first copy, checked, kept in the pool.
         match pool.spawn(true) {
@@ -296,6 +320,8 @@ impl SpawnPool {
             init_result: None,
             spawn_time: Duration::ZERO,
             dead: false,
+            items_dir: None,
+            leases: Vec::new(),
         };
         if handshake {
             copy.mcp.set_client_capabilities(self.caps.clone());
@@ -318,6 +344,8 @@ impl SpawnPool {
             return Err(Error::CopyRefused(bad.join("; ")));
         }
         copy.ns = Namespaces::of(copy.pid)?;
+        // Checked first: the mounts are the shim's own, made from outside (items.rs).
+        copy.items_dir = Some(itemview::mount_base(&self.spec, copy.pid)?);
         copy.cgroup.set_frozen(true)?;
         copy.spawn_time = t0.elapsed();
         self.spawn_total += copy.spawn_time;

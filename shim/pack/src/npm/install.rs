@@ -43,6 +43,9 @@ pub fn install(p: &NpmPack, root: &Path) -> Result<Installed> {
     // `--out`'s path they would climb out of `/app` (and the rootfs digest would change with
     // the place the pack ran).
     let app = std::fs::canonicalize(&app).map_err(|e| Error::io(app.display(), e))?;
+    if let Some(tgz) = &p.tarball {
+        return install_tarball(p, &app, tgz);
+    }
     let lock = p.flags.cache.join("npm-locks").join(lock_name(p));
     if lock_usable(&lock, p.spec.pinned()) {
         for f in ["package.json", "package-lock.json"] {
@@ -76,6 +79,28 @@ pub fn install(p: &NpmPack, root: &Path) -> Result<Installed> {
         let _ = std::fs::rename(&tmp, &lock);
     } else {
         let _ = std::fs::remove_dir_all(&tmp);
+    }
+    Ok(installed)
+}
+
+/// `--npm-tarball`: the package from a local tarball, its dependencies from the registry (or
+/// npm's cache). No lock is kept for the next pack: the tarball's contents, not its name and
+/// version, say what it is. The package must be the one `npm:NAME@VERSION` names.
+fn install_tarball(p: &NpmPack, app: &Path, tgz: &Path) -> Result<Installed> {
+    let tgz = std::fs::canonicalize(tgz).map_err(|e| Error::io(tgz.display(), e))?;
+    let mut cmd = npm(p, "install", app);
+    cmd.arg("--save-exact").arg(&tgz).args(&p.flags.with);
+    run(&mut cmd, "npm install").map_err(|e| explain(e, &p.spec))?;
+    let installed = finish(app, &p.spec, false)?;
+    if let Some(want) = p.spec.version.as_deref() {
+        if installed.package.version != want {
+            return Err(Error::Entry(format!(
+                "--npm-tarball {}: it holds {} {}, not {want}",
+                tgz.display(),
+                p.spec.name,
+                installed.package.version
+            )));
+        }
     }
     Ok(installed)
 }

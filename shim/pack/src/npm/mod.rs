@@ -36,6 +36,8 @@ pub struct NpmPack {
     pub node: PathBuf,
     /// The npm that installs (the host's, from `PATH`).
     pub npm: PathBuf,
+    /// `--npm-tarball`: the package from this file, not the registry.
+    pub tarball: Option<PathBuf>,
     /// The flags a pack from PyPI takes too (`with`, `destinations`, `entry`, `include`,
     /// `cache`, `manifest_out`, `key`, `out`, `image`, `limits`, `progress`), parsed by the
     /// PyPI path's own code; its `spec` and `python` are not read.
@@ -69,6 +71,7 @@ impl NpmPack {
             spec,
             node: a.node.clone(),
             npm: PathBuf::from("npm"),
+            tarball: a.npm_tarball.clone(),
             flags,
         })
     }
