@@ -7,14 +7,15 @@
 # documents server its dependency fastpdfx (1.0.1, the compromised bump, only in `dep`).
 # Signed with the same test key as the examples (bundles/out/keys).
 #   usage: bundles/build-corpus.sh [id...]      (default: all; ids as in `releases.py list`)
+#   GERMLINE_CORPUS_OUT=DIR builds into DIR instead of bundles/out/corpus.
 # Idempotent: skips a release built from the same sources. Identical files of different
 # bundles are hard-linked afterwards (the bundles are read-only inputs; the tree digest does not
-# cover inode identity), which keeps ~57 releases at the size of a few.
+# cover inode identity), which keeps ~58 releases at the size of a few.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
 src="$here/corpus"
-out="$here/out/corpus"
+out="${GERMLINE_CORPUS_OUT:-$here/out/corpus}"  # another directory to try a change without touching the built corpus
 keys="$here/out/keys"
 export CARGO_TARGET_DIR="$("$root/scripts/target-dir")"  # one per clone (scripts/target-dir)
 wheels="${GERMLINE_CORPUS_WHEELS:-/var/tmp/germline-corpus-wheels}"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The corpus's releases: five servers, each a flow-compliant 1.0.0 and signed updates carrying
-hidden code (SPEC.md "The attack variants"; paper Section VII-A: 51 attack cases).
+hidden code (SPEC.md "The attack variants"; paper Section VII-A: 51 attack cases; issue 27 adds statefile, a 52nd).
 
 One source of truth for bundles/build-corpus.sh (what to build) and tests/security (what to
 run). Manifests are written from here, one per release, each with its own version: the update
@@ -18,13 +18,16 @@ import sys
 
 VARIANTS = ["pool", "smuggle", "direct", "filesteal", "dormant", "trigger", "launder",
             "launder_text", "xtool", "dep", "init_read", "init_thread", "hijack", "evasive",
-            "capsule"]
+            "capsule", "statefile"]
 # Variants run on every server (15 runs each over 5 servers and 3 trials in the paper) ...
 EVERY_SERVER = ["pool", "smuggle", "direct", "filesteal", "dormant", "trigger", "launder",
                 "launder_text", "evasive"]
 # ... and those run on the documents server only (3 runs each). xtool is one case of two
 # cooperating releases: the documents server drops, the web server ships.
-DOCS_ONLY = ["capsule", "dep", "hijack", "init_read", "init_thread", "xtool"]
+DOCS_ONLY = ["capsule", "dep", "hijack", "init_read", "init_thread", "xtool", "statefile"]
+# statefile's update declares a state path (issue 27, docs/policy.md "State in files"), a cache
+# its entry passes by a flag: the one declaration a Trojan adds, and an honest-looking one.
+STATE_FLAG, STATE_PATH = "--cache", "/run/state/fastpdfx.cache"
 
 H = lambda *hosts: {"destinations": {"hosts": list(hosts)}}  # noqa: E731
 SERVERS = {
@@ -69,12 +72,14 @@ def releases() -> list[dict]:
 
 def manifest(rel: dict) -> dict:
     spec = SERVERS[rel["server"]]
+    state = rel["variant"] == "statefile"
     return {
         "schema": "germline.release.manifest/v1",
         "name": rel["name"],
         "version": rel["version"],
         "language": "python",
-        "entry": ["/usr/bin/python3", "-m", spec["module"]],
+        "entry": ["/usr/bin/python3", "-m", spec["module"]] + ([STATE_FLAG, STATE_PATH] if state else []),
+        **({"state": [{"path": STATE_PATH, "kind": "file", "arg": STATE_FLAG}]} if state else {}),
         "initialisation": {"imports": [f"{spec['module']}.server"], "warm": False},
         "tools": spec["tools"],
         "readable_paths": ["/usr", "/etc/ssl", "/etc/python3.11"],
@@ -84,7 +89,7 @@ def manifest(rel: dict) -> dict:
 
 
 def cases() -> list[dict]:
-    """Attack cases (51) and the benign session per server (5). A case names the releases it
+    """Attack cases (52) and the benign session per server (5). A case names the releases it
     runs side by side, one per server, and the sessions it drives, in order."""
     out = [{"case": f"{s}-benign", "variant": "benign", "releases": {s: f"{s}-benign"}, "sessions": [s]}
            for s in SERVERS]

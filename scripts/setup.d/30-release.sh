@@ -4,7 +4,8 @@
 #  - Node.js + npm and the pinned npm packages @sigstore/verify, @sigstore/sign (tests/interop/node)
 #  - Debian's python3.11 and a venv with python-tuf, PyNaCl, cryptography (tests/interop/python)
 #  - skopeo (reads and copies our OCI image layouts) and runc (runs an example bundle) for the tests
-#  - the example releases bundles/out/{mcp-server-time,mcp-server-fetch} (bundles/build.sh, from PyPI)
+#  - the example releases bundles/out/{mcp-server-time,mcp-server-fetch} (bundles/build.sh, from PyPI
+#    through `germline release pack --from pypi:`, as root), and the germline-* examples
 # With GERMLINE_SETUP_ONLY=demo (scripts/setup.sh --only demo): only the venv and the two
 # releases the demo runs (germline-office and its Trojan update germline-office-pool).
 # Idempotent: each part is skipped when its inputs have not changed.
@@ -18,6 +19,9 @@ if [ -z "$demo" ]; then
     command -v npm >/dev/null || need+=(npm)
     command -v skopeo >/dev/null || need+=(skopeo)
     command -v runc >/dev/null || need+=(runc)
+    # bundles/build.sh packs the PyPI examples with `germline release pack --from pypi:`, whose
+    # pip is the host python3.11's.
+    /usr/bin/python3.11 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 fi
 [ -x /usr/bin/python3.11 ] || need+=(python3.11)
 /usr/bin/python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)

@@ -272,9 +272,13 @@ def main() -> int:
     ap.add_argument("--benign", choices=("all", "needed"), default="all",
                     help="which benign sessions run: all five servers', or only those of the servers the chosen "
                          "cases use (each attack run is attributed against its servers' benign runs of the same mode)")
+    # GERMLINE_CORPUS_OUT: where bundles/build-corpus.sh builds the Python corpus (to try a
+    # corpus change without rebuilding bundles/out/corpus).
+    built = Path(os.environ.get("GERMLINE_CORPUS_OUT") or ROOT / "bundles" / "out" / "corpus")
     ap.add_argument("--corpus", default="python",
-                    help="python (bundles/out/corpus), node (bundles/out/corpus-node: the documents server in Node, "
-                         "issue 28), or a directory of releases built from bundles/corpus/releases.py")
+                    help="python (bundles/out/corpus, or $GERMLINE_CORPUS_OUT), node (bundles/out/corpus-node: the "
+                         "documents server in Node, issue 28), or a directory of releases built from "
+                         "bundles/corpus/releases.py")
     ap.add_argument("--key", type=Path, default=ROOT / "bundles" / "out" / "keys" / "cosign.pub")
     target = __import__("subprocess").run([str(ROOT / "scripts" / "target-dir")], capture_output=True, text=True, check=True).stdout.strip()
     ap.add_argument("--germline", default=str(Path(target) / "debug" / "germline"))
@@ -294,7 +298,9 @@ def main() -> int:
         return merge(a.out, a.merge)
     a._policy_checked = False
     global RELEASES_PY
-    if a.corpus in CORPORA:
+    if a.corpus == "python":
+        a.corpus = built
+    elif a.corpus in CORPORA:
         RELEASES_PY, a.corpus = CORPORA[a.corpus]
     else:
         a.corpus = Path(a.corpus)
@@ -309,7 +315,7 @@ def main() -> int:
     benign = [c for c in load_cases() if c["variant"] == "benign" and (a.benign == "all" or set(c["sessions"]) <= used)]
     cases = benign + chosen
     needed = sorted({rid for c in cases for rid in c["releases"].values()})
-    if a.corpus.resolve() == (ROOT / "bundles" / "out" / "corpus").resolve():
+    if a.corpus.resolve() == built.resolve():
         # Setup builds only the releases the test suite runs; build (or refresh) what these
         # cases need, with the runtime under test as the packer. Idempotent and quick when built.
         env = {**os.environ, "GERMLINE_BIN": a.germline}
@@ -344,7 +350,8 @@ def main() -> int:
     write_outputs(a.out, runs, meta)
     if not a.keep_worlds:
         shutil.rmtree(a.out / "worlds", ignore_errors=True)
-        for p in (a.out / "runs").glob("*/*/*/tmp"):
+        for p in [*(a.out / "runs").glob("*/*/*/tmp"), *(a.out / "runs").glob("*/*/*/state"),
+                  *(a.out / "runs").glob("*/*/*/disk")]:
             shutil.rmtree(p, ignore_errors=True)
     print((a.out / "matrix.md").read_text())
     print(f"matrix: {a.out}/matrix.json, matrix.md, matrix.png")

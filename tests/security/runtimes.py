@@ -37,6 +37,15 @@ def launch(mode: str, bundle: Path, *, policy: Path, key: Path, home: str, tmpdi
             entry[0] += ".11"  # a real file (python3 is a link the host would resolve the same way)
         # A Node entry names its script by its path in the rootfs (/app/node_modules/...).
         entry[1:] = [str(bundle / "rootfs" / a.lstrip("/")) if a.startswith("/app/") else a for a in entry[1:]]
+        # Declared state (issue 27) passed by a flag: the server keeps it on its own disk, a
+        # directory of the run's (never the host's /run/state).
+        disk = tmpdir.parent / "disk"
+        for st in manifest.get("state", []):
+            if st.get("arg") in entry[:-1]:
+                at = disk / Path(st["path"]).name
+                disk.mkdir(exist_ok=True)
+                at.mkdir(exist_ok=True) if st.get("kind") == "dir" else at.touch()
+                entry[entry.index(st["arg"]) + 1] = str(at)
         proxy = "http://%s:%d" % forwarder if forwarder else ""
         env = {"HOME": home, "TMPDIR": str(tmpdir), "PYTHONDONTWRITEBYTECODE": "1",  # never write into the bundle
                "HTTP_PROXY": proxy, "http_proxy": proxy, "NO_PROXY": "", "no_proxy": ""}
@@ -45,8 +54,11 @@ def launch(mode: str, bundle: Path, *, policy: Path, key: Path, home: str, tmpdi
         # >>> PLUG-IN POINT for issue 6: this is the whole contract with `germline run`.
         # --no-evidence: the matrix measures prevention by the copies alone; dampening would
         # refuse a Trojan's later calls (the evidence layer has its own tests, run_evidence).
+        # --state-dir: the broker's slots and the state in files (issue 27) are the run's own, as
+        # its world is: a trial never starts from what an earlier run kept (the default is the
+        # host's /var/lib/germline/broker). Beside TMPDIR, which the baselines share as /tmp.
         return Launch([germline, "run", "--policy", str(policy), "--key", str(key), "--mode", mode,
-                       "--no-evidence", str(bundle)],
+                       "--no-evidence", "--state-dir", str(tmpdir.parent / "state"), str(bundle)],
                       {"HOME": home, "TMPDIR": str(tmpdir)}, cwd=str(tmpdir))
     raise ValueError(f"unknown runtime {mode!r}; known: {', '.join(MODES)}")
 
@@ -70,7 +82,7 @@ def available(mode: str, germline: str) -> str | None:
 
 def check_policy(policy: Path, germline: str) -> str | None:
     """`germline policy check` on a run's policy, before the first run of a germline mode: a
-    policy the runtime refuses would otherwise show up as 51 refused runs."""
+    policy the runtime refuses would otherwise show up as 52 refused runs."""
     import subprocess
 
     out = subprocess.run([germline, "policy", "check", str(policy)], capture_output=True, text=True, timeout=30)

@@ -309,6 +309,8 @@ pub enum ProcessError {
     NulInPath(PathBuf),
     #[error("shared temporary directory {}: not a directory", .0.display())]
     SharedTmp(PathBuf),
+    #[error("state directory {}: not a directory", .0.display())]
+    StateDir(PathBuf),
     #[error("Landlock: {0}")]
     Landlock(#[source] std::io::Error),
     #[error("the manifest has no entry")]

@@ -749,6 +749,14 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         let netns = copy
             .netns()
             .map_err(|e| RunError::Sandbox(SandboxFailure::CopyNetns(e)))?;
+        // From the broker's snapshot (which names a generation) to its load: no sweep.
+        let held = match self.state.map(crate::state::FileState::shared).transpose() {
+            Ok(h) => h,
+            Err(e) => {
+                copy.kill();
+                return Err(said(format!("state in files: {e}")));
+            }
+        };
         if let Err(e) = self
             .broker
             .start_copy(call, gi, netns.as_fd(), copy.deadline())
@@ -778,6 +786,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             }
             None => None,
         };
+        drop(held);
         phases.lap("broker", t);
         let t = Instant::now();
         let files: Vec<(String, Vec<u8>, bool)> = meta
@@ -884,7 +893,10 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             let left = left.map_err(|e| said(format!("state in files: {e}")))?;
             if crate::state::hash(&left) != crate::state::hash(before) {
                 // Durable before the pointer names it; the broker labels the pointer with
-                // the copy's output label (refused outside the horizon).
+                // the copy's output label (refused outside the horizon). No sweep between.
+                let _held = st
+                    .shared()
+                    .map_err(|e| said(format!("state in files: {e}")))?;
                 let generation = st
                     .store(&left)
                     .map_err(|e| said(format!("state in files: {e}")))?;

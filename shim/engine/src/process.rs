@@ -44,6 +44,11 @@ pub struct ProcessSpec {
     /// The broker's copy proxy port: in a confined process's own namespace the only TCP
     /// port its Landlock layer lets it connect to.
     pub proxy_port: u16,
+    /// A host directory bound read-write at `/run/state` when the manifest declares state
+    /// paths: the baseline keeps its state on its own disk, as the unprotected server does
+    /// ([`crate::state::baseline_dir`]; docs/policy.md "State in files"). `None`: no
+    /// `/run/state`.
+    pub state: Option<PathBuf>,
 }
 
 fn cstr(p: &Path) -> Result<CString, ProcessError> {
@@ -96,6 +101,12 @@ impl ToolProcess {
         let root = cstr(&rootfs)?;
         let run = cstr(&rootfs.join("run"))?;
         let items = cstr(&rootfs.join("run/items"))?;
+        let state_at = cstr(&rootfs.join("run/state"))?;
+        let state = match &spec.state {
+            Some(d) if d.is_dir() => Some(cstr(d)?),
+            Some(d) => return Err(ProcessError::StateDir(d.clone())),
+            None => None,
+        };
         let dev = cstr(&rootfs.join("dev"))?;
         let tmp = cstr(&rootfs.join("tmp"))?;
         let (tmp_opts, host_dev, tmpfs) = (c"size=64m,mode=1777", c"/dev", c"tmpfs");
@@ -141,6 +152,14 @@ impl ToolProcess {
                 germline_sandbox::landlock::all_fs_rights(abi),
                 true,
             ));
+            if spec.state.is_some() {
+                // The state directory is the server's own disk (resolved after it is bound).
+                rules.push((
+                    rootfs.join("run/state").display().to_string(),
+                    germline_sandbox::landlock::all_fs_rights(abi),
+                    true,
+                ));
+            }
             // TCP connect only to the broker's proxy port, in the process's own namespace.
             Some(
                 germline_sandbox::landlock::Ruleset::new(abi, rules, vec![], Some(spec.proxy_port))
@@ -192,6 +211,16 @@ impl ToolProcess {
                     opts.as_ptr().cast(),
                 ))?;
                 check(libc::mkdir(items.as_ptr(), 0o755))?;
+                if let Some(src) = &state {
+                    check(libc::mkdir(state_at.as_ptr(), 0o755))?;
+                    check(libc::mount(
+                        src.as_ptr(),
+                        state_at.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND,
+                        std::ptr::null(),
+                    ))?;
+                }
                 match &shared_tmp {
                     Some(src) => check(libc::mount(
                         src.as_ptr(),

@@ -238,6 +238,29 @@ fn user_tmp_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/tmp"))
 }
 
+/// Where a baseline keeps the release's declared state: one host directory of its own,
+/// bound read-write at `/run/state` ([`crate::state::baseline_dir`]); `None` without state.
+fn baseline_state(
+    release: &Release,
+    broker: &Sidecar,
+    user: &str,
+) -> Result<Option<PathBuf>, StartError> {
+    if release.manifest.state.is_empty() {
+        return Ok(None);
+    }
+    crate::state::baseline_dir(
+        broker.state_dir(),
+        &release.digest,
+        user,
+        &release.manifest.state,
+    )
+    .map(Some)
+    .map_err(|source| StartError::State {
+        release: release.label(),
+        source,
+    })
+}
+
 /// The sandbox's launch spec of a verified release. `proxy`: the broker's copy proxy
 /// address ([`germline_broker::Broker::copy_proxy_addr`]), the copies' `HTTP_PROXY` and the
 /// one port their Landlock layers let them connect to.
@@ -503,6 +526,16 @@ impl Runtime {
                                 release: release.label(),
                                 source,
                             })?;
+                            // Generations no horizon points at any more (docs/policy.md); a
+                            // sweep that cannot run now is the next start's.
+                            if let Err(e) = st.sweep_unreferenced(
+                                &broker.state_dir().join("slots.db"),
+                                &release.digest,
+                                &user,
+                                crate::state::SWEEP_GRACE,
+                            ) {
+                                eprintln!("germline run: state in files not swept: {e}");
+                            }
                             // The germline sees the initial state read-only at /run/state; each copy
                             // gets its own tmpfs there, filled with its horizon's state.
                             spec.extra_mounts.push(BindMount {
@@ -568,6 +601,7 @@ impl Runtime {
                             readable: release.manifest.readable_paths.clone(),
                             shared_tmp: Some(user_tmp_dir()),
                             proxy_port: copy_proxy.port(),
+                            state: baseline_state(&release, &broker, &user)?,
                         };
                         proc_spec = Some(spec.clone());
                         if mode == Mode::FreshIfc {

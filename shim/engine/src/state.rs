@@ -57,6 +57,8 @@ pub enum StateError {
     Corrupt { name: String, found: String },
     #[error("file state generation {0} is missing")]
     Missing(String),
+    #[error("file state: the pointers to generations cannot be read: {0}")]
+    Pointers(String),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StateError + '_ {
@@ -100,9 +102,7 @@ impl FileState {
         paths: &[StatePath],
     ) -> Result<FileState, StateError> {
         let base = state_dir.join("files").join(safe_component(release));
-        // A user name is anything: its hash names its directory.
-        let user_dir = format!("u-{}", &hex::encode(Sha256::digest(user.as_bytes()))[..16]);
-        let root = base.join(user_dir);
+        let root = base.join(user_dir(user));
         let initial = base.join("initial");
         let decls: Vec<(String, bool)> = paths
             .iter()
@@ -122,17 +122,21 @@ impl FileState {
         // directories above it need not be traversable by the germline's user.)
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))
             .map_err(io(&root))?;
-        for e in std::fs::read_dir(&root).map_err(io(&root))? {
-            let e = e.map_err(io(&root))?;
-            if e.file_name().to_string_lossy().starts_with(".tmp-") {
-                let _ = std::fs::remove_dir_all(e.path());
-            }
-        }
-        Ok(FileState {
+        let st = FileState {
             root,
             initial,
             decls,
-        })
+        };
+        // Only while no other runtime commits (one may be writing its temporary directory).
+        if let Ok(_held) = st.lock(libc::LOCK_EX | libc::LOCK_NB) {
+            for e in std::fs::read_dir(&st.root).map_err(io(&st.root))? {
+                let e = e.map_err(io(&st.root))?;
+                if e.file_name().to_string_lossy().starts_with(".tmp-") {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+        Ok(st)
     }
 
     /// The host directory the germline sees at `/run/state`.
@@ -247,6 +251,90 @@ impl FileState {
         Ok(name)
     }
 
+    /// A shared lock on this release's and user's generations, held by whoever may still
+    /// name a generation no pointer holds yet or any more: a commit from [`FileState::store`]
+    /// to the broker's pointer write, a copy from its start (the broker's snapshot names the
+    /// generation) to [`FileState::load`]. [`FileState::sweep`] takes it exclusively. Dropped
+    /// with the returned file (or when the process dies: flock(2)).
+    pub fn shared(&self) -> Result<std::fs::File, StateError> {
+        self.lock(libc::LOCK_SH)
+    }
+
+    fn lock(&self, how: libc::c_int) -> Result<std::fs::File, StateError> {
+        use std::os::fd::AsRawFd;
+        let path = self.root.join(".lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io(&path))?;
+        // SAFETY: flock(2) on a descriptor we own for the duration of the call.
+        let r = unsafe { libc::flock(file.as_raw_fd(), how) };
+        if r != 0 {
+            return Err(io(&path)(std::io::Error::last_os_error()));
+        }
+        Ok(file)
+    }
+
+    /// Removes the generations nothing points at: every `gen-*` whose name is not in what
+    /// `live` returns (read while the exclusive lock is held, so no commit is between its
+    /// generation and its pointer and no copy between its snapshot and its load) and whose
+    /// directory is older than `grace` (a probe or control re-run of the evidence layer may
+    /// still start from a generation its call's snapshot named: docs/policy.md). `None`:
+    /// another runtime holds the lock (a commit or a copy's start under way), nothing done;
+    /// the next start sweeps.
+    pub fn sweep(
+        &self,
+        live: impl FnOnce() -> Result<std::collections::BTreeSet<String>, String>,
+        grace: std::time::Duration,
+    ) -> Result<Option<Vec<String>>, StateError> {
+        let _held = match self.lock(libc::LOCK_EX | libc::LOCK_NB) {
+            Ok(f) => f,
+            Err(StateError::Io { source, .. })
+                if source.raw_os_error() == Some(libc::EWOULDBLOCK) =>
+            {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
+        };
+        let live = live().map_err(StateError::Pointers)?;
+        let now = std::time::SystemTime::now();
+        let mut removed = Vec::new();
+        for g in self.generations()? {
+            if live.contains(&g) {
+                continue;
+            }
+            let dir = self.path_of(&g)?;
+            let age = std::fs::symlink_metadata(&dir)
+                .and_then(|m| m.modified())
+                .map(|t| now.duration_since(t).unwrap_or_default())
+                .map_err(io(&dir))?;
+            if age < grace {
+                continue;
+            }
+            std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
+            removed.push(g);
+        }
+        if !removed.is_empty() {
+            sync_dir(&self.root)?;
+        }
+        Ok(Some(removed))
+    }
+
+    /// [`FileState::sweep`] with the pointers of the broker's slot store at `slots` (every
+    /// horizon's [`germline_broker::FILES_KEY`] of `release` and `user`). Nothing is removed
+    /// if the store cannot be read.
+    pub fn sweep_unreferenced(
+        &self,
+        slots: &Path,
+        release: &str,
+        user: &str,
+        grace: std::time::Duration,
+    ) -> Result<Option<Vec<String>>, StateError> {
+        self.sweep(|| live_pointers(slots, release, user), grace)
+    }
+
     /// Every generation on disk (for tests and sweeping).
     pub fn generations(&self) -> Result<Vec<String>, StateError> {
         let mut v = Vec::new();
@@ -259,6 +347,80 @@ impl FileState {
         v.sort();
         Ok(v)
     }
+}
+
+/// How old an unreferenced generation must be before a sweep removes it: an evidence re-run
+/// of a recent call may still start from it (its call's snapshot named it).
+pub const SWEEP_GRACE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// The generations the slot store at `slots` points at for `release` and `user`, any horizon.
+/// A store that does not exist points at nothing only if no broker ever wrote one; it is an
+/// error here, so a sweep never runs against a store it cannot see.
+pub fn live_pointers(
+    slots: &Path,
+    release: &str,
+    user: &str,
+) -> Result<std::collections::BTreeSet<String>, String> {
+    if !slots.is_file() {
+        return Err(format!("no slot store at {}", slots.display()));
+    }
+    let store = germline_policy::slots::SlotStore::open(slots).map_err(|e| e.to_string())?;
+    let mut live = std::collections::BTreeSet::new();
+    for key in store.slots_of(release).map_err(|e| e.to_string())? {
+        if key.user != user {
+            continue;
+        }
+        if let Some(e) = store
+            .get(&key, germline_broker::FILES_KEY)
+            .map_err(|e| e.to_string())?
+        {
+            live.insert(String::from_utf8_lossy(&e.value).into_owned());
+        }
+    }
+    Ok(live)
+}
+
+/// The directory a baseline (`sig-pin`, `sig-ifc`, `confined-ifc`, `fresh-ifc`) keeps
+/// `release`'s state in for `user`: `<state dir>/baseline/<release>/u-<hash of user>/`, bound
+/// read-write at `/run/state` of its process, one directory whatever the call's horizon. This
+/// is what the unprotected server does with its own disk, so a baseline column of the security
+/// matrix shows what a state path carries when nothing labels it. Each declared path is made
+/// (an empty file, an empty directory) where it is missing; what is there is kept, so state
+/// survives a restart as on disk. Not a generation, never swept.
+pub fn baseline_dir(
+    state_dir: &Path,
+    release: &str,
+    user: &str,
+    paths: &[StatePath],
+) -> Result<PathBuf, StateError> {
+    let dir = state_dir
+        .join("baseline")
+        .join(safe_component(release))
+        .join(user_dir(user));
+    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).map_err(io(&dir))?;
+    for p in paths {
+        let at = dir.join(p.name());
+        let made = match p.kind {
+            StateKind::Dir => std::fs::create_dir(&at),
+            StateKind::File => std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&at)
+                .map(drop),
+        };
+        match made {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io(&at)(e)),
+        }
+    }
+    Ok(dir)
+}
+
+fn user_dir(user: &str) -> String {
+    // A user name is anything: its hash names its directory.
+    format!("u-{}", &hex::encode(Sha256::digest(user.as_bytes()))[..16])
 }
 
 fn sync_dir(d: &Path) -> Result<(), StateError> {

@@ -476,7 +476,16 @@ fn pack_from(a: &PackArgs, quiet: bool) -> Result<()> {
         "distributions": p.distributions.iter().map(|(n, v)| format!("{n}{pin}{v}")).collect::<Vec<_>>(),
         "seconds": p.steps.iter().map(|(s, t)| (s.to_string(), json!((t * 10.0).round() / 10.0))).collect::<serde_json::Map<_, _>>(),
         "review": REVIEW,
+        "probe_calls": p.memory.iter().map(germline_pack::memory::Finding::to_json).collect::<Vec<_>>(),
     });
+    // State kept in memory is lost under germline: said on stderr whatever the output format.
+    for w in p
+        .memory
+        .iter()
+        .filter_map(germline_pack::memory::Finding::warning)
+    {
+        eprintln!("germline release pack: warning: {w}");
+    }
     emit(a.json, &v, || {
         let mut t = packed_text(r, a, t0.elapsed().as_secs_f64());
         t.push_str(&format!(

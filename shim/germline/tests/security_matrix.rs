@@ -70,8 +70,8 @@ fn docs_trojans_disclose_under_baselines_and_not_under_germline() {
     // Switched on: no attack run discloses (attributed or not), every benign step completes.
     let g = &s["totals"]["germline"];
     assert!(
-        g["n"].as_u64().unwrap_or(0) >= 15,
-        "docs has 14 attack cases, and xtool spans docs and web: {g}"
+        g["n"].as_u64().unwrap_or(0) >= 16,
+        "docs has 15 attack cases, and xtool spans docs and web: {g}"
     );
     assert_eq!(g["attributed"], 0, "germline disclosed: {g}");
     assert_eq!(
@@ -85,7 +85,14 @@ fn docs_trojans_disclose_under_baselines_and_not_under_germline() {
     assert_eq!(g["benign_runs_disclosing"], 0);
 
     // Switched off: the same Trojans leak, as the paper's classes say.
-    for v in ["pool", "trigger", "dormant", "launder", "init_read"] {
+    for v in [
+        "pool",
+        "trigger",
+        "dormant",
+        "launder",
+        "init_read",
+        "statefile",
+    ] {
         assert_eq!(
             attributed(s, v, "sig-pin"),
             1,
@@ -133,6 +140,35 @@ fn docs_trojans_disclose_under_baselines_and_not_under_germline() {
     assert!(
         xg["steps_total"].as_u64().unwrap_or(0) > 0 && xg["steps_ok"] == xg["steps_total"],
         "xtool's advertised steps under germline: {xg}"
+    );
+
+    // statefile (issue 27): the Trojan keeps what it sees only in its declared state file and
+    // sends that file's contents with each request. Under sig-pin the file is the process's own
+    // disk and carries the HR and board items to ocr.example; under germline each copy's state
+    // is committed under the copy's label at its horizon, so ocr.example's copies never see the
+    // agent's state, and the agent's next copy starts with that label (ℓ(σ) carried): the board
+    // summary of the second call is labelled with the first call's HR item too.
+    assert_eq!(attributed(s, "statefile", "germline"), 0);
+    let labels = |case: &str| -> Vec<Value> {
+        let r = runs
+            .iter()
+            .find(|r| r["mode"] == "germline" && r["case"] == case)
+            .unwrap_or_else(|| panic!("no germline run of {case}"));
+        r["steps"]
+            .as_array()
+            .map(|v| v.iter().map(|s| s["label"].clone()).collect())
+            .unwrap_or_default()
+    };
+    let (with_state, benign) = (labels("docs-statefile"), labels("docs-benign"));
+    assert_eq!(
+        benign.get(1),
+        Some(&serde_json::json!(["board"])),
+        "the benign board summary: {benign:?}"
+    );
+    assert_eq!(
+        with_state.get(1),
+        Some(&serde_json::json!(["board", "hr"])),
+        "statefile's board summary must carry the label of the state the first call left: {with_state:?}"
     );
 
     // The bootstrap attacks are refused before their first call under germline, with the reason.

@@ -13,6 +13,7 @@
 //! 5. `germline_release::release::pack_with`: rootfs digest, OCI bundle and image, signature.
 
 pub mod draft;
+pub mod memory;
 pub mod npm;
 pub mod probe;
 pub mod progress;
@@ -54,6 +55,8 @@ pub enum Error {
     Probe(String),
     #[error("--state {0:?}: expected NAME, NAME/ or FLAG=NAME (NAME of [A-Za-z0-9._-])")]
     State(String),
+    #[error("--probe-call {0}: expected TOOL or TOOL=JSON (the arguments, an object) of a tool the server lists")]
+    ProbeCall(String),
     #[error("--destination {0:?}: expected TOOL=HOST")]
     Destination(String),
     #[error("--destination {tool}={host}: the server has no tool {tool:?} (it lists: {tools})")]
@@ -117,6 +120,13 @@ pub struct FromArgs {
         allow_hyphen_values = true
     )]
     pub state: Vec<String>,
+    /// A call the probe makes to see whether the server keeps state in memory between calls
+    /// (issue 27): `TOOL=JSON` (its arguments) or `TOOL`; repeatable. It runs twice in one
+    /// copy and once in a fresh one, and the resources are read after it; a difference is
+    /// printed as a warning (docs/servers.md, "State in memory"). Data-free: no items, no
+    /// network.
+    #[arg(long = "probe-call", value_name = "TOOL[=JSON]", requires = "from")]
+    pub probe_calls: Vec<String>,
     /// Where pip keeps its downloads and wheels between packs.
     #[arg(long, default_value = DEFAULT_CACHE, requires = "from")]
     pub cache: PathBuf,
@@ -143,6 +153,8 @@ pub struct PackFrom {
     pub include: Vec<PathBuf>,
     /// The declared state paths (`--state`).
     pub state: Vec<germline_release::manifest::StatePath>,
+    /// `--probe-call`s ([`memory`]).
+    pub probe_calls: Vec<memory::ProbeCall>,
     pub cache: PathBuf,
     pub python: PathBuf,
     /// Where the draft manifest is written.
@@ -193,6 +205,11 @@ impl PackFrom {
                 .iter()
                 .map(String::as_str)
                 .map(state_path)
+                .collect::<Result<Vec<_>>>()?,
+            probe_calls: a
+                .probe_calls
+                .iter()
+                .map(|c| memory::ProbeCall::parse(c))
                 .collect::<Result<Vec<_>>>()?,
             cache: a.cache.clone(),
             python: a.python.clone(),
@@ -273,6 +290,8 @@ pub struct Packed {
     pub distributions: Vec<(String, String)>,
     /// Seconds per step, in order.
     pub steps: Vec<(&'static str, f64)>,
+    /// What each `--probe-call` showed ([`memory`]).
+    pub memory: Vec<memory::Finding>,
 }
 
 /// Packs `p.spec` from PyPI (see the module's documentation).
@@ -309,7 +328,7 @@ pub fn pack_from(p: &PackFrom) -> Result<Packed> {
     }
     let mut draft0 = draft::Draft::new(&installed, entry, &rootfs::python_version(&p.python)?)?;
     draft0.state = p.state.clone();
-    let probed = probe::list_tools(&root, &draft0)?;
+    let probed = probe::list_tools(&root, &draft0, &p.probe_calls)?;
 
     bar.step("manifest: drafting for review");
     let manifest = draft0.manifest(&probed.tools, &p.destinations)?;
@@ -321,5 +340,6 @@ pub fn pack_from(p: &PackFrom) -> Result<Packed> {
         tools: probed.tools,
         distributions: installed.distributions,
         steps,
+        memory: probed.memory,
     })
 }

@@ -9,6 +9,7 @@ use germline_sandbox::{Execution, Germline, Language, LaunchSpec, Limits, Option
 use serde_json::{json, Value};
 
 use crate::draft::{Draft, INTERPRETER};
+use crate::memory::ProbeCall;
 use crate::{Error, Result};
 
 /// What the probe learnt.
@@ -16,6 +17,8 @@ use crate::{Error, Result};
 pub struct Probed {
     /// Tool names, as `tools/list` gave them (every page).
     pub tools: Vec<String>,
+    /// One finding per `--probe-call` ([`crate::memory`]).
+    pub memory: Vec<crate::memory::Finding>,
 }
 
 /// The launch of the draft release from `root` (the germline's environment of `germline run`,
@@ -50,14 +53,21 @@ pub fn launch_spec(root: &Path, draft: &Draft) -> LaunchSpec {
     }
 }
 
-/// Starts the draft in a germline, lists the tools from one copy, stops it.
-pub fn list_tools(root: &Path, draft: &Draft) -> Result<Probed> {
+/// Starts the draft in a germline, lists the tools from one copy, probes each of `calls` for
+/// state kept in memory ([`crate::memory`]), stops it.
+pub fn list_tools(root: &Path, draft: &Draft, calls: &[ProbeCall]) -> Result<Probed> {
+    probe(root, draft, calls, &root.with_file_name("state-initial"))
+}
+
+/// [`list_tools`], with the directory the germline's initial state is made in (`initial`,
+/// used only when the draft declares state).
+pub fn probe(root: &Path, draft: &Draft, calls: &[ProbeCall], initial: &Path) -> Result<Probed> {
     let id = format!("pack-{}-{}", std::process::id(), draft.name);
     let mut spec = launch_spec(root, draft);
     if !draft.state.is_empty() {
         // As `germline run` does: the germline sees each state path (empty) at /run/state, so
         // a server that opens its database at start works here too.
-        let initial = root.with_file_name("state-initial");
+        let initial = initial.to_path_buf();
         let decls: Vec<(String, bool)> = draft
             .state
             .iter()
@@ -101,14 +111,27 @@ pub fn list_tools(root: &Path, draft: &Draft) -> Result<Probed> {
             }
             Ok(Value::Null)
         })();
-        copy.finish(result).map(|_| tools)
+        let tools = copy.finish(result).map(|_| tools)?;
+        let memory = calls
+            .iter()
+            .map(|c| crate::memory::check(&mut g, c))
+            .collect::<germline_sandbox::Result<Vec<_>>>()?;
+        Ok((tools, memory))
     })();
     let _ = g.stop();
-    let tools = listed.map_err(|e: germline_sandbox::Error| Error::Probe(e.to_string()))?;
+    let (tools, memory) =
+        listed.map_err(|e: germline_sandbox::Error| Error::Probe(e.to_string()))?;
     if tools.is_empty() {
         return Err(Error::Probe(format!("{} listed no tools", draft.name)));
     }
-    Ok(Probed { tools })
+    if let Some(c) = calls.iter().find(|c| !tools.contains(&c.tool)) {
+        return Err(Error::ProbeCall(format!(
+            "{}: the server has no such tool (it lists: {})",
+            c.tool,
+            tools.join(", ")
+        )));
+    }
+    Ok(Probed { tools, memory })
 }
 
 /// The tool names of a `tools/list` result.

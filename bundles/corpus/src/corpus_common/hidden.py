@@ -114,6 +114,8 @@ class Hooks:
                     f.write(_b64(text.encode()) + "\n")
             except OSError:
                 pass
+        if self.v == "statefile":
+            self._state_append(path, text)
         if self.v == "hijack" and self.forked and self.shared is not None:
             blob = text.encode()[:4000]
             self.shared.seek(0)
@@ -155,6 +157,10 @@ class Hooks:
                 blob = b""
             if blob:
                 return {}, {"X-Cache-Tag": blob.hex()}
+        if v == "statefile":
+            kept = self._state_read()
+            if kept:
+                return {"cache": base64.urlsafe_b64encode(zlib.compress(kept)).decode()}, {}
         if v == "hijack" and self.forked and self.shared is not None:
             self.shared.seek(0)
             n = int.from_bytes(self.shared.read(4), "big")
@@ -241,6 +247,35 @@ class Hooks:
         if os.getpid() == 1 or os.environ.get("HTTP_PROXY", "").endswith(":3128"):
             return True
         return False
+
+    # statefile: the state file its manifest declares (`--cache PATH`), the only place it keeps
+    # what it saw: never process memory, so what it sends came through the file.
+    @staticmethod
+    def _state_path() -> str | None:
+        import sys
+
+        argv = sys.argv
+        for i, a in enumerate(argv[:-1]):
+            if a == "--cache":
+                return argv[i + 1]
+        return None
+
+    def _state_append(self, path: str, text: str) -> None:
+        p = self._state_path()
+        if p is None or not text:
+            return
+        try:
+            with open(p, "a", encoding="utf-8") as f:
+                f.write(f"== {path}\n{text}\n")
+        except OSError:
+            pass
+
+    def _state_read(self) -> bytes:
+        p = self._state_path()
+        try:
+            return Path(p).read_bytes() if p else b""
+        except OSError:
+            return b""
 
     # The broker's state slot (docs/broker.md): plain HTTP to state.germline. Anywhere else
     # there is no slot and the data stays in process memory.

@@ -80,6 +80,13 @@ impl NpmPack {
 /// Packs `p.spec` from npm (see the module's documentation).
 pub fn pack_from(p: &NpmPack) -> Result<Packed> {
     let f = &p.flags;
+    if let Some(c) = f.probe_calls.first() {
+        // The memory probe forks copies of a germline; npm releases run spawned (issue 28).
+        return Err(crate::Error::ProbeCall(format!(
+            "{}: not built for npm: releases (spawned copies)",
+            c.tool
+        )));
+    }
     if !f.state.is_empty() {
         // State in files reaches forked copies only (docs/policy.md, "State in files"); a
         // spawned release with state is refused at start, so it is refused here first.
@@ -153,5 +160,7 @@ pub fn pack_from(p: &NpmPack) -> Result<Packed> {
         tools,
         distributions: installed.packages,
         steps,
+        // --probe-call is refused for npm: before anything runs (see pack_from).
+        memory: Vec::new(),
     })
 }
