@@ -21,6 +21,7 @@ pub mod limits;
 pub mod names;
 pub mod plan;
 pub mod policy;
+pub mod pool;
 pub mod slots;
 pub mod witness;
 
