@@ -1262,14 +1262,15 @@ impl Runtime {
                     eprintln!(
                         "germline: {}: spawned copies: {} made, {:.0} ms each from launch to \
                          checked (mean), {} waiting with {:.1} MiB private memory (cap {} MiB); \
-                         refill {:.1} copies/s, {} kB private per pooled copy",
+                         refill {} copies/s, {} kB private per pooled copy",
                         self.release.label(),
                         st.spawned,
                         st.mean_spawn_ms,
                         st.ready,
                         st.ready_private_bytes as f64 / f64::from(1u32 << 20),
                         st.memory_cap_bytes >> 20,
-                        st.refill_per_s,
+                        st.refill_per_s
+                            .map_or_else(|| "-".to_string(), |r| format!("{r:.1}")),
                         st.pooled_copy_private_kb,
                     );
                     // The same figures for programs (`germline run-bench` reads this line).

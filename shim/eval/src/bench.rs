@@ -246,11 +246,13 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
     for r in results.iter().filter(|r| r.spawn_pool.is_some()) {
         let p = r.spawn_pool.as_ref().unwrap_or(&Value::Null);
         println!(
-            "  spawned copies, {} pool {}: refill {:.1} copies/s, {} kB private per pooled copy, \
+            "  spawned copies, {} pool {}: refill {} copies/s, {} kB private per pooled copy, \
              {} spawned, {:.1} ms per spawn (mean)",
             r.mode,
             r.pool,
-            r.refill_per_s.unwrap_or(f64::NAN),
+            // None: the pool never refilled (pool 0, or no pause long enough).
+            r.refill_per_s
+                .map_or_else(|| "-".to_string(), |v| format!("{v:.1}")),
             r.pooled_copy_private_kb.unwrap_or(0),
             p["spawned"].as_u64().unwrap_or(0),
             p["mean_spawn_ms"].as_f64().unwrap_or(f64::NAN),

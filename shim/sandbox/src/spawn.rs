@@ -77,8 +77,9 @@ pub struct PoolStatus {
     pub spawned: u64,
     /// Mean time from launch to a checked, initialised copy, milliseconds.
     pub mean_spawn_ms: f64,
-    /// Copies the refill made per second of its own work (between calls, one at a time).
-    pub refill_per_s: f64,
+    /// Copies the refill made per second of its own work (between calls, one at a time);
+    /// None before it made one.
+    pub refill_per_s: Option<f64>,
     /// Mean private memory of a copy as it entered the pool (kB): the pages it wrote
     /// ([`Spawned::dirty_memory`]), what one more pooled copy costs.
     pub pooled_copy_private_kb: u64,
@@ -528,11 +529,8 @@ impl SpawnPool {
             } else {
                 self.spawn_total.as_secs_f64() * 1000.0 / self.made as f64
             },
-            refill_per_s: if self.refill_time.is_zero() {
-                0.0
-            } else {
-                self.refilled as f64 / self.refill_time.as_secs_f64()
-            },
+            refill_per_s: (!self.refill_time.is_zero())
+                .then(|| self.refilled as f64 / self.refill_time.as_secs_f64()),
             pooled_copy_private_kb: self.depth.copy_bytes().unwrap_or(0) >> 10,
             peak_ready: self.peak_ready,
             peak_ready_private_bytes: self.peak_ready_bytes,
