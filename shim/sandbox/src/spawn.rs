@@ -80,14 +80,14 @@ pub struct PoolStatus {
     /// Copies the refill made per second of its own work (between calls, one at a time);
     /// None before it made one.
     pub refill_per_s: Option<f64>,
-    /// Mean private memory of a copy as it entered the pool (kB): the pages it wrote
+    /// Mean private memory of a copy as it entered the pool (kB): its anonymous memory
     /// ([`Spawned::dirty_memory`]), what one more pooled copy costs.
     pub pooled_copy_private_kb: u64,
     /// The most copies that waited at once, and the most private memory they held together
     /// (measured as each joined the pool).
     pub peak_ready: usize,
     pub peak_ready_private_bytes: u64,
-    /// Private memory of the waiting copies (bytes, their written pages:
+    /// Private memory of the waiting copies (bytes, their anonymous memory:
     /// [`Spawned::dirty_memory`]).
     pub ready_private_bytes: u64,
     pub memory_cap_bytes: u64,
@@ -151,13 +151,13 @@ impl Spawned {
         germline_sys::procfs::private_memory(self.cgroup.procs().ok()?)
     }
 
-    /// What this copy costs beside the other copies of its rootfs (bytes): the pages it wrote
-    /// (`Private_Dirty`). The pool's memory cap counts this: the rootfs's file pages are shared
-    /// by every copy, and a copy alone counts them as its own (`Private_Clean`) only until a
-    /// second one maps them (a 3.6 MB static binary: 3.2 MB "private" for the first copy,
-    /// 0.5 MB for each later one).
+    /// What this copy costs beside the other copies of its rootfs (bytes): its anonymous
+    /// memory (`germline_sys::procfs::anonymous_memory`). The pool's memory cap counts this:
+    /// the rootfs's file pages are shared by every copy, and a copy alone counts them as its
+    /// own only until a second one maps them (a just-installed 3.6 MB static binary: 3.1 MB
+    /// "private" for the first copy, 0.36 MB once a second one ran).
     pub fn dirty_memory(&self) -> Option<u64> {
-        germline_sys::procfs::private_dirty_memory(self.cgroup.procs().ok()?)
+        germline_sys::procfs::anonymous_memory(self.cgroup.procs().ok()?)
     }
 
     /// A request with every message the copy sends meanwhile handed to `handler` (see
