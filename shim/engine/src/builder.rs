@@ -28,6 +28,8 @@ pub struct RuntimeBuilder {
     pub(crate) release: Release,
     pub(crate) broker: Sidecar,
     pub(crate) pool: usize,
+    /// The policy's `[pool]` for this release's spawned copies (None: no such table).
+    pub(crate) spawn_pool: Option<germline_policy::pool::PoolSettings>,
     pub(crate) reaper: bool,
     pub(crate) copy_cpus: Vec<usize>,
     pub(crate) user: String,
@@ -67,6 +69,7 @@ impl RuntimeBuilder {
             release,
             broker,
             pool: 0,
+            spawn_pool: None,
             reaper: false,
             copy_cpus: Vec::new(),
             user: std::env::var("USER").unwrap_or_else(|_| "root".into()),
@@ -91,6 +94,7 @@ impl RuntimeBuilder {
         self.limiter = Limiter::new(policy.limits(), &self.release.digest);
         self.lifetime = policy.lifetime(&self.release.manifest.name);
         self.reaper = policy.copy_reaper();
+        self.spawn_pool = policy.spawn_pool(&self.release.manifest.name);
         self
     }
 

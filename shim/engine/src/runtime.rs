@@ -385,6 +385,31 @@ pub fn execution_of(
     }
 }
 
+/// The start of the stderr line with a spawn pool's final figures as JSON
+/// (`germline_sandbox::spawn::PoolStatus`), written when a runtime with spawned copies stops.
+pub const SPAWN_POOL_LINE: &str = "germline: spawn pool ";
+
+/// The spawn pool's bounds: `--pool N` (N > 0) fixes the depth at N; otherwise the policy's
+/// `[pool]` table lets it adapt between its `min` and `max`; neither: no pool, every copy is
+/// spawned on the call's path. The memory cap is `[pool] memory_mb` (its default without one).
+fn spawn_options(
+    id: &str,
+    pool: usize,
+    policy: Option<germline_policy::pool::PoolSettings>,
+) -> SpawnOptions {
+    let settings = policy.unwrap_or_default();
+    let (min, max) = match (pool, policy) {
+        (n, _) if n > 0 => (n, n),
+        (_, Some(p)) => (p.min, p.max),
+        (_, None) => (0, 0),
+    };
+    let mut opts = SpawnOptions::new(id);
+    opts.min = min;
+    opts.max = max;
+    opts.memory_cap_bytes = settings.memory_bytes;
+    opts
+}
+
 /// The pipeline's stages of one call on `$source` (a germline or a spawn pool: the stages do
 /// not know which) and this runtime's broker, evidence and limits.
 macro_rules! stages_over {
@@ -436,6 +461,7 @@ impl Runtime {
             release,
             broker,
             pool,
+            spawn_pool,
             reaper,
             copy_cpus: _,
             user,
@@ -551,8 +577,7 @@ impl Runtime {
                             mode.name(),
                         );
                         if spec.execution == germline_sandbox::Execution::Spawn {
-                            let mut opts = SpawnOptions::new(&id);
-                            opts.pool = pool;
+                            let opts = spawn_options(&id, pool, spawn_pool);
                             let p = SpawnPool::start(spec, opts).map_err(|source| {
                                 StartError::Spawn {
                                     release: release.label(),
@@ -1292,14 +1317,22 @@ impl Runtime {
                 if let Some(st) = pool.stop() {
                     eprintln!(
                         "germline: {}: spawned copies: {} made, {:.0} ms each from launch to \
-                         checked (mean), {} waiting with {:.1} MiB private memory (cap {} MiB)",
+                         checked (mean), {} waiting with {:.1} MiB private memory (cap {} MiB); \
+                         refill {} copies/s, {} kB private per pooled copy",
                         self.release.label(),
                         st.spawned,
                         st.mean_spawn_ms,
                         st.ready,
                         st.ready_private_bytes as f64 / f64::from(1u32 << 20),
-                        st.memory_cap_bytes >> 20
+                        st.memory_cap_bytes >> 20,
+                        st.refill_per_s
+                            .map_or_else(|| "-".to_string(), |r| format!("{r:.1}")),
+                        st.pooled_copy_private_kb,
                     );
+                    // The same figures for programs (`germline run-bench` reads this line).
+                    if let Ok(j) = serde_json::to_string(&st) {
+                        eprintln!("{SPAWN_POOL_LINE}{j}");
+                    }
                 }
             }
             Backend::Process(p) => p.kill(),

@@ -15,12 +15,16 @@ use crate::relay;
 
 impl CopySource for SpawnPool {
     type Copy = Spawned;
-    fn call_begins(&mut self) {}
+    /// The pool's call rate counts the call (docs/sandbox.md, "The pool of spawned copies").
+    fn call_begins(&mut self) {
+        SpawnPool::call_begins(self)
+    }
     fn set_pool_capabilities(&mut self, caps: &Value) {
         self.set_capabilities(caps)
     }
     fn copy_for(&mut self, caps: &Value) -> SandboxResult<Spawned> {
         let deadline = Instant::now() + self.spec().limits.deadline();
+        self.group_taken();
         self.take(caps, deadline)
     }
     fn fork_phases(&self) -> &[(&'static str, u64)] {

@@ -63,6 +63,22 @@ pub struct ModeResult {
     pub speedup_over_fresh: f64,
     /// Every measured call's latency, in call order (where the tail falls).
     pub samples_ms: Vec<f64>,
+    /// Spawned releases (issue 28): the pool's refill rate, copies per second of refill work.
+    pub refill_per_s: Option<f64>,
+    /// Spawned releases: the private memory of a pooled copy as it entered the pool (kB).
+    pub pooled_copy_private_kb: Option<u64>,
+    /// Spawned releases: the pool's final figures as the runtime wrote them when it stopped
+    /// (`germline_sandbox::spawn::PoolStatus`).
+    pub spawn_pool: Option<Value>,
+}
+
+/// The spawn pool's figures in a `germline run`'s stderr (the runtime writes them when it
+/// stops; none for a forked release or a baseline mode).
+fn spawn_pool_of(stderr: &str) -> Option<Value> {
+    stderr.lines().rev().find_map(|l| {
+        l.strip_prefix(germline_engine::runtime::SPAWN_POOL_LINE)
+            .and_then(|j| serde_json::from_str(j).ok())
+    })
 }
 
 /// The `p` quantile (0..=1) of sorted samples, nearest rank; NaN when there are none.
@@ -74,8 +90,17 @@ pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[idx.min(sorted.len() - 1)]
 }
 
-fn measure(a: &BenchArgs, mode: Mode, pool: usize) -> Result<Vec<f64>, String> {
+/// The latencies of one mode's calls, and its spawn pool's figures if it has one.
+fn measure(a: &BenchArgs, mode: Mode, pool: usize) -> Result<(Vec<f64>, Option<Value>), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    // Its stderr goes to a file (a pipe nobody reads during the run could fill and block it).
+    let err_path = std::env::temp_dir().join(format!(
+        "germline-run-bench-{}-{}-{pool}.stderr",
+        std::process::id(),
+        mode.name()
+    ));
+    let err_file =
+        std::fs::File::create(&err_path).map_err(|e| format!("{}: {e}", err_path.display()))?;
     let mut child = Command::new(exe)
         .arg("run")
         .arg("--policy")
@@ -91,7 +116,7 @@ fn measure(a: &BenchArgs, mode: Mode, pool: usize) -> Result<Vec<f64>, String> {
         .arg(&a.release)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(err_file)
         .spawn()
         .map_err(|e| format!("germline run: {e}"))?;
     let mut stdin = child.stdin.take().ok_or("stdin")?;
@@ -141,7 +166,9 @@ fn measure(a: &BenchArgs, mode: Mode, pool: usize) -> Result<Vec<f64>, String> {
     }
     drop(stdin);
     let _ = child.wait();
-    Ok(times)
+    let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&err_path);
+    Ok((times, spawn_pool_of(&stderr)))
 }
 
 pub fn run(a: &BenchArgs) -> Result<(), String> {
@@ -163,19 +190,19 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
     let mut raw = Vec::new();
     for (mode, pool) in runs {
         eprintln!("run-bench: {} (pool {pool}) ...", mode.name());
-        let samples = measure(a, mode, pool)?;
+        let (samples, spawn_pool) = measure(a, mode, pool)?;
         let mut t = samples.clone();
         t.sort_by(f64::total_cmp);
-        raw.push((mode, pool, t, samples));
+        raw.push((mode, pool, t, samples, spawn_pool));
     }
     let fresh = raw
         .iter()
-        .find(|(m, _, _, _)| *m == Mode::FreshIfc)
-        .map(|(_, _, t, _)| percentile(t, 0.5))
+        .find(|(m, _, _, _, _)| *m == Mode::FreshIfc)
+        .map(|(_, _, t, _, _)| percentile(t, 0.5))
         .unwrap_or(f64::NAN);
     let results: Vec<ModeResult> = raw
         .iter()
-        .map(|(m, pool, t, samples)| {
+        .map(|(m, pool, t, samples, spawn_pool)| {
             let median = percentile(t, 0.5);
             ModeResult {
                 mode: m.name().to_string(),
@@ -187,6 +214,11 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
                 min_ms: t.first().copied().unwrap_or(f64::NAN),
                 speedup_over_fresh: fresh / median,
                 samples_ms: samples.clone(),
+                refill_per_s: spawn_pool.as_ref().and_then(|p| p["refill_per_s"].as_f64()),
+                pooled_copy_private_kb: spawn_pool
+                    .as_ref()
+                    .and_then(|p| p["pooled_copy_private_kb"].as_u64()),
+                spawn_pool: spawn_pool.clone(),
             }
         })
         .collect();
@@ -208,6 +240,22 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         println!(
             "{:<14} {:>5} {:>10.2} {:>10.2} {:>10.2} {:>14}",
             r.mode, r.pool, r.median_ms, r.p99_ms, r.min_ms, vs
+        );
+    }
+    // Spawned copies (issue 28): what refilling the pool costs, beside the latencies.
+    for r in results.iter().filter(|r| r.spawn_pool.is_some()) {
+        let p = r.spawn_pool.as_ref().unwrap_or(&Value::Null);
+        println!(
+            "  spawned copies, {} pool {}: refill {} copies/s, {} kB private per pooled copy, \
+             {} spawned, {:.1} ms per spawn (mean)",
+            r.mode,
+            r.pool,
+            // None: the pool never refilled (pool 0, or no pause long enough).
+            r.refill_per_s
+                .map_or_else(|| "-".to_string(), |v| format!("{v:.1}")),
+            r.pooled_copy_private_kb.unwrap_or(0),
+            p["spawned"].as_u64().unwrap_or(0),
+            p["mean_spawn_ms"].as_f64().unwrap_or(f64::NAN),
         );
     }
     let target = |name: &str, ok: bool, value: String| {
@@ -271,4 +319,20 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
     .map_err(|e| format!("{}: {e}", a.out.display()))?;
     println!("  written to {}", a.out.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_spawn_pool_line_is_found_among_the_runs_other_lines() {
+        let stderr = "germline: serving x\ngermline: x: spawned copies: 3 made\n\
+                      germline: spawn pool {\"ready\":2,\"refill_per_s\":7.5,\"pooled_copy_private_kb\":9000}\n";
+        let p = spawn_pool_of(stderr).expect("found");
+        assert_eq!(p["refill_per_s"], 7.5);
+        assert_eq!(p["pooled_copy_private_kb"], 9000);
+        assert_eq!(spawn_pool_of("germline: serving x\n"), None);
+        assert_eq!(spawn_pool_of("germline: spawn pool {not json\n"), None);
+    }
 }

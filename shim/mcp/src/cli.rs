@@ -29,7 +29,9 @@ pub struct RunArgs {
     pub mode: Mode,
     #[command(flatten)]
     pub broker: BrokerArgs,
-    /// Pre-forked, checked, data-free copies to keep ready (germline and nosplit modes).
+    /// Pre-forked, checked, data-free copies to keep ready (germline and nosplit modes). For a
+    /// release served by spawned copies, N > 0 fixes the pool's depth at N; 0 leaves it to the
+    /// policy's `[pool]` table (none: no pool).
     #[arg(long, default_value_t = 0)]
     pub pool: usize,
     /// CPUs (comma-separated numbers) for the germline and its copies, or the baseline

@@ -22,6 +22,7 @@ pub mod limits;
 pub mod names;
 pub mod plan;
 pub mod policy;
+pub mod pool;
 pub mod slots;
 pub mod witness;
 pub mod workspace;

@@ -98,6 +98,9 @@ struct PolicyFile {
     /// Operating limits (crate::limits, docs/operations.md).
     #[serde(default)]
     limits: Option<crate::limits::LimitsFile>,
+    /// Spawned copies kept ready (crate::pool, docs/policy.md).
+    #[serde(default)]
+    pool: Option<crate::pool::PoolFile>,
     /// Release name -> germline lifetime (crate::limits::Lifetime).
     #[serde(default)]
     lifetimes: BTreeMap<Spanned<String>, Spanned<String>>,
@@ -268,6 +271,8 @@ pub struct Policy {
     default_consumer_clearance: Label,
     dampening: DampeningParams,
     limits: OperatingLimits,
+    /// `[pool]`: None when the policy has no such table.
+    pool: Option<crate::pool::PoolPolicy>,
     lifetimes: BTreeMap<String, Lifetime>,
     workdirs: BTreeMap<String, PathBuf>,
     pins: BTreeMap<String, Pin>,
@@ -672,6 +677,10 @@ impl Policy {
             Some(l) => l.validate(&|span| cx.at(span))?,
             None => OperatingLimits::default(),
         };
+        let pool = match &raw.pool {
+            Some(p) => Some(p.validate(limits.pool_max, &|span| cx.at(span))?),
+            None => None,
+        };
         let lifetimes = crate::limits::parse_lifetimes(&raw.lifetimes, &|span| cx.at(span))?;
         let mut workdirs = BTreeMap::new();
         for (release, dir) in &raw.workdirs {
@@ -768,6 +777,7 @@ impl Policy {
             default_consumer_clearance,
             dampening,
             limits,
+            pool,
             lifetimes,
             workdirs,
             copy_reaper: raw.copies.reaper.unwrap_or(COPY_REAPER_DEFAULT),
@@ -875,6 +885,13 @@ impl Policy {
     /// The `[limits]` table (every limit off when absent).
     pub fn limits(&self) -> &OperatingLimits {
         &self.limits
+    }
+
+    /// `[pool]`'s settings for the spawned copies of the release named `release`; None when
+    /// the policy has no `[pool]` table (copies are then spawned on the call's path unless
+    /// `germline run --pool N` fixes a depth).
+    pub fn spawn_pool(&self, release: &str) -> Option<crate::pool::PoolSettings> {
+        self.pool.as_ref().map(|p| p.settings(release))
     }
 
     /// The germline lifetime of the release named `release` (`session` unless `[lifetimes]`

@@ -69,8 +69,8 @@ pub fn reachable(root: &Path) -> Result<()> {
 pub fn list_tools(spec: LaunchSpec, name: &str) -> Result<Vec<String>> {
     reachable(&spec.rootfs)?;
     let id = format!("pack-{}-{name}", std::process::id());
-    let mut opts = SpawnOptions::new(&id);
-    opts.pool = 0;
+    // No pool: the one copy `start` spawns is the probe.
+    let opts = SpawnOptions::new(&id);
     let mut pool = SpawnPool::start(spec, opts).map_err(|e| {
         Error::Probe(match e {
             germline_sandbox::Error::Init(reason) | germline_sandbox::Error::Refused(reason) => {
