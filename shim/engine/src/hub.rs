@@ -118,7 +118,7 @@ impl GermlineHub {
         let mut spec = launch_spec(release, &trust, proxy)?;
         // Writes into directory items are committed by a runtime with a germline of its own
         // (`germline run`, or `serve --share-germlines off`) only: a shared germline's copies
-        // get them read-only, so a tool's write fails where it is made (EROFS) instead of
+        // get them read-only, so a tool's write fails where it is made instead of
         // succeeding and being dropped after the call (docs/servers.md, "Writes").
         spec.writable_trees = false;
         let id = germline_sys::paths::run_germline_id(std::process::id(), n, opts.mode);
