@@ -1,5 +1,6 @@
 //! `germline broker serve` and `germline broker bench`.
 
+use crate::output::outln;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -101,24 +102,24 @@ pub fn run(args: &BrokerArgs) -> Result<(), Error> {
                 crate::output::print_json(&serde_json::to_value(&r)?);
                 return Ok(());
             }
-            println!(
+            outln!(
                 "broker bench: {} requests per side, client in {}",
                 r.requests, r.client
             );
-            println!(
+            outln!(
                 "  direct to sink:   p50 {:8.1} us   p99 {:8.1} us",
                 r.direct_p50_us, r.direct_p99_us
             );
-            println!(
+            outln!(
                 "  through broker:   p50 {:8.1} us   p99 {:8.1} us",
                 r.broker_p50_us, r.broker_p99_us
             );
-            println!(
+            outln!(
                 "  added by broker:  p50 {:8.1} us   p99 {:8.1} us",
                 r.added_p50_us, r.added_p99_us
             );
             if let Some(path) = out {
-                println!("  written to {}", path.display());
+                outln!("  written to {}", path.display());
             }
             Ok(())
         }

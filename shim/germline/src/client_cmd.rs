@@ -12,6 +12,7 @@
 //! JSON, or whose servers are not an object, is refused with its line and column and left as it
 //! was.
 
+use crate::output::{outln, outp};
 use std::ffi::OsString;
 use std::io::Write as _;
 use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
@@ -650,7 +651,7 @@ pub fn setup(a: &SetupArgs) -> Result<(), ClientError> {
                 path.display(),
                 out.action
             );
-            print!("{content}");
+            outp!("{content}");
         }
         return Ok(());
     }
@@ -661,7 +662,7 @@ pub fn setup(a: &SetupArgs) -> Result<(), ClientError> {
     if a.json {
         print_json(&out);
     } else {
-        println!(
+        outln!(
             "{}: {} server {:?} in {}{}",
             a.client.name(),
             action,
@@ -672,9 +673,9 @@ pub fn setup(a: &SetupArgs) -> Result<(), ClientError> {
                 .map(|b| format!(" (the old file is in {})", b.display()))
                 .unwrap_or_default()
         );
-        println!("  {} {}", out.command, out.args.join(" "));
+        outln!("  {} {}", out.command, out.args.join(" "));
         if action != "unchanged" {
-            println!(
+            outln!(
                 "Restart {} (or reload its MCP servers) to start it.",
                 a.client.title()
             );
@@ -914,20 +915,20 @@ pub fn list(a: &ListArgs) -> Result<(), ClientError> {
             .config
             .as_ref()
             .map_or_else(|| "?".to_string(), |p| p.display().to_string());
-        println!("{:<15} {path}", l.client);
+        outln!("{:<15} {path}", l.client);
         if let Some(e) = &l.error {
-            println!("  unreadable: {e}");
+            outln!("  unreadable: {e}");
         } else if !l.exists {
-            println!("  not there yet");
+            outln!("  not there yet");
         } else {
-            println!(
+            outln!(
                 "  {} server(s), {} of them germline",
                 l.servers,
                 l.germline.len()
             );
         }
         for g in &l.germline {
-            println!(
+            outln!(
                 "    {}: {}",
                 g["name"].as_str().unwrap_or_default(),
                 describe(g)

@@ -22,6 +22,23 @@ pub fn out(text: &str) {
     }
 }
 
+/// `println!` through [`out`]: a reader that went away ends the command with status 141, never
+/// a panic (`println!` panics on a closed pipe).
+macro_rules! outln {
+    ($($t:tt)*) => {
+        $crate::output::out(&format!("{}\n", format_args!($($t)*)))
+    };
+}
+pub(crate) use outln;
+
+/// `print!` through [`out`].
+macro_rules! outp {
+    ($($t:tt)*) => {
+        $crate::output::out(&format!($($t)*))
+    };
+}
+pub(crate) use outp;
+
 /// `--json`'s document on stdout, pretty-printed (one document, nothing else on stdout).
 pub fn print_json(v: &Value) {
     let mut t = serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string());

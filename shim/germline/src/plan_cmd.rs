@@ -1,5 +1,6 @@
 //! `germline plan` and `germline policy check`.
 
+use crate::output::{outln, outp};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -93,9 +94,9 @@ pub fn run_plan(args: &PlanArgs) -> Result<(), Error> {
             "consumers": resolved.consumers,
             "plan": p,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        print!("{}", render(&call, &resolved.items, &p));
+        outp!("{}", render(&call, &resolved.items, &p));
     }
     Ok(())
 }
@@ -203,8 +204,8 @@ pub fn run_policy(args: &PolicyArgs) -> Result<(), Error> {
                 }));
                 return Ok(());
             }
-            println!("{}: ok", file.display());
-            println!(
+            outln!("{}: ok", file.display());
+            outln!(
                 "  labels: {}",
                 p.tags().keys().cloned().collect::<Vec<_>>().join(", ")
             );
@@ -213,11 +214,11 @@ pub fn run_policy(args: &PolicyArgs) -> Result<(), Error> {
                     Source::Path => "path",
                     Source::Uri => "uri ",
                 };
-                println!("  {kind} {pattern} -> {label}");
+                outln!("  {kind} {pattern} -> {label}");
             }
-            println!("  unlabelled items get {}", p.default_item_label());
+            outln!("  unlabelled items get {}", p.default_item_label());
             let d = p.dampening();
-            println!(
+            outln!(
                 "  dampening: h={} w={} verified={} S={} R={} (p* = {:.1}%)",
                 d.half_life,
                 d.unverified_weight,

@@ -152,3 +152,23 @@ fn keygen_on_a_terminal_asks_twice_and_refuses_two_different_passwords() {
     assert!(screen.contains("the two passwords differ"), "{screen}");
     assert!(!dir.join("cosign.key").exists());
 }
+
+/// A reader that went away (`germline policy check ... | head -1` once `head` has its line)
+/// ends the command with 141 (128 + SIGPIPE), quietly, as other Unix tools do: never a panic's
+/// message and backtrace (`println!` panics on a closed pipe). The pipe's reading end is closed
+/// before the command starts, so its first write meets it closed.
+#[test]
+fn a_closed_stdout_ends_a_command_quietly_with_141() {
+    let policy = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/policy.example.toml");
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let o = Command::new(BIN)
+        .args(["policy", "check", policy])
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run germline policy check");
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(141), "status {:?}, stderr: {err}", o.status);
+    assert!(!err.contains("panicked"), "a panic on a closed pipe: {err}");
+}
