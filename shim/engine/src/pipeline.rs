@@ -338,6 +338,7 @@ pub(crate) fn begin<B: BrokerApi>(
             rules: LabelRules::default(),
             open,
             replay: replay.cloned(),
+            concurrent: false,
         },
     )
 }

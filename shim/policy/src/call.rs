@@ -153,6 +153,11 @@ impl<R> CallRecords<R> {
         }
     }
 
+    /// Whether group `g` has not ended yet (concurrent copies only; never, sequentially).
+    pub fn pending(&self, g: usize) -> bool {
+        self.running(g)
+    }
+
     /// Whether every group before `g` ended: `g`'s `finish` (its `absent` triggers) and its
     /// slot snapshot wait for this. Always true for sequential copies.
     pub fn earlier_ended(&self, g: usize) -> bool {
@@ -381,6 +386,15 @@ impl CopyTracker {
 
     pub fn group(&self) -> usize {
         self.group
+    }
+
+    /// Joins the label of a slot snapshot taken after the copy started (concurrent copies:
+    /// `g`'s snapshot waits for the earlier groups of its horizon), as [`CopyTracker::start`]
+    /// would have: `L ← L ⊔ ℓ(σ)` when the rules join slot labels.
+    pub fn join_slot_label(&mut self, cx: &CallContext, slot_label: &Label) {
+        if cx.rules.slot_label {
+            self.label.join(slot_label);
+        }
     }
 
     /// The positional rule for a request to `host` with digest `q`.
