@@ -186,6 +186,8 @@ pub struct Runtime {
     pub(crate) outbox: Option<PathBuf>,
     /// The release's state in files (issue 27), when its manifest declares any.
     pub(crate) file_state: Option<crate::state::FileState>,
+    /// A multi-group call's copies run concurrently (`[copies] concurrent`, issue 30).
+    pub(crate) concurrent_copies: bool,
     /// Where fresh germlines are forked (`germline serve`: a thread that outlives them,
     /// [`crate::launcher`]); the calling thread otherwise.
     pub(crate) launcher: Option<std::sync::Arc<crate::launcher::Launcher>>,
@@ -376,6 +378,7 @@ macro_rules! stages_over {
             data_sent: &mut $rt.data_sent,
             last_requests: &mut $rt.last_requests,
             state: $rt.file_state.as_ref(),
+            concurrent: $rt.concurrent_copies,
         }
     };
 }
@@ -420,6 +423,7 @@ impl Runtime {
             read_as,
             observers: _,
             hub,
+            concurrent_copies,
         } = cfg;
         let mut observers = Observers::default();
         if let Some(m) = &metrics {
@@ -601,6 +605,7 @@ impl Runtime {
             outbox,
             launcher: runtime_launcher,
             file_state,
+            concurrent_copies,
         })
     }
 
@@ -849,7 +854,7 @@ impl Runtime {
         }
         let r = self
             .stages()
-            .and_then(|mut s| s.call(meta, plan_mode, agent_link));
+            .and_then(|mut s| s.call_sendable(meta, plan_mode, agent_link));
         let Some(death) = self.died_in(&r) else {
             return r;
         };
@@ -858,7 +863,7 @@ impl Runtime {
             self.ensure_germline().map_err(said)?;
             let r = self
                 .stages()
-                .and_then(|mut s| s.call(meta, plan_mode, agent_link));
+                .and_then(|mut s| s.call_sendable(meta, plan_mode, agent_link));
             let Some(death) = self.died_in(&r) else {
                 return r;
             };
