@@ -461,9 +461,12 @@ impl<'x, S: CopySource, B: BrokerApi> Stages<'x, S, B> {
         let (cx, plan) = self.plan(meta, plan_mode, concurrently.is_some())?;
         got.laps.lap("plan", t0);
         let mut early = self.copies(&cx, &plan, agent_link);
-        if let (Some(run), Some(taken)) = (concurrently, concurrent::all_taken(&mut early)) {
-            let r = run(self, &cx, &plan, taken, agent_link, &mut got);
-            return self.finish(&cx, &plan, r.err(), got, t0);
+        if let Some(run) = concurrently {
+            // Only when every copy was taken ahead; else they run one at a time below.
+            if let Some(taken) = concurrent::all_taken(&mut early) {
+                let r = run(self, &cx, &plan, taken, agent_link, &mut got);
+                return self.finish(&cx, &plan, r.err(), got, t0);
+            }
         }
         let mut failure = None;
         for (gi, group) in plan.groups.iter().enumerate() {
