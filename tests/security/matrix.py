@@ -113,7 +113,14 @@ def run_case(case: dict, mode: str, trial: int, world: dict, args: argparse.Name
     results = []
     try:
         policy = rundir / "policy.toml"
-        policy.write_text(worldgen.policy_toml(world, pins=sinks.pins()))
+        text = worldgen.policy_toml(world, pins=sinks.pins())
+        if args.copies == "concurrent":
+            # Issue 30: the case's releases run a multi-group call's copies concurrently, under
+            # the broker's hold rule (docs/policy.md, "Concurrent copies").
+            names = sorted({json.loads((args.corpus / case["releases"][s] / "bundle" / "rootfs" / ".germline"
+                                        / "manifest.json").read_text())["name"] for s in case["sessions"]})
+            text += "\n[copies]\nconcurrent = [" + ", ".join(f'"{n}"' for n in names) + "]\n"
+        policy.write_text(text)
         if mode in runtimes.GERMLINE_MODES and not args._policy_checked:
             if (why := runtimes.check_policy(policy, args.germline)) is not None:
                 raise SystemExit(f"matrix: the runtime refuses the world's policy {policy}: {why}")
@@ -283,6 +290,9 @@ def main() -> int:
     target = __import__("subprocess").run([str(ROOT / "scripts" / "target-dir")], capture_output=True, text=True, check=True).stdout.strip()
     ap.add_argument("--germline", default=str(Path(target) / "debug" / "germline"))
     ap.add_argument("--run-timeout", type=float, default=300, help="seconds per run (all sessions of a case)")
+    ap.add_argument("--copies", choices=("sequential", "concurrent"), default="sequential",
+                    help="concurrent: the policy opts every case's releases into concurrent copies "
+                         "([copies] concurrent, issue 30); the default runs them one at a time (A1)")
     ap.add_argument("--keep-worlds", action="store_true", help="keep the per-trial worlds and run folders")
     ap.add_argument("--report", action="store_true", help="only re-render OUT's tables and heatmap from OUT/matrix.json")
     ap.add_argument("--first-trial", type=int, default=1,
@@ -346,7 +356,8 @@ def main() -> int:
         prog.end()
     meta = {"command": "tests/security/matrix.py " + " ".join(sys.argv[1:]), "trials": a.trials,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "cases": len([c for c in cases if c["variant"] != "benign"]), "modes": modes}
+            "cases": len([c for c in cases if c["variant"] != "benign"]), "modes": modes,
+            "copies": a.copies}
     write_outputs(a.out, runs, meta)
     if not a.keep_worlds:
         shutil.rmtree(a.out / "worlds", ignore_errors=True)

@@ -112,6 +112,11 @@ pub struct BeginCall {
     /// A probe or control re-run of the evidence layer (nothing is delivered).
     #[serde(default)]
     pub replay: Option<germline_policy::witness::ReplaySpec>,
+    /// The release runs this call's copies concurrently (issue 30, opt-in): the broker holds
+    /// requests by the hold rule ([`crate::Broker::begin_concurrent_call`]). Ignored for an
+    /// open call or a re-run.
+    #[serde(default)]
+    pub concurrent: bool,
 }
 
 /// The broker's answer to one [`Request`], one variant per request (the asker knows which
@@ -482,6 +487,9 @@ fn handle(broker: &Broker, req: Request, passed: Option<OwnedFd>) -> Result<Resp
             let p = plan(input, c.mode).map_err(|e| e.to_string())?;
             let (call, twin) = match c.replay {
                 Some(r) => broker.begin_replay(&c.release, &c.user, p.clone(), &c.hosts, r),
+                None if c.concurrent && !c.open => {
+                    broker.begin_concurrent_call(&c.release, &c.user, p.clone(), &c.hosts, c.rules)
+                }
                 None => {
                     broker.begin_call(&c.release, &c.user, p.clone(), &c.hosts, c.rules, c.open)
                 }
@@ -1055,6 +1063,7 @@ mod tests {
                 rules: LabelRules::default(),
                 open: false,
                 replay: None,
+                concurrent: false,
             }),
             Request::StartCopy {
                 call: 1,

@@ -21,7 +21,7 @@ pub mod netns;
 pub mod proxy;
 pub mod resolve;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
@@ -91,6 +91,10 @@ pub enum BrokerError {
     NoCopy { call: u64, group: usize },
     #[error("broker state lock poisoned")]
     Poisoned,
+    /// Concurrent copies: an earlier group did not end before this copy's deadline (and a
+    /// grace), so its outcome or slot snapshot is not known; the call fails closed.
+    #[error("call {call}: group {group} waited past its deadline for an earlier group to end")]
+    Held { call: u64, group: usize },
     #[error("replay spec: {0}")]
     Replay(String),
     /// A file-state commit the broker refuses (issue 27).
@@ -301,6 +305,14 @@ pub(crate) struct CallState {
     /// A probe or control re-run (evidence layer): nothing is delivered.
     pub(crate) replay: Option<Replay>,
     pub(crate) m: Mutex<CallMut>,
+    /// The release runs this call's copies concurrently (issue 30, opt-in): the hold rule
+    /// applies ([`CallRecords::concurrent`]).
+    pub(crate) concurrent: bool,
+    /// Woken by every delivered request and every ended copy: the proxy's held requests and
+    /// deferred slot snapshots wait on it.
+    pub(crate) notify: tokio::sync::Notify,
+    /// The same for the control side: `end_copy` and `copy_files` of a later group wait on it.
+    cv: std::sync::Condvar,
 }
 
 /// A re-run's destination, its transcript `T(d)` and the slot snapshot it starts from.
@@ -359,7 +371,12 @@ pub(crate) struct CopyMut {
     pub(crate) tracker: CopyTracker,
     pub(crate) slot_key: SlotKey,
     /// The horizon's slot when the copy started: every read of the call is served from it.
+    /// With concurrent copies, taken once every earlier group of the horizon ended (what the
+    /// slot holds when the copy starts sequentially); until then `snapshot_pending`.
     pub(crate) snapshot: Slot,
+    pub(crate) snapshot_pending: bool,
+    /// The copy's deadline: the longest a control call of it waits for an earlier group.
+    deadline: Instant,
     cancel: watch::Sender<()>,
     /// The copy's requests, for its trace (at most [`MAX_REQUEST_EVENTS`]).
     pub(crate) requests: Vec<RequestEvent>,
@@ -397,6 +414,82 @@ impl CallState {
     pub(crate) fn lock(&self) -> Result<MutexGuard<'_, CallMut>, BrokerError> {
         self.m.lock().map_err(|_| BrokerError::Poisoned)
     }
+
+    /// Wakes whatever the hold rule keeps waiting (call with the lock released).
+    pub(crate) fn wake(&self) {
+        if self.concurrent {
+            self.notify.notify_waiters();
+            self.cv.notify_all();
+        }
+    }
+
+    /// Blocks until `ready` holds of the call's state, or fails with [`BrokerError::Held`]
+    /// once `until` passes.
+    fn wait_until(
+        &self,
+        group: usize,
+        until: Instant,
+        mut ready: impl FnMut(&CallMut) -> bool,
+    ) -> Result<MutexGuard<'_, CallMut>, BrokerError> {
+        let mut m = self.lock()?;
+        loop {
+            if ready(&m) {
+                return Ok(m);
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(BrokerError::Held {
+                    call: self.id,
+                    group,
+                });
+            }
+            m = self
+                .cv
+                .wait_timeout(m, left)
+                .map_err(|_| BrokerError::Poisoned)?
+                .0;
+        }
+    }
+
+    /// Whether every earlier group of `group`'s horizon ended: its slot snapshot then holds
+    /// what the sequential run would have written.
+    fn horizon_settled(&self, m: &CallMut, group: usize) -> bool {
+        let groups = &self.cx.plan().groups;
+        let Some(hz) = groups.get(group).map(|g| &g.horizon) else {
+            return true;
+        };
+        (0..group).all(|h| groups[h].horizon != *hz || !m.records.pending(h))
+    }
+}
+
+/// How long past its own deadline a copy's `end_copy` waits for an earlier group's end (the
+/// earlier copy's teardown after its deadline).
+const HELD_GRACE: Duration = Duration::from_secs(10);
+
+/// Takes copy `group`'s deferred slot snapshot (concurrent copies) if the earlier groups of
+/// its horizon ended, joining its label as the copy's start would have. Returns whether the
+/// copy has its snapshot (always, for a sequential call or a copy that is not live).
+pub(crate) fn settle_snapshot(
+    inner: &Inner,
+    state: &CallState,
+    m: &mut CallMut,
+    group: usize,
+) -> Result<bool, BrokerError> {
+    let settled = state.horizon_settled(m, group);
+    let Some(copy) = m.copies.get_mut(&group) else {
+        return Ok(true);
+    };
+    if !copy.snapshot_pending {
+        return Ok(true);
+    }
+    if !settled {
+        return Ok(false);
+    }
+    let snapshot = inner.slots()?.snapshot(&copy.slot_key)?;
+    copy.tracker.join_slot_label(&state.cx, &snapshot.label());
+    copy.snapshot = snapshot;
+    copy.snapshot_pending = false;
+    Ok(true)
 }
 
 impl Inner {
@@ -612,7 +705,30 @@ impl Broker {
             time_ns,
             seed: random_seed(),
         };
-        self.register(release, user, (cx, hosts), twin, open, None)
+        self.register(release, user, (cx, hosts), twin, (open, false), None)
+    }
+
+    /// Like [`Broker::begin_call`] (never open) for a release whose copies run concurrently
+    /// (issue 30, opt-in per release): requests, labels, triggers and slot snapshots follow
+    /// the hold rule, so each copy gets what it would get had the copies run one at a time.
+    pub fn begin_concurrent_call(
+        &self,
+        release: &str,
+        user: &str,
+        plan: Plan,
+        hosts: &[Member],
+        rules: LabelRules,
+    ) -> Result<(u64, Twin), BrokerError> {
+        let cx = CallContext::new(plan, hosts, rules)?;
+        let time_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let twin = Twin {
+            time_ns,
+            seed: random_seed(),
+        };
+        self.register(release, user, (cx, hosts), twin, (false, true), None)
     }
 
     /// Registers a probe or control re-run (evidence layer, issue 10): the twin inputs, the
@@ -632,7 +748,14 @@ impl Broker {
             time_ns: u128::from(spec.twin_time_ns),
             seed: spec.twin_seed,
         };
-        self.register(release, user, (cx, hosts), twin, false, Some(replay))
+        self.register(
+            release,
+            user,
+            (cx, hosts),
+            twin,
+            (false, false),
+            Some(replay),
+        )
     }
 
     fn register(
@@ -641,7 +764,7 @@ impl Broker {
         user: &str,
         (cx, hosts): (CallContext, &[Member]),
         twin: Twin,
-        open: bool,
+        (open, concurrent): (bool, bool),
         replay: Option<Replay>,
     ) -> Result<(u64, Twin), BrokerError> {
         let id = self.inner.next_call.fetch_add(1, Ordering::Relaxed);
@@ -656,14 +779,24 @@ impl Broker {
             twin,
             open,
             replay,
-            m: Mutex::new(CallMut::default()),
+            m: Mutex::new(CallMut {
+                records: if concurrent {
+                    CallRecords::concurrent(groups)
+                } else {
+                    CallRecords::default()
+                },
+                ..CallMut::default()
+            }),
+            concurrent,
+            notify: tokio::sync::Notify::new(),
+            cv: std::sync::Condvar::new(),
         });
         self.inner
             .calls
             .lock()
             .map_err(|_| BrokerError::Poisoned)?
             .insert(id, state);
-        self.inner.audit.event("call", || json!({"call": id, "release": release, "groups": groups, "open": open, "replay": probe, "hosts": hosts}),
+        self.inner.audit.event("call", || json!({"call": id, "release": release, "groups": groups, "open": open, "replay": probe, "concurrent": concurrent, "hosts": hosts}),
         );
         Ok((id, twin))
     }
@@ -712,23 +845,29 @@ impl Broker {
             user: state.user.clone(),
             horizon: g.horizon.clone(),
         };
-        let snapshot = match &state.replay {
-            Some(r) => r.slot.clone(),
-            None => self.inner.slots()?.snapshot(&slot_key)?,
-        };
-        let tracker = CopyTracker::start(&state.cx, group, &snapshot.label());
         let (tx, rx) = watch::channel(());
         {
             let mut m = state.lock()?;
             if m.copies.contains_key(&group) || m.done.contains_key(&group) {
                 return Err(BrokerError::CopyExists { call, group });
             }
+            // Concurrent copies: while an earlier group of this horizon runs, the snapshot
+            // waits (settle_snapshot) for what it leaves in the slot.
+            let snapshot_pending = state.replay.is_none() && !state.horizon_settled(&m, group);
+            let snapshot = match &state.replay {
+                Some(r) => r.slot.clone(),
+                None if snapshot_pending => Slot::default(),
+                None => self.inner.slots()?.snapshot(&slot_key)?,
+            };
+            let tracker = CopyTracker::start(&state.cx, group, &snapshot.label());
             m.copies.insert(
                 group,
                 CopyMut {
                     tracker,
                     slot_key,
                     snapshot,
+                    snapshot_pending,
+                    deadline,
                     cancel: tx,
                     requests: Vec::new(),
                 },
@@ -776,7 +915,9 @@ impl Broker {
     /// the release's initial state.
     pub fn copy_files(&self, call: u64, group: usize) -> Result<Option<String>, BrokerError> {
         let state = self.call(call)?;
-        let m = state.lock()?;
+        let until = self.copy_deadline(&state, group)?;
+        let mut m = state.wait_until(group, until, |m| state.horizon_settled(m, group))?;
+        settle_snapshot(&self.inner, &state, &mut m, group)?;
         let copy = m
             .copies
             .get(&group)
@@ -842,19 +983,25 @@ impl Broker {
 
     /// Ends a copy: closes its endpoint (cutting anything in flight) and returns its output
     /// label `ℓ(g)` and triggers, with the copy's request events (for its trace).
+    ///
+    /// With concurrent copies it first waits for every earlier group to end (their records
+    /// are final only then), at most until the copy's deadline and [`HELD_GRACE`].
     pub fn end_copy(
         &self,
         call: u64,
         group: usize,
     ) -> Result<(CopyOutcome, Vec<RequestEvent>), BrokerError> {
         let state = self.call(call)?;
-        let mut m = state.lock()?;
+        let until = self.copy_deadline(&state, group)? + HELD_GRACE;
+        let mut m = state.wait_until(group, until, |m| m.records.earlier_ended(group))?;
+        settle_snapshot(&self.inner, &state, &mut m, group)?;
         let copy = m
             .copies
             .remove(&group)
             .ok_or(BrokerError::NoCopy { call, group })?;
         drop(copy.cancel);
         let outcome = copy.tracker.finish(&state.cx, &m.records);
+        m.records.end_group(group);
         let snapshot = copy
             .snapshot
             .entries
@@ -886,13 +1033,38 @@ impl Broker {
                 outcome: Some(outcome.clone()),
             },
         );
+        drop(m);
+        state.wake();
         Ok((outcome, copy.requests))
+    }
+
+    fn copy_deadline(&self, state: &CallState, group: usize) -> Result<Instant, BrokerError> {
+        let m = state.lock()?;
+        m.copies
+            .get(&group)
+            .map(|c| c.deadline)
+            .ok_or(BrokerError::NoCopy {
+                call: state.id,
+                group,
+            })
     }
 
     /// Ends a call (ending any copy still live) and returns its record.
     pub fn end_call(&self, call: u64) -> Result<CallRecord, BrokerError> {
         let state = self.call(call)?;
-        let live: Vec<usize> = state.lock()?.copies.keys().copied().collect();
+        let live: BTreeSet<usize> = {
+            let mut m = state.lock()?;
+            // Concurrent copies: a group whose copy never started never will; the later
+            // groups' copies stop waiting for it (it delivered nothing).
+            for g in 0..state.cx.plan().groups.len() {
+                if !m.copies.contains_key(&g) && !m.done.contains_key(&g) {
+                    m.records.end_group(g);
+                }
+            }
+            m.copies.keys().copied().collect()
+        };
+        state.wake();
+        // In group order: a later group's end waits for the earlier ones'.
         for g in live {
             self.end_copy(call, g)?;
         }

@@ -464,21 +464,38 @@ async fn exchange(
     } else if env.call.open {
         Decision::Deliver
     } else {
-        let Ok(mut m) = env.call.lock() else {
-            return placeholder();
-        };
-        let m = &mut *m;
-        let Some(copy) = m.copies.get_mut(&env.group) else {
-            return placeholder();
-        };
-        match copy
-            .tracker
-            .request(&env.call.cx, &m.records, &host, &digest)
-        {
-            Verdict::Deliver => Decision::Deliver,
-            Verdict::Replay(r) => Decision::Replay(r.clone()),
-            Verdict::Placeholder => Decision::Placeholder,
-            Verdict::Deny => Decision::Deny,
+        loop {
+            // Registered before the records are read, so a delivery or an end between the
+            // read and the wait is not missed.
+            let woken = env.call.notify.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            {
+                let Ok(mut m) = env.call.lock() else {
+                    return placeholder();
+                };
+                let m = &mut *m;
+                let Some(copy) = m.copies.get_mut(&env.group) else {
+                    return placeholder();
+                };
+                match copy
+                    .tracker
+                    .request(&env.call.cx, &m.records, &host, &digest)
+                {
+                    Verdict::Deliver => break Decision::Deliver,
+                    Verdict::Replay(r) => break Decision::Replay(r.clone()),
+                    Verdict::Placeholder => break Decision::Placeholder,
+                    Verdict::Deny => break Decision::Deny,
+                    Verdict::Wait => {}
+                }
+            }
+            // The hold rule (concurrent copies): the earlier group's answer at this position
+            // is not known yet. Wait for its record to grow or for it to end, never past this
+            // copy's end or deadline (the lock is not held while waiting).
+            tokio::select! {
+                _ = &mut woken => {}
+                _ = cancelled(env) => return placeholder(),
+            }
         }
     };
     let log = |verdict: &str, status: Option<u16>| {
@@ -565,6 +582,7 @@ async fn exchange(
                     );
                 }
             }
+            env.call.wake();
             note_redirect(env, &reply);
             if verdict == "delivered" {
                 inner.stats.delivered.fetch_add(1, Ordering::Relaxed);
@@ -831,6 +849,27 @@ async fn state(inner: &Inner, env: &CopyEnv, req: Request<Incoming>) -> Resp {
         return json_resp(json!({"time_ns": t.time_ns.to_string(), "seed": t.seed}));
     }
     let key = path.strip_prefix("/slot/").map(str::to_string);
+    // Concurrent copies: the copy's slot snapshot is taken once the earlier groups of its
+    // horizon ended (what it holds when the copy starts sequentially); its reads and writes
+    // wait for that, never past the copy's end or deadline.
+    loop {
+        let woken = env.call.notify.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let settled = match env.call.lock() {
+            Ok(mut m) => crate::settle_snapshot(inner, &env.call, &mut m, env.group),
+            Err(_) => return placeholder(),
+        };
+        match settled {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(_) => return placeholder(),
+        }
+        tokio::select! {
+            _ = &mut woken => {}
+            _ = cancelled(env) => return placeholder(),
+        }
+    }
     let Ok(mut guard) = env.call.lock() else {
         return placeholder();
     };

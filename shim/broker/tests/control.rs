@@ -61,6 +61,7 @@ fn a_call_through_the_control_socket() {
             rules: LabelRules::default(),
             open: false,
             replay: None,
+            concurrent: false,
         })
         .expect("begin");
     assert_eq!(plan.groups.len(), 2);
@@ -179,6 +180,7 @@ fn records_past_the_default_socket_buffer_come_back_and_past_the_limit_are_refus
                 rules: LabelRules::default(),
                 open: false,
                 replay: None,
+                concurrent: false,
             })
             .expect("begin");
         let ns = TestNetns::new();

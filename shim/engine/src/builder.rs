@@ -47,6 +47,8 @@ pub struct RuntimeBuilder {
     pub(crate) observers: Vec<Box<dyn CallObserver>>,
     /// A germline shared with other sessions (`germline serve`, [`crate::hub`]).
     pub(crate) hub: Option<Arc<crate::hub::GermlineHub>>,
+    /// A multi-group call's copies run concurrently (`[copies] concurrent`, issue 30).
+    pub(crate) concurrent_copies: bool,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -85,6 +87,7 @@ impl RuntimeBuilder {
             read_as: None,
             observers: Vec::new(),
             hub: None,
+            concurrent_copies: false,
         }
     }
 
@@ -95,6 +98,14 @@ impl RuntimeBuilder {
         self.lifetime = policy.lifetime(&self.release.manifest.name);
         self.reaper = policy.copy_reaper();
         self.spawn_pool = policy.spawn_pool(&self.release.manifest.name);
+        self.concurrent_copies = policy.concurrent_copies(&self.release.manifest.name);
+        self
+    }
+
+    /// Whether a multi-group call's copies run concurrently under the hold rule (set by
+    /// [`Self::policy`] from `[copies] concurrent` too; docs/policy.md "Concurrent copies").
+    pub fn concurrent_copies(mut self, on: bool) -> Self {
+        self.concurrent_copies = on;
         self
     }
 

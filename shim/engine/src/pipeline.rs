@@ -40,6 +40,9 @@ use crate::runtime::{
 };
 use crate::sidecar::Sidecar;
 
+mod concurrent;
+pub use concurrent::CopyBroker;
+
 type SandboxResult<T> = Result<T, germline_sandbox::Error>;
 
 /// Where a group's copies come from, and the steps of running one (the germline's API as
@@ -238,6 +241,13 @@ pub trait BrokerApi {
             "this broker keeps no file state".into(),
         ))
     }
+    /// A connection of its own for one copy's thread (concurrent copies): a connection's
+    /// replies would interleave, and a later group's `end_copy` waits for the earlier ones.
+    fn copy_handle(&self) -> Result<Box<dyn CopyBroker>, ControlError> {
+        Err(ControlError::Refused(
+            "this broker opens no connection per copy".into(),
+        ))
+    }
 }
 
 impl BrokerApi for Sidecar {
@@ -279,6 +289,11 @@ impl BrokerApi for Sidecar {
         generation: &str,
     ) -> Result<Label, ControlError> {
         self.client.commit_files(call, group, generation)
+    }
+    fn copy_handle(&self) -> Result<Box<dyn CopyBroker>, ControlError> {
+        Ok(Box::new(germline_broker::control::BrokerClient::connect(
+            &self.socket,
+        )?))
     }
 }
 
@@ -323,6 +338,8 @@ pub(crate) struct Stages<'a, S: CopySource, B: BrokerApi> {
     pub(crate) state: Option<&'a crate::state::FileState>,
     /// Writes into directory items (issue 27, [`crate::writes`]).
     pub(crate) writes: CallWrites,
+    /// The release's multi-group calls run their copies concurrently (`[copies] concurrent`).
+    pub(crate) concurrent: bool,
 }
 
 /// Where a call's writes are journalled, and what the agent is told of them.
@@ -345,8 +362,19 @@ pub(crate) fn begin<B: BrokerApi>(
     open: bool,
     replay: Option<&ReplaySpec>,
 ) -> Result<(u64, Twin, Plan), RunError> {
-    begin_with(
-        broker,
+    begin_with(broker, begin_call(release, user, meta, mode, open, replay))
+}
+
+/// The broker's `begin_call` for `meta` (not concurrent).
+fn begin_call(
+    release: &Release,
+    user: &str,
+    meta: &CallMeta,
+    mode: PlanMode,
+    open: bool,
+    replay: Option<&ReplaySpec>,
+) -> BeginCall {
+    {
         BeginCall {
             release: release.digest.clone(),
             user: user.to_string(),
@@ -357,8 +385,9 @@ pub(crate) fn begin<B: BrokerApi>(
             rules: LabelRules::default(),
             open,
             replay: replay.cloned(),
-        },
-    )
+            concurrent: false,
+        }
+    }
 }
 
 fn begin_with<B: BrokerApi>(
@@ -418,9 +447,11 @@ struct Gathered {
     outcomes: Vec<(usize, CopyOutcome)>,
     /// Results for the other consumers the manifest names.
     deliveries: Vec<Delivery>,
+    /// The copies ran concurrently (`[copies] concurrent`): the answer's `_meta` says so.
+    concurrent: bool,
 }
 
-impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
+impl<'x, S: CopySource, B: BrokerApi> Stages<'x, S, B> {
     /// The call's stages: admit -> plan -> copies -> per-group run -> finish.
     pub(crate) fn call(
         &mut self,
@@ -428,15 +459,35 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         plan_mode: PlanMode,
         agent_link: &mut Agent<'_>,
     ) -> Result<Outcome, RunError> {
+        self.call_with(meta, plan_mode, agent_link, None)
+    }
+
+    /// [`Stages::call`], running the groups' copies with `concurrently` when the release
+    /// opts in and every copy was taken ahead (else one at a time, A1).
+    fn call_with(
+        &mut self,
+        meta: &CallMeta,
+        plan_mode: PlanMode,
+        agent_link: &mut Agent<'_>,
+        concurrently: Option<concurrent::RunGroups<'x, S, B>>,
+    ) -> Result<Outcome, RunError> {
         let t0 = Instant::now();
         *self.data_sent = false;
         self.writes.summary = None;
         let mut got = Gathered::default();
         self.admit(meta)?;
         got.laps.lap("evidence.admit", t0);
-        let (cx, plan) = self.plan(meta, plan_mode)?;
+        let concurrently = concurrently.filter(|_| self.concurrent_call(plan_mode, meta));
+        let (cx, plan) = self.plan(meta, plan_mode, concurrently.is_some())?;
         got.laps.lap("plan", t0);
         let mut early = self.copies(&cx, &plan, agent_link);
+        if let Some(run) = concurrently {
+            // Only when every copy was taken ahead; else they run one at a time below.
+            if let Some(taken) = concurrent::all_taken(&mut early) {
+                let r = run(self, &cx, &plan, taken, agent_link, &mut got);
+                return self.finish(&cx, &plan, r.err(), got, t0);
+            }
+        }
         let mut failure = None;
         for (gi, group) in plan.groups.iter().enumerate() {
             let ahead = early.get_mut(gi).and_then(Option::take);
@@ -476,16 +527,11 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         &mut self,
         meta: &'m CallMeta,
         plan_mode: PlanMode,
+        concurrent: bool,
     ) -> Result<(CallCtx<'m>, Plan), RunError> {
-        let (call, twin0, plan) = begin(
-            self.broker,
-            self.release,
-            self.user,
-            meta,
-            plan_mode,
-            false,
-            None,
-        )?;
+        let mut c = begin_call(self.release, self.user, meta, plan_mode, false, None);
+        c.concurrent = concurrent;
+        let (call, twin0, plan) = begin_with(self.broker, c)?;
         let agent_group = plan
             .groups
             .iter()
@@ -564,35 +610,51 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             rerun: false,
             copy: ahead,
         };
-        let (result, mut label, out, answered) = self.run_copy(job, agent_link, &mut got.laps)?;
-        // An answer of the agent entered the copy: its output carries it.
-        if let (true, Some(c)) = (answered, &cx.agent_clearance) {
-            label.join(c);
-        }
-        got.triggers += out.triggers.len();
-        // Every other consumer of this group gets this group's result.
-        for c in group.consumers.iter().filter(|c| c.as_str() != AGENT) {
-            got.deliveries.push(Delivery {
-                consumer: c.clone(),
-                result: ToolFailure::delivered(&result),
-                label: Some(label.clone()),
-            });
-        }
-        if !out.triggers.is_empty() {
-            got.outcomes.push((gi, out));
-        }
-        if is_agent {
-            got.agent = Some((result, label));
-        } else if result
-            .as_ref()
-            .map_or(true, |v| v.get("isError") == Some(&Value::Bool(true)))
-        {
-            // Its error text is the copy's own words: the agent gets a fixed notice.
-            got.others_failed = true;
-        }
+        let ran = self.run_copy(job, agent_link, &mut got.laps)?;
+        gather(cx, gi, group, ran, got);
         Ok(())
     }
+}
 
+/// What group `gi`'s copy `ran` to (its result, label, outcome, and whether an answer of the
+/// agent entered it) goes to: the agent (the agent's group) and the group's other consumers.
+fn gather(
+    cx: &CallCtx<'_>,
+    gi: usize,
+    group: &germline_policy::plan::Group,
+    ran: (Result<Value, ToolFailure>, Label, CopyOutcome, bool),
+    got: &mut Gathered,
+) {
+    let is_agent = Some(gi) == cx.agent_group;
+    let (result, mut label, out, answered) = ran;
+    // An answer of the agent entered the copy: its output carries it.
+    if let (true, Some(c)) = (answered, &cx.agent_clearance) {
+        label.join(c);
+    }
+    got.triggers += out.triggers.len();
+    // Every other consumer of this group gets this group's result.
+    for c in group.consumers.iter().filter(|c| c.as_str() != AGENT) {
+        got.deliveries.push(Delivery {
+            consumer: c.clone(),
+            result: ToolFailure::delivered(&result),
+            label: Some(label.clone()),
+        });
+    }
+    if !out.triggers.is_empty() {
+        got.outcomes.push((gi, out));
+    }
+    if is_agent {
+        got.agent = Some((result, label));
+    } else if result
+        .as_ref()
+        .map_or(true, |v| v.get("isError") == Some(&Value::Bool(true)))
+    {
+        // Its error text is the copy's own words: the agent gets a fixed notice.
+        got.others_failed = true;
+    }
+}
+
+impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
     /// Finish: the broker's `end_call` (also after a `failure`, which then is the call's
     /// error), the evidence layer's queue of triggers and weighing of denials, the results
     /// for the other consumers, and the agent's answer with `_meta.germline`.
@@ -611,6 +673,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             triggers,
             outcomes,
             deliveries,
+            concurrent,
         } = got;
         let meta = cx.meta;
         let s = Instant::now();
@@ -644,6 +707,9 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         }
         if let Some(w) = self.writes.summary.take() {
             g["writes"] = w;
+        }
+        if concurrent {
+            g["copies_ran"] = json!("concurrent");
         }
         if !deliveries.is_empty() {
             g["recipients"] = Value::Object(outbox::deliver_all(
@@ -1364,6 +1430,7 @@ r2 = ["c"]
             last_requests: &mut requests,
             state: None,
             writes: CallWrites::default(),
+            concurrent: false,
         };
         let mut link = CancelLink {
             inner: Buffered::default(),

@@ -189,6 +189,8 @@ pub struct Runtime {
     /// Where commits of writes into directory items are journalled (issue 27,
     /// [`crate::writes`]); `None` for a baseline or a hub session's runtime.
     pub(crate) writes_journal: Option<PathBuf>,
+    /// A multi-group call's copies run concurrently (`[copies] concurrent`, issue 30).
+    pub(crate) concurrent_copies: bool,
     /// Where fresh germlines are forked (`germline serve`: a thread that outlives them,
     /// [`crate::launcher`]); the calling thread otherwise.
     pub(crate) launcher: Option<std::sync::Arc<crate::launcher::Launcher>>,
@@ -432,6 +434,7 @@ macro_rules! stages_over {
                 journal: $rt.writes_journal.clone(),
                 summary: None,
             },
+            concurrent: $rt.concurrent_copies,
         }
     };
 }
@@ -477,6 +480,7 @@ impl Runtime {
             read_as,
             observers: _,
             hub,
+            concurrent_copies,
         } = cfg;
         let mut observers = Observers::default();
         if let Some(m) = &metrics {
@@ -682,6 +686,7 @@ impl Runtime {
             launcher: runtime_launcher,
             file_state,
             writes_journal,
+            concurrent_copies,
         })
     }
 
@@ -930,7 +935,7 @@ impl Runtime {
         }
         let r = self
             .stages()
-            .and_then(|mut s| s.call(meta, plan_mode, agent_link));
+            .and_then(|mut s| s.call_sendable(meta, plan_mode, agent_link));
         let Some(death) = self.died_in(&r) else {
             return r;
         };
@@ -939,7 +944,7 @@ impl Runtime {
             self.ensure_germline().map_err(said)?;
             let r = self
                 .stages()
-                .and_then(|mut s| s.call(meta, plan_mode, agent_link));
+                .and_then(|mut s| s.call_sendable(meta, plan_mode, agent_link));
             let Some(death) = self.died_in(&r) else {
                 return r;
             };

@@ -47,6 +47,11 @@ pub struct BenchArgs {
     /// `fresh-ifc` the ratio to it is not computed.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub modes: Vec<Mode>,
+    /// `concurrent`: also run `germline` (no pool) with the release named in `[copies]
+    /// concurrent` (issue 30), beside the default one-at-a-time run, for a multi-group tool
+    /// such as the bench bundle's `summarize_many`. `sequential` alone is the default.
+    #[arg(long, value_delimiter = ',', value_parser = ["sequential", "concurrent"])]
+    pub copies: Vec<String>,
     pub release: PathBuf,
 }
 
@@ -54,6 +59,8 @@ pub struct BenchArgs {
 pub struct ModeResult {
     pub mode: String,
     pub pool: usize,
+    /// How a multi-group call's copies ran: `sequential` (A1) or `concurrent`.
+    pub copies: &'static str,
     pub calls: usize,
     pub median_ms: f64,
     pub p99_ms: f64,
@@ -90,8 +97,38 @@ pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[idx.min(sorted.len() - 1)]
 }
 
+/// `--policy` with the release named in `[copies] concurrent`, written beside `--out`.
+fn concurrent_policy(a: &BenchArgs) -> Result<PathBuf, String> {
+    let manifest = a.release.join("rootfs/.germline/manifest.json");
+    let m: Value = serde_json::from_slice(
+        &std::fs::read(&manifest).map_err(|e| format!("{}: {e}", manifest.display()))?,
+    )
+    .map_err(|e| format!("{}: {e}", manifest.display()))?;
+    let name = m["name"]
+        .as_str()
+        .ok_or_else(|| format!("{}: no name", manifest.display()))?;
+    let text =
+        std::fs::read_to_string(&a.policy).map_err(|e| format!("{}: {e}", a.policy.display()))?;
+    let line = format!("concurrent = [{}]", json!(name));
+    // Into the policy's own `[copies]` table if it has one (a table may appear once).
+    let text = match text.find("\n[copies]\n") {
+        Some(i) => format!("{}\n[copies]\n{line}\n{}", &text[..i], &text[i + 10..]),
+        None => format!("{text}\n[copies]\n{line}\n"),
+    };
+    let mut out = a.out.clone().into_os_string();
+    out.push(".concurrent-policy.toml");
+    let out = PathBuf::from(out);
+    std::fs::write(&out, text).map_err(|e| format!("{}: {e}", out.display()))?;
+    Ok(out)
+}
+
 /// The latencies of one mode's calls, and its spawn pool's figures if it has one.
-fn measure(a: &BenchArgs, mode: Mode, pool: usize) -> Result<(Vec<f64>, Option<Value>), String> {
+fn measure(
+    a: &BenchArgs,
+    mode: Mode,
+    pool: usize,
+    policy: &std::path::Path,
+) -> Result<(Vec<f64>, Option<Value>), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     // Its stderr goes to a file (a pipe nobody reads during the run could fill and block it).
     let err_path = std::env::temp_dir().join(format!(
@@ -104,7 +141,7 @@ fn measure(a: &BenchArgs, mode: Mode, pool: usize) -> Result<(Vec<f64>, Option<V
     let mut child = Command::new(exe)
         .arg("run")
         .arg("--policy")
-        .arg(&a.policy)
+        .arg(policy)
         .arg("--key")
         .arg(&a.key)
         .arg("--mode")
@@ -187,26 +224,44 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
     if a.modes.is_empty() || a.modes.contains(&Mode::Germline) {
         runs.push((Mode::Germline, a.pool));
     }
+    let mut runs: Vec<(Mode, usize, &'static str)> = runs
+        .into_iter()
+        .map(|(m, p)| (m, p, "sequential"))
+        .collect();
+    let conc = if a.copies.iter().any(|c| c == "concurrent") {
+        runs.push((Mode::Germline, 0, "concurrent"));
+        Some(concurrent_policy(a)?)
+    } else {
+        None
+    };
     let mut raw = Vec::new();
-    for (mode, pool) in runs {
-        eprintln!("run-bench: {} (pool {pool}) ...", mode.name());
-        let (samples, spawn_pool) = measure(a, mode, pool)?;
+    for (mode, pool, copies) in runs {
+        eprintln!(
+            "run-bench: {} (pool {pool}, copies {copies}) ...",
+            mode.name()
+        );
+        let policy = match (&conc, copies) {
+            (Some(p), "concurrent") => p.as_path(),
+            _ => a.policy.as_path(),
+        };
+        let (samples, spawn_pool) = measure(a, mode, pool, policy)?;
         let mut t = samples.clone();
         t.sort_by(f64::total_cmp);
-        raw.push((mode, pool, t, samples, spawn_pool));
+        raw.push((mode, pool, copies, t, samples, spawn_pool));
     }
     let fresh = raw
         .iter()
-        .find(|(m, _, _, _, _)| *m == Mode::FreshIfc)
-        .map(|(_, _, t, _, _)| percentile(t, 0.5))
+        .find(|(m, _, _, _, _, _)| *m == Mode::FreshIfc)
+        .map(|(_, _, _, t, _, _)| percentile(t, 0.5))
         .unwrap_or(f64::NAN);
     let results: Vec<ModeResult> = raw
         .iter()
-        .map(|(m, pool, t, samples, spawn_pool)| {
+        .map(|(m, pool, copies, t, samples, spawn_pool)| {
             let median = percentile(t, 0.5);
             ModeResult {
                 mode: m.name().to_string(),
                 pool: *pool,
+                copies,
                 calls: t.len(),
                 median_ms: median,
                 p99_ms: percentile(t, 0.99),
@@ -239,7 +294,16 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         };
         println!(
             "{:<14} {:>5} {:>10.2} {:>10.2} {:>10.2} {:>14}",
-            r.mode, r.pool, r.median_ms, r.p99_ms, r.min_ms, vs
+            if r.copies == "concurrent" {
+                format!("{}/conc", r.mode)
+            } else {
+                r.mode.clone()
+            },
+            r.pool,
+            r.median_ms,
+            r.p99_ms,
+            r.min_ms,
+            vs
         );
     }
     // Spawned copies (issue 28): what refilling the pool costs, beside the latencies.
@@ -265,7 +329,9 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         );
         json!({"target": name, "met": ok, "value": value})
     };
-    let g = results.iter().find(|r| r.mode == "germline" && r.pool == 0);
+    let g = results
+        .iter()
+        .find(|r| r.mode == "germline" && r.pool == 0 && r.copies == "sequential");
     let gp = results.iter().find(|r| r.mode == "germline" && r.pool > 0);
     let mut targets = Vec::new();
     if let (Some(g), Some(gp)) = (g, gp) {

@@ -62,6 +62,11 @@ struct MatrixArgs {
     /// Seconds allowed per run (all sessions of one case).
     #[arg(long)]
     run_timeout: Option<u32>,
+    /// How each case's releases run a multi-group call's copies: one at a time (`sequential`,
+    /// A1, the default) or `concurrent` (the policy's `[copies] concurrent` names them; issue
+    /// 30, docs/policy.md "Concurrent copies").
+    #[arg(long, value_parser = ["sequential", "concurrent"], default_value = "sequential")]
+    copies: String,
     /// Copy matrix.md, matrix.png and summary.json into docs/security-matrix/ afterwards.
     #[arg(long)]
     update_docs: bool,
@@ -111,6 +116,8 @@ fn matrix(a: &MatrixArgs) -> Result<(), Error> {
         .arg(&a.benign)
         .arg("--corpus")
         .arg(&a.corpus)
+        .arg("--copies")
+        .arg(&a.copies)
         .arg("--germline")
         .arg(&exe)
         .env("GERMLINE_ROOT", &root);

@@ -104,19 +104,23 @@ pub fn run(args: &BrokerArgs) -> Result<(), Error> {
             }
             outln!(
                 "broker bench: {} requests per side, client in {}",
-                r.requests, r.client
+                r.requests,
+                r.client
             );
             outln!(
                 "  direct to sink:   p50 {:8.1} us   p99 {:8.1} us",
-                r.direct_p50_us, r.direct_p99_us
+                r.direct_p50_us,
+                r.direct_p99_us
             );
             outln!(
                 "  through broker:   p50 {:8.1} us   p99 {:8.1} us",
-                r.broker_p50_us, r.broker_p99_us
+                r.broker_p50_us,
+                r.broker_p99_us
             );
             outln!(
                 "  added by broker:  p50 {:8.1} us   p99 {:8.1} us",
-                r.added_p50_us, r.added_p99_us
+                r.added_p50_us,
+                r.added_p99_us
             );
             if let Some(path) = out {
                 outln!("  written to {}", path.display());

@@ -92,6 +92,7 @@ fn broker_serve_process() {
             rules: LabelRules::default(),
             open: false,
             replay: None,
+            concurrent: false,
         })
         .expect("begin");
     assert_eq!(plan.groups.len(), 1);

@@ -159,7 +159,10 @@ fn keygen_on_a_terminal_asks_twice_and_refuses_two_different_passwords() {
 /// before the command starts, so its first write meets it closed.
 #[test]
 fn a_closed_stdout_ends_a_command_quietly_with_141() {
-    let policy = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/policy.example.toml");
+    let policy = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../config/policy.example.toml"
+    );
     let (reader, writer) = std::io::pipe().expect("pipe");
     drop(reader);
     let o = Command::new(BIN)
@@ -169,6 +172,11 @@ fn a_closed_stdout_ends_a_command_quietly_with_141() {
         .output()
         .expect("run germline policy check");
     let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(141), "status {:?}, stderr: {err}", o.status);
+    assert_eq!(
+        o.status.code(),
+        Some(141),
+        "status {:?}, stderr: {err}",
+        o.status
+    );
     assert!(!err.contains("panicked"), "a panic on a closed pipe: {err}");
 }

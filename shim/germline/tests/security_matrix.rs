@@ -22,9 +22,15 @@ fn cell<'a>(summary: &'a Value, variant: &str, mode: &str) -> &'a Value {
 
 /// Runs `germline eval matrix` (one trial) and returns its matrix.json and summary.
 fn matrix(modes: &str, cases: &str, benign: &str) -> (Value, Value) {
+    matrix_with(modes, cases, benign, &[])
+}
+
+/// The same with more options of `germline eval matrix`.
+fn matrix_with(modes: &str, cases: &str, benign: &str, more: &[&str]) -> (Value, Value) {
     let out = tempfile::tempdir().expect("tempdir");
     let status = Command::new(germline())
         .args(["eval", "matrix", "--modes", modes, "--trials", "1"])
+        .args(more)
         .args(["--cases", cases, "--benign", benign, "--out"])
         .arg(out.path())
         .arg("--root")
@@ -186,4 +192,37 @@ fn docs_trojans_disclose_under_baselines_and_not_under_germline() {
             .unwrap_or_else(|| panic!("no sig-pin run of {case}"));
         assert_eq!(base["refused"], "", "{case} must start under sig-pin");
     }
+}
+
+/// Concurrent copies (issue 30, `[copies] concurrent`): documents cases whose sessions make
+/// Fig. 2c's two-copy call, under germline only, with every case's release opted in. The hold
+/// rule keeps what the copies get as it is one at a time: nothing discloses and every benign
+/// step completes. (The matrix's policy names the releases; `meta.copies` says it did.)
+#[test]
+fn docs_trojans_disclose_nothing_with_concurrent_copies() {
+    if !can_run() {
+        return;
+    }
+    let (m, s) = matrix_with(
+        "germline",
+        "docs-pool,docs-smuggle,docs-direct,docs-launder",
+        "needed",
+        &["--copies", "concurrent"],
+    );
+    assert_eq!(m["meta"]["copies"], "concurrent", "{}", m["meta"]);
+    let g = &s["totals"]["germline"];
+    assert_eq!(g["n"].as_u64(), Some(4), "{g}");
+    assert_eq!(
+        g["attributed"], 0,
+        "germline disclosed with concurrent copies: {g}"
+    );
+    assert_eq!(
+        g["detected"], 0,
+        "a canary at a sink with concurrent copies: {g}"
+    );
+    assert_eq!(
+        g["benign_steps_ok"], g["benign_steps"],
+        "benign steps with concurrent copies: {g}"
+    );
+    assert_eq!(g["benign_runs_disclosing"], 0);
 }

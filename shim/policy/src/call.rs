@@ -107,22 +107,67 @@ pub enum CallError {
 }
 
 /// `Rel[e]`: the (request digest, reply) pairs delivered to each host in this call.
+///
+/// A call's copies run one at a time (A1) unless the release opts into concurrent copies
+/// ([`CallRecords::concurrent`]); then the records also know which groups have not ended,
+/// and [`CopyTracker::request`] applies the hold rule so that every copy gets exactly the
+/// verdicts, label and triggers the sequential run gives it (docs/design/30-performance.md).
 #[derive(Debug)]
 pub struct CallRecords<R> {
     rel: BTreeMap<String, Vec<(Digest, R)>>,
+    /// Concurrent copies: the groups that have not ended yet. `None`: sequential copies.
+    pending: Option<BTreeSet<usize>>,
 }
 
 impl<R> Default for CallRecords<R> {
     fn default() -> Self {
         Self {
             rel: BTreeMap::new(),
+            pending: None,
         }
     }
 }
 
 impl<R> CallRecords<R> {
+    /// Records of a call whose `groups` copies run concurrently: every group is pending until
+    /// [`CallRecords::end_group`].
+    pub fn concurrent(groups: usize) -> Self {
+        Self {
+            rel: BTreeMap::new(),
+            pending: Some((0..groups).collect()),
+        }
+    }
+
+    pub fn is_concurrent(&self) -> bool {
+        self.pending.is_some()
+    }
+
     pub fn record(&self, host: &str) -> &[(Digest, R)] {
         self.rel.get(host).map_or(&[], Vec::as_slice)
+    }
+
+    /// Group `g`'s copy ended (its outcome was taken): requests held on it may go on.
+    pub fn end_group(&mut self, g: usize) {
+        if let Some(p) = &mut self.pending {
+            p.remove(&g);
+        }
+    }
+
+    /// Whether group `g` has not ended yet (concurrent copies only; never, sequentially).
+    pub fn pending(&self, g: usize) -> bool {
+        self.running(g)
+    }
+
+    /// Whether every group before `g` ended: `g`'s `finish` (its `absent` triggers) and its
+    /// slot snapshot wait for this. Always true for sequential copies.
+    pub fn earlier_ended(&self, g: usize) -> bool {
+        self.pending
+            .as_ref()
+            .is_none_or(|p| p.range(..g).next().is_none())
+    }
+
+    fn running(&self, g: usize) -> bool {
+        self.pending.as_ref().is_some_and(|p| p.contains(&g))
     }
 }
 
@@ -137,6 +182,11 @@ pub enum Verdict<'a, R> {
     Placeholder,
     /// The host is not declared for this function: deny.
     Deny,
+    /// Concurrent copies only (the hold rule): the host's group is earlier than the copy's,
+    /// still running, and has not yet delivered the request at this position, so the
+    /// sequential answer is not known yet. Nothing was counted: ask again once the records
+    /// grow or that group ends.
+    Wait,
 }
 
 /// Why a trigger fired.
@@ -338,6 +388,15 @@ impl CopyTracker {
         self.group
     }
 
+    /// Joins the label of a slot snapshot taken after the copy started (concurrent copies:
+    /// `g`'s snapshot waits for the earlier groups of its horizon), as [`CopyTracker::start`]
+    /// would have: `L ← L ⊔ ℓ(σ)` when the rules join slot labels.
+    pub fn join_slot_label(&mut self, cx: &CallContext, slot_label: &Label) {
+        if cx.rules.slot_label {
+            self.label.join(slot_label);
+        }
+    }
+
     /// The positional rule for a request to `host` with digest `q`.
     pub fn request<'r, R>(
         &mut self,
@@ -353,8 +412,22 @@ impl CopyTracker {
         if cx.group(g).has_host(host) {
             return Verdict::Deliver;
         }
-        let position = self.note(host, q);
-        let rel = records.record(host);
+        let position = self.sent.get(host).copied().unwrap_or(0) + 1;
+        let ge = cx.hosts[host].1;
+        // The hold rule: sequentially, every earlier group has ended when `g` runs, so
+        // `Rel[e]`'s entry at `position` (and whether `Rel[e]` is empty, the match bit) is
+        // final. Concurrently it is final once `Rel[e]` has `position` entries (records only
+        // grow) or `e`'s group ended; until then the request waits.
+        if ge < g && records.running(ge) && records.record(host).len() < position {
+            return Verdict::Wait;
+        }
+        self.note(host, q);
+        // Sequentially a later group has not run yet: its hosts' records read as empty.
+        let rel = if records.is_concurrent() && ge > g {
+            &[]
+        } else {
+            records.record(host)
+        };
         let admissible = cx.admissible(host, g);
         if admissible && !rel.is_empty() && cx.rules.match_bit {
             // Whether it matches is information about data inside c(e).
@@ -407,8 +480,24 @@ impl CopyTracker {
         }
     }
 
+    /// Ends the copy once every earlier group ended ([`CallRecords::earlier_ended`]); until
+    /// then gives the tracker back (concurrent copies only: sequentially it always ends).
+    pub fn try_finish<R>(
+        self,
+        cx: &CallContext,
+        records: &CallRecords<R>,
+    ) -> Result<CopyOutcome, Box<Self>> {
+        if records.earlier_ended(self.group) {
+            Ok(self.finish(cx, records))
+        } else {
+            Err(Box::new(self))
+        }
+    }
+
     /// Ends the copy: a comparable host with a strictly smaller view whose record is longer
-    /// than what this copy sent raises an `absent` trigger, unless it already has one.
+    /// than what this copy sent raises an `absent` trigger, unless it already has one. With
+    /// concurrent copies, call it only once every earlier group ended (see
+    /// [`CopyTracker::try_finish`]): the records are final only then.
     pub fn finish<R>(mut self, cx: &CallContext, records: &CallRecords<R>) -> CopyOutcome {
         let g = self.group;
         for (host, rel) in &records.rel {

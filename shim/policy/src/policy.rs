@@ -5,7 +5,7 @@
 //! destination hosts and consumers to clearances, and sets the dampening parameters. Every
 //! error names the file, the line and the field, and says what was expected.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -125,6 +125,10 @@ struct CopiesFile {
     /// The tool runs as PID 2 under a reaper as its copy's PID 1 (docs/sandbox.md, "The tool
     /// is PID 2"). Absent: [`COPY_REAPER_DEFAULT`].
     reaper: Option<bool>,
+    /// Release names whose multi-group calls run their copies concurrently, under the hold
+    /// rule (issue 30, docs/policy.md "Concurrent copies"). Absent: none (A1: one at a time).
+    #[serde(default)]
+    concurrent: Vec<Spanned<String>>,
 }
 
 /// Whether copies run the tool under a reaper when `[copies] reaper` is absent.
@@ -278,6 +282,7 @@ pub struct Policy {
     pins: BTreeMap<String, Pin>,
     credentials: BTreeMap<String, Credential>,
     copy_reaper: bool,
+    concurrent_copies: BTreeSet<String>,
 }
 
 struct Ctx<'a> {
@@ -682,6 +687,16 @@ impl Policy {
             None => None,
         };
         let lifetimes = crate::limits::parse_lifetimes(&raw.lifetimes, &|span| cx.at(span))?;
+        let mut concurrent_copies = BTreeSet::new();
+        for name in &raw.copies.concurrent {
+            let n = name.get_ref();
+            crate::names::check_release_name(n).map_err(|message| PolicyError::Invalid {
+                at: cx.at(name.span()),
+                field: "copies.concurrent".into(),
+                message,
+            })?;
+            concurrent_copies.insert(n.clone());
+        }
         let mut workdirs = BTreeMap::new();
         for (release, dir) in &raw.workdirs {
             let d = dir.get_ref();
@@ -781,6 +796,7 @@ impl Policy {
             lifetimes,
             workdirs,
             copy_reaper: raw.copies.reaper.unwrap_or(COPY_REAPER_DEFAULT),
+            concurrent_copies,
         })
     }
 
@@ -880,6 +896,12 @@ impl Policy {
     /// `[copies] reaper`: whether copies run the tool as PID 2 under a reaper.
     pub fn copy_reaper(&self) -> bool {
         self.copy_reaper
+    }
+
+    /// `[copies] concurrent`: whether the release named `release` runs a multi-group call's
+    /// copies concurrently (opt-in; re-opens the parallel-copy timing channel A1 closes).
+    pub fn concurrent_copies(&self, release: &str) -> bool {
+        self.concurrent_copies.contains(release)
     }
 
     /// The `[limits]` table (every limit off when absent).
@@ -1437,6 +1459,20 @@ agent = ["hr", "finance"]
         assert!(!p.copy_reaper());
         parse(&format!("{GOOD}\n[copies]\nreaper = \"yes\"\n")).expect_err("not a bool");
         parse(&format!("{GOOD}\n[copies]\npid = 2\n")).expect_err("unknown field");
+    }
+
+    #[test]
+    fn copies_concurrent_names_releases_and_defaults_to_none() {
+        let p = parse(GOOD).expect("default");
+        assert!(!p.concurrent_copies("mcp-server-time"));
+        let p = parse(&format!("{GOOD}\n[copies]\nconcurrent = [\"summarize\"]\n")).expect("one");
+        assert!(p.concurrent_copies("summarize"));
+        assert!(!p.concurrent_copies("mcp-server-time"));
+        let e = parse(&format!("{GOOD}\n[copies]\nconcurrent = [\"../x\"]\n"))
+            .expect_err("not a release name")
+            .to_string();
+        assert!(e.contains("copies.concurrent"), "{e}");
+        parse(&format!("{GOOD}\n[copies]\nconcurrent = true\n")).expect_err("not a list");
     }
 
     #[test]
