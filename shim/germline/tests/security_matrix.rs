@@ -25,8 +25,16 @@ fn matrix(modes: &str, cases: &str, benign: &str) -> (Value, Value) {
     matrix_with(modes, cases, benign, &[])
 }
 
+/// One matrix at a time: every matrix binds the same attacker and sink addresses
+/// (tests/security/sinks.py), and the tests of this file run on threads of one process.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The same with more options of `germline eval matrix`.
 fn matrix_with(modes: &str, cases: &str, benign: &str, more: &[&str]) -> (Value, Value) {
+    // A test that failed while holding it poisons it; the next matrix may still run.
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let out = tempfile::tempdir().expect("tempdir");
     let status = Command::new(germline())
         .args(["eval", "matrix", "--modes", modes, "--trials", "1"])
