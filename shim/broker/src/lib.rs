@@ -696,16 +696,7 @@ impl Broker {
         rules: LabelRules,
         open: bool,
     ) -> Result<(u64, Twin), BrokerError> {
-        let cx = CallContext::new(plan, hosts, rules)?;
-        let time_ns = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let twin = Twin {
-            time_ns,
-            seed: random_seed(),
-        };
-        self.register(release, user, (cx, hosts), twin, (open, false), None)
+        self.begin(release, user, plan, hosts, rules, (open, false))
     }
 
     /// Like [`Broker::begin_call`] (never open) for a release whose copies run concurrently
@@ -719,6 +710,20 @@ impl Broker {
         hosts: &[Member],
         rules: LabelRules,
     ) -> Result<(u64, Twin), BrokerError> {
+        self.begin(release, user, plan, hosts, rules, (false, true))
+    }
+
+    /// [`Broker::begin_call`] and [`Broker::begin_concurrent_call`]: fresh twin inputs, then
+    /// the call registered with its `(open, concurrent)` flags.
+    fn begin(
+        &self,
+        release: &str,
+        user: &str,
+        plan: Plan,
+        hosts: &[Member],
+        rules: LabelRules,
+        flags: (bool, bool),
+    ) -> Result<(u64, Twin), BrokerError> {
         let cx = CallContext::new(plan, hosts, rules)?;
         let time_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -728,7 +733,7 @@ impl Broker {
             time_ns,
             seed: random_seed(),
         };
-        self.register(release, user, (cx, hosts), twin, (false, true), None)
+        self.register(release, user, (cx, hosts), twin, flags, None)
     }
 
     /// Registers a probe or control re-run (evidence layer, issue 10): the twin inputs, the

@@ -351,6 +351,21 @@ pub(crate) struct CallWrites {
     pub(crate) summary: Option<Value>,
 }
 
+/// The call's file items as a copy gets them: `(file name, contents, in the copy's view)`
+/// (an item outside the view is an empty file in the copy, A5).
+pub(crate) fn view_files(
+    meta: &CallMeta,
+    in_view: &dyn Fn(&ArgItem) -> bool,
+) -> Vec<(String, Vec<u8>, bool)> {
+    meta.items
+        .iter()
+        .filter_map(|i| match (&i.kind, &i.file_name) {
+            (ItemKind::File { .. }, Some(f)) => Some((f.clone(), i.contents.clone(), in_view(i))),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Plan for `meta` (the broker's `begin_call`); `replay`: a probe or control re-run's, served
 /// by the broker from the record.
 pub(crate) fn begin<B: BrokerApi>(
@@ -855,16 +870,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         drop(held);
         phases.lap("broker", t);
         let t = Instant::now();
-        let files: Vec<(String, Vec<u8>, bool)> = meta
-            .items
-            .iter()
-            .filter_map(|i| match (&i.kind, &i.file_name) {
-                (ItemKind::File { .. }, Some(f)) => {
-                    Some((f.clone(), i.contents.clone(), in_view(i)))
-                }
-                _ => None,
-            })
-            .collect();
+        let files = view_files(meta, in_view);
         let tree = crate::treeitem::view_entries(&meta.items, in_view);
         // Only the agent's own copy gets the agent's progress token, and only its notifications
         // reach the agent (as they arrive); every other copy's are dropped unread.

@@ -59,6 +59,23 @@ impl Default for OperatingLimits {
     }
 }
 
+/// An optional integer field that must be at least `min`; else `invalid(span, message)`
+/// (shared by `[limits]` and `[pool]`).
+pub(crate) fn at_least(
+    v: &Option<Spanned<i64>>,
+    min: i64,
+    invalid: impl FnOnce(Range<usize>, String) -> PolicyError,
+) -> Result<Option<i64>, PolicyError> {
+    match v {
+        None => Ok(None),
+        Some(s) if *s.get_ref() >= min => Ok(Some(*s.get_ref())),
+        Some(s) => Err(invalid(
+            s.span(),
+            format!("expected an integer >= {min}, found {}", s.get_ref()),
+        )),
+    }
+}
+
 impl LimitsFile {
     pub(crate) fn validate(
         &self,
@@ -69,14 +86,8 @@ impl LimitsFile {
             field: format!("limits.{field}"),
             message,
         };
-        let count = |v: &Option<Spanned<i64>>, field: &str, min: i64| match v {
-            None => Ok(None),
-            Some(s) if *s.get_ref() >= min => Ok(Some(*s.get_ref())),
-            Some(s) => Err(invalid(
-                s.span(),
-                field,
-                format!("expected an integer >= {min}, found {}", s.get_ref()),
-            )),
+        let count = |v: &Option<Spanned<i64>>, field: &str, min: i64| {
+            at_least(v, min, |span, m| invalid(span, field, m))
         };
         let to_usize = |v: Option<i64>| v.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
         let calls_per_second = match &self.calls_per_second {

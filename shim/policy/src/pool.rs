@@ -96,14 +96,8 @@ impl PoolFields {
             field: format!("{prefix}.{field}"),
             message,
         };
-        let count = |v: &Option<Spanned<i64>>, field: &str, min: i64| match v {
-            None => Ok(None),
-            Some(s) if *s.get_ref() >= min => Ok(Some(*s.get_ref())),
-            Some(s) => Err(invalid(
-                s.span(),
-                field,
-                format!("expected an integer >= {min}, found {}", s.get_ref()),
-            )),
+        let count = |v: &Option<Spanned<i64>>, field: &str, min: i64| {
+            crate::limits::at_least(v, min, |span, m| invalid(span, field, m))
         };
         let to_usize = |n: i64| usize::try_from(n).unwrap_or(usize::MAX);
         let min = count(&self.min, "min", 0)?.map_or(base.min, to_usize);

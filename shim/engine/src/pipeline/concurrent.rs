@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 use super::{
     gather, BrokerApi, CallCtx, CopySource, Gathered, SandboxResult, SourcedCopy, Stages, TakenCopy,
 };
-use crate::callmeta::{ArgItem, ItemKind};
+use crate::callmeta::ArgItem;
 use crate::error::{broker_failed, limit, RunError, SandboxFailure, ToolFailure};
 use crate::laps::micros;
 use crate::relay::{Agent, Buffered, CopyRelay};
@@ -171,16 +171,7 @@ where
                 .start_copy(cx.call, gi, netns.as_fd(), copy.deadline())
                 .map_err(broker_failed)?;
             let broker = self.broker.copy_handle().map_err(broker_failed)?;
-            let files: Vec<(String, Vec<u8>, bool)> = meta
-                .items
-                .iter()
-                .filter_map(|i| match (&i.kind, &i.file_name) {
-                    (ItemKind::File { .. }, Some(f)) => {
-                        Some((f.clone(), i.contents.clone(), in_view(i)))
-                    }
-                    _ => None,
-                })
-                .collect();
+            let files = super::view_files(meta, &in_view);
             let tree = crate::treeitem::view_entries(&meta.items, &in_view);
             let prepared = self.source.prepare_copy_view(&mut copy, &files, &tree);
             let is_agent = Some(gi) == cx.agent_group;
