@@ -8,6 +8,7 @@
 //! `germline sandbox-bench` stays with the sandbox it measures (`germline-sandbox::cli`).
 
 pub mod bench;
+pub mod cpu;
 pub mod load;
 pub mod matrix;
 pub mod progress;

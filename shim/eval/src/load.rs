@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::bench::percentile;
+use crate::cpu;
 
 /// One configuration of `germline serve` to drive.
 struct Setup {
@@ -126,8 +127,9 @@ fn release_name(release: &Path) -> String {
         .unwrap_or_default()
 }
 
-/// N clients at once; each one's JSON (tests/run/serve_client.py).
-fn drive(a: &LoadArgs, url: &str) -> Result<Vec<Value>, String> {
+/// N clients at once; each one's JSON (tests/run/serve_client.py), and the CPU samples taken
+/// meanwhile (the machine's and the clients' own: `cpu`).
+fn drive(a: &LoadArgs, url: &str) -> Result<(Vec<Value>, Vec<cpu::Sample>), String> {
     let script = client_script()?;
     let children: Vec<_> = (0..a.clients)
         .map(|_| {
@@ -142,7 +144,8 @@ fn drive(a: &LoadArgs, url: &str) -> Result<Vec<Value>, String> {
                 .spawn()
                 .map_err(|e| format!("{}: {e}", a.agent_python.display()))
         })
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<Vec<_>, _>>()?;
+    let sampler = cpu::Sampler::start(children.iter().map(std::process::Child::id).collect());
     let mut out = Vec::new();
     for c in children {
         let o = c.wait_with_output().map_err(|e| format!("client: {e}"))?;
@@ -160,12 +163,12 @@ fn drive(a: &LoadArgs, url: &str) -> Result<Vec<Value>, String> {
         }
         out.push(serde_json::from_slice(&o.stdout).map_err(|e| format!("client output: {e}"))?);
     }
-    Ok(out)
+    Ok((out, sampler.stop()))
 }
 
 /// calls/s over the span from the first call sent to the last answered, latency
 /// percentiles, initialize times.
-fn summary(runs: &[Value]) -> Value {
+fn summary(runs: &[Value], samples: &[cpu::Sample], cores: usize) -> Value {
     let mut lat: Vec<f64> = runs
         .iter()
         .flat_map(|r| r["latency_ms"].as_array().cloned().unwrap_or_default())
@@ -186,7 +189,9 @@ fn summary(runs: &[Value]) -> Value {
         .collect();
     inits.sort_by(f64::total_cmp);
     let span = (t1 - t0).max(1e-3);
+    let cpu = cpu::window(samples, t0, t1, lat.len(), cores).unwrap_or(Value::Null);
     json!({
+        "cpu": cpu,
         "calls": lat.len(),
         "calls_per_s": lat.len() as f64 / span,
         "span_s": span,
@@ -231,6 +236,7 @@ pub fn run(a: &LoadArgs) -> Result<Value, String> {
             ],
         },
     ];
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let dir = a.out.join("serve-clients");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut results = serde_json::Map::new();
@@ -242,13 +248,14 @@ pub fn run(a: &LoadArgs) -> Result<Value, String> {
         let (serving, url) = start(a, s, &dir)?;
         let runs = drive(a, &url);
         drop(serving);
-        results.insert(s.name.into(), summary(&runs?));
+        let (runs, samples) = runs?;
+        results.insert(s.name.into(), summary(&runs, &samples, cores));
     }
     let doc = json!({
         "clients": a.clients,
         "calls_per_client": a.calls,
         "release": a.release,
-        "cores": std::thread::available_parallelism().map_or(1, usize::from),
+        "cores": cores,
         "germline_pool": a.pool,
         "target_vs": "sig-pin-long-lived",
         "target": "germline-shared calls/s >= 1.5 x sig-pin-long-lived (issue 30)",
@@ -259,8 +266,16 @@ pub fn run(a: &LoadArgs) -> Result<Value, String> {
         a.clients, a.calls, doc["cores"]
     );
     println!(
-        "  {:22} {:>9} {:>9} {:>9} {:>9} {:>14}",
-        "runtime", "calls/s", "p50 ms", "p95 ms", "p99 ms", "init max ms"
+        "  {:22} {:>9} {:>9} {:>9} {:>9} {:>14} {:>12} {:>12} {:>12}",
+        "runtime",
+        "calls/s",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "init max ms",
+        "CPU ms/call",
+        "clients' ms",
+        "ceiling/s"
     );
     for (name, r) in &results {
         let init_max = r["initialize_ms"]
@@ -268,16 +283,34 @@ pub fn run(a: &LoadArgs) -> Result<Value, String> {
             .and_then(|v| v.last())
             .and_then(Value::as_f64)
             .unwrap_or(f64::NAN);
+        let c = |k: &str| r["cpu"][k].as_f64().unwrap_or(f64::NAN);
         println!(
-            "  {:22} {:9.2} {:9.2} {:9.2} {:9.2} {:14.1}",
+            "  {:22} {:9.2} {:9.2} {:9.2} {:9.2} {:14.1} {:12.2} {:12.2} {:12.1}",
             name,
             r["calls_per_s"].as_f64().unwrap_or(f64::NAN),
             r["p50_ms"].as_f64().unwrap_or(f64::NAN),
             r["p95_ms"].as_f64().unwrap_or(f64::NAN),
             r["p99_ms"].as_f64().unwrap_or(f64::NAN),
-            init_max
+            init_max,
+            c("machine_cpu_ms_per_call"),
+            c("clients_cpu_ms_per_call"),
+            c("ceiling_calls_per_s")
         );
     }
+    // What parallel copies could reach at best: the cores over germline's CPU per call
+    // (clients included), against the 1.5x target. A ceiling below the target says the
+    // target needs less CPU per call, not more parallelism.
+    let needed = 1.5
+        * results["sig-pin-long-lived"]["calls_per_s"]
+            .as_f64()
+            .unwrap_or(f64::NAN);
+    let ceiling = results["germline-shared"]["cpu"]["ceiling_calls_per_s"]
+        .as_f64()
+        .unwrap_or(f64::NAN);
+    println!(
+        "  germline-shared's CPU ceiling on {cores} cores: {ceiling:.1} calls/s; the target needs {needed:.1}: {}",
+        if ceiling >= needed { "within the ceiling" } else { "above the ceiling: no scheduling of copies reaches it at this CPU per call" }
+    );
     let ratio = |n: &str| {
         results["germline-shared"]["calls_per_s"]
             .as_f64()
@@ -312,7 +345,8 @@ mod tests {
             json!({"latency_ms": [40.0, 50.0], "calls_t0": 100.5, "calls_t1": 102.0,
                    "initialize_ms": 5.0}),
         ];
-        let s = summary(&runs);
+        let s = summary(&runs, &[], 2);
+        assert_eq!(s["cpu"], Value::Null, "no samples, no CPU figures");
         assert_eq!(s["calls"], 5);
         assert_eq!(s["span_s"], 2.0);
         assert_eq!(s["calls_per_s"], 2.5);
