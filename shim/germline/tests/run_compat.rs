@@ -38,20 +38,16 @@ fn calls(out: &[Value]) -> Vec<String> {
         .collect()
 }
 
+/// mcp-server-time (two of the file's longest runs: split from fetch's so that the test
+/// threads run them side by side).
 #[test]
-fn time_and_fetch_match_the_unprotected_servers_over_200_calls() {
+fn time_matches_the_unprotected_server_over_200_calls() {
     if !can_run() {
         return;
     }
     let w = World::new();
-    let www = w.path().join("www");
-    std::fs::create_dir_all(&www).expect("www");
-    std::fs::write(
-        www.join("page.html"),
-        "<html><head><title>Notes</title></head><body><h1>Release notes</h1><p>germline fetch target, served locally.</p><ul><li>one</li><li>two</li></ul></body></html>",
-    )
-    .expect("page");
-    let site = Sink::start_with(w.path(), "www", Some(&www));
+    // The same policy as fetch's (its docs.example pinned to a live site).
+    let site = Sink::start_with(w.path(), "www", None);
     let policy = w.policy(site.port, "");
     let n = 200;
     let time_script = json!([
@@ -84,6 +80,24 @@ fn time_and_fetch_match_the_unprotected_servers_over_200_calls() {
     assert!(g.iter().all(|s| s.starts_with("ok=true")));
     // convert_time has no clock in it: byte for byte the same.
     assert_same("convert_time", &calls(&germ[n..]), &calls(&plain[n..]));
+}
+
+#[test]
+fn fetch_matches_the_unprotected_server_over_200_calls() {
+    if !can_run() {
+        return;
+    }
+    let w = World::new();
+    let www = w.path().join("www");
+    std::fs::create_dir_all(&www).expect("www");
+    std::fs::write(
+        www.join("page.html"),
+        "<html><head><title>Notes</title></head><body><h1>Release notes</h1><p>germline fetch target, served locally.</p><ul><li>one</li><li>two</li></ul></body></html>",
+    )
+    .expect("page");
+    let site = Sink::start_with(w.path(), "www", Some(&www));
+    let policy = w.policy(site.port, "");
+    let n = 200;
 
     // fetch: the destination is the host of the `url` argument (A5). Unprotected, the server
     // fetches the site directly; under germline only through the broker, by its declared name.
