@@ -164,6 +164,9 @@ pub fn workspace_path_problem(d: &str) -> Option<String> {
     })
 }
 
+/// How a list of tags written at `field` becomes a label (the policy's defined tags).
+pub(crate) type LabelOf<'a> = dyn Fn(&str, &[Spanned<String>]) -> Result<Label, PolicyError> + 'a;
+
 /// Validates `[workspaces]`: release names as manifests spell them; paths as
 /// [`workspace_path_problem`] wants, never one inside another of the same release (whose
 /// writes would they be?); an entry naming at most one of `consumer` (listed in
@@ -171,7 +174,7 @@ pub fn workspace_path_problem(d: &str) -> Option<String> {
 pub(crate) fn parse_table(
     raw: &WorkspacesFile,
     consumers: &BTreeMap<String, Label>,
-    label: &dyn Fn(&str, &[Spanned<String>]) -> Result<Label, PolicyError>,
+    label: &LabelOf<'_>,
     at: &dyn Fn(Range<usize>) -> Location,
 ) -> Result<BTreeMap<String, Vec<Workspace>>, PolicyError> {
     let mut out = BTreeMap::new();
@@ -184,7 +187,7 @@ pub(crate) fn parse_table(
         };
         crate::names::check_release_name(r)
             .map_err(|m| invalid(release.span(), format!("workspaces.{r:?}"), m))?;
-        let mut list: Vec<(Workspace, Range<usize>)> = Vec::new();
+        let mut list: Vec<Workspace> = Vec::new();
         for (path, entry) in entries {
             let p = path.get_ref();
             let field = format!("workspaces.{r:?}.{p:?}");
@@ -225,10 +228,7 @@ pub(crate) fn parse_table(
                 path: PathBuf::from(p),
                 owner,
             };
-            if let Some((other, _)) = list
-                .iter()
-                .find(|(o, _)| o.covers(&w.path) || w.covers(&o.path))
-            {
+            if let Some(other) = list.iter().find(|o| o.covers(&w.path) || w.covers(&o.path)) {
                 return Err(invalid(
                     path.span(),
                     field,
@@ -239,9 +239,9 @@ pub(crate) fn parse_table(
                     ),
                 ));
             }
-            list.push((w, path.span()));
+            list.push(w);
         }
-        out.insert(r.clone(), list.into_iter().map(|(w, _)| w).collect());
+        out.insert(r.clone(), list);
     }
     Ok(out)
 }
