@@ -176,3 +176,115 @@ pub fn merge(a: Option<Value>, b: Value) -> Value {
     }
     a
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use germline_policy::plan::{plan, PlanInput};
+    use germline_policy::{ItemMeta, PlanMode};
+
+    fn member(name: &str, tags: &[&str]) -> Member {
+        Member {
+            name: name.into(),
+            clearance: Label::of(tags.iter().copied()),
+        }
+    }
+
+    fn ws(path: &str, tags: &[&str]) -> CallWorkspace {
+        CallWorkspace {
+            member: member(&format!("{WORKSPACE_PREFIX}{path}"), tags),
+            dirs: vec![(PathBuf::from(path), PathBuf::from(path))],
+        }
+    }
+
+    /// Plan places each workspace: one with the agent's clearance shares the agent's group
+    /// (whose copy commits, as before workspaces), one cleared for less gets a group of its
+    /// own, and only that group's copy commits for it; no other group commits anything.
+    #[test]
+    fn the_group_holding_the_workspace_commits_for_it() {
+        let items = [
+            ItemMeta {
+                name: "/r/a".into(),
+                label: Label::public(),
+            },
+            ItemMeta {
+                name: "/r/hr/x".into(),
+                label: Label::of(["hr"]),
+            },
+        ];
+        let mine = ws("/mine", &["hr"]);
+        let theirs = ws("/r", &[]);
+        let workspaces = [mine.clone(), theirs.clone()];
+        let mut consumers = vec![member("agent", &["hr"])];
+        consumers.extend(workspaces.iter().map(|w| w.member.clone()));
+        let p = plan(
+            PlanInput {
+                items: &items,
+                hosts: &[],
+                consumers: &consumers,
+            },
+            PlanMode::Split,
+        )
+        .expect("plan");
+        assert_eq!(p.groups.len(), 2);
+        let agent = p
+            .groups
+            .iter()
+            .find(|g| g.consumers.iter().any(|c| c == "agent"))
+            .expect("agent's group");
+        let c = for_group(&workspaces, agent).expect("the agent's group commits");
+        assert_eq!(c.for_, vec![mine.member.name.clone()]);
+        assert_eq!(c.dirs, mine.dirs);
+        assert_eq!(c.clearance, Label::of(["hr"]));
+        let other = p
+            .groups
+            .iter()
+            .find(|g| !g.consumers.iter().any(|c| c == "agent"))
+            .expect("the workspace's group");
+        let c = for_group(&workspaces, other).expect("its group commits");
+        assert_eq!(c.for_, vec![theirs.member.name.clone()]);
+        assert_eq!(c.clearance, Label::public());
+        assert!(
+            for_group(&[], agent).is_none(),
+            "no workspace: nothing commits"
+        );
+        // Two workspaces in one group: checked against the meet of their clearances.
+        let two = [ws("/a", &["hr", "finance"]), ws("/b", &["finance"])];
+        let g = Group {
+            hosts: vec![],
+            consumers: two.iter().map(|w| w.member.name.clone()).collect(),
+            view: vec![],
+            view_label: Label::public(),
+            horizon: Label::public(),
+        };
+        let c = for_group(&two, &g).expect("commits");
+        assert_eq!(c.clearance, Label::of(["finance"]));
+        assert_eq!(c.dirs.len(), 2);
+    }
+
+    /// The agent is told what another workspace's copy committed only when that workspace's
+    /// clearance lies inside its own.
+    #[test]
+    fn the_agent_is_told_only_within_its_clearance() {
+        let commits = |tags: &[&str]| Commits {
+            dirs: vec![],
+            for_: vec!["workspace:/r".into()],
+            clearance: Label::of(tags.iter().copied()),
+        };
+        let w = json!({"committed": ["/r/.git/index"]});
+        let hr = Label::of(["hr"]);
+        let told = told_agent(w.clone(), &commits(&[]), &hr);
+        assert_eq!(told["committed"], w["committed"]);
+        assert_eq!(told["for"], json!(["workspace:/r"]));
+        let told = told_agent(w, &commits(&["hr", "finance"]), &hr);
+        assert!(told.get("committed").is_none(), "{told}");
+        assert!(told["withheld"].is_string(), "{told}");
+        let m = merge(
+            Some(json!({"committed": ["/a"], "for": ["workspace:/a"]})),
+            json!({"committed": ["/b"], "for": ["workspace:/b"], "why": "x"}),
+        );
+        assert_eq!(m["committed"], json!(["/a", "/b"]));
+        assert_eq!(m["for"], json!(["workspace:/a", "workspace:/b"]));
+        assert_eq!(m["why"], json!("x"));
+    }
+}
