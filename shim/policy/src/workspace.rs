@@ -13,6 +13,10 @@
 //!
 //! One refused path refuses the whole commit (a partial commit could leave a repository or
 //! workspace inconsistent), and the refusal names every refused path and why.
+//!
+//! The consumer is a workspace: `[workspaces]` declares, per release, host directories and
+//! whose clearance their writes get ([`Workspace`], [`parse_table`]); a directory no
+//! declared workspace covers is the agent's ([`crate::Policy::workspace_member`]).
 
 use std::collections::BTreeMap;
 use std::ops::Range;
