@@ -15,7 +15,7 @@
 //! workspace inconsistent), and the refusal names every refused path and why.
 //!
 //! The consumer is a workspace: `[workspaces]` declares, per release, host directories and
-//! whose clearance their writes get ([`Workspace`], [`parse_table`]); a directory no
+//! whose clearance their writes get ([`Workspace`], validated by `parse_table`); a directory no
 //! declared workspace covers is the agent's ([`crate::Policy::workspace_member`]).
 
 use std::collections::BTreeMap;
