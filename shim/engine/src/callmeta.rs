@@ -189,7 +189,9 @@ impl CallMeta {
                 _ => None,
             })
             .collect();
-        for item in &self.items {
+        // A declared workspace's items (issue 27) sit at the empty path: no argument holds
+        // them, so there is nothing to rewrite.
+        for item in self.items.iter().filter(|i| !i.arg.segments().is_empty()) {
             let slot = item
                 .arg
                 .get_mut(&mut args)
@@ -485,6 +487,12 @@ pub fn recipients(
             if !germline_release::manifest::valid_consumer(n) {
                 return Err(err(format!("{n:?} is not a consumer name")));
             }
+            if germline_policy::workspace::is_workspace_consumer(n) {
+                return Err(err(format!(
+                    "{n:?} names a workspace: writes are committed to a workspace, never \
+                     delivered (docs/policy.md \"Writes\")"
+                )));
+            }
             out.push(n.to_string());
         }
     }
@@ -570,50 +578,7 @@ pub fn build_in(
             _ => None,
         };
         if let (Some(t), Some(name)) = (tree, s) {
-            // Named by the resolved path (what the rules matched); found by the copy at
-            // `root` (treeitem::copy_root).
-            let root = treeitem::copy_root(&t);
-            let host_path = t.host_path;
-            let dir_name = unique(&items, &format!("{}/", host_path.display()));
-            items.push(ArgItem {
-                name: dir_name,
-                arg: path.clone(),
-                label: Label::public(),
-                kind: ItemKind::Dir {
-                    host_path: root.clone(),
-                    trusted: host_path.clone(),
-                },
-                file_name: None,
-                contents: Vec::new(),
-            });
-            for f in t.files {
-                let at = host_path.join(&f.rel);
-                let in_copy = root.join(&f.rel);
-                let mut label = match (f.label, policy.unlabelled_path()) {
-                    (Some(l), _) => l,
-                    (None, UnlabelledPath::DefaultLabel) => policy.default_item_label().clone(),
-                    (None, UnlabelledPath::Refuse) => {
-                        return Err(CallMetaError::UnlabelledPath {
-                            arg,
-                            path: format!("{} (in the directory {name})", at.display()),
-                            policy: policy.file().display().to_string(),
-                        })
-                    }
-                };
-                raised(&raise, &path, &mut label);
-                items.push(ArgItem {
-                    name: unique(&items, &at.display().to_string()),
-                    arg: path.clone(),
-                    label,
-                    kind: ItemKind::TreeFile {
-                        host_path: in_copy,
-                        mode: f.mode,
-                        mtime: f.mtime,
-                    },
-                    file_name: None,
-                    contents: f.contents,
-                });
-            }
+            push_tree(&mut items, policy, &raise, &path, name, t)?;
             continue;
         }
         if let (Some(f), Some(name)) = (file, s) {
@@ -699,6 +664,64 @@ pub fn build_in(
         consumers,
         policy: None,
     })
+}
+
+/// Pushes the directory item `t` and its files onto `items`: an argument's (at `path`, spelled
+/// `name` by the agent, raised by `raise`) or a declared workspace's (issue 27: at the empty
+/// path, which no argument's value has, with no raise). The directory is named by its
+/// resolved path (what the rules matched) and found by the copy at `treeitem::copy_root`.
+pub(crate) fn push_tree(
+    items: &mut Vec<ArgItem>,
+    policy: &Policy,
+    raise: &BTreeMap<String, Label>,
+    path: &ArgPath,
+    name: &str,
+    t: treeitem::TreeItem,
+) -> Result<(), CallMetaError> {
+    let arg = path.to_string();
+    let root = treeitem::copy_root(&t);
+    let host_path = t.host_path;
+    let dir_name = unique(items, &format!("{}/", host_path.display()));
+    items.push(ArgItem {
+        name: dir_name,
+        arg: path.clone(),
+        label: Label::public(),
+        kind: ItemKind::Dir {
+            host_path: root.clone(),
+            trusted: host_path.clone(),
+        },
+        file_name: None,
+        contents: Vec::new(),
+    });
+    for f in t.files {
+        let at = host_path.join(&f.rel);
+        let in_copy = root.join(&f.rel);
+        let mut label = match (f.label, policy.unlabelled_path()) {
+            (Some(l), _) => l,
+            (None, UnlabelledPath::DefaultLabel) => policy.default_item_label().clone(),
+            (None, UnlabelledPath::Refuse) => {
+                return Err(CallMetaError::UnlabelledPath {
+                    arg,
+                    path: format!("{} (in the directory {name})", at.display()),
+                    policy: policy.file().display().to_string(),
+                })
+            }
+        };
+        raised(raise, path, &mut label);
+        items.push(ArgItem {
+            name: unique(items, &at.display().to_string()),
+            arg: path.clone(),
+            label,
+            kind: ItemKind::TreeFile {
+                host_path: in_copy,
+                mode: f.mode,
+                mtime: f.mtime,
+            },
+            file_name: None,
+            contents: f.contents,
+        });
+    }
+    Ok(())
 }
 
 fn unreadable(arg: &str, path: &str, e: FileItemError) -> CallMetaError {

@@ -706,11 +706,15 @@ pub fn meta_of(rec: &WitnessRecord, items: &Path) -> Result<CallMeta, EvidenceEr
             });
         }
         // The record's path, typed by the record's own arguments: one that names no value
-        // there is refused, never passed over.
-        let arg = ArgPath::resolve(&i.arg, &m.arguments).ok_or_else(|| EvidenceError::ItemArg {
-            name: i.name.clone(),
-            arg: i.arg.clone(),
-        })?;
+        // there is refused, never passed over. The empty path is a declared workspace's item
+        // (issue 27, `crate::workspaces`): no argument holds it.
+        let arg = match i.arg.as_str() {
+            "" => ArgPath::default(),
+            text => ArgPath::resolve(text, &m.arguments).ok_or_else(|| EvidenceError::ItemArg {
+                name: i.name.clone(),
+                arg: i.arg.clone(),
+            })?,
+        };
         out.push(ArgItem {
             name: i.name.clone(),
             arg,

@@ -48,4 +48,5 @@ pub mod sweep;
 mod testkit;
 pub mod trace;
 pub mod treeitem;
+pub mod workspaces;
 pub mod writes;

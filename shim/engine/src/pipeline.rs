@@ -316,6 +316,9 @@ struct CopyJob<'a, C> {
     /// The copy, if taken ahead (see [`Stages::call`]), with the time that took and its fork's
     /// laps; else one is taken in its turn.
     copy: Option<TakenCopy<C>>,
+    /// The workspaces whose writes this copy's layers are committed for: its group holds
+    /// their consumers (issue 27, [`crate::workspaces`]). `None`: its layers are dropped.
+    commits: Option<crate::workspaces::Commits>,
 }
 
 /// The parts of a runtime one call's stages use.
@@ -436,6 +439,8 @@ struct CallCtx<'m> {
     /// twin inputs are off).
     twin_in: (u128, u64),
     twin: Option<(u128, u64)>,
+    /// The call's workspaces, each a consumer Plan placed (empty when no write commits).
+    workspaces: Vec<crate::workspaces::CallWorkspace>,
 }
 
 impl CallCtx<'_> {
@@ -546,6 +551,13 @@ impl<'x, S: CopySource, B: BrokerApi> Stages<'x, S, B> {
     ) -> Result<(CallCtx<'m>, Plan), RunError> {
         let mut c = begin_call(self.release, self.user, meta, plan_mode, false, None);
         c.concurrent = concurrent;
+        // Each workspace a write may be committed to is a consumer: Plan places it.
+        let workspaces = match &self.writes.journal {
+            Some(_) => crate::workspaces::of_call(meta, &self.release.manifest.name),
+            None => Vec::new(),
+        };
+        c.consumers
+            .extend(workspaces.iter().map(|w| w.member.clone()));
         let (call, twin0, plan) = begin_with(self.broker, c)?;
         let agent_group = plan
             .groups
@@ -563,6 +575,7 @@ impl<'x, S: CopySource, B: BrokerApi> Stages<'x, S, B> {
             agent_clearance,
             twin_in: (twin0.time_ns, twin0.seed),
             twin: self.twin_on.then_some((twin0.time_ns, twin0.seed)),
+            workspaces,
         };
         Ok((cx, plan))
     }
@@ -624,6 +637,7 @@ impl<'x, S: CopySource, B: BrokerApi> Stages<'x, S, B> {
             twin: cx.twin,
             rerun: false,
             copy: ahead,
+            commits: crate::workspaces::for_group(&cx.workspaces, group),
         };
         let ran = self.run_copy(job, agent_link, &mut got.laps)?;
         gather(cx, gi, group, ran, got);
@@ -648,7 +662,11 @@ fn gather(
     }
     got.triggers += out.triggers.len();
     // Every other consumer of this group gets this group's result.
-    for c in group.consumers.iter().filter(|c| c.as_str() != AGENT) {
+    for c in group
+        .consumers
+        .iter()
+        .filter(|c| c.as_str() != AGENT && !crate::workspaces::is_workspace(c))
+    {
         got.deliveries.push(Delivery {
             consumer: c.clone(),
             result: ToolFailure::delivered(&result),
@@ -765,6 +783,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             rerun,
             twin,
             copy: ahead,
+            commits,
         } = job;
         let g = &mut *self.source;
         // Redacted before any copy runs (a copy taken ahead is dropped, so killed, on error).
@@ -911,18 +930,18 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             marks[2] = us(s);
             v
         })();
-        // The agent's copy's layers of its directory items (issue 27), held past its end so
-        // they are read once it is retired; every other copy's go with it, unread.
+        // The layers of the directories of the workspaces whose consumers this copy's group
+        // holds (issue 27), held past its end so they are read once it is retired; every other
+        // copy's go with it, unread.
         let mut layers = Vec::new();
-        if is_agent && !rerun && self.writes.journal.is_some() {
-            for (seen_at, trusted) in crate::writes::dirs(meta) {
-                match seen_at.to_str().map(|d| copy.tree_layer(d)) {
-                    Some(Ok(Some(l))) => layers.push((seen_at, trusted, l)),
-                    Some(Ok(None)) | None => {}
-                    Some(Err(e)) => {
-                        copy.kill();
-                        return Err(said(format!("writes: {e}")));
-                    }
+        let commits = commits.filter(|_| !rerun && self.writes.journal.is_some());
+        for (seen_at, trusted) in commits.iter().flat_map(|c| c.dirs.iter().cloned()) {
+            match seen_at.to_str().map(|d| copy.tree_layer(d)) {
+                Some(Ok(Some(l))) => layers.push((seen_at, trusted, l)),
+                Some(Ok(None)) | None => {}
+                Some(Err(e)) => {
+                    copy.kill();
+                    return Err(said(format!("writes: {e}")));
                 }
             }
         }
@@ -980,7 +999,9 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         }
         let r = r.map_err(ToolFailure::Copy).and_then(tool_result);
         // Writes: only a copy that answered, not cancelled, commits (docs/policy.md "Writes").
-        if let (Some(journal), false, true) = (&self.writes.journal, cancelled, r.is_ok()) {
+        if let (Some(journal), false, true, Some(commits)) =
+            (&self.writes.journal, cancelled, r.is_ok(), &commits)
+        {
             if !layers.is_empty() {
                 let s = Instant::now();
                 let mut trees = Vec::new();
@@ -994,11 +1015,13 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
                     journal,
                     meta.policy.as_deref(),
                     &outcome.label,
-                    &agent_clearance_of(meta),
+                    &commits.clearance,
                     &trees,
                 );
                 if !w.is_null() {
-                    self.writes.summary = Some(w);
+                    let told = crate::workspaces::told_agent(w, commits, &agent_clearance_of(meta));
+                    self.writes.summary =
+                        Some(crate::workspaces::merge(self.writes.summary.take(), told));
                 }
                 phases.lap("writes.commit", s);
             }
@@ -1037,6 +1060,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             twin: job.twin_on.then_some((twin.time_ns, twin.seed)),
             rerun: true,
             copy: None,
+            commits: None,
         };
         let mut link = Buffered::default();
         let mut agent = Agent {

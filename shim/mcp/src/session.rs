@@ -257,9 +257,13 @@ impl Session {
         }
         let policy = &self.policy;
         let workdir = policy.workdir(&manifest.name);
+        let release = &manifest.name;
         let build = || {
             let meta = params.get("_meta");
-            callmeta::build_in(policy, workdir, name, tool, &args, meta, &consumers)
+            let mut m = callmeta::build_in(policy, workdir, name, tool, &args, meta, &consumers)?;
+            // The release's declared workspaces, as directory items (issue 27).
+            germline_engine::workspaces::add_declared(&mut m, policy, release)?;
+            Ok::<_, callmeta::CallMetaError>(m)
         };
         let built = match &self.read_as {
             Some(c) => match c.run(build) {

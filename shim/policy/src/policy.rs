@@ -108,6 +108,10 @@ struct PolicyFile {
     /// are resolved against it (docs/policy.md, "Relative paths").
     #[serde(default)]
     workdirs: BTreeMap<Spanned<String>, Spanned<String>>,
+    /// Release name -> declared workspace paths and for whom their writes are (issue 27,
+    /// crate::workspace, docs/policy.md "Writes").
+    #[serde(default)]
+    workspaces: crate::workspace::WorkspacesFile,
     /// Declared host -> fixed address (`ip` or `ip:port`), resolved by the broker only.
     #[serde(default)]
     pins: BTreeMap<Spanned<String>, Spanned<String>>,
@@ -279,6 +283,7 @@ pub struct Policy {
     pool: Option<crate::pool::PoolPolicy>,
     lifetimes: BTreeMap<String, Lifetime>,
     workdirs: BTreeMap<String, PathBuf>,
+    workspaces: BTreeMap<String, Vec<crate::workspace::Workspace>>,
     pins: BTreeMap<String, Pin>,
     credentials: BTreeMap<String, Credential>,
     copy_reaper: bool,
@@ -715,6 +720,13 @@ impl Policy {
             workdirs.insert(release.get_ref().clone(), PathBuf::from(d));
         }
 
+        let workspaces = crate::workspace::parse_table(
+            &raw.workspaces,
+            &consumers,
+            &|field, l| cx.label(&tags, field, l),
+            &|span| cx.at(span),
+        )?;
+
         let mut pins = BTreeMap::new();
         for (host, addr) in &raw.pins {
             declared(host, "pins")?;
@@ -795,6 +807,7 @@ impl Policy {
             pool,
             lifetimes,
             workdirs,
+            workspaces,
             copy_reaper: raw.copies.reaper.unwrap_or(COPY_REAPER_DEFAULT),
             concurrent_copies,
         })
@@ -926,6 +939,34 @@ impl Policy {
     /// any: relative path arguments of its calls are resolved against it.
     pub fn workdir(&self, release: &str) -> Option<&Path> {
         self.workdirs.get(release).map(PathBuf::as_path)
+    }
+
+    /// The workspaces declared for the release named `release` (`[workspaces]`): host
+    /// directories its copies get as directory items though no argument names them.
+    pub fn workspaces(&self, release: &str) -> &[crate::workspace::Workspace] {
+        self.workspaces.get(release).map_or(&[], Vec::as_slice)
+    }
+
+    /// The consumer a copy's writes into the directory `dir` (a trusted host path) are for,
+    /// as Plan takes it: the release's declared workspace covering `dir`
+    /// (`workspace:<declared path>`, with the clearance its entry gives), else the agent's
+    /// workspace `workspace:<dir>` with the agent's clearance `agent`.
+    pub fn workspace_member(&self, release: &str, dir: &Path, agent: &Label) -> Member {
+        use crate::workspace::{covering, WorkspaceFor, WORKSPACE_PREFIX};
+        match covering(self.workspaces(release), dir) {
+            Some(w) => Member {
+                name: w.consumer_name(),
+                clearance: match &w.owner {
+                    WorkspaceFor::Agent => agent.clone(),
+                    WorkspaceFor::Consumer(c) => self.consumer_clearance(c),
+                    WorkspaceFor::Clearance(l) => l.clone(),
+                },
+            },
+            None => Member {
+                name: format!("{WORKSPACE_PREFIX}{}", dir.display()),
+                clearance: agent.clone(),
+            },
+        }
     }
 
     /// The declared destination hosts (the only host names metrics may carry as labels).
@@ -1447,6 +1488,98 @@ agent = ["hr", "finance"]
                 .to_string();
             assert!(s.contains("workdirs.\"x\""), "{bad}: {s}");
         }
+    }
+
+    /// `[workspaces]`: per release, a declared path for the agent, a consumer or a written
+    /// clearance; the member Plan gets for a directory at or below it (and the agent's
+    /// workspace for any other); every refusal names the file, the field and what was
+    /// expected.
+    #[test]
+    fn workspaces_are_declared_per_release_with_their_clearance() {
+        let base = r#"
+[labels]
+hr = "HR records"
+finance = "invoices"
+
+[consumers]
+agent = ["hr", "finance"]
+reviewer = ["finance"]
+"#;
+        let p = parse(&format!(
+            "{base}\n[workspaces.\"mcp-server-git\"]\n\"/srv/repo\" = {{ consumer = \"reviewer\" }}\n\
+             \"/srv/notes\" = {{ clearance = [] }}\n\"/srv/mine\" = {{}}\n"
+        ))
+        .expect("workspaces");
+        let agent = Label::of(["hr", "finance"]);
+        let m = p.workspace_member("mcp-server-git", Path::new("/srv/repo/sub"), &agent);
+        assert_eq!(m.name, "workspace:/srv/repo");
+        assert_eq!(m.clearance, Label::of(["finance"]));
+        let m = p.workspace_member("mcp-server-git", Path::new("/srv/notes"), &agent);
+        assert_eq!(
+            (m.name.as_str(), m.clearance),
+            ("workspace:/srv/notes", Label::public())
+        );
+        let m = p.workspace_member("mcp-server-git", Path::new("/srv/mine"), &agent);
+        assert_eq!(m.clearance, agent);
+        // Not below any (component-wise), or another release: the agent's, named by the dir.
+        for (release, dir) in [
+            ("mcp-server-git", "/srv/repository"),
+            ("other", "/srv/repo"),
+        ] {
+            let m = p.workspace_member(release, Path::new(dir), &agent);
+            assert_eq!(m.name, format!("workspace:{dir}"));
+            assert_eq!(m.clearance, agent);
+        }
+        assert_eq!(p.workspaces("mcp-server-git").len(), 3);
+        assert!(p.workspaces("other").is_empty());
+        let refused = |table: &str, field: &str, expected: &str| {
+            let s = parse(&format!("{base}\n[workspaces.\"r\"]\n{table}\n"))
+                .expect_err(table)
+                .to_string();
+            assert!(s.starts_with("policy.toml:"), "{table}: {s}");
+            assert!(s.contains(field), "{table}: {s}");
+            assert!(s.contains(expected), "{table}: {s}");
+        };
+        for bad in ["srv", "/", "/srv/../etc", "/srv//a", "/srv/a/"] {
+            refused(
+                &format!("{bad:?} = {{}}"),
+                &format!("workspaces.\"r\".{bad:?}"),
+                "expected an absolute directory path",
+            );
+        }
+        refused(
+            "\"/a\" = { consumer = \"nobody\" }",
+            "workspaces.\"r\".\"/a\".consumer",
+            "listed in [consumers]",
+        );
+        refused(
+            "\"/a\" = { clearance = [\"secret\"] }",
+            "workspaces.\"r\".\"/a\".clearance",
+            "never defined",
+        );
+        refused(
+            "\"/a\" = { consumer = \"reviewer\", clearance = [] }",
+            "workspaces.\"r\".\"/a\"",
+            "at most one of",
+        );
+        refused("\"/a\" = { owner = \"x\" }", "policy.toml", "unknown field");
+        refused(
+            "\"/a\" = {}\n\"/a/b\" = {}",
+            "workspaces.\"r\".\"/a/b\"",
+            "do not nest",
+        );
+        let s = parse(&format!("{base}\n[workspaces.\".bad\"]\n\"/a\" = {{}}\n"))
+            .expect_err("release")
+            .to_string();
+        assert!(
+            s.contains("workspaces.\".bad\"") && s.contains("release name"),
+            "{s}"
+        );
+        // Siblings that share a prefix of text do not nest.
+        parse(&format!(
+            "{base}\n[workspaces.r]\n\"/a/b\" = {{}}\n\"/a/bc\" = {{}}\n"
+        ))
+        .expect("siblings");
     }
 
     #[test]

@@ -1,0 +1,313 @@
+//! Workspaces (issue 27, docs/policy.md "Writes"): the real mcp-server-git from PyPI through
+//! `germline run --mode germline` and the official client SDK (tests/run/agent.py), against
+//! the same release's code run unprotected on the same calls.
+//!
+//! * A repository declared in `[workspaces]` for a consumer cleared for finance only, while
+//!   the agent is cleared for hr too: Plan puts the workspace's consumer in a group of its own
+//!   (its view lacks `hr/`), so every call runs two copies and only the workspace group's
+//!   copy's writes reach the host. `git_add` + `git_commit` of a public file: the commit is
+//!   the unprotected server's (same tree, message, author, parent). `git_add` of the hr file:
+//!   the agent's copy staged it, and that staging is never committed.
+//! * A repository declared for the agent that no argument names as an item (the tool gets a
+//!   relative path, which without `[workdirs]` stays a plain string): the copies still have
+//!   it, at its path, and the commit lands as unprotected; a repository that is not declared
+//!   (and exists on the host) is not in the copy at all.
+
+mod run_common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use run_common::*;
+use serde_json::{json, Value};
+
+fn git(repo: &Path, args: &[&str]) -> String {
+    let out = Command::new("/usr/bin/git")
+        .arg("-C")
+        .arg(repo)
+        .args(args)
+        .env("GIT_AUTHOR_DATE", "2026-11-30T12:00:00Z")
+        .env("GIT_COMMITTER_DATE", "2026-11-30T12:00:00Z")
+        .output()
+        .expect("git");
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Two commits, an unstaged change to `src/main.rs` and an untracked hr file.
+fn repository(d: &Path) -> PathBuf {
+    let repo = d.join("repo");
+    std::fs::create_dir_all(repo.join("src")).expect("mkdir");
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["config", "user.name", "Alice"]);
+    git(&repo, &["config", "user.email", "alice@example.com"]);
+    std::fs::write(repo.join("README"), "hello\n").expect("write");
+    std::fs::write(repo.join("src/main.rs"), "fn main() {}\n").expect("write");
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-q", "-m", "first"]);
+    std::fs::write(repo.join("README"), "hello\nmore\n").expect("write");
+    git(&repo, &["commit", "-q", "-am", "second"]);
+    std::fs::write(
+        repo.join("src/main.rs"),
+        "fn main() { println!(\"hi\"); }\n",
+    )
+    .expect("write");
+    std::fs::create_dir_all(repo.join("hr")).expect("mkdir");
+    std::fs::write(repo.join("hr/salary.csv"), "alice,CANARY-HR\n").expect("write");
+    repo
+}
+
+/// The policy: `agent` is the agent's clearance, `workspace` the repository's `[workspaces]`
+/// entry (none: not declared).
+fn policy(d: &Path, repo: &Path, agent: &str, workspace: Option<&str>) -> PathBuf {
+    let mut text = format!(
+        r#"[labels]
+hr = "personnel records"
+finance = "invoices"
+
+[[item]]
+path = "{repo}/**"
+label = []
+
+[[item]]
+path = "{repo}/hr/**"
+label = ["hr"]
+
+[[argument]]
+tool = "git_*"
+name = "*"
+label = []
+
+[consumers]
+agent = {agent}
+reviewer = ["finance"]
+"#,
+        repo = repo.display(),
+    );
+    if let Some(w) = workspace {
+        text.push_str(&format!(
+            "\n[workspaces.\"mcp-server-git\"]\n\"{}\" = {w}\n",
+            repo.display()
+        ));
+    }
+    let p = d.join(format!("policy-{:x}.toml", rand_u64()));
+    std::fs::write(&p, text).expect("policy");
+    p
+}
+
+fn answer(r: &Value) -> String {
+    format!("ok={} {}", r["ok"], text(r))
+}
+
+fn tmp(prefix: &str) -> tempfile::TempDir {
+    // Below /tmp: the release's rootfs has an empty /tmp for the tree's mount.
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/tmp")
+        .expect("tempdir")
+}
+
+/// The unprotected server: the release's own code and git, on the host, in `cwd`.
+fn unprotected(cwd: &str) -> Vec<String> {
+    let rootfs = bundle("mcp-server-git").join("rootfs");
+    vec![
+        "env".into(),
+        "-C".into(),
+        cwd.to_string(),
+        "PYTHONDONTWRITEBYTECODE=1".into(),
+        format!(
+            "PYTHONPATH={}",
+            rootfs.join("usr/lib/python3/dist-packages").display()
+        ),
+        "GIT_PYTHON_GIT_EXECUTABLE=/usr/bin/git".into(),
+        "/usr/bin/python3.11".into(),
+        "-m".into(),
+        "mcp_server_git".into(),
+    ]
+}
+
+fn ready() -> bool {
+    if !can_run() {
+        return false;
+    }
+    if !bundle("mcp-server-git").exists() {
+        assert!(
+            std::env::var_os("GERMLINE_REQUIRE_ROOT_TESTS").is_none(),
+            "bundles/out/mcp-server-git missing (scripts/setup.d/65-servers.sh)"
+        );
+        return false;
+    }
+    true
+}
+
+fn hash_of(a: &str) -> String {
+    a.rsplit(' ')
+        .next()
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn committed(r: &Value) -> Vec<String> {
+    r["meta"]["germline"]["writes"]["committed"]
+        .as_array()
+        .map(|c| {
+            c.iter()
+                .filter_map(|p| p.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn writes_commit_for_the_workspace_consumer_plan_places() {
+    if !ready() {
+        return;
+    }
+    let d = tmp("germline-ws-");
+    let repo = repository(d.path());
+    let r = repo.display().to_string();
+    let policy = policy(
+        d.path(),
+        &repo,
+        r#"["finance", "hr"]"#,
+        Some(r#"{ consumer = "reviewer" }"#),
+    );
+    let public = |r: &str| {
+        json!([
+            {"tool": "git_add", "arguments": {"repo_path": r, "files": ["src/main.rs"]}},
+            {"tool": "git_commit", "arguments": {"repo_path": r, "message": "third"}},
+        ])
+    };
+    let mut script = public(&r).as_array().cloned().expect("steps");
+    script.push(
+        json!({"tool": "git_add", "arguments": {"repo_path": r, "files": ["hr/salary.csv"]}}),
+    );
+    let germ = run_agent(
+        d.path(),
+        &Value::Array(script),
+        &run_cmd(&policy, "germline", "mcp-server-git", d.path(), &[]),
+    );
+    assert_eq!(germ.len(), 3, "{germ:?}");
+    let twin_dir = tmp("germline-ws-twin-");
+    let twin = repository(twin_dir.path());
+    let t = twin.display().to_string();
+    let plain = run_agent(twin_dir.path(), &public(&t), &unprotected(&t));
+    assert_eq!(plain.len(), 2, "{plain:?}");
+    let (g, p): (Vec<String>, Vec<String>) = (
+        germ.iter().map(answer).collect(),
+        plain.iter().map(answer).collect(),
+    );
+    // Two copies each call: the agent's (it sees hr/) and the workspace's (it does not).
+    for x in &germ {
+        assert_eq!(x["meta"]["germline"]["copies"], json!(2), "{}", x["meta"]);
+    }
+    // The public file: the same answers as unprotected, committed by the workspace's copy.
+    assert_eq!(g[0], p[0], "git_add");
+    let (gh, ph) = (hash_of(&g[1]), hash_of(&p[1]));
+    assert_eq!(g[1].replace(&gh, "H"), p[1].replace(&ph, "H"), "git_commit");
+    let ws = format!("workspace:{r}");
+    for (i, path) in [(0, ".git/index"), (1, ".git/refs/heads/main")] {
+        let w = &germ[i]["meta"]["germline"]["writes"];
+        assert!(
+            committed(&germ[i]).contains(&format!("{r}/{path}")),
+            "call {i}: the workspace group's copy's writes commit: {w}"
+        );
+        assert_eq!(w["for"], json!([ws]), "{w}");
+    }
+    assert_eq!(
+        git(&repo, &["log", "-1", "--format=%H"]),
+        gh,
+        "the host's HEAD"
+    );
+    for what in ["%T", "%P", "%s", "%an <%ae>"] {
+        let f = format!("--format={what}");
+        assert_eq!(
+            git(&repo, &["log", "-1", &f]),
+            git(&twin, &["log", "-1", &f]),
+            "{what}"
+        );
+    }
+    // The hr file: the agent's copy saw and staged it (its answer says so); the workspace's
+    // copy never saw it, so nothing of it is committed and the host's index lacks it.
+    assert!(g[2].starts_with("ok=true"), "{}", g[2]);
+    assert!(
+        !committed(&germ[2]).iter().any(|p| p.contains(".git/index")),
+        "{}",
+        germ[2]["meta"]
+    );
+    assert_eq!(
+        git(&repo, &["ls-files", "hr"]),
+        "",
+        "hr/salary.csv was never staged"
+    );
+    assert!(
+        git(&repo, &["status", "--porcelain"]).contains("?? hr/"),
+        "the hr file stays untracked on the host"
+    );
+    let objects = git(&repo, &["rev-list", "--objects", "--all"]);
+    let blob = git(&repo, &["hash-object", "hr/salary.csv"]);
+    assert!(
+        !objects.contains(&blob),
+        "no object of the hr file reached the host"
+    );
+    let fsck = Command::new("/usr/bin/git")
+        .args(["-C", &r, "fsck", "--strict"])
+        .output()
+        .expect("git");
+    assert!(fsck.status.success(), "{fsck:?}");
+}
+
+#[test]
+fn a_declared_workspace_no_argument_names_is_written_as_unprotected() {
+    if !ready() {
+        return;
+    }
+    let d = tmp("germline-wsd-");
+    let repo = repository(d.path());
+    // Relative to the copy's working directory `/`: a plain string, not an item.
+    let rel = |p: &Path| p.display().to_string().trim_start_matches('/').to_string();
+    let calls = |r: &str| {
+        json!([
+            {"tool": "git_add", "arguments": {"repo_path": r, "files": ["src/main.rs"]}},
+            {"tool": "git_commit", "arguments": {"repo_path": r, "message": "third"}},
+        ])
+    };
+    let twin_dir = tmp("germline-wsd-twin-");
+    let twin = repository(twin_dir.path());
+    let declared = policy(d.path(), &repo, r#"["finance"]"#, Some("{}"));
+    // After the writes, a repository that exists on the host but is not declared (the twin):
+    // the copy has no such directory, so the declaration is what gives it the first one.
+    let mut script = calls(&rel(&repo)).as_array().cloned().expect("steps");
+    script.push(json!({"tool": "git_status", "arguments": {"repo_path": rel(&twin)}}));
+    let germ = run_agent(
+        d.path(),
+        &Value::Array(script),
+        &run_cmd(&declared, "germline", "mcp-server-git", d.path(), &[]),
+    );
+    let plain = run_agent(twin_dir.path(), &calls(&rel(&twin)), &unprotected("/"));
+    assert_eq!((germ.len(), plain.len()), (3, 2), "{germ:?} {plain:?}");
+    let (g, p): (Vec<String>, Vec<String>) = (
+        germ.iter().map(answer).collect(),
+        plain.iter().map(answer).collect(),
+    );
+    assert_eq!(g[0], p[0], "git_add");
+    let (gh, ph) = (hash_of(&g[1]), hash_of(&p[1]));
+    assert_eq!(g[1].replace(&gh, "H"), p[1].replace(&ph, "H"), "git_commit");
+    assert!(g[1].starts_with("ok=true") && gh.len() == 40, "{}", g[1]);
+    let r = repo.display().to_string();
+    assert!(
+        committed(&germ[1]).contains(&format!("{r}/.git/refs/heads/main")),
+        "{}",
+        germ[1]["meta"]
+    );
+    assert_eq!(git(&repo, &["log", "-1", "--format=%H"]), gh);
+    for what in ["%T", "%P", "%s"] {
+        let f = format!("--format={what}");
+        assert_eq!(
+            git(&repo, &["log", "-1", &f]),
+            git(&twin, &["log", "-1", &f]),
+            "{what}"
+        );
+    }
+    assert!(!g[2].starts_with("ok=true"), "undeclared: {}", g[2]);
+}
