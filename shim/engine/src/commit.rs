@@ -277,18 +277,68 @@ fn write_synced(
     Ok(f)
 }
 
-/// Commits `ops` below `root`, journalled in `journal_dir`.
+/// Commits `ops` below `root`, journalled in `journal_dir`. Returns once the commit is applied
+/// and durable; a commit of renames alone is cleaned up on a thread ([`commit_cleaning_later`]).
 pub fn commit(journal_dir: &Path, root: &Path, ops: &[Op]) -> Result<(), CommitError> {
-    commit_with(journal_dir, root, ops, &mut |_| {})
+    commit_cleaning_later(journal_dir, root, ops).map(|_| ())
 }
 
-/// [`commit`], calling `at` after each [`Step`].
+/// Cleanups of applied commits still running on their threads ([`commit_cleaning_later`]).
+static CLEANUPS: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Waits until every cleanup [`commit_cleaning_later`] left to a thread is done. Every commit
+/// waits for them before it checks its targets, so commits are cleaned up in the order they
+/// were made, as when each cleaned up before it returned.
+pub fn wait_for_cleanups() {
+    let pending = match CLEANUPS.lock() {
+        Ok(mut p) => std::mem::take(&mut *p),
+        Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+    };
+    for h in pending {
+        let _ = h.join();
+    }
+}
+
+/// [`commit_with`] without steps, except that the last step (removing the staging directory,
+/// the journal and the intent, three fsyncs' worth) runs on a thread after the commit returns
+/// when the journal holds renames only: the commit is then applied and durable, and a crash
+/// before the cleanup ends leaves a decided journal whose roll-forward at start changes nothing
+/// (every staged file was renamed away, and the intent stays locked while the thread runs).
+/// A commit that deletes files or makes directories is cleaned up before it returns, as a
+/// roll-forward would repeat those on a host that may have changed since. Returns whether the
+/// cleanup was left to a thread.
+pub fn commit_cleaning_later(
+    journal_dir: &Path,
+    root: &Path,
+    ops: &[Op],
+) -> Result<bool, CommitError> {
+    let mut later = true;
+    commit_steps(journal_dir, root, ops, &mut |_| {}, &mut later)?;
+    Ok(later)
+}
+
+/// [`commit`], calling `at` after each [`Step`], cleaning up before it returns.
 pub fn commit_with(
     journal_dir: &Path,
     root: &Path,
     ops: &[Op],
     at: &mut dyn FnMut(Step),
 ) -> Result<(), CommitError> {
+    commit_steps(journal_dir, root, ops, at, &mut false)
+}
+
+/// The commit; `later`: the cleanup may be left to a thread (see [`commit_cleaning_later`]),
+/// set to whether it was.
+fn commit_steps(
+    journal_dir: &Path,
+    root: &Path,
+    ops: &[Op],
+    at: &mut dyn FnMut(Step),
+    later: &mut bool,
+) -> Result<(), CommitError> {
+    wait_for_cleanups();
+    let may_defer = std::mem::replace(later, false);
     for op in ops {
         plain(op.rel())?;
     }
@@ -315,7 +365,7 @@ pub fn commit_with(
     let intent = serde_json::json!({"root": root, "staging": staging}).to_string();
     // Locked until this commit ends: recovery (another runtime starting meanwhile) leaves a
     // commit whose intent is locked alone, as its committer is alive.
-    let _held = write_synced(
+    let held = write_synced(
         journal_dir,
         &format!("{id}.intent"),
         intent.as_bytes(),
@@ -387,9 +437,33 @@ pub fn commit_with(
     at(Step::Journaled);
     apply(&journal, false, at)?;
     at(Step::Applied);
-    finish(journal_dir, &id, &journal)?;
+    if may_defer && journal.mkdirs.is_empty() && journal.deletes.is_empty() {
+        clean_up_later(journal_dir, id, journal, held);
+        *later = true;
+    } else {
+        finish(journal_dir, &id, &journal)?;
+        drop(held);
+    }
     at(Step::Done);
     Ok(())
+}
+
+/// [`finish`] on a thread, the intent's lock (`held`) kept until it is done; a failure leaves
+/// the decided journal to [`recover`] at the next start.
+fn clean_up_later(journal_dir: &Path, id: String, journal: Journal, held: std::fs::File) {
+    let dir = journal_dir.to_path_buf();
+    let spawned = std::thread::Builder::new()
+        .name("commit-cleanup".into())
+        .spawn(move || {
+            let _ = finish(&dir, &id, &journal);
+            drop(held);
+        });
+    match (spawned, CLEANUPS.lock()) {
+        (Ok(h), Ok(mut p)) => p.push(h),
+        (Ok(h), Err(poisoned)) => poisoned.into_inner().push(h),
+        // No thread: the journal stays, decided, and is rolled forward (a no-op) at start.
+        (Err(_), _) => {}
+    }
 }
 
 /// Does what a decided journal says; each step may already have been done (roll forward).
@@ -416,17 +490,23 @@ fn apply(j: &Journal, rolling: bool, at: &mut dyn FnMut(Step)) -> Result<(), Com
         Err(Errno::ENOENT) if rolling => None,
         Err(e) => return Err(errno("open the staging directory")(e)),
     };
-    if let Some(stagefd) = &stagefd {
-        for (name, rel) in &j.renames {
-            let (parent, leaf) = parent_of(&rootfd, rel)?;
+    for (name, rel) in &j.renames {
+        let (parent, leaf) = match (parent_of(&rootfd, rel), &stagefd) {
+            (Ok(p), _) => p,
+            // Every rename done before a kill, and the directory gone since: nothing to sync.
+            (Err(_), None) => continue,
+            (Err(e), Some(_)) => return Err(e),
+        };
+        if let Some(stagefd) = &stagefd {
             match renameat(stagefd.as_fd(), name.as_str(), parent.as_fd(), leaf) {
                 Ok(()) => at(Step::RenamedOne),
                 // Renamed before a kill.
                 Err(Errno::ENOENT) => {}
                 Err(e) => return Err(errno(format!("rename over {rel}"))(e)),
             }
-            dirty.push(parent);
         }
+        // Also when every rename was done before a kill: they are made durable here.
+        dirty.push(parent);
     }
     for rel in &j.deletes {
         let (parent, leaf) = parent_of(&rootfd, rel)?;
@@ -436,10 +516,25 @@ fn apply(j: &Journal, rolling: bool, at: &mut dyn FnMut(Step)) -> Result<(), Com
         }
         dirty.push(parent);
     }
-    for d in &dirty {
-        fsync_dir(d, "a target directory")?;
+    fsync_each_once(&dirty).map(|_| ())
+}
+
+/// fsyncs each directory of `dirs` once (several targets in one directory, or a directory
+/// reached by two spellings, cost one fsync). The root is among them whenever an applied
+/// change is directly in it (its entries are the only ones a root fsync makes durable), so
+/// it gets no fsync of its own: the staging directory's removal from it is made durable by
+/// [`remove_staging`].
+fn fsync_each_once(dirs: &[OwnedFd]) -> Result<usize, CommitError> {
+    let mut done: Vec<(u64, u64)> = Vec::new();
+    for d in dirs {
+        let st = nix::sys::stat::fstat(d.as_fd()).map_err(errno("stat a target directory"))?;
+        let id = (st.st_dev, st.st_ino);
+        if !done.contains(&id) {
+            fsync_dir(d, "a target directory")?;
+            done.push(id);
+        }
     }
-    fsync_dir(&rootfd, "the root")
+    Ok(done.len())
 }
 
 /// Removes the staging directory, then the journal and intent.
@@ -552,4 +647,90 @@ pub fn recover(journal_dir: &Path) -> Result<Recovered, CommitError> {
 /// The sha256 (hex) of `bytes`, as [`Expected::Sha256`] wants it.
 pub fn sha256(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory reached twice (two targets in it, or the root as `.` and by its path) is
+    /// fsynced once; distinct directories each once.
+    #[test]
+    fn each_dirty_directory_is_synced_once() {
+        let d = tempfile::tempdir().expect("tmp");
+        std::fs::create_dir_all(d.path().join(".git/refs")).expect("mkdir");
+        let root = open_root(d.path()).expect("root");
+        let dirs = vec![
+            parent_of(&root, ".git/index").expect("p").0,
+            parent_of(&root, "README").expect("p").0,
+            parent_of(&root, ".git/HEAD").expect("p").0,
+            root.try_clone().expect("dup"),
+            parent_of(&root, ".git/refs/main").expect("p").0,
+            parent_of(&root, "src").expect("p").0,
+        ];
+        assert_eq!(fsync_each_once(&dirs).expect("sync"), 3);
+        assert_eq!(fsync_each_once(&[]).expect("sync"), 0);
+    }
+
+    fn staging_dirs(root: &Path) -> Vec<String> {
+        std::fs::read_dir(root)
+            .expect("ls")
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".germline-commit-"))
+            .collect()
+    }
+
+    fn journal_files(j: &Path) -> Vec<String> {
+        std::fs::read_dir(j)
+            .map(|es| {
+                es.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// A commit of renames alone (git's refreshed index) is applied when it returns and left
+    /// to a thread to clean up; one that deletes or makes a directory is cleaned up before it
+    /// returns. Either way nothing is left once the cleanups are done, and the next commit
+    /// waits for them.
+    #[test]
+    fn a_rename_only_commit_is_cleaned_up_after_it_returns() {
+        let d = tempfile::tempdir().expect("tmp");
+        let root = d.path().join("repo");
+        let j = d.path().join("journal");
+        std::fs::create_dir_all(root.join(".git")).expect("mkdir");
+        std::fs::write(root.join(".git/index"), b"v1").expect("write");
+        std::fs::write(root.join("gone"), b"g").expect("write");
+        let write = |from: &[u8], to: &[u8]| Op::Write {
+            rel: ".git/index".into(),
+            contents: to.to_vec(),
+            mode: 0o644,
+            expected: Expected::Sha256(sha256(from)),
+        };
+        let later = commit_cleaning_later(&j, &root, &[write(b"v1", b"v2")]).expect("commit");
+        assert!(later, "renames alone: cleaned up on a thread");
+        assert_eq!(std::fs::read(root.join(".git/index")).expect("read"), b"v2");
+        wait_for_cleanups();
+        assert_eq!(staging_dirs(&root), Vec::<String>::new());
+        assert_eq!(journal_files(&j), Vec::<String>::new());
+        // Back to back: the second waits for the first's cleanup, and both apply.
+        assert!(commit_cleaning_later(&j, &root, &[write(b"v2", b"v3")]).expect("commit"));
+        assert!(commit_cleaning_later(&j, &root, &[write(b"v3", b"v4")]).expect("commit"));
+        assert_eq!(std::fs::read(root.join(".git/index")).expect("read"), b"v4");
+        for ops in [
+            vec![Op::Delete {
+                rel: "gone".into(),
+                expected: Expected::Sha256(sha256(b"g")),
+            }],
+            vec![Op::MkDir { rel: "new".into() }],
+        ] {
+            let later = commit_cleaning_later(&j, &root, &ops).expect("commit");
+            assert!(!later, "{ops:?}: cleaned up before it returns");
+            assert_eq!(staging_dirs(&root), Vec::<String>::new(), "{ops:?}");
+            assert_eq!(journal_files(&j), Vec::<String>::new(), "{ops:?}");
+        }
+        assert!(!root.join("gone").exists() && root.join("new").is_dir());
+    }
 }

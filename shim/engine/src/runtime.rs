@@ -1313,6 +1313,8 @@ impl Runtime {
     /// Stops the germline or process (the broker stops with the [`Sidecar`]).
     pub fn stop(&mut self) {
         self.observers.each(|o| o.stopped());
+        // The last commits' cleanups (issue 27: their staging directories in the host's tree).
+        crate::commit::wait_for_cleanups();
         match &mut self.backend {
             Backend::Germline(g) => {
                 let _ = g.stop();

@@ -95,6 +95,7 @@ pub(crate) fn mount_view(
                 return Err(Error::Spec("item store lease".into()));
             };
             let mut has_tree = false;
+            let mut made = crate::tree::Made::default();
             for (rel, i) in files {
                 match (
                     items.get(i),
@@ -103,7 +104,7 @@ pub(crate) fn mount_view(
                     (Some(item), _) => lease.write(&rel, item.visible())?,
                     (None, Some(entry)) => {
                         has_tree = true;
-                        crate::tree::write(&lease.path(), &rel, entry, t.writable)?
+                        crate::tree::write(&lease.path(), &rel, entry, t.writable, &mut made)?
                     }
                     (None, None) => return Err(Error::Spec("item mount plan".into())),
                 }

@@ -204,20 +204,11 @@ impl CopyMounts {
         Ok(())
     }
 
-    fn helper(&self, out: RawFd) -> ! {
-        let fail = |step: u8, e: std::io::Error| -> ! {
-            let mut rec = [b'E', step, 0, 0, 0, 0];
-            rec[2..6].copy_from_slice(&e.raw_os_error().unwrap_or(0).to_ne_bytes());
-            let _ = sys::write_all_raw(out, &rec);
-            sys::exit_now(1)
-        };
-        if let Err(e) = sys::setns(self.pidns.as_raw_fd(), libc::CLONE_NEWPID) {
-            fail(0, e);
-        }
-        let pid = match sys::fork() {
-            Ok(p) => p,
-            Err(e) => fail(1, e),
-        };
+    /// In the helper: joins the copy's PID namespace (the helper's children are in it) and
+    /// goes on in a child, the parent exiting with the child's status; else the failed step.
+    fn enter_pidns(&self) -> std::result::Result<(), (u8, std::io::Error)> {
+        sys::setns(self.pidns.as_raw_fd(), libc::CLONE_NEWPID).map_err(|e| (0, e))?;
+        let pid = sys::fork().map_err(|e| (1, e))?;
         if pid != 0 {
             let code = match sys::waitpid(pid, 0) {
                 Ok((_, st)) if libc::WIFEXITED(st) => libc::WEXITSTATUS(st),
@@ -225,7 +216,25 @@ impl CopyMounts {
             };
             sys::exit_now(code);
         }
-        // Now in the copy's PID namespace, still in the host's mount namespace.
+        Ok(())
+    }
+
+    fn helper(&self, out: RawFd) -> ! {
+        let fail = |step: u8, e: std::io::Error| -> ! {
+            let mut rec = [b'E', step, 0, 0, 0, 0];
+            rec[2..6].copy_from_slice(&e.raw_os_error().unwrap_or(0).to_ne_bytes());
+            let _ = sys::write_all_raw(out, &rec);
+            sys::exit_now(1)
+        };
+        // Only procfs needs the copy's PID namespace: binds alone (a pool copy's items at
+        // their own paths, issue 27's directory items) are made without the second fork.
+        if self.base {
+            if let Err((step, e)) = self.enter_pidns() {
+                fail(step, e);
+            }
+        }
+        // Now in the copy's PID namespace if procfs is to be mounted, still in the host's
+        // mount namespace.
         // Two procfs instances of the copy's PID namespace: one on /proc (where Landlock keeps
         // the copy from reading it) and one on /run/proc, which the copy can read.
         let mut mnts = [0usize; 2];

@@ -56,9 +56,15 @@ impl TreeEntry {
     }
 }
 
+/// The directories one slot's tree writes have made (or found and chowned) so far: each is
+/// checked and chowned once per copy, not once per file below it. The slot is the shim's own
+/// (mounted nowhere until the writes are done), so nothing else changes it meanwhile.
+#[derive(Debug, Default)]
+pub(crate) struct Made(std::collections::HashSet<std::path::PathBuf>);
+
 /// Makes `rel` (a directory below `base`) and every directory on the way, each owned by the
 /// copy's root. Nothing on the way may be a symlink (the shim made all of it).
-fn dirs(base: &Path, rel: &Path) -> Result<()> {
+fn dirs(base: &Path, rel: &Path, made: &mut Made) -> Result<()> {
     let mut cur = base.to_path_buf();
     for c in rel.components() {
         let Component::Normal(c) = c else {
@@ -68,6 +74,9 @@ fn dirs(base: &Path, rel: &Path) -> Result<()> {
             )));
         };
         cur.push(c);
+        if made.0.contains(&cur) {
+            continue;
+        }
         match std::fs::symlink_metadata(&cur) {
             Ok(m) if m.is_dir() => {}
             Ok(_) => {
@@ -82,16 +91,24 @@ fn dirs(base: &Path, rel: &Path) -> Result<()> {
         }
         std::os::unix::fs::lchown(&cur, Some(HOST_ID), Some(HOST_ID))
             .map_err(|e| Error::sys(format!("tree: chown {}", rel.display()), e))?;
+        made.0.insert(cur.clone());
     }
     Ok(())
 }
 
 /// Writes `entry` at `rel` below the slot directory `base` (see the module comment);
-/// `writable`: the file keeps its owner's write bit (issue 27: the copy's own layer).
-pub(crate) fn write(base: &Path, rel: &str, entry: &TreeEntry, writable: bool) -> Result<()> {
+/// `writable`: the file keeps its owner's write bit (issue 27: the copy's own layer). `made`:
+/// the directories this slot's earlier writes made.
+pub(crate) fn write(
+    base: &Path,
+    rel: &str,
+    entry: &TreeEntry,
+    writable: bool,
+    made: &mut Made,
+) -> Result<()> {
     let rel = Path::new(rel);
     match entry {
-        TreeEntry::Dir { .. } => dirs(base, rel),
+        TreeEntry::Dir { .. } => dirs(base, rel, made),
         TreeEntry::File {
             contents,
             mode,
@@ -99,7 +116,7 @@ pub(crate) fn write(base: &Path, rel: &str, entry: &TreeEntry, writable: bool) -
             ..
         } => {
             if let Some(parent) = rel.parent() {
-                dirs(base, parent)?;
+                dirs(base, parent, made)?;
             }
             let path = base.join(rel);
             let what = |step: &str| format!("tree: {step} {}", rel.display());

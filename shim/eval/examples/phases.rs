@@ -1,0 +1,103 @@
+//! Per-phase medians of one tool's calls, in process, from the runtime's own timestamps
+//! (`Outcome.phases`): `cargo run -p germline-eval --example phases -- <germline run's
+//! options> RELEASE --tool T --arguments JSON [--calls N --warmup N --gap-ms MS]`. A
+//! diagnostic for where a call's time goes (docs/performance.md), not a benchmark of record:
+//! `germline run-bench` is.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use serde_json::{json, Value};
+
+#[derive(Debug, Parser)]
+struct Cli {
+    #[command(flatten)]
+    run: germline_mcp::cli::RunArgs,
+    #[arg(long)]
+    tool: String,
+    #[arg(long, default_value = "{}")]
+    arguments: String,
+    #[arg(long, default_value_t = 30)]
+    calls: usize,
+    #[arg(long, default_value_t = 5)]
+    warmup: usize,
+    #[arg(long, default_value_t = 20)]
+    gap_ms: u64,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn main() -> Result<(), String> {
+    // The session starts its broker as `<this executable> broker serve ...`: hand that to the
+    // `germline` binary beside `examples/`.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == "broker") {
+        use std::os::unix::process::CommandExt;
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let germline = exe
+            .parent()
+            .and_then(|p| p.parent())
+            .ok_or("no target directory")?
+            .join("germline");
+        return Err(std::process::Command::new(germline)
+            .args(&argv[1..])
+            .exec()
+            .to_string());
+    }
+    let a = Cli::parse();
+    let args: Value = serde_json::from_str(&a.arguments).map_err(|e| e.to_string())?;
+    let mut s = germline_mcp::cli::start_session(&a.run).map_err(|e| e.to_string())?;
+    s.handle(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params":
+        {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "phases", "version": "0"}}}));
+    let mut phases: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
+    let mut handle = Vec::new();
+    let mut writes: BTreeMap<String, usize> = BTreeMap::new();
+    for i in 0..a.warmup + a.calls {
+        while s.runtime.idle_step() {}
+        std::thread::sleep(Duration::from_millis(a.gap_ms));
+        let t = Instant::now();
+        let r = s
+            .handle(
+                json!({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call",
+                "params": {"name": a.tool, "arguments": args}}),
+            )
+            .unwrap_or(Value::Null);
+        let us = t.elapsed().as_secs_f64() * 1e3;
+        if r.get("result").is_none() || r.pointer("/result/isError") == Some(&json!(true)) {
+            return Err(format!("call {}: {r}", i + 1));
+        }
+        if i < a.warmup {
+            continue;
+        }
+        handle.push(us);
+        let w = r.pointer("/result/_meta/germline/writes").cloned();
+        let key = match w {
+            Some(w) => w.to_string(),
+            None => "(none)".into(),
+        };
+        *writes.entry(key).or_default() += 1;
+        if let Some(o) = &s.last {
+            for (k, v) in &o.phases {
+                phases.entry(k).or_default().push(*v as f64 / 1e3);
+            }
+        }
+    }
+    s.runtime.stop();
+    println!(
+        "{} calls: handle median {:.2} ms",
+        a.calls,
+        median(&mut handle)
+    );
+    for (k, v) in &mut phases {
+        let n = v.len();
+        println!("  {k:<24} median {:>8.2} ms  ({n} laps)", median(v));
+    }
+    for (w, n) in writes {
+        println!("  writes x{n}: {w}");
+    }
+    Ok(())
+}
