@@ -493,7 +493,7 @@ impl<'x, S: CopySource, B: BrokerApi> Stages<'x, S, B> {
         self.admit(meta)?;
         got.laps.lap("evidence.admit", t0);
         let concurrently = concurrently.filter(|_| self.concurrent_call(plan_mode, meta));
-        let (cx, plan) = self.plan(meta, plan_mode, concurrently.is_some())?;
+        let (cx, plan) = self.plan(meta, plan_mode, concurrently.is_some(), &mut got.laps)?;
         got.laps.lap("plan", t0);
         let mut early = self.copies(&cx, &plan, agent_link);
         if let Some(run) = concurrently {
@@ -543,10 +543,13 @@ impl<'x, S: CopySource, B: BrokerApi> Stages<'x, S, B> {
         meta: &'m CallMeta,
         plan_mode: PlanMode,
         concurrent: bool,
+        laps: &mut Laps,
     ) -> Result<(CallCtx<'m>, Plan), RunError> {
         let mut c = begin_call(self.release, self.user, meta, plan_mode, false, None);
         c.concurrent = concurrent;
+        let s = Instant::now();
         let (call, twin0, plan) = begin_with(self.broker, c)?;
+        laps.lap("plan.begin_call", s);
         let agent_group = plan
             .groups
             .iter()
@@ -712,6 +715,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         self.evidence
             .weigh_denials(&self.release.digest, declared, &outcomes);
         laps.lap("evidence.queue", s);
+        let s = Instant::now();
         let Some((result, label)) = agent else {
             return Err(said("Plan formed no group for the agent".into()));
         };
@@ -735,6 +739,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             ));
         }
         add_meta(&mut result, g);
+        laps.lap("answer", s);
         laps.lap("total", t0);
         Ok(Outcome {
             result,
@@ -830,6 +835,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         let netns = copy
             .netns()
             .map_err(|e| RunError::Sandbox(SandboxFailure::CopyNetns(e)))?;
+        phases.lap("broker.netns", t);
         // From the broker's snapshot (which names a generation) to its load: no sweep.
         let held = match self.state.map(crate::state::FileState::shared).transpose() {
             Ok(h) => h,
@@ -838,6 +844,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
                 return Err(said(format!("state in files: {e}")));
             }
         };
+        let s = Instant::now();
         if let Err(e) = self
             .broker
             .start_copy(call, gi, netns.as_fd(), copy.deadline())
@@ -845,6 +852,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             copy.kill();
             return Err(broker_failed(e));
         }
+        phases.lap("broker.start_copy", s);
         // State in files: the generation the copy's horizon is at when it starts (the same
         // snapshot its key-value slot reads are served from), loaded before any data.
         let start_state = match self.state {
@@ -890,6 +898,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         let us = micros;
         *self.data_sent = true;
         let mut state_dir = None;
+        phases.lap("copy.prepare", t);
         let r = (|| {
             let s = Instant::now();
             g.prepare_copy_view(&mut copy, &files, &tree)?;
