@@ -74,6 +74,14 @@ pub enum Request {
     EndCall {
         call: u64,
     },
+    /// [`Request::EndCopy`] of the call's last copy, then [`Request::EndCall`], in one round
+    /// trip (issue 30: the shim asks for both back to back when nothing of the call needs
+    /// the broker in between). The call is ended whether or not the copy's end succeeded, as
+    /// the shim's `end_call` after a failed `end_copy` would.
+    EndLastCopy {
+        call: u64,
+        group: usize,
+    },
     CaCert,
     /// The file-state generation a running copy starts from (issue 27).
     CopyFiles {
@@ -136,6 +144,8 @@ pub enum Response {
     CopyRaised(CopyRaised),
     /// To [`Request::EndCall`].
     CallEnded(CallEnded),
+    /// To [`Request::EndLastCopy`].
+    LastCopyEnded(LastCopyEnded),
     /// To [`Request::CaCert`].
     CaCert(CaCert),
     /// To [`Request::CopyProxy`]: where every copy's endpoint listens.
@@ -190,6 +200,15 @@ pub struct CopyRaised {}
 /// A finished call's record, for the evidence layer (replies carry hex bodies on the wire).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallEnded {
+    pub record: CallRecord,
+}
+
+/// A call's last copy and the call itself ended ([`Request::EndLastCopy`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastCopyEnded {
+    pub outcome: CopyOutcome,
+    #[serde(default)]
+    pub requests: Vec<RequestEvent>,
     pub record: CallRecord,
 }
 
@@ -549,6 +568,18 @@ fn handle(broker: &Broker, req: Request, passed: Option<OwnedFd>) -> Result<Resp
             let rec = broker.end_call(call).map_err(|e| e.to_string())?;
             Ok(Response::CallEnded(CallEnded { record: rec }))
         }
+        Request::EndLastCopy { call, group } => {
+            let copy = broker.end_copy(call, group);
+            // Ended even when the copy's end failed: nothing of the call may stay pending.
+            let record = broker.end_call(call);
+            let (outcome, requests) = copy.map_err(|e| e.to_string())?;
+            let record = record.map_err(|e| e.to_string())?;
+            Ok(Response::LastCopyEnded(LastCopyEnded {
+                outcome,
+                requests,
+                record,
+            }))
+        }
         Request::CaCert => Ok(Response::CaCert(CaCert {
             pem: broker.ca_cert_pem().to_string(),
         })),
@@ -680,6 +711,18 @@ impl BrokerClient {
     }
 
     /// Requests by (release digest, host label, verdict) with their counts.
+    /// `end_copy` of the call's last copy, then `end_call`, in one round trip
+    /// ([`Request::EndLastCopy`]). The call is ended even if the copy's end is refused.
+    #[allow(clippy::type_complexity)]
+    pub fn end_last_copy(
+        &self,
+        call: u64,
+        group: usize,
+    ) -> Result<(CopyOutcome, Vec<RequestEvent>, CallRecord), ControlError> {
+        let r: LastCopyEnded = self.call(&Request::EndLastCopy { call, group }, None)?;
+        Ok((r.outcome, r.requests, r.record))
+    }
+
     pub fn stats(&self) -> Result<Vec<(String, String, String, u64)>, ControlError> {
         let r: StatsRows = self.call(&Request::Stats, None)?;
         Ok(r.requests)
@@ -835,6 +878,14 @@ mod tests {
                 json!({"record": record()}),
             ),
             (
+                Response::LastCopyEnded(LastCopyEnded {
+                    outcome: outcome(),
+                    requests: vec![event()],
+                    record: record(),
+                }),
+                json!({"outcome": outcome(), "requests": [event()], "record": record()}),
+            ),
+            (
                 Response::CaCert(CaCert {
                     pem: "-----BEGIN CERTIFICATE-----\n".into(),
                 }),
@@ -907,6 +958,15 @@ mod tests {
         );
         let rec: CallEnded = round_trip(Response::CallEnded(CallEnded { record: record() }));
         assert_eq!(rec.record, record());
+        let last: LastCopyEnded = round_trip(Response::LastCopyEnded(LastCopyEnded {
+            outcome: outcome(),
+            requests: vec![event()],
+            record: record(),
+        }));
+        assert_eq!(
+            (last.outcome, last.requests, last.record),
+            (outcome(), vec![event()], record())
+        );
         let pem = CaCert {
             pem: "-----BEGIN CERTIFICATE-----\nMII\n".into(),
         };
