@@ -492,6 +492,11 @@ pub fn connection(broker: &Broker, conn: OwnedFd) {
         if send_text(conn.as_raw_fd(), &encode_reply(&reply), None).is_err() {
             return;
         }
+        // A copy's listener is bound on this thread (crate::netns); one that could not go
+        // back to the broker's own namespace ends here, with its connection.
+        if crate::netns::thread_stranded() {
+            return;
+        }
     }
 }
 
