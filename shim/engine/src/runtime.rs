@@ -896,10 +896,7 @@ impl Runtime {
             .map_err(limit)
             .and_then(|()| self.ensure_germline().map_err(said))
             .and_then(|()| self.relaunch_if_due().map_err(said))
-            .and_then(|()| {
-                entered = crate::laps::micros(t0);
-                Ok(())
-            })
+            .map(|()| entered = crate::laps::micros(t0))
             .and_then(|()| match self.mode {
                 Mode::Germline => self.call_germline_recovering(meta, PlanMode::Split, agent),
                 Mode::Nosplit => self.call_germline_recovering(meta, PlanMode::NoSplit, agent),
