@@ -239,3 +239,91 @@ fn records_past_the_default_socket_buffer_come_back_and_past_the_limit_are_refus
     assert!(one_call(&c).is_ok());
     assert_eq!(sink.count(), 3);
 }
+
+/// `end_last_copy` (issue 30): one round trip ends the call's last copy and the call, with the
+/// same outcome and record as `end_copy` then `end_call`; the call is ended even when the
+/// copy's end is refused, so nothing of it stays pending.
+#[test]
+fn the_last_copy_and_its_call_end_in_one_round_trip() {
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sink = Sink::ok();
+    let p = policy(
+        dir.path(),
+        &[("ocr.example", &["finance"], Some(sink.addr))],
+        "",
+    );
+    let broker =
+        Arc::new(Broker::start(BrokerConfig::new(p, &dir.path().join("state"))).expect("broker"));
+    let sock = dir.path().join("run/broker.sock");
+    let listener = control::bind(&sock).expect("bind");
+    let b = broker.clone();
+    std::thread::spawn(move || {
+        while let Ok(fd) = nix::sys::socket::accept(std::os::fd::AsRawFd::as_raw_fd(&listener)) {
+            // SAFETY: accept returned a fresh descriptor owned by nobody else.
+            let conn = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+            let b = b.clone();
+            std::thread::spawn(move || control::connection(&b, conn));
+        }
+    });
+    let c = BrokerClient::connect(&sock).expect("connect");
+    let begin = || {
+        c.begin_call(BeginCall {
+            release: "sha256:r".into(),
+            user: String::new(),
+            items: vec![item("invoice", &["finance"])],
+            hosts: vec![m("ocr.example", &["finance"])],
+            consumers: vec![m("agent", &["finance"])],
+            mode: PlanMode::Split,
+            rules: LabelRules::default(),
+            open: false,
+            replay: None,
+            concurrent: false,
+        })
+        .expect("begin")
+    };
+    let (call, _twin, plan) = begin();
+    assert_eq!(plan.groups.len(), 1);
+    let ns = TestNetns::new();
+    let proxy = c
+        .start_copy(
+            call,
+            0,
+            ns.fd.as_fd(),
+            Instant::now() + Duration::from_secs(10),
+        )
+        .expect("start");
+    let addr = proxy.parse().expect("addr");
+    let r = ns.run(move || {
+        http(addr, "POST", "http://ocr.example/ocr", &[], b"invoice").expect("request")
+    });
+    assert_eq!(r.status, 200);
+    let (out, requests, rec) = c.end_last_copy(call, 0).expect("end last copy");
+    assert_eq!(out.label, Label::of(["finance"]));
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(requests[0].host, "ocr.example");
+    assert_eq!(rec.call, call);
+    assert_eq!(rec.delivered.get("ocr.example").map(Vec::len), Some(1));
+    assert!(rec.copies.contains_key(&0), "{rec:?}");
+    assert_eq!(sink.count(), 1);
+    // The call is over: a second end of it is refused.
+    let again = c.end_call(call).expect_err("the call already ended");
+    assert!(
+        again.to_string().contains(&format!("no call {call}")),
+        "{again}"
+    );
+
+    // A copy that was never started: its end is refused, and the call is ended all the same.
+    let (call, _, _) = begin();
+    let err = c.end_last_copy(call, 0).expect_err("no live copy");
+    assert!(err.to_string().contains("no live copy"), "{err}");
+    let again = c
+        .end_call(call)
+        .expect_err("the call was ended with the refusal");
+    assert!(
+        again.to_string().contains(&format!("no call {call}")),
+        "{again}"
+    );
+}

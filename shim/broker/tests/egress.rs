@@ -617,3 +617,42 @@ fn every_denial_is_a_trigger_with_its_reason_in_the_call_record_and_the_audit_lo
         "{audit}"
     );
 }
+
+/// The namespace the calling thread is in, by its nsfs inode.
+fn own_netns() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/thread-self/ns/net")
+        .expect("own netns")
+        .ino()
+}
+
+/// A copy's listener is bound by the calling thread inside the copy's network namespace
+/// (issue 30: no thread per copy), and the thread is back in its own namespace afterwards,
+/// for this copy and the next.
+#[test]
+fn a_copys_listener_is_bound_in_its_namespace_and_the_caller_comes_back() {
+    if !require_root() {
+        return;
+    }
+    let sink = Sink::ok();
+    let (w, call) = one_host("ocr.example", &sink, "");
+    let home = own_netns();
+    let ns = TestNetns::new();
+    let addr = w
+        .broker
+        .start_copy(
+            call,
+            0,
+            std::os::fd::AsFd::as_fd(&ns.fd),
+            Instant::now() + DL,
+        )
+        .expect("start");
+    assert_eq!(own_netns(), home, "the caller is back in its own namespace");
+    assert!(!germline_broker::netns::thread_stranded());
+    let r = ns.run(move || {
+        http(addr, "POST", "http://ocr.example/ocr", &[], b"invoice").expect("request")
+    });
+    assert_eq!(r.status, 200, "the listener is in the copy's namespace");
+    w.broker.end_call(call).expect("end");
+    assert_eq!(sink.count(), 1);
+}

@@ -224,6 +224,19 @@ pub trait BrokerApi {
     ) -> Result<(CopyOutcome, Vec<RequestEvent>), ControlError>;
     /// The call's record.
     fn end_call(&self, call: u64) -> Result<CallRecord, ControlError>;
+    /// [`BrokerApi::end_copy`] of the call's last copy, then [`BrokerApi::end_call`] (the call
+    /// ends even if the copy's end is refused). The real broker does both in one round trip.
+    #[allow(clippy::type_complexity)]
+    fn end_last_copy(
+        &self,
+        call: u64,
+        group: usize,
+    ) -> Result<(CopyOutcome, Vec<RequestEvent>, CallRecord), ControlError> {
+        let copy = self.end_copy(call, group);
+        let record = self.end_call(call);
+        let (outcome, requests) = copy?;
+        Ok((outcome, requests, record?))
+    }
     /// The file-state generation a started copy starts from (issue 27; none: the initial).
     fn copy_files(&self, _call: u64, _group: usize) -> Result<Option<String>, ControlError> {
         Err(ControlError::Refused(
@@ -279,6 +292,13 @@ impl BrokerApi for Sidecar {
     fn end_call(&self, call: u64) -> Result<CallRecord, ControlError> {
         self.client.end_call(call)
     }
+    fn end_last_copy(
+        &self,
+        call: u64,
+        group: usize,
+    ) -> Result<(CopyOutcome, Vec<RequestEvent>, CallRecord), ControlError> {
+        self.client.end_last_copy(call, group)
+    }
     fn copy_files(&self, call: u64, group: usize) -> Result<Option<String>, ControlError> {
         self.client.copy_files(call, group)
     }
@@ -313,6 +333,9 @@ struct CopyJob<'a, C> {
     twin: Option<(u128, u64)>,
     /// A probe or control re-run (crate::evidence): not counted as the call's delivery.
     rerun: bool,
+    /// The call's last copy: once it ends, nothing of the call needs the broker, so its end
+    /// and the call's are one round trip (unless state in files commits in between).
+    last: bool,
     /// The copy, if taken ahead (see [`Stages::call`]), with the time that took and its fork's
     /// laps; else one is taken in its turn.
     copy: Option<TakenCopy<C>>,
@@ -441,6 +464,8 @@ struct CallCtx<'m> {
     twin: Option<(u128, u64)>,
     /// The call's workspaces, each a consumer Plan placed (empty when no write commits).
     workspaces: Vec<crate::workspaces::CallWorkspace>,
+    /// How many groups Plan formed.
+    groups: usize,
 }
 
 impl CallCtx<'_> {
@@ -469,6 +494,8 @@ struct Gathered {
     deliveries: Vec<Delivery>,
     /// The copies ran concurrently (`[copies] concurrent`): the answer's `_meta` says so.
     concurrent: bool,
+    /// The call's record, if its last copy's end ended it too ([`BrokerApi::end_last_copy`]).
+    ended: Option<CallRecord>,
 }
 
 impl<'x, S: CopySource, B: BrokerApi> Stages<'x, S, B> {
@@ -498,7 +525,7 @@ impl<'x, S: CopySource, B: BrokerApi> Stages<'x, S, B> {
         self.admit(meta)?;
         got.laps.lap("evidence.admit", t0);
         let concurrently = concurrently.filter(|_| self.concurrent_call(plan_mode, meta));
-        let (cx, plan) = self.plan(meta, plan_mode, concurrently.is_some())?;
+        let (cx, plan) = self.plan(meta, plan_mode, concurrently.is_some(), &mut got.laps)?;
         got.laps.lap("plan", t0);
         let mut early = self.copies(&cx, &plan, agent_link);
         if let Some(run) = concurrently {
@@ -548,6 +575,7 @@ impl<'x, S: CopySource, B: BrokerApi> Stages<'x, S, B> {
         meta: &'m CallMeta,
         plan_mode: PlanMode,
         concurrent: bool,
+        laps: &mut Laps,
     ) -> Result<(CallCtx<'m>, Plan), RunError> {
         let mut c = begin_call(self.release, self.user, meta, plan_mode, false, None);
         c.concurrent = concurrent;
@@ -558,7 +586,9 @@ impl<'x, S: CopySource, B: BrokerApi> Stages<'x, S, B> {
         };
         c.consumers
             .extend(workspaces.iter().map(|w| w.member.clone()));
+        let s = Instant::now();
         let (call, twin0, plan) = begin_with(self.broker, c)?;
+        laps.lap("plan.begin_call", s);
         let agent_group = plan
             .groups
             .iter()
@@ -576,6 +606,7 @@ impl<'x, S: CopySource, B: BrokerApi> Stages<'x, S, B> {
             twin_in: (twin0.time_ns, twin0.seed),
             twin: self.twin_on.then_some((twin0.time_ns, twin0.seed)),
             workspaces,
+            groups: plan.groups.len(),
         };
         Ok((cx, plan))
     }
@@ -636,10 +667,11 @@ impl<'x, S: CopySource, B: BrokerApi> Stages<'x, S, B> {
             inadmissible: cx.inadmissible(group),
             twin: cx.twin,
             rerun: false,
+            last: gi + 1 == cx.groups,
             copy: ahead,
             commits: crate::workspaces::for_group(&cx.workspaces, group),
         };
-        let ran = self.run_copy(job, agent_link, &mut got.laps)?;
+        let ran = self.run_copy(job, agent_link, &mut got.laps, &mut got.ended)?;
         gather(cx, gi, group, ran, got);
         Ok(())
     }
@@ -707,11 +739,18 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             outcomes,
             deliveries,
             concurrent,
+            ended,
         } = got;
         let meta = cx.meta;
-        let s = Instant::now();
-        let end = self.broker.end_call(cx.call);
-        laps.lap("broker.end_call", s);
+        let end = match ended {
+            Some(record) => Ok(record),
+            None => {
+                let s = Instant::now();
+                let end = self.broker.end_call(cx.call);
+                laps.lap("broker.end_call", s);
+                end
+            }
+        };
         if let Some(e) = failure {
             return Err(e);
         }
@@ -730,6 +769,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         self.evidence
             .weigh_denials(&self.release.digest, declared, &outcomes);
         laps.lap("evidence.queue", s);
+        let s = Instant::now();
         let Some((result, label)) = agent else {
             return Err(said("Plan formed no group for the agent".into()));
         };
@@ -753,6 +793,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             ));
         }
         add_meta(&mut result, g);
+        laps.lap("answer", s);
         laps.lap("total", t0);
         Ok(Outcome {
             result,
@@ -772,6 +813,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         job: CopyJob<'_, S::Copy>,
         agent: &mut Agent<'_>,
         phases: &mut Laps,
+        ended: &mut Option<CallRecord>,
     ) -> Result<(Result<Value, ToolFailure>, Label, CopyOutcome, bool), RunError> {
         let CopyJob {
             call,
@@ -781,6 +823,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             is_agent,
             inadmissible,
             rerun,
+            last,
             twin,
             copy: ahead,
             commits,
@@ -849,6 +892,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         let netns = copy
             .netns()
             .map_err(|e| RunError::Sandbox(SandboxFailure::CopyNetns(e)))?;
+        phases.lap("broker.netns", t);
         // From the broker's snapshot (which names a generation) to its load: no sweep.
         let held = match self.state.map(crate::state::FileState::shared).transpose() {
             Ok(h) => h,
@@ -857,6 +901,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
                 return Err(said(format!("state in files: {e}")));
             }
         };
+        let s = Instant::now();
         if let Err(e) = self
             .broker
             .start_copy(call, gi, netns.as_fd(), copy.deadline())
@@ -864,6 +909,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             copy.kill();
             return Err(broker_failed(e));
         }
+        phases.lap("broker.start_copy", s);
         // State in files: the generation the copy's horizon is at when it starts (the same
         // snapshot its key-value slot reads are served from), loaded before any data.
         let start_state = match self.state {
@@ -909,6 +955,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         let us = micros;
         *self.data_sent = true;
         let mut state_dir = None;
+        phases.lap("copy.prepare", t);
         let r = (|| {
             let s = Instant::now();
             g.prepare_copy_view(&mut copy, &files, &tree)?;
@@ -975,7 +1022,15 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         };
         drop(state_dir);
         let s = Instant::now();
-        let (outcome, requests) = self.broker.end_copy(call, gi).map_err(broker_failed)?;
+        // The call's last copy, with no state in files to commit under the open call: its end
+        // and the call's in one round trip; the call's finish then has its record.
+        let (outcome, requests) = if last && !rerun && self.state.is_none() {
+            let (o, r, record) = self.broker.end_last_copy(call, gi).map_err(broker_failed)?;
+            *ended = Some(record);
+            (o, r)
+        } else {
+            self.broker.end_copy(call, gi).map_err(broker_failed)?
+        };
         self.last_requests
             .extend(requests.into_iter().map(|r| (gi, r)));
         phases.lap("broker.end_copy", s);
@@ -1059,6 +1114,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             ),
             twin: job.twin_on.then_some((twin.time_ns, twin.seed)),
             rerun: true,
+            last: false,
             copy: None,
             commits: None,
         };
@@ -1067,7 +1123,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             link: &mut link,
             capabilities: json!({}),
         };
-        let r = self.run_copy(job, &mut agent, &mut Laps::new());
+        let r = self.run_copy(job, &mut agent, &mut Laps::new(), &mut None);
         let end = self.broker.end_call(call);
         let (_, _, out, _) = r?;
         end.map_err(broker_failed)?;
@@ -1276,6 +1332,8 @@ mod tests {
         started: RefCell<Vec<usize>>,
         ended_copies: RefCell<Vec<usize>>,
         ended_calls: RefCell<usize>,
+        /// Groups whose end ended the call too (`end_last_copy`).
+        ended_last: RefCell<Vec<usize>>,
     }
 
     impl BrokerApi for FakeBroker {
@@ -1359,6 +1417,15 @@ mod tests {
                 delivered: Default::default(),
                 copies: Default::default(),
             })
+        }
+        fn end_last_copy(
+            &self,
+            call: u64,
+            group: usize,
+        ) -> Result<(CopyOutcome, Vec<RequestEvent>, CallRecord), ControlError> {
+            self.ended_last.borrow_mut().push(group);
+            let (o, r) = self.end_copy(call, group)?;
+            Ok((o, r, self.end_call(call)?))
         }
     }
 
@@ -1494,6 +1561,8 @@ r2 = ["c"]
             started.sort();
             assert_eq!(started, (0..n).collect::<Vec<_>>());
             assert_eq!(broker.ended_copies.borrow().len(), n);
+            // The last copy's end ended the call (one round trip); the finish used its record.
+            assert_eq!(broker.ended_last.borrow().as_slice(), [n - 1]);
             assert_eq!(*broker.ended_calls.borrow(), 1);
             // Each copy saw exactly its group's one argument, and together the n groups'.
             let mut seen: Vec<String> = source

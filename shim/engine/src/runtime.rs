@@ -887,13 +887,16 @@ impl Runtime {
         agent: &mut Agent<'_>,
     ) -> Result<Outcome, RunError> {
         let started = std::time::SystemTime::now();
+        let t0 = Instant::now();
         self.last_requests.clear();
+        let mut entered = 0;
         let r = self
             .limiter
             .admit_call()
             .map_err(limit)
             .and_then(|()| self.ensure_germline().map_err(said))
             .and_then(|()| self.relaunch_if_due().map_err(said))
+            .map(|()| entered = crate::laps::micros(t0))
             .and_then(|()| match self.mode {
                 Mode::Germline => self.call_germline_recovering(meta, PlanMode::Split, agent),
                 Mode::Nosplit => self.call_germline_recovering(meta, PlanMode::NoSplit, agent),
@@ -909,7 +912,15 @@ impl Runtime {
             traceparent: meta.traceparent.as_deref(),
             tracestate: meta.tracestate.as_deref(),
         };
+        let s = Instant::now();
         self.notify(|o, rt| o.after_call(rt, &call));
+        let mut r = r;
+        if let Ok(out) = &mut r {
+            out.phases.extend([
+                ("runtime.enter", entered),
+                ("runtime.observers", crate::laps::micros(s)),
+            ]);
+        }
         r
     }
 

@@ -61,18 +61,72 @@ pub struct RuntimeStatus {
 }
 
 /// Keeps one runtime's state file current; removes it when dropped.
+///
+/// The file is written by a thread of its own ([`FileJob`]), not by the call's thread: after a
+/// call the runtime's observers run before the answer goes to the agent, and the file's
+/// serialising, create, write and rename were the largest of them (issue 30, "the hot path").
+/// The thread writes the latest state it was handed and skips older ones still queued.
 #[derive(Debug)]
 pub struct StatusWriter {
     path: PathBuf,
     doc: RuntimeStatus,
     /// The runtime stopped: the file is gone and stays gone.
     stopped: bool,
+    jobs: Option<std::sync::mpsc::Sender<FileJob>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// What the state file's thread is asked to do.
+#[derive(Debug)]
+enum FileJob {
+    Write(Box<RuntimeStatus>),
+    /// Remove the file and end (nothing is written after this).
+    Remove,
+}
+
+/// The state file's thread: writes the latest state queued, removes the file at the end.
+fn file_thread(path: PathBuf, jobs: std::sync::mpsc::Receiver<FileJob>) {
+    while let Ok(mut job) = jobs.recv() {
+        // Only the latest of the states queued meanwhile is written.
+        while let Ok(next) = jobs.try_recv() {
+            if matches!(job, FileJob::Remove) {
+                break;
+            }
+            job = next;
+        }
+        match job {
+            FileJob::Write(doc) => {
+                if let Ok(text) = serde_json::to_string_pretty(&doc) {
+                    let _ = write_atomic(&path, &text);
+                }
+            }
+            FileJob::Remove => break,
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
+impl StatusWriter {
+    /// Removes the file (after any write still queued) and waits for its thread to end.
+    fn remove_file(&mut self) {
+        match self.jobs.take() {
+            Some(tx) => {
+                let _ = tx.send(FileJob::Remove);
+            }
+            None => {
+                let _ = std::fs::remove_file(&self.path);
+            }
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl Drop for StatusWriter {
     fn drop(&mut self) {
         if !self.stopped {
-            let _ = std::fs::remove_file(&self.path);
+            self.remove_file();
         }
     }
 }
@@ -119,8 +173,19 @@ impl StatusWriter {
                 dir: dir.to_path_buf(),
                 source,
             })?;
+        let path = dir.join(format!("{}-{n}.json", std::process::id()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let to = path.clone();
+        // Without its thread the file is written on the caller's (as before it had one).
+        let thread = std::thread::Builder::new()
+            .name("germline-status".into())
+            .spawn(move || file_thread(to, rx))
+            .ok();
+        let jobs = thread.as_ref().map(|_| tx);
         Ok(StatusWriter {
-            path: dir.join(format!("{}-{n}.json", std::process::id())),
+            path,
+            jobs,
+            thread,
             doc: RuntimeStatus {
                 pid: std::process::id(),
                 command: command.to_string(),
@@ -171,8 +236,14 @@ impl StatusWriter {
         } else {
             Value::Null
         };
-        if let Ok(text) = serde_json::to_string_pretty(&self.doc) {
-            let _ = write_atomic(&self.path, &text);
+        let sent = match &self.jobs {
+            Some(tx) => tx.send(FileJob::Write(Box::new(self.doc.clone()))).is_ok(),
+            None => false,
+        };
+        if !sent {
+            if let Ok(text) = serde_json::to_string_pretty(&self.doc) {
+                let _ = write_atomic(&self.path, &text);
+            }
         }
     }
 }
@@ -196,7 +267,7 @@ impl CallObserver for StatusWriter {
 
     fn stopped(&mut self) {
         self.stopped = true;
-        let _ = std::fs::remove_file(&self.path);
+        self.remove_file();
     }
 }
 

@@ -1003,8 +1003,11 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
         let mut shares = serde_json::Map::new();
         for k in [
             "plan",
+            "plan.begin_call",
             "fork",
             "broker",
+            "broker.netns",
+            "broker.start_copy",
             "fork.germline_checks",
             "fork.cgroup",
             "fork.fork",
@@ -1021,6 +1024,7 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
             "fork.confine.landlock",
             "fork.confine.seccomp",
             "copy",
+            "copy.prepare",
             "copy.mounts",
             "copy.deliver",
             "copy.init",
@@ -1030,6 +1034,10 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
             "broker.end_call",
             "evidence.admit",
             "evidence.queue",
+            "answer",
+            "runtime.enter",
+            "runtime.observers",
+            "session.meta",
             "limits",
         ] {
             shares.insert(
@@ -1063,6 +1071,13 @@ fn breakdown(a: &SuiteArgs, policy: &Path, sz: &Sizes) -> Result<Value, String> 
             .iter()
             .map(|k| med(k))
             .sum::<f64>();
+        // What the session does around the runtime's call (the call's metadata from its
+        // arguments and items, the answer's JSON-RPC frame, the observers).
+        let outside = median(&handle) - total;
+        shares.insert(
+            "session (handle minus total)".into(),
+            json!({"us": outside, "share": outside / total}),
+        );
         shares.insert(
             "other (end_call, labels)".into(),
             json!({"us": rest, "share": rest / total}),

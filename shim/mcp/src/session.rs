@@ -255,6 +255,7 @@ impl Session {
             Ok(r) => consumers.extend(r),
             Err(e) => return Some(error(id, INVALID_PARAMS, format!("germline: {e}"))),
         }
+        let t_meta = std::time::Instant::now();
         let policy = &self.policy;
         let workdir = policy.workdir(&manifest.name);
         let release = &manifest.name;
@@ -286,14 +287,16 @@ impl Session {
             }
             Err(e) => return Some(error(id, INVALID_PARAMS, format!("germline: {e}"))),
         };
+        let meta_us = germline_engine::laps::micros(t_meta);
         self.calls += 1;
         let mut agent = Agent {
             link,
             capabilities: self.agent_capabilities.clone(),
         };
         match self.runtime.call_with(&meta, &mut agent) {
-            Ok(out) => {
+            Ok(mut out) => {
                 let r = ok(id, out.result.clone());
+                out.phases.push(("session.meta", meta_us));
                 self.last = Some(out);
                 Some(r)
             }
