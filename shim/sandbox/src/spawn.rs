@@ -10,7 +10,6 @@
 //! same `CopySource` seam as the germline's forked copies.
 
 use std::collections::{HashSet, VecDeque};
-use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,9 +21,8 @@ use crate::cgroup::Cgroup;
 use crate::checks::{self, snapshot::CopySnapshot, CopyExpect, GermlineFacts, Role};
 use crate::copy::{client_error, CopyChannel};
 use crate::error::{Error, Result};
-use crate::germline::HOST_ID;
 use crate::itemview;
-use crate::launch::{self, Prepared};
+use crate::launch::Prepared;
 use crate::mcp_client::Session;
 use crate::mounts::{ItemStore, ItemsDir, SlotLease};
 use crate::pool_depth::{DepthBounds, PoolDepth};
@@ -34,6 +32,13 @@ use crate::spec::{Execution, LaunchSpec};
 use crate::sys;
 
 mod items;
+mod refill;
+
+use refill::{Launched, Launcher, Refiller, Waited};
+
+/// How long one idle step waits for the refill thread's launch in flight before it returns,
+/// so that the transport looks for the agent's next request between steps.
+const IDLE_WAIT: Duration = Duration::from_millis(2);
 
 /// Size limit of a pool's item store (a tmpfs: only what is written counts).
 const ITEM_STORE_BYTES: u64 = 1 << 30;
@@ -99,6 +104,14 @@ pub struct PoolStatus {
     pub ready_private_bytes: u64,
     pub memory_cap_bytes: u64,
     pub refused: Option<String>,
+    /// Copies spawned on a call's path (no ready copy and no refill in flight to wait for).
+    pub on_call_path: u64,
+    /// Calls' copies that were the refill's launch in flight, waited for instead of spawning
+    /// another.
+    pub from_refill_in_flight: u64,
+    /// Times a call took a ready copy while a refill launch was in flight, which then waited
+    /// frozen until no copy held data.
+    pub refill_held: u64,
 }
 
 /// One spawned copy: dropping it kills it and removes its cgroup.
@@ -243,12 +256,49 @@ impl Drop for Spawned {
     }
 }
 
+/// A refill launch in flight on the refill thread.
+#[derive(Debug)]
+struct Pending {
+    /// A second handle on the copy's cgroup: to freeze it while a copy of a call holds data,
+    /// and to read its processes for the checks of other copies.
+    cgroup: Cgroup,
+    caps: Value,
+    started: Instant,
+    frozen_since: Option<Instant>,
+    /// Time it spent frozen: not part of its spawn time.
+    frozen_for: Duration,
+}
+
+impl Pending {
+    fn freeze(&mut self) {
+        if self.frozen_since.is_none() && self.cgroup.set_frozen(true).is_ok() {
+            self.frozen_since = Some(Instant::now());
+        }
+    }
+
+    fn thaw(&mut self) {
+        if let Some(t) = self.frozen_since {
+            // A thaw that fails leaves it frozen: its handshake then fails at its deadline,
+            // and the pool drops it.
+            if self.cgroup.set_frozen(false).is_ok() {
+                self.frozen_for += t.elapsed();
+                self.frozen_since = None;
+            }
+        }
+    }
+
+    /// From its launch to now, less the time it was frozen.
+    fn spawn_time(&self) -> Duration {
+        self.started.elapsed().saturating_sub(self.frozen_for)
+    }
+}
+
 /// The source of spawned copies of one release.
 #[derive(Debug)]
 pub struct SpawnPool {
     spec: LaunchSpec,
     opts: SpawnOptions,
-    prepared: Prepared,
+    launcher: Arc<Launcher>,
     base_rel: String,
     ready: VecDeque<Spawned>,
     /// The client capabilities the pool's copies announce.
@@ -271,6 +321,13 @@ pub struct SpawnPool {
     refill_time: Duration,
     peak_ready: usize,
     peak_ready_bytes: u64,
+    /// The refill thread (started at the first refill) and its launch in flight.
+    refiller: Option<Refiller>,
+    refiller_gone: bool,
+    pending: Option<Pending>,
+    on_call_path: u64,
+    from_refill_in_flight: u64,
+    refill_held: u64,
 }
 
 impl SpawnPool {
@@ -292,12 +349,17 @@ impl SpawnPool {
             .map_err(|e| Error::sys("canonicalize the rootfs", e))?;
         let mut prepared = Prepared::new(&spec, &argv, &env, &items.slot_fds())?;
         prepared.for_spawned_copy();
+        let launcher = Arc::new(Launcher {
+            prepared,
+            warm_calls: spec.warm_calls.clone(),
+            init_timeout: Duration::from_millis(spec.limits.init_timeout_ms),
+        });
         let base_rel = germline_sys::paths::germline_cgroup(&opts.id);
         let depth = PoolDepth::new(opts.bounds());
         let mut pool = SpawnPool {
             spec,
             opts,
-            prepared,
+            launcher,
             base_rel,
             ready: VecDeque::new(),
             caps: json!({}),
@@ -314,6 +376,12 @@ impl SpawnPool {
             refill_time: Duration::ZERO,
             peak_ready: 0,
             peak_ready_bytes: 0,
+            refiller: None,
+            refiller_gone: false,
+            pending: None,
+            on_call_path: 0,
+            from_refill_in_flight: 0,
+            refill_held: 0,
         };
         // The release must start at all: a first copy, checked, kept in the pool.
         match pool.spawn(true) {
@@ -338,10 +406,8 @@ impl SpawnPool {
         &self.spec
     }
 
-    /// Spawns one copy: launched, in its own cgroup from its first instruction, initialised
-    /// with the shim's handshake (`handshake`) and the manifest's warm calls, then checked.
-    pub fn spawn(&mut self, handshake: bool) -> Result<Spawned> {
-        let t0 = Instant::now();
+    /// The next copy's cgroup, made and limited.
+    fn new_cgroup(&mut self) -> Result<Cgroup> {
         self.made += 1;
         let cgroup = Cgroup::create(&format!("{}/s{}", self.base_rel, self.made))?;
         let l = &self.spec.limits;
@@ -349,51 +415,24 @@ impl SpawnPool {
             let _ = cgroup.destroy();
             return Err(e.into());
         }
-        let started =
-            match launch::start(
-                &self.prepared,
-                HOST_ID,
-                HOST_ID,
-                &|pid| Ok(cgroup.add(pid)?),
-            ) {
-                Ok(s) => s,
-                Err(e) => {
-                    let _ = cgroup.destroy();
-                    return Err(e);
-                }
-            };
-        let init_deadline = Instant::now() + Duration::from_millis(l.init_timeout_ms);
-        let socket_inode = started.ctl_inode;
-        let sock: OwnedFd = started.ctl;
-        let mut copy = Spawned {
-            keeper: started.keeper,
-            pid: started.pid,
-            cgroup,
-            chan: CopyChannel::new(sock, init_deadline),
-            mcp: Session::strict(),
-            ns: Namespaces::default(),
-            init_result: None,
-            spawn_time: Duration::ZERO,
-            dead: false,
-            items_dir: None,
-            leases: Vec::new(),
-        };
-        if handshake {
-            copy.mcp.set_client_capabilities(self.caps.clone());
-            let params = Session::initialize_params(&self.caps);
-            let r = copy
-                .mcp
-                .handshake(&mut copy.chan, params)
-                .map_err(client_error)
-                .map_err(|e| Error::Init(format!("the MCP handshake: {e}")))?;
-            copy.init_result = Some(r);
-            for w in self.spec.warm_calls.clone() {
-                let tool = w["tool"].as_str().unwrap_or_default().to_string();
-                let args = w.get("arguments").cloned().unwrap_or_else(|| json!({}));
-                copy.mcp_call_relayed(&tool, args, None, &mut |_| None)
-                    .map_err(|e| Error::Init(format!("warm call {tool}: {e}")))?;
-            }
-        }
+        Ok(cgroup)
+    }
+
+    /// Spawns one copy on this thread: launched, in its own cgroup from its first
+    /// instruction, initialised with the shim's handshake (`handshake`) and the manifest's
+    /// warm calls, then checked.
+    pub fn spawn(&mut self, handshake: bool) -> Result<Spawned> {
+        let t0 = Instant::now();
+        let cgroup = self.new_cgroup()?;
+        let launched = self.launcher.launch(cgroup, &self.caps, handshake);
+        self.admit(launched, t0.elapsed())
+    }
+
+    /// A launched copy checked from outside, given its `/run/items` and frozen: ready to be
+    /// pooled or handed out. `took`: its spawn time so far.
+    fn admit(&mut self, launched: Launched, took: Duration) -> Result<Spawned> {
+        let t0 = Instant::now();
+        let (mut copy, socket_inode) = launched?;
         let bad = self.check(&copy, socket_inode)?;
         if !bad.is_empty() {
             return Err(Error::CopyRefused(bad.join("; ")));
@@ -402,7 +441,7 @@ impl SpawnPool {
         // Checked first: the mounts are the shim's own, made from outside (items.rs).
         copy.items_dir = Some(itemview::mount_base(&self.spec, copy.pid)?);
         copy.cgroup.set_frozen(true)?;
-        copy.spawn_time = t0.elapsed();
+        copy.spawn_time = took + t0.elapsed();
         self.spawn_total += copy.spawn_time;
         Ok(copy)
     }
@@ -410,16 +449,27 @@ impl SpawnPool {
     /// The checks of every process of the copy's cgroup (docs/sandbox.md).
     fn check(&self, copy: &Spawned, socket_inode: u64) -> Result<Vec<String>> {
         let facts = GermlineFacts::read(copy.pid, socket_inode, &self.extra_targets())?;
+        // A refill launch in flight (on the refill thread) counts as another copy.
+        let in_flight: Vec<i32> = self
+            .pending
+            .as_ref()
+            .and_then(|p| p.cgroup.procs().ok())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| *p != copy.pid)
+            .collect();
         let others: Vec<Namespaces> = self
             .live
             .iter()
             .map(|(_, n)| n.clone())
             .chain(self.ready.iter().map(|c| c.ns.clone()))
+            .chain(in_flight.iter().filter_map(|p| Namespaces::of(*p).ok()))
             .collect();
         let mut foreign: HashSet<u64> = HashSet::new();
         let outside = std::iter::once(std::process::id() as i32)
             .chain(self.live.iter().map(|(p, _)| *p))
-            .chain(self.ready.iter().map(Spawned::pid));
+            .chain(self.ready.iter().map(Spawned::pid))
+            .chain(in_flight.iter().copied());
         for pid in outside {
             foreign.extend(procfs::fds(pid).unwrap_or_default().iter().map(|f| f.ino));
         }
@@ -456,7 +506,8 @@ impl SpawnPool {
     }
 
     /// The client capabilities pool copies announce from now on; waiting copies that announced
-    /// others are replaced.
+    /// others are replaced, and a refill launch in flight that announces others is dropped
+    /// when it ends.
     pub fn set_capabilities(&mut self, caps: &Value) {
         if &self.caps != caps {
             self.caps = caps.clone();
@@ -464,8 +515,12 @@ impl SpawnPool {
         }
     }
 
-    /// A ready copy (from the pool, or spawned now) announcing `caps`, thawed, with the
-    /// copy deadline `deadline` from now on.
+    /// A ready copy announcing `caps`, thawed, with the copy deadline `deadline` from now on.
+    ///
+    /// The rule (docs/sandbox.md, "The pool of spawned copies"): a waiting copy if there is
+    /// one; else the refill's launch in flight, waited for, if it announces `caps` and no
+    /// copy holds data (the call waits less than a spawn of its own); else one spawned now.
+    /// A refill launch still in flight is then frozen until no copy holds data.
     pub fn take(&mut self, caps: &Value, deadline: Instant) -> Result<Spawned> {
         if let Some(r) = &self.refused {
             return Err(Error::Refused(r.clone()));
@@ -473,12 +528,49 @@ impl SpawnPool {
         self.set_capabilities(caps);
         let mut copy = match self.ready.pop_front() {
             Some(c) => c,
-            None => self.spawn(true)?,
+            None => match self.take_in_flight() {
+                Some(c) => c,
+                None => {
+                    self.on_call_path += 1;
+                    self.spawn(true)?
+                }
+            },
         };
+        // From here a copy of the call holds data: a launch in flight may not run beside it.
+        if let Some(p) = &mut self.pending {
+            if p.frozen_since.is_none() {
+                self.refill_held += 1;
+            }
+            p.freeze();
+        }
         copy.cgroup.set_frozen(false)?;
         copy.set_deadline(deadline);
         self.live.push((copy.pid, copy.ns.clone()));
         Ok(copy)
+    }
+
+    /// The refill's launch in flight, for a call that found no waiting copy: thawed and waited
+    /// for, if it announces the pool's capabilities and no copy holds data.
+    fn take_in_flight(&mut self) -> Option<Spawned> {
+        if !self.live.is_empty() || self.pending.as_ref().is_none_or(|p| p.caps != self.caps) {
+            return None;
+        }
+        let mut p = self.pending.take()?;
+        p.thaw();
+        let launched = match self.refiller.as_ref()?.wait(None) {
+            Waited::Done(l) => l,
+            Waited::Running => return None,
+            Waited::Gone => {
+                self.refiller_gone = true;
+                return None;
+            }
+        };
+        let c = self.admit(launched, p.spawn_time()).ok()?;
+        self.depth.spawned(c.spawn_time, c.dirty_memory());
+        self.refilled += 1;
+        self.refill_time += c.spawn_time;
+        self.from_refill_in_flight += 1;
+        Some(c)
     }
 
     /// A copy that made no handshake, for the agent's own `initialize`.
@@ -508,12 +600,17 @@ impl SpawnPool {
     }
 
     /// Between calls (the runtime's idle steps, when no copy holds data): one step towards the
-    /// depth [`PoolDepth::target`] asks for now: spawns one copy when below it, kills the
-    /// youngest waiting copy when above it (calls slowed down, or copies measured bigger than the
-    /// memory cap leaves room for). `Ok(true)` while more steps are due.
+    /// depth [`PoolDepth::target`] asks for now. A launch in flight is thawed and waited for
+    /// a moment ([`IDLE_WAIT`]), then checked and pooled once it ends; otherwise one launch is
+    /// started on the refill thread when below the target (and returns at once), or the
+    /// youngest waiting copy is killed when above it (calls slowed down, or copies measured
+    /// bigger than the memory cap leaves room for). `Ok(true)` while more steps are due.
     pub fn refill_one(&mut self) -> Result<bool> {
         if self.refused.is_some() {
             return Ok(false);
+        }
+        if self.pending.is_some() {
+            return self.collect();
         }
         let target = self.depth.target(Instant::now());
         if self.ready.len() > target {
@@ -530,7 +627,71 @@ impl SpawnPool {
         if held + per_copy > self.opts.memory_cap_bytes {
             return Ok(false);
         }
-        let c = self.spawn(true)?;
+        if self.refiller.is_none() && !self.refiller_gone {
+            self.refiller = Some(Refiller::start(self.launcher.clone())?);
+        }
+        let cgroup = self.new_cgroup()?;
+        let freezer = Cgroup::create(cgroup.rel())?;
+        match self.refiller.as_ref() {
+            Some(r) if r.send(cgroup, self.caps.clone()) => {
+                self.pending = Some(Pending {
+                    cgroup: freezer,
+                    caps: self.caps.clone(),
+                    started: Instant::now(),
+                    frozen_since: None,
+                    frozen_for: Duration::ZERO,
+                });
+                Ok(true)
+            }
+            _ => {
+                // No refill thread: spawn here, between calls, as before it existed.
+                self.refiller_gone = true;
+                let _ = freezer.destroy();
+                let c = self.spawn(true)?;
+                self.pool_refilled(c, held)
+            }
+        }
+    }
+
+    /// The idle step with a launch in flight: thawed (no copy holds data between calls),
+    /// waited for [`IDLE_WAIT`], then admitted to the pool once it ends.
+    fn collect(&mut self) -> Result<bool> {
+        if !self.live.is_empty() {
+            return Ok(false);
+        }
+        if let Some(p) = &mut self.pending {
+            p.thaw();
+        }
+        let Some(r) = &self.refiller else {
+            self.pending = None;
+            return Ok(true);
+        };
+        let launched = match r.wait(Some(IDLE_WAIT)) {
+            Waited::Running => return Ok(true),
+            Waited::Gone => {
+                self.refiller_gone = true;
+                self.pending = None;
+                return Ok(true);
+            }
+            Waited::Done(l) => l,
+        };
+        let Some(p) = self.pending.take() else {
+            return Ok(true);
+        };
+        if p.caps != self.caps {
+            // Announces capabilities no call wants any more: dropped (killed).
+            drop(launched);
+            return Ok(true);
+        }
+        let c = self.admit(launched, p.spawn_time())?;
+        let held: u64 = self.ready.iter().filter_map(Spawned::dirty_memory).sum();
+        self.pool_refilled(c, held)?;
+        Ok(true)
+    }
+
+    /// A refill copy `c` joins the pool (the waiting copies hold `held` bytes), unless it is
+    /// bigger than the memory cap leaves room for.
+    fn pool_refilled(&mut self, c: Spawned, held: u64) -> Result<bool> {
         let bytes = c.dirty_memory();
         self.depth.spawned(c.spawn_time, bytes);
         self.refilled += 1;
@@ -542,7 +703,20 @@ impl SpawnPool {
         self.ready.push_back(c);
         self.peak_ready = self.peak_ready.max(self.ready.len());
         self.peak_ready_bytes = self.peak_ready_bytes.max(held + bytes.unwrap_or(0));
-        Ok(self.ready.len() < target)
+        Ok(self.ready.len() < self.depth.target(Instant::now()))
+    }
+
+    /// Whether a refill launch is in flight, and whether the kernel has its cgroup frozen now.
+    pub fn refill_in_flight(&self) -> Option<bool> {
+        self.pending.as_ref().map(|p| p.cgroup.is_frozen())
+    }
+
+    /// Host pids of the refill launch in flight (empty before its keeper added it).
+    pub fn in_flight_pids(&self) -> Vec<i32> {
+        self.pending
+            .as_ref()
+            .and_then(|p| p.cgroup.procs().ok())
+            .unwrap_or_default()
     }
 
     pub fn status(&self) -> PoolStatus {
@@ -565,6 +739,9 @@ impl SpawnPool {
             ready_private_bytes: self.ready.iter().filter_map(Spawned::dirty_memory).sum(),
             memory_cap_bytes: self.opts.memory_cap_bytes,
             refused: self.refused.clone(),
+            on_call_path: self.on_call_path,
+            from_refill_in_flight: self.from_refill_in_flight,
+            refill_held: self.refill_held,
         }
     }
 
@@ -573,12 +750,19 @@ impl SpawnPool {
         self.ready.iter().map(Spawned::pid).collect()
     }
 
-    /// Kills every waiting copy and removes the pool's cgroups; the pool's status as it was,
-    /// the first time only.
+    /// Kills every waiting copy and the launch in flight, ends the refill thread and removes
+    /// the pool's cgroups; the pool's status as it was, the first time only.
     pub fn stop(&mut self) -> Option<PoolStatus> {
         let st = (!self.stopped).then(|| self.status());
         self.stopped = true;
         self.ready.clear();
+        if let Some(p) = self.pending.take() {
+            // Its handshake then fails at once; the thread hands the copy back to be dropped.
+            let _ = p.cgroup.set_frozen(false);
+            let _ = p.cgroup.kill_now();
+        }
+        // Joins the thread (Refiller's Drop), which kills what it still holds.
+        self.refiller = None;
         Cgroup::remove_parent(&self.base_rel);
         st
     }
