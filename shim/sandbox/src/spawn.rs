@@ -89,8 +89,8 @@ pub struct PoolStatus {
     pub spawned: u64,
     /// Mean time from launch to a checked, initialised copy, milliseconds.
     pub mean_spawn_ms: f64,
-    /// Copies the refill made per second of its own work (between calls, one at a time);
-    /// None before it made one.
+    /// Copies the refill made per second of its own work (one launch at a time, on the refill
+    /// thread, time frozen not counted); None before it made one.
     pub refill_per_s: Option<f64>,
     /// Mean private memory of a copy as it entered the pool (kB): its anonymous memory
     /// ([`Spawned::dirty_memory`]), what one more pooled copy costs.
