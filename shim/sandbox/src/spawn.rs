@@ -40,6 +40,14 @@ use refill::{Launched, Launcher, Refiller, Waited};
 /// so that the transport looks for the agent's next request between steps.
 const IDLE_WAIT: Duration = Duration::from_millis(2);
 
+/// At most this many retired copies wait to be reaped; a call that retires one more reaps the
+/// oldest first, waiting for it (calls faster than exits).
+const MAX_DYING: usize = 4;
+
+/// How long after a retire the idle steps wait (a millisecond per step) for the copy's exit, so
+/// that it is reaped between calls rather than at the next call.
+const EXIT_WAIT: Duration = Duration::from_millis(100);
+
 /// Size limit of a pool's item store (a tmpfs: only what is written counts).
 const ITEM_STORE_BYTES: u64 = 1 << 30;
 
@@ -112,6 +120,8 @@ pub struct PoolStatus {
     /// Times a call took a ready copy while a refill launch was in flight, which then waited
     /// frozen until no copy held data.
     pub refill_held: u64,
+    /// Retired copies not reaped yet (frozen, or killed and exiting).
+    pub dying: usize,
 }
 
 /// One spawned copy: dropping it kills it and removes its cgroup.
@@ -131,6 +141,11 @@ pub struct Spawned {
     items_dir: Option<ItemsDir>,
     /// Item store slots mounted in the copy, freed once it is dead.
     leases: Vec<SlotLease>,
+    /// Retired (frozen, then killed) at this instant; reaped later by the pool.
+    retired_at: Option<Instant>,
+    killed: bool,
+    /// The keeper's wait status, once it was waited for.
+    keeper_status: Option<i32>,
 }
 
 impl Spawned {
@@ -221,7 +236,8 @@ impl Spawned {
         self.request_relayed(method, params, &mut |_| None)
     }
 
-    /// Kills every process of the copy (its cgroup, then its keeper) and removes the cgroup.
+    /// Kills every process of the copy (its cgroup, then its keeper) and removes the cgroup,
+    /// waiting for all of it.
     pub fn kill(&mut self) {
         if self.dead {
             return;
@@ -230,23 +246,86 @@ impl Spawned {
         let _ = self.cgroup.set_frozen(false);
         let _ = self.cgroup.kill_now();
         let _ = sys::kill(self.keeper, libc::SIGKILL);
-        let _ = sys::waitpid(self.keeper, 0);
+        if self.keeper_status.is_none() {
+            let _ = sys::waitpid(self.keeper, 0);
+        }
         let _ = self.cgroup.destroy();
         self.leases.clear();
     }
 
-    /// Ends the copy's one use: kills it, and turns a broken channel into the real reason
-    /// (memory limit, deadline) where the kernel says so.
-    pub fn finish(mut self, result: Result<Value>) -> Result<Value> {
-        let result = match result {
+    /// The real reason of a broken channel (memory limit, deadline) where the kernel says so.
+    fn reason(&self, result: Result<Value>) -> Result<Value> {
+        match result {
             Err(_) if self.cgroup.oom_kills() > 0 => Err(Error::MemoryLimit),
             Err(Error::Crashed(_)) if Instant::now() >= self.chan.deadline() => {
                 Err(Error::Deadline)
             }
             other => other,
-        };
+        }
+    }
+
+    /// Ends the copy's one use: kills it, and turns a broken channel into the real reason
+    /// (memory limit, deadline) where the kernel says so.
+    pub fn finish(mut self, result: Result<Value>) -> Result<Value> {
+        let result = self.reason(result);
         self.kill();
         result
+    }
+
+    /// Ends the copy's one use without waiting for its exit: the copy is frozen now (asked of
+    /// the kernel, not waited for: it runs nothing more once the freeze lands, and whatever it
+    /// does before goes nowhere, since the broker ends its endpoint before the answer), and
+    /// killed and reaped later by [`Spawned::kill_retired`] and [`Spawned::try_reap`]
+    /// (docs/sandbox.md, "The pool of spawned copies", **The retire**).
+    fn retire_later(&mut self, result: Result<Value>) -> Result<Value> {
+        let result = self.reason(result);
+        if self.cgroup.request_frozen(true).is_err() {
+            // No freezer: killed now, its exit reaped later all the same.
+            self.kill_retired();
+        }
+        self.retired_at = Some(Instant::now());
+        result
+    }
+
+    /// A retired copy killed: SIGKILL to its PID 1 (every task of its PID namespace dies with
+    /// it), then thawed (a frozen task cannot die under cgroup v1). Not its keeper: the keeper
+    /// reaps it and exits (launch.rs); killed first, it would leave the copy's zombie to
+    /// whatever reaps orphans.
+    fn kill_retired(&mut self) {
+        if self.killed {
+            return;
+        }
+        self.killed = true;
+        let _ = sys::kill(self.pid, libc::SIGKILL);
+        let _ = self.cgroup.request_frozen(false);
+        self.retired_at = Some(Instant::now());
+    }
+
+    /// Releases a killed copy whose every task is gone (its keeper waited for, its cgroup
+    /// removed, its item slots freed); `false` while one is still exiting. Never waits. One
+    /// that outlives a second is killed again through its cgroup.
+    fn try_reap(&mut self) -> bool {
+        self.kill_retired();
+        if self.keeper_status.is_none() {
+            if let Ok((pid, st)) = sys::waitpid(self.keeper, libc::WNOHANG) {
+                if pid == self.keeper {
+                    self.keeper_status = Some(st);
+                }
+            }
+        }
+        if self.keeper_status.is_some() && self.cgroup.try_remove().is_ok_and(|gone| gone) {
+            self.dead = true;
+            self.leases.clear();
+            return true;
+        }
+        if self
+            .retired_at
+            .is_some_and(|t| t.elapsed() > Duration::from_secs(1))
+        {
+            let _ = self.cgroup.kill_now();
+            let _ = sys::kill(self.keeper, libc::SIGKILL);
+        }
+        false
     }
 }
 
@@ -325,6 +404,8 @@ pub struct SpawnPool {
     refiller: Option<Refiller>,
     refiller_gone: bool,
     pending: Option<Pending>,
+    /// Copies retired and not yet reaped (frozen, or killed and exiting).
+    dying: Vec<Spawned>,
     on_call_path: u64,
     from_refill_in_flight: u64,
     refill_held: u64,
@@ -379,6 +460,7 @@ impl SpawnPool {
             refiller: None,
             refiller_gone: false,
             pending: None,
+            dying: Vec::new(),
             on_call_path: 0,
             from_refill_in_flight: 0,
             refill_held: 0,
@@ -464,12 +546,14 @@ impl SpawnPool {
             .map(|(_, n)| n.clone())
             .chain(self.ready.iter().map(|c| c.ns.clone()))
             .chain(in_flight.iter().filter_map(|p| Namespaces::of(*p).ok()))
+            .chain(self.dying.iter().map(|c| c.ns.clone()))
             .collect();
         let mut foreign: HashSet<u64> = HashSet::new();
         let outside = std::iter::once(std::process::id() as i32)
             .chain(self.live.iter().map(|(p, _)| *p))
             .chain(self.ready.iter().map(Spawned::pid))
-            .chain(in_flight.iter().copied());
+            .chain(in_flight.iter().copied())
+            .chain(self.dying.iter().filter(|c| !c.dead).map(Spawned::pid));
         for pid in outside {
             foreign.extend(procfs::fds(pid).unwrap_or_default().iter().map(|f| f.ino));
         }
@@ -526,6 +610,9 @@ impl SpawnPool {
             return Err(Error::Refused(r.clone()));
         }
         self.set_capabilities(caps);
+        // Retired copies still frozen are killed now (signals only: their exit runs beside this
+        // call, as a forked copy's does when calls come back to back); none is waited for.
+        self.reap_dying();
         let mut copy = match self.ready.pop_front() {
             Some(c) => c,
             None => match self.take_in_flight() {
@@ -558,7 +645,7 @@ impl SpawnPool {
         let mut p = self.pending.take()?;
         p.thaw();
         let launched = match self.refiller.as_ref()?.wait(None) {
-            Waited::Done(l) => l,
+            Waited::Done(l) => *l,
             Waited::Running => return None,
             Waited::Gone => {
                 self.refiller_gone = true;
@@ -582,11 +669,23 @@ impl SpawnPool {
         Ok(copy)
     }
 
-    /// Kills a copy after its one use.
-    pub fn retire(&mut self, copy: Spawned, result: Result<Value>) -> Result<Value> {
+    /// Ends a copy's one use: frozen now, killed and reaped off the call's path (between
+    /// calls, or at the next call's take without waiting); docs/sandbox.md, **The retire**.
+    pub fn retire(&mut self, mut copy: Spawned, result: Result<Value>) -> Result<Value> {
         let pid = copy.pid;
         self.live.retain(|(p, _)| *p != pid);
-        copy.finish(result)
+        let result = copy.retire_later(result);
+        self.dying.push(copy);
+        // Bounded: a backlog (calls faster than exits) waits for the oldest here.
+        while self.dying.len() > MAX_DYING {
+            drop(self.dying.remove(0));
+        }
+        result
+    }
+
+    /// Kills the retired copies and releases those whose every task is gone; never waits.
+    fn reap_dying(&mut self) {
+        self.dying.retain_mut(|c| !c.try_reap());
     }
 
     /// A call begins (its copies are taken next): the pool's call rate counts it.
@@ -608,6 +707,20 @@ impl SpawnPool {
     pub fn refill_one(&mut self) -> Result<bool> {
         if self.refused.is_some() {
             return Ok(false);
+        }
+        if self.live.is_empty() {
+            // Between calls: the last call's copies are killed here, after its answer went out.
+            self.reap_dying();
+            if self
+                .dying
+                .iter()
+                .any(|c| c.retired_at.is_some_and(|t| t.elapsed() < EXIT_WAIT))
+            {
+                // Still exiting: wait a little, a millisecond per step (the transport looks
+                // for the agent's next request between steps), so that it is reaped here.
+                std::thread::sleep(Duration::from_millis(1));
+                return Ok(true);
+            }
         }
         if self.pending.is_some() {
             return self.collect();
@@ -673,7 +786,7 @@ impl SpawnPool {
                 self.pending = None;
                 return Ok(true);
             }
-            Waited::Done(l) => l,
+            Waited::Done(l) => *l,
         };
         let Some(p) = self.pending.take() else {
             return Ok(true);
@@ -742,6 +855,7 @@ impl SpawnPool {
             on_call_path: self.on_call_path,
             from_refill_in_flight: self.from_refill_in_flight,
             refill_held: self.refill_held,
+            dying: self.dying.len(),
         }
     }
 
@@ -756,6 +870,8 @@ impl SpawnPool {
         let st = (!self.stopped).then(|| self.status());
         self.stopped = true;
         self.ready.clear();
+        // Dropping a retired copy kills it and waits for it.
+        self.dying.clear();
         if let Some(p) = self.pending.take() {
             // Its handshake then fails at once; the thread hands the copy back to be dropped.
             let _ = p.cgroup.set_frozen(false);

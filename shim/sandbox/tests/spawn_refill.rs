@@ -94,17 +94,28 @@ fn a_call_during_a_refill_takes_a_waiting_copy_or_the_launch_in_flight_never_its
     fill(&mut pool);
     assert_eq!(pool.ready_pids().len(), 2, "{:?}", pool.status());
 
-    // A first call takes a waiting copy; after it, one refill step starts a launch on the
-    // refill thread and returns at once, with the launch still in flight (a Node spawn takes
-    // hundreds of milliseconds; the step waits 2 ms).
+    // A first call takes a waiting copy; after it, the idle steps reap it, then one starts a
+    // launch on the refill thread and returns at once, with the launch still in flight (a Node
+    // spawn takes hundreds of milliseconds; a step waits 2 ms at most).
     let mut c = pool.take(&caps, deadline()).expect("take");
     let r = echo(&mut c, "one");
     assert_eq!(r, "Echo: one");
     pool.retire(c, Ok(json!({}))).expect("retire");
-    assert!(
-        pool.refill_one().expect("refill step"),
-        "more steps are due"
-    );
+    // The first steps reap the retired copy (a millisecond each while it exits); the next
+    // starts the launch.
+    let end = Instant::now() + Duration::from_secs(5);
+    while pool.refill_in_flight().is_none() {
+        assert!(
+            pool.refill_one().expect("refill step"),
+            "more steps are due"
+        );
+        assert!(
+            Instant::now() < end,
+            "no launch started: {:?}",
+            pool.status()
+        );
+    }
+    assert_eq!(pool.status().dying, 0, "the retired copy was reaped first");
     assert_eq!(
         pool.refill_in_flight(),
         Some(false),
@@ -164,4 +175,81 @@ fn a_call_during_a_refill_takes_a_waiting_copy_or_the_launch_in_flight_never_its
     assert!(pool.refill_one().is_ok());
     let st = pool.stop().expect("status");
     assert_eq!(st.ready, 2);
+}
+
+/// The retire is off the call's path (docs/sandbox.md, **The retire**): `retire` freezes the
+/// copy and returns without waiting for its exit; the copy runs nothing more; the idle steps
+/// kill and reap it (its cgroup removed, its keeper waited for).
+#[test]
+fn a_retired_copy_is_frozen_at_once_and_reaped_between_calls() {
+    if !common::can_run() || !node_ready() {
+        return;
+    }
+    let mut opts = SpawnOptions::new(&common::id("retire"));
+    opts.min = 1;
+    opts.max = 1;
+    let mut pool = SpawnPool::start(spec(), opts).expect("start the pool");
+    let mut c = pool
+        .take(&json!({}), Instant::now() + Duration::from_secs(30))
+        .expect("take");
+    assert_eq!(echo(&mut c, "once"), "Echo: once");
+    let pid = c.pid();
+    let cgroup_dirs = germline_sandbox::cgroup::dirs_of(c.cgroup().rel());
+    assert!(cgroup_dirs.iter().any(|d| d.exists()));
+    pool.retire(c, Ok(json!({}))).expect("retire");
+    // Not waited for: still there, frozen (asked of the kernel; it lands within moments).
+    assert_eq!(pool.status().dying, 1);
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+    let end = Instant::now() + Duration::from_secs(5);
+    while !frozen_or_gone(pid) {
+        assert!(
+            Instant::now() < end,
+            "the retired copy {pid} was not frozen"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The idle steps kill and reap it.
+    let end = Instant::now() + Duration::from_secs(10);
+    while pool.status().dying > 0 {
+        pool.refill_one().expect("idle step");
+        assert!(Instant::now() < end, "not reaped: {:?}", pool.status());
+    }
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "{pid} is gone"
+    );
+    assert!(
+        cgroup_dirs.iter().all(|d| !d.exists()),
+        "its cgroup is removed: {cgroup_dirs:?}"
+    );
+    pool.stop();
+}
+
+/// Whether `pid` is frozen by its cgroup's freezer (or already gone).
+fn frozen_or_gone(pid: i32) -> bool {
+    let Ok(cg) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+        return true;
+    };
+    // v2 (unified line "0::/path") or v1's freezer line.
+    for line in cg.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, ctl, path) = (parts.next(), parts.next(), parts.next());
+        let (Some(ctl), Some(path)) = (ctl, path) else {
+            continue;
+        };
+        if ctl == "freezer" {
+            let state =
+                std::fs::read_to_string(format!("/sys/fs/cgroup/freezer{path}/freezer.state"))
+                    .unwrap_or_default();
+            return state.trim() == "FROZEN";
+        }
+        if ctl.is_empty()
+            && germline_sandbox::cgroup::version() == germline_sandbox::cgroup::Version::V2
+        {
+            let ev = std::fs::read_to_string(format!("/sys/fs/cgroup{path}/cgroup.events"))
+                .unwrap_or_default();
+            return ev.lines().any(|l| l == "frozen 1");
+        }
+    }
+    false
 }

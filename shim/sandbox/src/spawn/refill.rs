@@ -68,6 +68,9 @@ impl Launcher {
             dead: false,
             items_dir: None,
             leases: Vec::new(),
+            retired_at: None,
+            killed: false,
+            keeper_status: None,
         };
         if handshake {
             copy.mcp.set_client_capabilities(caps.clone());
@@ -106,7 +109,7 @@ pub(super) struct Refiller {
 
 /// What [`Refiller::wait`] found.
 pub(super) enum Waited {
-    Done(Launched),
+    Done(Box<Launched>),
     Running,
     /// The thread is gone (it panicked): the pool spawns on the session's thread from then on.
     Gone,
@@ -145,11 +148,11 @@ impl Refiller {
     pub fn wait(&self, wait: Option<Duration>) -> Waited {
         match wait {
             None => match self.done.recv() {
-                Ok(r) => Waited::Done(r),
+                Ok(r) => Waited::Done(Box::new(r)),
                 Err(_) => Waited::Gone,
             },
             Some(w) => match self.done.recv_timeout(w) {
-                Ok(r) => Waited::Done(r),
+                Ok(r) => Waited::Done(Box::new(r)),
                 Err(RecvTimeoutError::Timeout) => Waited::Running,
                 Err(RecvTimeoutError::Disconnected) => Waited::Gone,
             },
