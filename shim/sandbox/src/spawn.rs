@@ -546,14 +546,21 @@ impl SpawnPool {
             .map(|(_, n)| n.clone())
             .chain(self.ready.iter().map(|c| c.ns.clone()))
             .chain(in_flight.iter().filter_map(|p| Namespaces::of(*p).ok()))
-            .chain(self.dying.iter().map(|c| c.ns.clone()))
+            // Retired copies not killed yet (frozen, alive): once killed, their namespaces go
+            // with their exit, and a namespace's inode number can be reused by a new copy's.
+            .chain(
+                self.dying
+                    .iter()
+                    .filter(|c| !c.killed)
+                    .map(|c| c.ns.clone()),
+            )
             .collect();
         let mut foreign: HashSet<u64> = HashSet::new();
         let outside = std::iter::once(std::process::id() as i32)
             .chain(self.live.iter().map(|(p, _)| *p))
             .chain(self.ready.iter().map(Spawned::pid))
             .chain(in_flight.iter().copied())
-            .chain(self.dying.iter().filter(|c| !c.dead).map(Spawned::pid));
+            .chain(self.dying.iter().filter(|c| !c.killed).map(Spawned::pid));
         for pid in outside {
             foreign.extend(procfs::fds(pid).unwrap_or_default().iter().map(|f| f.ino));
         }

@@ -140,6 +140,12 @@ fn a_call_during_a_refill_takes_a_waiting_copy_or_the_launch_in_flight_never_its
     // The next call finds no waiting copy: it gets the launch in flight (thawed and waited
     // for), not a spawn of its own.
     assert!(pool.ready_pids().is_empty());
+    // (Its process joins its cgroup as the launcher on the refill thread starts it, frozen or
+    // not: wait for it to be there.)
+    let end = Instant::now() + Duration::from_secs(10);
+    while pool.in_flight_pids().is_empty() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let in_flight = pool.in_flight_pids();
     assert_eq!(in_flight.len(), 1, "the launch in flight is one process");
     let mut c = pool
