@@ -10,7 +10,6 @@
 //! same `CopySource` seam as the germline's forked copies.
 
 use std::collections::{HashSet, VecDeque};
-use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,9 +21,8 @@ use crate::cgroup::Cgroup;
 use crate::checks::{self, snapshot::CopySnapshot, CopyExpect, GermlineFacts, Role};
 use crate::copy::{client_error, CopyChannel};
 use crate::error::{Error, Result};
-use crate::germline::HOST_ID;
 use crate::itemview;
-use crate::launch::{self, Prepared};
+use crate::launch::Prepared;
 use crate::mcp_client::Session;
 use crate::mounts::{ItemStore, ItemsDir, SlotLease};
 use crate::pool_depth::{DepthBounds, PoolDepth};
@@ -34,6 +32,21 @@ use crate::spec::{Execution, LaunchSpec};
 use crate::sys;
 
 mod items;
+mod refill;
+
+use refill::{Launched, Launcher, Refiller, Waited};
+
+/// How long one idle step waits for the refill thread's launch in flight before it returns,
+/// so that the transport looks for the agent's next request between steps.
+const IDLE_WAIT: Duration = Duration::from_millis(2);
+
+/// At most this many retired copies wait to be reaped; a call that retires one more reaps the
+/// oldest first, waiting for it (calls faster than exits).
+const MAX_DYING: usize = 4;
+
+/// How long after a retire the idle steps wait (a millisecond per step) for the copy's exit, so
+/// that it is reaped between calls rather than at the next call.
+const EXIT_WAIT: Duration = Duration::from_millis(100);
 
 /// Size limit of a pool's item store (a tmpfs: only what is written counts).
 const ITEM_STORE_BYTES: u64 = 1 << 30;
@@ -84,8 +97,8 @@ pub struct PoolStatus {
     pub spawned: u64,
     /// Mean time from launch to a checked, initialised copy, milliseconds.
     pub mean_spawn_ms: f64,
-    /// Copies the refill made per second of its own work (between calls, one at a time);
-    /// None before it made one.
+    /// Copies the refill made per second of its own work (one launch at a time, on the refill
+    /// thread, time frozen not counted); None before it made one.
     pub refill_per_s: Option<f64>,
     /// Mean private memory of a copy as it entered the pool (kB): its anonymous memory
     /// ([`Spawned::dirty_memory`]), what one more pooled copy costs.
@@ -99,6 +112,16 @@ pub struct PoolStatus {
     pub ready_private_bytes: u64,
     pub memory_cap_bytes: u64,
     pub refused: Option<String>,
+    /// Copies spawned on a call's path (no ready copy and no refill in flight to wait for).
+    pub on_call_path: u64,
+    /// Calls' copies that were the refill's launch in flight, waited for instead of spawning
+    /// another.
+    pub from_refill_in_flight: u64,
+    /// Times a call took a ready copy while a refill launch was in flight, which then waited
+    /// frozen until no copy held data.
+    pub refill_held: u64,
+    /// Retired copies not reaped yet (frozen, or killed and exiting).
+    pub dying: usize,
 }
 
 /// One spawned copy: dropping it kills it and removes its cgroup.
@@ -118,6 +141,11 @@ pub struct Spawned {
     items_dir: Option<ItemsDir>,
     /// Item store slots mounted in the copy, freed once it is dead.
     leases: Vec<SlotLease>,
+    /// Retired (frozen, then killed) at this instant; reaped later by the pool.
+    retired_at: Option<Instant>,
+    killed: bool,
+    /// The keeper's wait status, once it was waited for.
+    keeper_status: Option<i32>,
 }
 
 impl Spawned {
@@ -208,7 +236,8 @@ impl Spawned {
         self.request_relayed(method, params, &mut |_| None)
     }
 
-    /// Kills every process of the copy (its cgroup, then its keeper) and removes the cgroup.
+    /// Kills every process of the copy (its cgroup, then its keeper) and removes the cgroup,
+    /// waiting for all of it.
     pub fn kill(&mut self) {
         if self.dead {
             return;
@@ -217,23 +246,86 @@ impl Spawned {
         let _ = self.cgroup.set_frozen(false);
         let _ = self.cgroup.kill_now();
         let _ = sys::kill(self.keeper, libc::SIGKILL);
-        let _ = sys::waitpid(self.keeper, 0);
+        if self.keeper_status.is_none() {
+            let _ = sys::waitpid(self.keeper, 0);
+        }
         let _ = self.cgroup.destroy();
         self.leases.clear();
     }
 
-    /// Ends the copy's one use: kills it, and turns a broken channel into the real reason
-    /// (memory limit, deadline) where the kernel says so.
-    pub fn finish(mut self, result: Result<Value>) -> Result<Value> {
-        let result = match result {
+    /// The real reason of a broken channel (memory limit, deadline) where the kernel says so.
+    fn reason(&self, result: Result<Value>) -> Result<Value> {
+        match result {
             Err(_) if self.cgroup.oom_kills() > 0 => Err(Error::MemoryLimit),
             Err(Error::Crashed(_)) if Instant::now() >= self.chan.deadline() => {
                 Err(Error::Deadline)
             }
             other => other,
-        };
+        }
+    }
+
+    /// Ends the copy's one use: kills it, and turns a broken channel into the real reason
+    /// (memory limit, deadline) where the kernel says so.
+    pub fn finish(mut self, result: Result<Value>) -> Result<Value> {
+        let result = self.reason(result);
         self.kill();
         result
+    }
+
+    /// Ends the copy's one use without waiting for its exit: the copy is frozen now (asked of
+    /// the kernel, not waited for: it runs nothing more once the freeze lands, and whatever it
+    /// does before goes nowhere, since the broker ends its endpoint before the answer), and
+    /// killed and reaped later by [`Spawned::kill_retired`] and [`Spawned::try_reap`]
+    /// (docs/sandbox.md, "The pool of spawned copies", **The retire**).
+    fn retire_later(&mut self, result: Result<Value>) -> Result<Value> {
+        let result = self.reason(result);
+        if self.cgroup.request_frozen(true).is_err() {
+            // No freezer: killed now, its exit reaped later all the same.
+            self.kill_retired();
+        }
+        self.retired_at = Some(Instant::now());
+        result
+    }
+
+    /// A retired copy killed: SIGKILL to its PID 1 (every task of its PID namespace dies with
+    /// it), then thawed (a frozen task cannot die under cgroup v1). Not its keeper: the keeper
+    /// reaps it and exits (launch.rs); killed first, it would leave the copy's zombie to
+    /// whatever reaps orphans.
+    fn kill_retired(&mut self) {
+        if self.killed {
+            return;
+        }
+        self.killed = true;
+        let _ = sys::kill(self.pid, libc::SIGKILL);
+        let _ = self.cgroup.request_frozen(false);
+        self.retired_at = Some(Instant::now());
+    }
+
+    /// Releases a killed copy whose every task is gone (its keeper waited for, its cgroup
+    /// removed, its item slots freed); `false` while one is still exiting. Never waits. One
+    /// that outlives a second is killed again through its cgroup.
+    fn try_reap(&mut self) -> bool {
+        self.kill_retired();
+        if self.keeper_status.is_none() {
+            if let Ok((pid, st)) = sys::waitpid(self.keeper, libc::WNOHANG) {
+                if pid == self.keeper {
+                    self.keeper_status = Some(st);
+                }
+            }
+        }
+        if self.keeper_status.is_some() && self.cgroup.try_remove().is_ok_and(|gone| gone) {
+            self.dead = true;
+            self.leases.clear();
+            return true;
+        }
+        if self
+            .retired_at
+            .is_some_and(|t| t.elapsed() > Duration::from_secs(1))
+        {
+            let _ = self.cgroup.kill_now();
+            let _ = sys::kill(self.keeper, libc::SIGKILL);
+        }
+        false
     }
 }
 
@@ -243,12 +335,49 @@ impl Drop for Spawned {
     }
 }
 
+/// A refill launch in flight on the refill thread.
+#[derive(Debug)]
+struct Pending {
+    /// A second handle on the copy's cgroup: to freeze it while a copy of a call holds data,
+    /// and to read its processes for the checks of other copies.
+    cgroup: Cgroup,
+    caps: Value,
+    started: Instant,
+    frozen_since: Option<Instant>,
+    /// Time it spent frozen: not part of its spawn time.
+    frozen_for: Duration,
+}
+
+impl Pending {
+    fn freeze(&mut self) {
+        if self.frozen_since.is_none() && self.cgroup.set_frozen(true).is_ok() {
+            self.frozen_since = Some(Instant::now());
+        }
+    }
+
+    fn thaw(&mut self) {
+        if let Some(t) = self.frozen_since {
+            // A thaw that fails leaves it frozen: its handshake then fails at its deadline,
+            // and the pool drops it.
+            if self.cgroup.set_frozen(false).is_ok() {
+                self.frozen_for += t.elapsed();
+                self.frozen_since = None;
+            }
+        }
+    }
+
+    /// From its launch to now, less the time it was frozen.
+    fn spawn_time(&self) -> Duration {
+        self.started.elapsed().saturating_sub(self.frozen_for)
+    }
+}
+
 /// The source of spawned copies of one release.
 #[derive(Debug)]
 pub struct SpawnPool {
     spec: LaunchSpec,
     opts: SpawnOptions,
-    prepared: Prepared,
+    launcher: Arc<Launcher>,
     base_rel: String,
     ready: VecDeque<Spawned>,
     /// The client capabilities the pool's copies announce.
@@ -271,6 +400,15 @@ pub struct SpawnPool {
     refill_time: Duration,
     peak_ready: usize,
     peak_ready_bytes: u64,
+    /// The refill thread (started at the first refill) and its launch in flight.
+    refiller: Option<Refiller>,
+    refiller_gone: bool,
+    pending: Option<Pending>,
+    /// Copies retired and not yet reaped (frozen, or killed and exiting).
+    dying: Vec<Spawned>,
+    on_call_path: u64,
+    from_refill_in_flight: u64,
+    refill_held: u64,
 }
 
 impl SpawnPool {
@@ -292,12 +430,17 @@ impl SpawnPool {
             .map_err(|e| Error::sys("canonicalize the rootfs", e))?;
         let mut prepared = Prepared::new(&spec, &argv, &env, &items.slot_fds())?;
         prepared.for_spawned_copy();
+        let launcher = Arc::new(Launcher {
+            prepared,
+            warm_calls: spec.warm_calls.clone(),
+            init_timeout: Duration::from_millis(spec.limits.init_timeout_ms),
+        });
         let base_rel = germline_sys::paths::germline_cgroup(&opts.id);
         let depth = PoolDepth::new(opts.bounds());
         let mut pool = SpawnPool {
             spec,
             opts,
-            prepared,
+            launcher,
             base_rel,
             ready: VecDeque::new(),
             caps: json!({}),
@@ -314,6 +457,13 @@ impl SpawnPool {
             refill_time: Duration::ZERO,
             peak_ready: 0,
             peak_ready_bytes: 0,
+            refiller: None,
+            refiller_gone: false,
+            pending: None,
+            dying: Vec::new(),
+            on_call_path: 0,
+            from_refill_in_flight: 0,
+            refill_held: 0,
         };
         // The release must start at all: a first copy, checked, kept in the pool.
         match pool.spawn(true) {
@@ -338,10 +488,8 @@ impl SpawnPool {
         &self.spec
     }
 
-    /// Spawns one copy: launched, in its own cgroup from its first instruction, initialised
-    /// with the shim's handshake (`handshake`) and the manifest's warm calls, then checked.
-    pub fn spawn(&mut self, handshake: bool) -> Result<Spawned> {
-        let t0 = Instant::now();
+    /// The next copy's cgroup, made and limited.
+    fn new_cgroup(&mut self) -> Result<Cgroup> {
         self.made += 1;
         let cgroup = Cgroup::create(&format!("{}/s{}", self.base_rel, self.made))?;
         let l = &self.spec.limits;
@@ -349,51 +497,24 @@ impl SpawnPool {
             let _ = cgroup.destroy();
             return Err(e.into());
         }
-        let started =
-            match launch::start(
-                &self.prepared,
-                HOST_ID,
-                HOST_ID,
-                &|pid| Ok(cgroup.add(pid)?),
-            ) {
-                Ok(s) => s,
-                Err(e) => {
-                    let _ = cgroup.destroy();
-                    return Err(e);
-                }
-            };
-        let init_deadline = Instant::now() + Duration::from_millis(l.init_timeout_ms);
-        let socket_inode = started.ctl_inode;
-        let sock: OwnedFd = started.ctl;
-        let mut copy = Spawned {
-            keeper: started.keeper,
-            pid: started.pid,
-            cgroup,
-            chan: CopyChannel::new(sock, init_deadline),
-            mcp: Session::strict(),
-            ns: Namespaces::default(),
-            init_result: None,
-            spawn_time: Duration::ZERO,
-            dead: false,
-            items_dir: None,
-            leases: Vec::new(),
-        };
-        if handshake {
-            copy.mcp.set_client_capabilities(self.caps.clone());
-            let params = Session::initialize_params(&self.caps);
-            let r = copy
-                .mcp
-                .handshake(&mut copy.chan, params)
-                .map_err(client_error)
-                .map_err(|e| Error::Init(format!("the MCP handshake: {e}")))?;
-            copy.init_result = Some(r);
-            for w in self.spec.warm_calls.clone() {
-                let tool = w["tool"].as_str().unwrap_or_default().to_string();
-                let args = w.get("arguments").cloned().unwrap_or_else(|| json!({}));
-                copy.mcp_call_relayed(&tool, args, None, &mut |_| None)
-                    .map_err(|e| Error::Init(format!("warm call {tool}: {e}")))?;
-            }
-        }
+        Ok(cgroup)
+    }
+
+    /// Spawns one copy on this thread: launched, in its own cgroup from its first
+    /// instruction, initialised with the shim's handshake (`handshake`) and the manifest's
+    /// warm calls, then checked.
+    pub fn spawn(&mut self, handshake: bool) -> Result<Spawned> {
+        let t0 = Instant::now();
+        let cgroup = self.new_cgroup()?;
+        let launched = self.launcher.launch(cgroup, &self.caps, handshake);
+        self.admit(launched, t0.elapsed())
+    }
+
+    /// A launched copy checked from outside, given its `/run/items` and frozen: ready to be
+    /// pooled or handed out. `took`: its spawn time so far.
+    fn admit(&mut self, launched: Launched, took: Duration) -> Result<Spawned> {
+        let t0 = Instant::now();
+        let (mut copy, socket_inode) = launched?;
         let bad = self.check(&copy, socket_inode)?;
         if !bad.is_empty() {
             return Err(Error::CopyRefused(bad.join("; ")));
@@ -402,7 +523,7 @@ impl SpawnPool {
         // Checked first: the mounts are the shim's own, made from outside (items.rs).
         copy.items_dir = Some(itemview::mount_base(&self.spec, copy.pid)?);
         copy.cgroup.set_frozen(true)?;
-        copy.spawn_time = t0.elapsed();
+        copy.spawn_time = took + t0.elapsed();
         self.spawn_total += copy.spawn_time;
         Ok(copy)
     }
@@ -410,16 +531,36 @@ impl SpawnPool {
     /// The checks of every process of the copy's cgroup (docs/sandbox.md).
     fn check(&self, copy: &Spawned, socket_inode: u64) -> Result<Vec<String>> {
         let facts = GermlineFacts::read(copy.pid, socket_inode, &self.extra_targets())?;
+        // A refill launch in flight (on the refill thread) counts as another copy.
+        let in_flight: Vec<i32> = self
+            .pending
+            .as_ref()
+            .and_then(|p| p.cgroup.procs().ok())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| *p != copy.pid)
+            .collect();
         let others: Vec<Namespaces> = self
             .live
             .iter()
             .map(|(_, n)| n.clone())
             .chain(self.ready.iter().map(|c| c.ns.clone()))
+            .chain(in_flight.iter().filter_map(|p| Namespaces::of(*p).ok()))
+            // Retired copies not killed yet (frozen, alive): once killed, their namespaces go
+            // with their exit, and a namespace's inode number can be reused by a new copy's.
+            .chain(
+                self.dying
+                    .iter()
+                    .filter(|c| !c.killed)
+                    .map(|c| c.ns.clone()),
+            )
             .collect();
         let mut foreign: HashSet<u64> = HashSet::new();
         let outside = std::iter::once(std::process::id() as i32)
             .chain(self.live.iter().map(|(p, _)| *p))
-            .chain(self.ready.iter().map(Spawned::pid));
+            .chain(self.ready.iter().map(Spawned::pid))
+            .chain(in_flight.iter().copied())
+            .chain(self.dying.iter().filter(|c| !c.killed).map(Spawned::pid));
         for pid in outside {
             foreign.extend(procfs::fds(pid).unwrap_or_default().iter().map(|f| f.ino));
         }
@@ -456,7 +597,8 @@ impl SpawnPool {
     }
 
     /// The client capabilities pool copies announce from now on; waiting copies that announced
-    /// others are replaced.
+    /// others are replaced, and a refill launch in flight that announces others is dropped
+    /// when it ends.
     pub fn set_capabilities(&mut self, caps: &Value) {
         if &self.caps != caps {
             self.caps = caps.clone();
@@ -464,21 +606,65 @@ impl SpawnPool {
         }
     }
 
-    /// A ready copy (from the pool, or spawned now) announcing `caps`, thawed, with the
-    /// copy deadline `deadline` from now on.
+    /// A ready copy announcing `caps`, thawed, with the copy deadline `deadline` from now on.
+    ///
+    /// The rule (docs/sandbox.md, "The pool of spawned copies"): a waiting copy if there is
+    /// one; else the refill's launch in flight, waited for, if it announces `caps` and no
+    /// copy holds data (the call waits less than a spawn of its own); else one spawned now.
+    /// A refill launch still in flight is then frozen until no copy holds data.
     pub fn take(&mut self, caps: &Value, deadline: Instant) -> Result<Spawned> {
         if let Some(r) = &self.refused {
             return Err(Error::Refused(r.clone()));
         }
         self.set_capabilities(caps);
+        // Retired copies still frozen are killed now (signals only: their exit runs beside this
+        // call, as a forked copy's does when calls come back to back); none is waited for.
+        self.reap_dying();
         let mut copy = match self.ready.pop_front() {
             Some(c) => c,
-            None => self.spawn(true)?,
+            None => match self.take_in_flight() {
+                Some(c) => c,
+                None => {
+                    self.on_call_path += 1;
+                    self.spawn(true)?
+                }
+            },
         };
+        // From here a copy of the call holds data: a launch in flight may not run beside it.
+        if let Some(p) = &mut self.pending {
+            if p.frozen_since.is_none() {
+                self.refill_held += 1;
+            }
+            p.freeze();
+        }
         copy.cgroup.set_frozen(false)?;
         copy.set_deadline(deadline);
         self.live.push((copy.pid, copy.ns.clone()));
         Ok(copy)
+    }
+
+    /// The refill's launch in flight, for a call that found no waiting copy: thawed and waited
+    /// for, if it announces the pool's capabilities and no copy holds data.
+    fn take_in_flight(&mut self) -> Option<Spawned> {
+        if !self.live.is_empty() || self.pending.as_ref().is_none_or(|p| p.caps != self.caps) {
+            return None;
+        }
+        let mut p = self.pending.take()?;
+        p.thaw();
+        let launched = match self.refiller.as_ref()?.wait(None) {
+            Waited::Done(l) => *l,
+            Waited::Running => return None,
+            Waited::Gone => {
+                self.refiller_gone = true;
+                return None;
+            }
+        };
+        let c = self.admit(launched, p.spawn_time()).ok()?;
+        self.depth.spawned(c.spawn_time, c.dirty_memory());
+        self.refilled += 1;
+        self.refill_time += c.spawn_time;
+        self.from_refill_in_flight += 1;
+        Some(c)
     }
 
     /// A copy that made no handshake, for the agent's own `initialize`.
@@ -490,11 +676,23 @@ impl SpawnPool {
         Ok(copy)
     }
 
-    /// Kills a copy after its one use.
-    pub fn retire(&mut self, copy: Spawned, result: Result<Value>) -> Result<Value> {
+    /// Ends a copy's one use: frozen now, killed and reaped off the call's path (between
+    /// calls, or at the next call's take without waiting); docs/sandbox.md, **The retire**.
+    pub fn retire(&mut self, mut copy: Spawned, result: Result<Value>) -> Result<Value> {
         let pid = copy.pid;
         self.live.retain(|(p, _)| *p != pid);
-        copy.finish(result)
+        let result = copy.retire_later(result);
+        self.dying.push(copy);
+        // Bounded: a backlog (calls faster than exits) waits for the oldest here.
+        while self.dying.len() > MAX_DYING {
+            drop(self.dying.remove(0));
+        }
+        result
+    }
+
+    /// Kills the retired copies and releases those whose every task is gone; never waits.
+    fn reap_dying(&mut self) {
+        self.dying.retain_mut(|c| !c.try_reap());
     }
 
     /// A call begins (its copies are taken next): the pool's call rate counts it.
@@ -508,12 +706,31 @@ impl SpawnPool {
     }
 
     /// Between calls (the runtime's idle steps, when no copy holds data): one step towards the
-    /// depth [`PoolDepth::target`] asks for now: spawns one copy when below it, kills the
-    /// youngest waiting copy when above it (calls slowed down, or copies measured bigger than the
-    /// memory cap leaves room for). `Ok(true)` while more steps are due.
+    /// depth [`PoolDepth::target`] asks for now. A launch in flight is thawed and waited for
+    /// a moment ([`IDLE_WAIT`]), then checked and pooled once it ends; otherwise one launch is
+    /// started on the refill thread when below the target (and returns at once), or the
+    /// youngest waiting copy is killed when above it (calls slowed down, or copies measured
+    /// bigger than the memory cap leaves room for). `Ok(true)` while more steps are due.
     pub fn refill_one(&mut self) -> Result<bool> {
         if self.refused.is_some() {
             return Ok(false);
+        }
+        if self.live.is_empty() {
+            // Between calls: the last call's copies are killed here, after its answer went out.
+            self.reap_dying();
+            if self
+                .dying
+                .iter()
+                .any(|c| c.retired_at.is_some_and(|t| t.elapsed() < EXIT_WAIT))
+            {
+                // Still exiting: wait a little, a millisecond per step (the transport looks
+                // for the agent's next request between steps), so that it is reaped here.
+                std::thread::sleep(Duration::from_millis(1));
+                return Ok(true);
+            }
+        }
+        if self.pending.is_some() {
+            return self.collect();
         }
         let target = self.depth.target(Instant::now());
         if self.ready.len() > target {
@@ -530,7 +747,71 @@ impl SpawnPool {
         if held + per_copy > self.opts.memory_cap_bytes {
             return Ok(false);
         }
-        let c = self.spawn(true)?;
+        if self.refiller.is_none() && !self.refiller_gone {
+            self.refiller = Some(Refiller::start(self.launcher.clone())?);
+        }
+        let cgroup = self.new_cgroup()?;
+        let freezer = Cgroup::create(cgroup.rel())?;
+        match self.refiller.as_ref() {
+            Some(r) if r.send(cgroup, self.caps.clone()) => {
+                self.pending = Some(Pending {
+                    cgroup: freezer,
+                    caps: self.caps.clone(),
+                    started: Instant::now(),
+                    frozen_since: None,
+                    frozen_for: Duration::ZERO,
+                });
+                Ok(true)
+            }
+            _ => {
+                // No refill thread: spawn here, between calls, as before it existed.
+                self.refiller_gone = true;
+                let _ = freezer.destroy();
+                let c = self.spawn(true)?;
+                self.pool_refilled(c, held)
+            }
+        }
+    }
+
+    /// The idle step with a launch in flight: thawed (no copy holds data between calls),
+    /// waited for [`IDLE_WAIT`], then admitted to the pool once it ends.
+    fn collect(&mut self) -> Result<bool> {
+        if !self.live.is_empty() {
+            return Ok(false);
+        }
+        if let Some(p) = &mut self.pending {
+            p.thaw();
+        }
+        let Some(r) = &self.refiller else {
+            self.pending = None;
+            return Ok(true);
+        };
+        let launched = match r.wait(Some(IDLE_WAIT)) {
+            Waited::Running => return Ok(true),
+            Waited::Gone => {
+                self.refiller_gone = true;
+                self.pending = None;
+                return Ok(true);
+            }
+            Waited::Done(l) => *l,
+        };
+        let Some(p) = self.pending.take() else {
+            return Ok(true);
+        };
+        if p.caps != self.caps {
+            // Announces capabilities no call wants any more: dropped (killed).
+            drop(launched);
+            return Ok(true);
+        }
+        let c = self.admit(launched, p.spawn_time())?;
+        let held: u64 = self.ready.iter().filter_map(Spawned::dirty_memory).sum();
+        self.pool_refilled(c, held)?;
+        Ok(true)
+    }
+
+    /// A refill copy `c` joins the pool (the waiting copies hold `held` bytes), unless it is
+    /// bigger than the memory cap leaves room for.
+    fn pool_refilled(&mut self, c: Spawned, held: u64) -> Result<bool> {
         let bytes = c.dirty_memory();
         self.depth.spawned(c.spawn_time, bytes);
         self.refilled += 1;
@@ -542,7 +823,20 @@ impl SpawnPool {
         self.ready.push_back(c);
         self.peak_ready = self.peak_ready.max(self.ready.len());
         self.peak_ready_bytes = self.peak_ready_bytes.max(held + bytes.unwrap_or(0));
-        Ok(self.ready.len() < target)
+        Ok(self.ready.len() < self.depth.target(Instant::now()))
+    }
+
+    /// Whether a refill launch is in flight, and whether the kernel has its cgroup frozen now.
+    pub fn refill_in_flight(&self) -> Option<bool> {
+        self.pending.as_ref().map(|p| p.cgroup.is_frozen())
+    }
+
+    /// Host pids of the refill launch in flight (empty before its keeper added it).
+    pub fn in_flight_pids(&self) -> Vec<i32> {
+        self.pending
+            .as_ref()
+            .and_then(|p| p.cgroup.procs().ok())
+            .unwrap_or_default()
     }
 
     pub fn status(&self) -> PoolStatus {
@@ -565,6 +859,10 @@ impl SpawnPool {
             ready_private_bytes: self.ready.iter().filter_map(Spawned::dirty_memory).sum(),
             memory_cap_bytes: self.opts.memory_cap_bytes,
             refused: self.refused.clone(),
+            on_call_path: self.on_call_path,
+            from_refill_in_flight: self.from_refill_in_flight,
+            refill_held: self.refill_held,
+            dying: self.dying.len(),
         }
     }
 
@@ -573,12 +871,21 @@ impl SpawnPool {
         self.ready.iter().map(Spawned::pid).collect()
     }
 
-    /// Kills every waiting copy and removes the pool's cgroups; the pool's status as it was,
-    /// the first time only.
+    /// Kills every waiting copy and the launch in flight, ends the refill thread and removes
+    /// the pool's cgroups; the pool's status as it was, the first time only.
     pub fn stop(&mut self) -> Option<PoolStatus> {
         let st = (!self.stopped).then(|| self.status());
         self.stopped = true;
         self.ready.clear();
+        // Dropping a retired copy kills it and waits for it.
+        self.dying.clear();
+        if let Some(p) = self.pending.take() {
+            // Its handshake then fails at once; the thread hands the copy back to be dropped.
+            let _ = p.cgroup.set_frozen(false);
+            let _ = p.cgroup.kill_now();
+        }
+        // Joins the thread (Refiller's Drop), which kills what it still holds.
+        self.refiller = None;
         Cgroup::remove_parent(&self.base_rel);
         st
     }

@@ -1,0 +1,174 @@
+//! The pool's refill thread (issue 28; docs/sandbox.md, "The pool of spawned copies", **When
+//! the refill runs**): it launches a copy and makes its handshake and warm calls (data-free,
+//! public inputs only) while the session's thread goes back to the agent, so a call that
+//! arrives meanwhile never waits for a refill spawn. Everything else about the copy (its
+//! outside checks, its `/run/items`, freezing it, admitting it to the pool) stays on the
+//! session's thread, in [`super::SpawnPool`].
+//!
+//! One thread for the pool's whole life, not one per spawn: the keeper's parent-death signal
+//! (`PR_SET_PDEATHSIG`, launch.rs) fires when the **thread** that forked it exits, so the
+//! thread must outlive every copy it launched; the pool kills its copies before it joins it.
+
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::Spawned;
+use crate::cgroup::Cgroup;
+use crate::copy::{client_error, CopyChannel};
+use crate::error::{Error, Result};
+use crate::germline::HOST_ID;
+use crate::launch::{self, Prepared};
+use crate::mcp_client::Session;
+
+/// What every launch of the release needs (shared with the refill thread).
+#[derive(Debug)]
+pub(super) struct Launcher {
+    pub prepared: Prepared,
+    pub warm_calls: Vec<Value>,
+    pub init_timeout: Duration,
+}
+
+/// A launched copy, initialised (when asked) but not checked yet, and its socket's inode.
+pub(super) type Launched = Result<(Spawned, u64)>;
+
+impl Launcher {
+    /// Launches one copy into `cgroup` (made and limited by the caller) and, with
+    /// `handshake`, makes the shim's handshake announcing `caps` and the manifest's warm
+    /// calls. The copy is not checked: the caller checks it before it holds anything.
+    pub fn launch(&self, cgroup: Cgroup, caps: &Value, handshake: bool) -> Launched {
+        let started =
+            match launch::start(
+                &self.prepared,
+                HOST_ID,
+                HOST_ID,
+                &|pid| Ok(cgroup.add(pid)?),
+            ) {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = cgroup.destroy();
+                    return Err(e);
+                }
+            };
+        let init_deadline = Instant::now() + self.init_timeout;
+        let socket_inode = started.ctl_inode;
+        // From here, dropping the copy kills it and removes its cgroup.
+        let mut copy = Spawned {
+            keeper: started.keeper,
+            pid: started.pid,
+            cgroup,
+            chan: CopyChannel::new(started.ctl, init_deadline),
+            mcp: Session::strict(),
+            ns: Default::default(),
+            init_result: None,
+            spawn_time: Duration::ZERO,
+            dead: false,
+            items_dir: None,
+            leases: Vec::new(),
+            retired_at: None,
+            killed: false,
+            keeper_status: None,
+        };
+        if handshake {
+            copy.mcp.set_client_capabilities(caps.clone());
+            let params = Session::initialize_params(caps);
+            let r = copy
+                .mcp
+                .handshake(&mut copy.chan, params)
+                .map_err(client_error)
+                .map_err(|e| Error::Init(format!("the MCP handshake: {e}")))?;
+            copy.init_result = Some(r);
+            for w in &self.warm_calls {
+                let tool = w["tool"].as_str().unwrap_or_default().to_string();
+                let args = w.get("arguments").cloned().unwrap_or_else(|| json!({}));
+                copy.mcp_call_relayed(&tool, args, None, &mut |_| None)
+                    .map_err(|e| Error::Init(format!("warm call {tool}: {e}")))?;
+            }
+        }
+        Ok((copy, socket_inode))
+    }
+}
+
+/// One launch for the thread: the copy's cgroup and the capabilities it announces.
+struct Job {
+    cgroup: Cgroup,
+    caps: Value,
+}
+
+/// The refill thread and its two queues (one job in flight at a time: the pool sends the next
+/// one only after it collected the last).
+#[derive(Debug)]
+pub(super) struct Refiller {
+    jobs: Option<Sender<Job>>,
+    done: Receiver<Launched>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// What [`Refiller::wait`] found.
+pub(super) enum Waited {
+    Done(Box<Launched>),
+    Running,
+    /// The thread is gone (it panicked): the pool spawns on the session's thread from then on.
+    Gone,
+}
+
+impl Refiller {
+    pub fn start(launcher: Arc<Launcher>) -> Result<Refiller> {
+        let (jobs, rx) = mpsc::channel::<Job>();
+        let (tx, done) = mpsc::channel::<Launched>();
+        let thread = std::thread::Builder::new()
+            .name("germline-refill".into())
+            .spawn(move || {
+                for job in rx {
+                    let r = launcher.launch(job.cgroup, &job.caps, true);
+                    if tx.send(r).is_err() {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| Error::sys("start the pool's refill thread", e))?;
+        Ok(Refiller {
+            jobs: Some(jobs),
+            done,
+            thread: Some(thread),
+        })
+    }
+
+    /// Starts a launch on the thread; false if the thread is gone.
+    pub fn send(&self, cgroup: Cgroup, caps: Value) -> bool {
+        self.jobs
+            .as_ref()
+            .is_some_and(|j| j.send(Job { cgroup, caps }).is_ok())
+    }
+
+    /// The launch in flight, if it ends within `wait` (`None`: as long as it takes).
+    pub fn wait(&self, wait: Option<Duration>) -> Waited {
+        match wait {
+            None => match self.done.recv() {
+                Ok(r) => Waited::Done(Box::new(r)),
+                Err(_) => Waited::Gone,
+            },
+            Some(w) => match self.done.recv_timeout(w) {
+                Ok(r) => Waited::Done(Box::new(r)),
+                Err(RecvTimeoutError::Timeout) => Waited::Running,
+                Err(RecvTimeoutError::Disconnected) => Waited::Gone,
+            },
+        }
+    }
+}
+
+impl Drop for Refiller {
+    /// Ends the thread once its launch in flight (if any) is over; the pool killed that
+    /// copy's cgroup first, so its handshake fails at once.
+    fn drop(&mut self) {
+        self.jobs = None;
+        // Whatever the thread still hands back is dropped here: dropping a copy kills it.
+        while self.done.recv().is_ok() {}
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

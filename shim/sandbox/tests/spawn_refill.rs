@@ -1,0 +1,261 @@
+//! The spawn pool's refill yields to a call (issue 28; docs/sandbox.md, "The pool of spawned
+//! copies", **When the refill runs**): a refill step starts a launch on the refill thread and
+//! returns; a call that arrives meanwhile takes a waiting copy if there is one (the launch in
+//! flight then waits, frozen, while that copy holds data), else the launch in flight itself,
+//! and never spawns a copy of its own while one is on its way. Real Node server
+//! (server-everything, bundles/out/node-everything), real launcher, checks and cgroups.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use germline_sandbox::spawn::{SpawnOptions, SpawnPool};
+use germline_sandbox::{Execution, Language, LaunchSpec, Limits};
+use serde_json::json;
+
+fn rootfs() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../bundles/out/node-everything/bundle/rootfs")
+}
+
+fn node_ready() -> bool {
+    let ok = rootfs().join("app").exists();
+    assert!(
+        ok || std::env::var_os("GERMLINE_REQUIRE_ROOT_TESTS").is_none(),
+        "needs {} (bundles/build-node.sh)",
+        rootfs().display()
+    );
+    ok
+}
+
+/// server-everything as its manifest launches it, with its warm call.
+fn spec() -> LaunchSpec {
+    LaunchSpec {
+        rootfs: rootfs(),
+        interpreter: "/usr/bin/node".into(),
+        entry: vec![
+            "/app/node_modules/@modelcontextprotocol/server-everything/dist/index.js".into(),
+            "stdio".into(),
+        ],
+        env: [
+            "HOME=/tmp",
+            "LANG=C.UTF-8",
+            "PATH=/usr/local/bin:/usr/bin:/bin",
+        ]
+        .map(String::from)
+        .to_vec(),
+        workdir: "/".into(),
+        module_path: vec![],
+        readable_paths: vec!["/usr".into(), "/app".into(), "/etc/ssl".into()],
+        language: Language::Node,
+        execution: Execution::Spawn,
+        scratch: false,
+        warm: true,
+        warm_calls: vec![json!({"tool": "echo", "arguments": {"message": "warm"}})],
+        limits: Limits::default(),
+        extra_mounts: vec![],
+        egress_port: None,
+        state_bytes: 0,
+        writable_trees: false,
+    }
+}
+
+/// Idle steps until the pool is at its depth (bounded).
+fn fill(pool: &mut SpawnPool) {
+    let end = Instant::now() + Duration::from_secs(120);
+    while pool.refill_one().expect("refill") {
+        assert!(
+            Instant::now() < end,
+            "the pool did not fill: {:?}",
+            pool.status()
+        );
+    }
+}
+
+fn echo(copy: &mut germline_sandbox::spawn::Spawned, m: &str) -> String {
+    let r = copy
+        .mcp_call_relayed("echo", json!({"message": m}), None, &mut |_| None)
+        .expect("echo");
+    common::text(&r)
+}
+
+#[test]
+fn a_call_during_a_refill_takes_a_waiting_copy_or_the_launch_in_flight_never_its_own_spawn() {
+    if !common::can_run() || !node_ready() {
+        return;
+    }
+    let mut opts = SpawnOptions::new(&common::id("refill"));
+    opts.min = 2;
+    opts.max = 2;
+    let mut pool = SpawnPool::start(spec(), opts).expect("start the pool");
+    let caps = json!({});
+    let deadline = || Instant::now() + Duration::from_secs(30);
+    fill(&mut pool);
+    assert_eq!(pool.ready_pids().len(), 2, "{:?}", pool.status());
+
+    // A first call takes a waiting copy; after it, the idle steps reap it, then one starts a
+    // launch on the refill thread and returns at once, with the launch still in flight (a Node
+    // spawn takes hundreds of milliseconds; a step waits 2 ms at most).
+    let mut c = pool.take(&caps, deadline()).expect("take");
+    let r = echo(&mut c, "one");
+    assert_eq!(r, "Echo: one");
+    pool.retire(c, Ok(json!({}))).expect("retire");
+    // The first steps reap the retired copy (a millisecond each while it exits); the next
+    // starts the launch.
+    let end = Instant::now() + Duration::from_secs(5);
+    while pool.refill_in_flight().is_none() {
+        assert!(
+            pool.refill_one().expect("refill step"),
+            "more steps are due"
+        );
+        assert!(
+            Instant::now() < end,
+            "no launch started: {:?}",
+            pool.status()
+        );
+    }
+    assert_eq!(pool.status().dying, 0, "the retired copy was reaped first");
+    assert_eq!(
+        pool.refill_in_flight(),
+        Some(false),
+        "a launch in flight, running"
+    );
+    let made = pool.status().spawned;
+
+    // A call arriving now is served by the waiting copy, not by the launch in flight; the launch
+    // waits frozen while the call's copy holds data.
+    let waiting = pool.ready_pids();
+    assert_eq!(waiting.len(), 1);
+    let mut c = pool.take(&caps, deadline()).expect("take during a refill");
+    assert_eq!(c.pid(), waiting[0], "the call got the waiting copy");
+    assert_eq!(
+        pool.refill_in_flight(),
+        Some(true),
+        "the launch in flight is frozen while a copy of the call holds data"
+    );
+    assert_eq!(echo(&mut c, "two"), "Echo: two");
+    pool.retire(c, Ok(json!({}))).expect("retire");
+
+    // The next call finds no waiting copy: it gets the launch in flight (thawed and waited
+    // for), not a spawn of its own.
+    assert!(pool.ready_pids().is_empty());
+    // (Its process joins its cgroup as the launcher on the refill thread starts it, frozen or
+    // not: wait for it to be there.)
+    let end = Instant::now() + Duration::from_secs(10);
+    while pool.in_flight_pids().is_empty() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let in_flight = pool.in_flight_pids();
+    assert_eq!(in_flight.len(), 1, "the launch in flight is one process");
+    let mut c = pool
+        .take(&caps, deadline())
+        .expect("take the launch in flight");
+    assert_eq!(
+        vec![c.pid()],
+        in_flight,
+        "the call got the launch in flight"
+    );
+    assert_eq!(echo(&mut c, "three"), "Echo: three");
+    pool.retire(c, Ok(json!({}))).expect("retire");
+
+    let st = pool.status();
+    assert_eq!(
+        st.spawned, made,
+        "no copy was spawned on a call's path: {st:?}"
+    );
+    assert_eq!(st.on_call_path, 0, "{st:?}");
+    assert_eq!(st.from_refill_in_flight, 1, "{st:?}");
+    assert_eq!(st.refill_held, 1, "{st:?}");
+    assert_eq!(pool.refill_in_flight(), None);
+
+    // With neither a waiting copy nor a launch in flight, the call spawns its own (pool 0).
+    let c = pool
+        .take(&caps, deadline())
+        .expect("take with an empty pool");
+    pool.retire(c, Ok(json!({}))).expect("retire");
+    assert_eq!(pool.status().on_call_path, 1);
+    // The refill fills the pool again in the background, and stopping it ends the thread.
+    fill(&mut pool);
+    assert_eq!(pool.ready_pids().len(), 2);
+    assert!(pool.refill_one().is_ok());
+    let st = pool.stop().expect("status");
+    assert_eq!(st.ready, 2);
+}
+
+/// The retire is off the call's path (docs/sandbox.md, **The retire**): `retire` freezes the
+/// copy and returns without waiting for its exit; the copy runs nothing more; the idle steps
+/// kill and reap it (its cgroup removed, its keeper waited for).
+#[test]
+fn a_retired_copy_is_frozen_at_once_and_reaped_between_calls() {
+    if !common::can_run() || !node_ready() {
+        return;
+    }
+    let mut opts = SpawnOptions::new(&common::id("retire"));
+    opts.min = 1;
+    opts.max = 1;
+    let mut pool = SpawnPool::start(spec(), opts).expect("start the pool");
+    let mut c = pool
+        .take(&json!({}), Instant::now() + Duration::from_secs(30))
+        .expect("take");
+    assert_eq!(echo(&mut c, "once"), "Echo: once");
+    let pid = c.pid();
+    let cgroup_dirs = germline_sandbox::cgroup::dirs_of(c.cgroup().rel());
+    assert!(cgroup_dirs.iter().any(|d| d.exists()));
+    pool.retire(c, Ok(json!({}))).expect("retire");
+    // Not waited for: still there, frozen (asked of the kernel; it lands within moments).
+    assert_eq!(pool.status().dying, 1);
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+    let end = Instant::now() + Duration::from_secs(5);
+    while !frozen_or_gone(pid) {
+        assert!(
+            Instant::now() < end,
+            "the retired copy {pid} was not frozen"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The idle steps kill and reap it.
+    let end = Instant::now() + Duration::from_secs(10);
+    while pool.status().dying > 0 {
+        pool.refill_one().expect("idle step");
+        assert!(Instant::now() < end, "not reaped: {:?}", pool.status());
+    }
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "{pid} is gone"
+    );
+    assert!(
+        cgroup_dirs.iter().all(|d| !d.exists()),
+        "its cgroup is removed: {cgroup_dirs:?}"
+    );
+    pool.stop();
+}
+
+/// Whether `pid` is frozen by its cgroup's freezer (or already gone).
+fn frozen_or_gone(pid: i32) -> bool {
+    let Ok(cg) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+        return true;
+    };
+    // v2 (unified line "0::/path") or v1's freezer line.
+    for line in cg.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, ctl, path) = (parts.next(), parts.next(), parts.next());
+        let (Some(ctl), Some(path)) = (ctl, path) else {
+            continue;
+        };
+        if ctl == "freezer" {
+            let state =
+                std::fs::read_to_string(format!("/sys/fs/cgroup/freezer{path}/freezer.state"))
+                    .unwrap_or_default();
+            return state.trim() == "FROZEN";
+        }
+        if ctl.is_empty()
+            && germline_sandbox::cgroup::version() == germline_sandbox::cgroup::Version::V2
+        {
+            let ev = std::fs::read_to_string(format!("/sys/fs/cgroup{path}/cgroup.events"))
+                .unwrap_or_default();
+            return ev.lines().any(|l| l == "frozen 1");
+        }
+    }
+    false
+}
