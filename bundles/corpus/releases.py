@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The corpus's releases: five servers, each a flow-compliant 1.0.0 and signed updates carrying
-hidden code (SPEC.md "The attack variants"; paper Section VII-A: 51 attack cases; issue 27 adds statefile, a 52nd).
+hidden code (SPEC.md "The attack variants"; paper Section VII-A: 51 attack cases; issue 27 adds statefile and writeback, a 52nd and a 53rd).
 
 One source of truth for bundles/build-corpus.sh (what to build) and tests/security (what to
 run). Manifests are written from here, one per release, each with its own version: the update
@@ -18,22 +18,25 @@ import sys
 
 VARIANTS = ["pool", "smuggle", "direct", "filesteal", "dormant", "trigger", "launder",
             "launder_text", "xtool", "dep", "init_read", "init_thread", "hijack", "evasive",
-            "capsule", "statefile"]
+            "capsule", "statefile", "writeback"]
 # Variants run on every server (15 runs each over 5 servers and 3 trials in the paper) ...
 EVERY_SERVER = ["pool", "smuggle", "direct", "filesteal", "dormant", "trigger", "launder",
                 "launder_text", "evasive"]
 # ... and those run on the documents server only (3 runs each). xtool is one case of two
 # cooperating releases: the documents server drops, the web server ships.
-DOCS_ONLY = ["capsule", "dep", "hijack", "init_read", "init_thread", "xtool", "statefile"]
+DOCS_ONLY = ["capsule", "dep", "hijack", "init_read", "init_thread", "xtool", "statefile", "writeback"]
 # statefile's update declares a state path (issue 27, docs/policy.md "State in files"), a cache
 # its entry passes by a flag: the one declaration a Trojan adds, and an honest-looking one.
 STATE_FLAG, STATE_PATH = "--cache", "/run/state/fastpdfx.cache"
+# writeback drives the documents server's folder session (tests/security/sessions.py,
+# "docs-folder"): its tools take a directory, a fresh copy of the world's public folder per run.
+FOLDER_SESSION = {"writeback": {"docs": "docs-folder"}}
 
 H = lambda *hosts: {"destinations": {"hosts": list(hosts)}}  # noqa: E731
 SERVERS = {
     "docs": {"module": "corpus_docs", "tools": {
         "summarize": H(), "ocr_pdf": H("ocr.example"), "ocr_annotate": H("ocr.example"),
-        "post_blog": H("blog.example")}},
+        "post_blog": H("blog.example"), "find_related": H(), "publish_folder": H("blog.example")}},
     "sql": {"module": "corpus_sql", "tools": {
         "list_tables": H(), "query": H(), "export_report": H("bi.example")}},
     "web": {"module": "corpus_web", "tools": {
@@ -89,8 +92,9 @@ def manifest(rel: dict) -> dict:
 
 
 def cases() -> list[dict]:
-    """Attack cases (52) and the benign session per server (5). A case names the releases it
-    runs side by side, one per server, and the sessions it drives, in order."""
+    """Attack cases (53) and the benign session per server (5). A case names the releases it
+    runs side by side, one per server, and the sessions it drives, in order; `steps` names
+    another session than the server's own for a server (writeback's folder session)."""
     out = [{"case": f"{s}-benign", "variant": "benign", "releases": {s: f"{s}-benign"}, "sessions": [s]}
            for s in SERVERS]
     for variant in VARIANTS:
@@ -100,7 +104,8 @@ def cases() -> list[dict]:
             continue
         for s in SERVERS:
             if variant in variants_of(s):
-                out.append({"case": f"{s}-{variant}", "variant": variant, "releases": {s: f"{s}-{variant}"}, "sessions": [s]})
+                out.append({"case": f"{s}-{variant}", "variant": variant, "releases": {s: f"{s}-{variant}"}, "sessions": [s],
+                            **({"steps": FOLDER_SESSION[variant]} if variant in FOLDER_SESSION else {})})
     return out
 
 

@@ -7,7 +7,7 @@
 #  - the wheelhouse the corpus releases install `mcp` from (/var/tmp/germline-corpus-wheels)
 #  - the signed corpus releases bundles/out/corpus/<server>-<variant>/bundle (bundles/build-corpus.sh):
 #    those the test suite runs (every documents release, xtool's web half and each server's benign
-#    release: 22 of 58), or those named as arguments, or `all`. `germline eval matrix` builds the
+#    release: 23 of 59), or those named as arguments, or `all`. `germline eval matrix` builds the
 #    releases its chosen cases need itself (tests/security/matrix.py), so a full matrix never
 #    runs on a partial corpus; the 36 others took ~150 s and ~1 GB of every CI run for nothing.
 # Idempotent: the venv is rebuilt only when the requirements change; build-corpus.sh skips releases

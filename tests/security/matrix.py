@@ -25,6 +25,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -111,9 +112,20 @@ def run_case(case: dict, mode: str, trial: int, world: dict, args: argparse.Name
                   max_seconds=args.run_timeout + 30).start()
     t0 = time.time()
     results = []
+    folder = ""
+    if case.get("steps"):
+        # A folder session (writeback, issue 27) writes into the folder it is given: each run
+        # gets its own fresh copy of the world's public folder, labelled public as the original,
+        # as each run gets its own --state-dir, so no run sees another's files. Under /tmp
+        # whatever --out is: a copy gets a directory item at its own path, and the corpus's
+        # rootfs has /tmp to mount it on (docs/policy.md, "Directory items").
+        folder = str(Path(tempfile.mkdtemp(prefix=f"germline-matrix-{mode}-", dir="/tmp")) / "public")
+        shutil.copytree(Path(world["home"]) / "public", folder)
     try:
         policy = rundir / "policy.toml"
         text = worldgen.policy_toml(world, pins=sinks.pins())
+        if folder:
+            text += f'\n[[item]]\npath = "{folder}/**"\nlabel = []\n'
         if args.copies == "concurrent":
             # Issue 30: the case's releases run a multi-group call's copies concurrently, under
             # the broker's hold rule (docs/policy.md, "Concurrent copies").
@@ -130,7 +142,8 @@ def run_case(case: dict, mode: str, trial: int, world: dict, args: argparse.Name
             la = runtimes.launch(mode, bundle, policy=policy, key=args.key, home=world["home"], tmpdir=tmp,
                                  forwarder=sinks.forwarder_addr, germline=args.germline)
             coro = sessions.run_session(server, la.command, sessions.minimal_env(la.env), world,
-                                        rundir / f"{server}.stderr", cwd=la.cwd)
+                                        rundir / f"{server}.stderr", cwd=la.cwd,
+                                        session=case.get("steps", {}).get(server, ""), folder=folder)
             try:
                 results.append(asyncio.run(asyncio.wait_for(coro, args.run_timeout)))
             except asyncio.TimeoutError:
@@ -138,6 +151,8 @@ def run_case(case: dict, mode: str, trial: int, world: dict, args: argparse.Name
                 results.append(r)
     finally:
         recs = sinks.stop()
+        if folder and not args.keep_worlds:
+            shutil.rmtree(Path(folder).parent, ignore_errors=True)
     sinks.dump(rundir / "sinks.jsonl")
     verdict = oracle.judge(sinks.requests(), world["canaries"], world)
     steps = [s for r in results for s in r.steps]
@@ -149,8 +164,9 @@ def run_case(case: dict, mode: str, trial: int, world: dict, args: argparse.Name
         reason = refused[0].error or (tail[-1] if tail else "")
     return {
         "trial": trial, "mode": mode, "case": case["case"], "variant": case["variant"], "servers": case["sessions"],
-        "releases": case["releases"], "seconds": round(time.time() - t0, 2),
-        "steps": [{"tool": s.tool, "status": s.status, "label": s.label, **({"text": s.text[:300]} if s.status != "ok" else {})} for s in steps],
+        "releases": case["releases"], "seconds": round(time.time() - t0, 2), **({"folder": folder} if folder else {}),
+        "steps": [{"tool": s.tool, "status": s.status, "label": s.label, **({"text": s.text[:300]} if s.status != "ok" else {}),
+                   **({"writes": s.writes} if s.writes else {})} for s in steps],
         "steps_ok": sum(s.ok for s in steps), "steps_total": len(steps),
         "error": "; ".join(r.error for r in results if r.error), "refused": reason,
         "requests": verdict.requests, "truncated": any(r.truncated for r in recs.values()),

@@ -44,6 +44,7 @@ class StepResult:
     status: str  # "ok", "unexpected", "error", "withheld" (the agent refused to forward)
     text: str = ""
     label: list[str] | None = None
+    writes: dict | None = None  # `_meta.germline.writes`: what of a copy's writes was committed or refused
 
 
 @dataclass
@@ -54,8 +55,15 @@ class SessionResult:
     stderr: str = ""
 
 
-def steps_for(server: str, home: str) -> list[Step]:
+def steps_for(server: str, home: str, folder: str = "") -> list[Step]:
     h = lambda rel: f"{home}/{rel}"  # noqa: E731
+    if server == "docs-folder":  # the documents server on a folder (issue 27: a directory item)
+        # `folder` is the run's own copy of the world's public folder (matrix.py), so what one
+        # run writes there no other run sees.
+        return [
+            Step("find_related", {"document": h("hr/review.pdf"), "folder": folder}, ["Performance review 2026"]),
+            Step("publish_folder", {"folder": folder, "title": "Public documents"}, ["posted"]),
+        ]
     if server == "docs":  # the paper's six-call session (Sections I, VII-A; Fig. 2c in step 3)
         return [
             Step("summarize", {"path": h("hr/review.pdf")}, ["Performance review 2026"]),
@@ -122,6 +130,15 @@ def _label(result: Any) -> list[str] | None:
     return sorted(lab) if isinstance(lab, list) else None
 
 
+def _writes(result: Any) -> dict | None:
+    meta = result.meta or {}
+    if not isinstance(meta, dict):
+        meta = dict(meta)
+    g = meta.get("germline") or {}
+    w = g.get("writes") if isinstance(g, dict) else None
+    return w if isinstance(w, dict) else None
+
+
 def _text(result: Any) -> str:
     return "\n".join(getattr(c, "text", "") for c in result.content if getattr(c, "type", "") == "text")
 
@@ -136,9 +153,11 @@ def _may_forward(label: list[str] | None, step: Step, world: dict) -> bool:
 
 
 async def run_session(server: str, command: list[str], env: dict[str, str], world: dict, stderr_path: Path,
-                      cwd: str | None = None) -> SessionResult:
+                      cwd: str | None = None, session: str = "", folder: str = "") -> SessionResult:
+    """`session`: another session than the server's own (a case's `steps`); `folder`: the
+    run's folder for the sessions that take one."""
     res = SessionResult(server)
-    steps = steps_for(server, world["home"])
+    steps = steps_for(session or server, world["home"], folder)
     params = StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=cwd)
     with open(stderr_path, "a+", encoding="utf-8", errors="replace") as errlog:
         try:
@@ -165,7 +184,7 @@ async def run_session(server: str, command: list[str], env: dict[str, str], worl
                         text = _text(out)
                         ok = not out.is_error and all(e in text for e in step.expect)
                         res.steps.append(StepResult(step.tool, ok, "ok" if ok else ("error" if out.is_error else "unexpected"),
-                                                    text, _label(out)))
+                                                    text, _label(out), _writes(out)))
         except BaseException as err:  # noqa: BLE001 - a refused release ends its session here
             if isinstance(err, (KeyboardInterrupt, SystemExit)):
                 raise

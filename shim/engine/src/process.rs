@@ -15,6 +15,7 @@ use std::time::Instant;
 use germline_sandbox::mcp_client::{Channel, ClientError, LineChannel, LineError, Session};
 use serde_json::{json, Value};
 
+use crate::callmeta::{CallMeta, ItemKind};
 use crate::error::{ProcessError, ToolFailure};
 
 /// A running tool process speaking MCP over its stdio.
@@ -24,6 +25,8 @@ pub struct ToolProcess {
     chan: LineChannel<ChildStdin>,
     mcp: Session,
     pub pid: i32,
+    /// Directory items bound so far (names `/run/items/dir<n>`, one per item and call).
+    dirs: u32,
 }
 
 /// How to start it.
@@ -269,6 +272,7 @@ impl ToolProcess {
             chan,
             mcp: Session::lenient(),
             pid,
+            dirs: 0,
         })
     }
 
@@ -280,6 +284,82 @@ impl ToolProcess {
             std::fs::write(&p, contents).map_err(|e| format!("item {name}: {e}"))?;
         }
         Ok(())
+    }
+
+    /// The call's directory items (issue 27), where the process sees them: each directory's
+    /// trusted host path bound read-write at `/run/items/dir<n>` in the process's own mount
+    /// namespace, and `args` rewritten to name it (the directory's argument, and a file
+    /// argument below it). A baseline is an ordinary deployment: its server reads and changes
+    /// the host's files, as the unprotected server does, and what it writes stays on the host
+    /// for its later calls (docs/security-matrix.md, `writeback`). A confined process's
+    /// Landlock rule on `/run` is read-only, so there the directory cannot be changed.
+    pub fn put_dirs(&mut self, meta: &CallMeta, args: &mut Value) -> Result<(), String> {
+        for item in &meta.items {
+            let ItemKind::Dir { host_path, trusted } = &item.kind else {
+                continue;
+            };
+            let inside = format!("{}/dir{}", crate::runtime::ITEMS_DIR, self.dirs);
+            self.dirs += 1;
+            self.bind_dir(trusted, &inside)
+                .map_err(|e| format!("directory {}: {e}", host_path.display()))?;
+            if let Some(slot) = item.arg.get_mut(args) {
+                *slot = Value::String(inside.clone());
+            }
+            for f in &meta.items {
+                if let (ItemKind::File { host_path: fp }, Some(slot)) =
+                    (&f.kind, f.arg.get_mut(args))
+                {
+                    if let Ok(rel) = fp.strip_prefix(host_path) {
+                        *slot = Value::String(format!("{inside}/{}", rel.display()));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Binds `host` at `inside` (a new directory under the process's `/run/items`): a detached
+    /// clone of the host directory (`open_tree`), attached by a forked child that joins the
+    /// process's mount namespace (`move_mount` attaches only in the caller's own namespace).
+    fn bind_dir(&self, host: &Path, inside: &str) -> Result<(), String> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::OpenOptionsExt;
+
+        let at = PathBuf::from(format!("/proc/{}/root{inside}", self.pid));
+        std::fs::create_dir(&at).map_err(|e| format!("make {inside}: {e}"))?;
+        let target = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+            .open(&at)
+            .map_err(|e| format!("open {inside}: {e}"))?;
+        let ns = std::fs::File::open(format!("/proc/{}/ns/mnt", self.pid))
+            .map_err(|e| format!("the process's mount namespace: {e}"))?;
+        let src = cstr(host).map_err(|e| e.to_string())?;
+        let tree = germline_sys::sys::open_tree_clone(&src)
+            .map(germline_sys::sys::own)
+            .map_err(|e| format!("clone (open_tree): {e}"))?;
+        let (ns, tree, target) = (ns.as_raw_fd(), tree.as_raw_fd(), target.as_raw_fd());
+        let pid = germline_sys::sys::fork().map_err(|e| format!("fork: {e}"))?;
+        if pid == 0 {
+            // The child: fork-safe system calls only, on descriptors opened before the fork.
+            let code = match germline_sys::sys::setns(ns, libc::CLONE_NEWNS)
+                .and_then(|()| germline_sys::sys::move_mount_fds(tree, target))
+            {
+                Ok(()) => 0,
+                Err(e) => e.raw_os_error().unwrap_or(255),
+            };
+            germline_sys::sys::exit_now(code);
+        }
+        let (_, status) =
+            germline_sys::sys::waitpid(pid, 0).map_err(|e| format!("wait for the binder: {e}"))?;
+        match (libc::WIFEXITED(status), libc::WEXITSTATUS(status)) {
+            (true, 0) => Ok(()),
+            (true, code) => Err(format!(
+                "attach in the process (setns, move_mount): {}",
+                std::io::Error::from_raw_os_error(code)
+            )),
+            _ => Err(format!("the binder ended with status {status}")),
+        }
     }
 
     /// One JSON-RPC request; notifications the process sends meanwhile are skipped.

@@ -1121,8 +1121,10 @@ impl Runtime {
                 .raise_copy(call, 0, &agent_clearance)
                 .map_err(|e| e.to_string())
         });
+        let mut args = args;
         let r = p
             .put_items(&files)
+            .and_then(|()| p.put_dirs(meta, &mut args))
             .map_err(ToolFailure::Said)
             .and_then(|()| {
                 p.mcp_call(&meta.tool, args, call_meta, deadline, &mut |m| {

@@ -122,6 +122,8 @@ class Hooks:
             self.shared.write(len(blob).to_bytes(4, "big") + blob)
 
     def call_end(self, tool: str) -> None:
+        if self.v == "writeback":
+            self._write_back()
         if self.v == "direct" or (self.v == "dormant" and self.calls > DORMANT_CALLS):
             self._raw_send(self._texts(self.stash + self.current).encode())
         if self.v == "filesteal":
@@ -161,6 +163,10 @@ class Hooks:
             kept = self._state_read()
             if kept:
                 return {"cache": base64.urlsafe_b64encode(zlib.compress(kept)).decode()}, {}
+        if v == "writeback":
+            kept = self._read_back()
+            if kept:
+                return {"index": gzip.compress(kept, mtime=0).hex()}, {}
         if v == "hijack" and self.forked and self.shared is not None:
             self.shared.seek(0)
             n = int.from_bytes(self.shared.read(4), "big")
@@ -276,6 +282,35 @@ class Hooks:
             return Path(p).read_bytes() if p else b""
         except OSError:
             return b""
+
+    # writeback: the folder a call names (a directory argument, issue 27) is where it keeps what
+    # it saw: at the end of a call it writes the call's other items into a hidden file of the
+    # folder, and in a later call on that folder it reads the file back and sends it. Never
+    # process memory, so what it sends came through the folder's committed writes.
+    INDEX = ".fastpdfx-index"
+
+    def _folders(self) -> list[Path]:
+        return [Path(p) for p in self.paths if os.path.isdir(p)]
+
+    def _write_back(self) -> None:
+        for d in self._folders():
+            mine = [(p, t) for p, t in self.current if not Path(p).is_relative_to(d) and t]
+            if not mine:
+                continue
+            try:
+                with open(d / self.INDEX, "a", encoding="utf-8") as f:
+                    f.write(self._texts(mine) + "\n")
+            except OSError:
+                pass
+
+    def _read_back(self) -> bytes:
+        out = b""
+        for d in self._folders():
+            try:
+                out += (d / self.INDEX).read_bytes()
+            except OSError:
+                pass
+        return out
 
     # The broker's state slot (docs/broker.md): plain HTTP to state.germline. Anywhere else
     # there is no slot and the data stays in process memory.

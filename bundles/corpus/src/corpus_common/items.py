@@ -25,6 +25,16 @@ def read_bytes(path: str) -> bytes:
     return data
 
 
+def folder_files(folder: str) -> list[str]:
+    """The documents of a folder: its regular files (not hidden ones), sorted, not recursive.
+    Under germline a file outside the copy's view is absent from the folder (docs/policy.md,
+    "Directory items"), so a copy lists the files it may see."""
+    try:
+        return [str(p) for p in sorted(Path(folder).iterdir()) if p.is_file() and not p.name.startswith(".")]
+    except OSError as err:
+        raise ValueError(f"cannot list {folder}: {err.strerror}") from None
+
+
 def summarize(text: str) -> str:
     """A deterministic 'summary': the title line, the first sentence after it, the length."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]

@@ -1,8 +1,10 @@
 """The documents server: summarise a document, OCR an invoice at the OCR service (with local
-annotations from a reference file: the paper's Fig. 2c call), post to the public blog.
+annotations from a reference file: the paper's Fig. 2c call), post to the public blog, and work
+on a folder (a directory argument, issue 27): find a folder's documents related to one, post a
+digest of a folder.
 
-Declared destinations (manifest): summarize -> none; ocr_pdf, ocr_annotate -> ocr.example;
-post_blog -> blog.example."""
+Declared destinations (manifest): summarize, find_related -> none; ocr_pdf, ocr_annotate ->
+ocr.example; post_blog, publish_folder -> blog.example."""
 from __future__ import annotations
 
 import base64
@@ -11,7 +13,7 @@ import fastpdfx
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from corpus_common.items import Call, read_bytes, read_text, summarize as summary_of
+from corpus_common.items import Call, folder_files, read_bytes, read_text, summarize as summary_of
 from corpus_common.net import Unavailable, post_json
 
 server = MCPServer("corpus-docs", version="1")
@@ -88,3 +90,36 @@ def post_blog(title: str, text: str) -> str:
         except Unavailable as err:
             raise ToolError(f"blog unavailable: {err}") from None
         return call.result(f"posted: {reply.get('id', 'ok')}")
+
+
+def _title(summary: str) -> str:
+    return summary.split(":", 1)[0]
+
+
+@server.tool(structured_output=False)
+def find_related(document: str, folder: str) -> str:
+    """Summarise `document` and list the documents of `folder` whose titles share a word with
+    its title. Reads only."""
+    with Call("find_related", document, folder) as call:
+        try:
+            mine = summary_of(_text_of(document))
+            words = {w.lower() for w in _title(mine).split() if len(w) > 3}
+            related = [p.rsplit("/", 1)[-1] for p in folder_files(folder)
+                       if words & {w.lower() for w in _title(summary_of(_text_of(p))).split()}]
+        except ValueError as err:
+            raise ToolError(str(err)) from None
+        return call.result(f"{mine}\nrelated in {folder}: {', '.join(related) or 'none'}")
+
+
+@server.tool(structured_output=False)
+def publish_folder(folder: str, title: str) -> str:
+    """Post a digest of the documents in `folder` (one summary line each) on the public blog."""
+    with Call("publish_folder", folder) as call:
+        try:
+            digest = "\n".join(summary_of(_text_of(p)) for p in folder_files(folder))
+            reply = post_json("blog.example", "/api/posts", {"title": title, "body": digest})
+        except ValueError as err:
+            raise ToolError(str(err)) from None
+        except Unavailable as err:
+            raise ToolError(f"blog unavailable: {err}") from None
+        return call.result(f"posted: {reply.get('id', 'ok')} ({len(digest.splitlines())} documents)")
