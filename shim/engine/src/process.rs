@@ -25,8 +25,11 @@ pub struct ToolProcess {
     chan: LineChannel<ChildStdin>,
     mcp: Session,
     pub pid: i32,
-    /// Directory items bound so far (names `/run/items/dir<n>`, one per item and call).
-    dirs: u32,
+    /// Directory items bound so far, by the host directory's (device, inode): where the
+    /// process sees each (`/run/items/dir<n>`). Bound once per process and reused by later
+    /// calls, as an unprotected server keeps seeing the same host directory: no mount per
+    /// call, and the mount table does not grow with the calls.
+    dirs: Vec<((u64, u64), String)>,
 }
 
 /// How to start it.
@@ -272,7 +275,7 @@ impl ToolProcess {
             chan,
             mcp: Session::lenient(),
             pid,
-            dirs: 0,
+            dirs: Vec::new(),
         })
     }
 
@@ -294,14 +297,30 @@ impl ToolProcess {
     /// for its later calls (docs/security-matrix.md, `writeback`). A confined process's
     /// Landlock rule on `/run` is read-only, so there the directory cannot be changed.
     pub fn put_dirs(&mut self, meta: &CallMeta, args: &mut Value) -> Result<(), String> {
+        use std::os::unix::fs::MetadataExt;
         for item in &meta.items {
             let ItemKind::Dir { host_path, trusted } = &item.kind else {
                 continue;
             };
-            let inside = format!("{}/dir{}", crate::runtime::ITEMS_DIR, self.dirs);
-            self.dirs += 1;
-            self.bind_dir(trusted, &inside)
+            // A declared workspace (`[workspaces]`) is no argument's value: the server reaches
+            // it by its own configured path, which a baseline's rootfs shows or does not, as
+            // before; the whole arguments must not be replaced by a path.
+            if item.arg.is_root() {
+                continue;
+            }
+            let id = std::fs::metadata(trusted)
+                .map(|m| (m.dev(), m.ino()))
                 .map_err(|e| format!("directory {}: {e}", host_path.display()))?;
+            let inside = match self.dirs.iter().find(|(d, _)| *d == id) {
+                Some((_, inside)) => inside.clone(),
+                None => {
+                    let inside = format!("{}/dir{}", crate::runtime::ITEMS_DIR, self.dirs.len());
+                    self.bind_dir(trusted, &inside)
+                        .map_err(|e| format!("directory {}: {e}", host_path.display()))?;
+                    self.dirs.push((id, inside.clone()));
+                    inside
+                }
+            };
             if let Some(slot) = item.arg.get_mut(args) {
                 *slot = Value::String(inside.clone());
             }

@@ -103,6 +103,11 @@ impl ArgPath {
         Some(cur)
     }
 
+    /// Whether this is the empty path (the arguments themselves; a declared item's).
+    pub fn is_root(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// The value at this path, mutably (see [`ArgPath::get`]).
     pub fn get_mut<'a>(&self, v: &'a mut Value) -> Option<&'a mut Value> {
         let mut cur = v;
