@@ -183,6 +183,16 @@ mod tests {
     use germline_policy::plan::{plan, PlanInput};
     use germline_policy::{ItemMeta, PlanMode};
 
+    /// The manifest refuses recipients named as Plan names workspaces: one prefix for both
+    /// (the release crate cannot see the policy crate's constant).
+    #[test]
+    fn manifests_refuse_the_names_plan_gives_workspaces() {
+        assert_eq!(
+            WORKSPACE_PREFIX,
+            germline_release::manifest::WORKSPACE_NAMES
+        );
+    }
+
     fn member(name: &str, tags: &[&str]) -> Member {
         Member {
             name: name.into(),

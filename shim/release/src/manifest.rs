@@ -191,6 +191,10 @@ pub struct Consumers {
     pub of_argument: Option<String>,
 }
 
+/// The prefix of the consumer names Plan gives the deployer's workspaces (`workspace:<dir>`,
+/// `germline_policy::workspace`): no manifest recipient may take one.
+pub const WORKSPACE_NAMES: &str = "workspace:";
+
 /// A consumer name: what a policy's `[consumers]` table can list (no control characters, at
 /// most 256 bytes, not empty).
 pub fn valid_consumer(name: &str) -> bool {
@@ -336,6 +340,15 @@ impl Manifest {
                         return Err(err(
                             &format!("{field}.names[{i}]"),
                             format!("expected a consumer name other than \"agent\" (1-256 bytes, no control characters), found {n:?}"),
+                        ));
+                    }
+                    // `workspace:<dir>` is the name Plan gives a deployer's workspace (policy
+                    // `[workspaces]`): writes are committed to it, never delivered, so a
+                    // recipient of that name would silently receive nothing.
+                    if n.starts_with(WORKSPACE_NAMES) {
+                        return Err(err(
+                            &format!("{field}.names[{i}]"),
+                            format!("expected a recipient, found {n:?}: names starting with {WORKSPACE_NAMES:?} are the deployer's workspaces (docs/policy.md \"Writes\"), which are written to, never delivered to"),
                         ));
                     }
                 }
@@ -595,6 +608,10 @@ mod tests {
             (
                 serde_json::json!({"names": ["agent"]}),
                 "tools.fetch.consumers.names[0]",
+            ),
+            (
+                serde_json::json!({"names": ["mail", "workspace:/srv/repo"]}),
+                "tools.fetch.consumers.names[1]",
             ),
         ] {
             let mut v = base();
