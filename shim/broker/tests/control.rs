@@ -16,6 +16,20 @@ use germline_policy::call::LabelRules;
 use germline_policy::plan::PlanMode;
 use germline_policy::Label;
 
+/// Serves the control socket `listener` for `broker` on a thread, a thread per connection, as
+/// `germline broker serve` does.
+fn serve(broker: &Arc<Broker>, listener: std::os::fd::OwnedFd) {
+    let b = broker.clone();
+    std::thread::spawn(move || {
+        while let Ok(fd) = nix::sys::socket::accept(std::os::fd::AsRawFd::as_raw_fd(&listener)) {
+            // SAFETY: accept returned a fresh descriptor owned by nobody else.
+            let conn = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+            let b = b.clone();
+            std::thread::spawn(move || control::connection(&b, conn));
+        }
+    });
+}
+
 #[test]
 fn a_call_through_the_control_socket() {
     if !require_root() {
@@ -38,15 +52,7 @@ fn a_call_through_the_control_socket() {
         .mode()
         & 0o777;
     assert_eq!(mode, 0o700, "the socket's directory is root-only");
-    let b = broker.clone();
-    std::thread::spawn(move || {
-        while let Ok(fd) = nix::sys::socket::accept(std::os::fd::AsRawFd::as_raw_fd(&listener)) {
-            // SAFETY: accept returned a fresh descriptor owned by nobody else.
-            let conn = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-            let b = b.clone();
-            std::thread::spawn(move || control::connection(&b, conn));
-        }
-    });
+    serve(&broker, listener);
 
     let c = BrokerClient::connect(&sock).expect("connect");
     assert!(c.ca_cert().expect("ca").contains("BEGIN CERTIFICATE"));
@@ -158,15 +164,7 @@ fn records_past_the_default_socket_buffer_come_back_and_past_the_limit_are_refus
         Arc::new(Broker::start(BrokerConfig::new(p, &dir.path().join("state"))).expect("broker"));
     let sock = dir.path().join("run/broker.sock");
     let listener = control::bind(&sock).expect("bind");
-    let b = broker.clone();
-    std::thread::spawn(move || {
-        while let Ok(fd) = nix::sys::socket::accept(std::os::fd::AsRawFd::as_raw_fd(&listener)) {
-            // SAFETY: accept returned a fresh descriptor owned by nobody else.
-            let conn = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-            let b = b.clone();
-            std::thread::spawn(move || control::connection(&b, conn));
-        }
-    });
+    serve(&broker, listener);
     let c = BrokerClient::connect(&sock).expect("connect");
     let one_call = |c: &BrokerClient| {
         let (call, _twin, _plan) = c
@@ -259,15 +257,7 @@ fn the_last_copy_and_its_call_end_in_one_round_trip() {
         Arc::new(Broker::start(BrokerConfig::new(p, &dir.path().join("state"))).expect("broker"));
     let sock = dir.path().join("run/broker.sock");
     let listener = control::bind(&sock).expect("bind");
-    let b = broker.clone();
-    std::thread::spawn(move || {
-        while let Ok(fd) = nix::sys::socket::accept(std::os::fd::AsRawFd::as_raw_fd(&listener)) {
-            // SAFETY: accept returned a fresh descriptor owned by nobody else.
-            let conn = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-            let b = b.clone();
-            std::thread::spawn(move || control::connection(&b, conn));
-        }
-    });
+    serve(&broker, listener);
     let c = BrokerClient::connect(&sock).expect("connect");
     let begin = || {
         c.begin_call(BeginCall {
