@@ -1283,7 +1283,12 @@ fn runtimes_of(pid: u32) -> Vec<(String, String, i64)> {
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .filter(|e| {
+            // A state file is `<pid>-<n>.json`; its writer's thread may have a `.tmp` beside
+            // it for a moment (written, then renamed over it), which is not a second runtime.
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with(&prefix) && name.ends_with(".json")
+        })
         .filter_map(|e| std::fs::read(e.path()).ok())
         .filter_map(|b| serde_json::from_slice::<Value>(&b).ok())
         .map(|r| {
