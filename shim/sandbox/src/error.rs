@@ -24,6 +24,10 @@ pub enum Error {
     CopyRefused(String),
     #[error("the copy passed its deadline and was killed with its descendants")]
     Deadline,
+    /// No copy was ready for the call by its deadline (a spawned copy still starting); the
+    /// call fails closed, nothing ran with its data.
+    #[error("no copy was ready by the call's deadline: {0}")]
+    NotReady(String),
     #[error("the copy exceeded its memory limit and was killed")]
     MemoryLimit,
     #[error("the copy crashed or closed its channel: {0}")]

@@ -120,6 +120,10 @@ pub struct PoolStatus {
     /// Times a call took a ready copy while a refill launch was in flight, which then waited
     /// frozen until no copy held data.
     pub refill_held: u64,
+    /// Refill launches that failed their start (handshake, warm calls) or their checks and
+    /// were dropped; each is also logged on stderr (`germline: spawn pool: a refill launch
+    /// failed ...`).
+    pub refill_failed: u64,
     /// Retired copies not reaped yet (frozen, or killed and exiting).
     pub dying: usize,
 }
@@ -409,6 +413,7 @@ pub struct SpawnPool {
     on_call_path: u64,
     from_refill_in_flight: u64,
     refill_held: u64,
+    refill_failed: u64,
 }
 
 impl SpawnPool {
@@ -464,6 +469,7 @@ impl SpawnPool {
             on_call_path: 0,
             from_refill_in_flight: 0,
             refill_held: 0,
+            refill_failed: 0,
         };
         // The release must start at all: a first copy, checked, kept in the pool.
         match pool.spawn(true) {
@@ -622,7 +628,7 @@ impl SpawnPool {
         self.reap_dying();
         let mut copy = match self.ready.pop_front() {
             Some(c) => c,
-            None => match self.take_in_flight() {
+            None => match self.take_in_flight(deadline)? {
                 Some(c) => c,
                 None => {
                     self.on_call_path += 1;
@@ -644,27 +650,61 @@ impl SpawnPool {
     }
 
     /// The refill's launch in flight, for a call that found no waiting copy: thawed and waited
-    /// for, if it announces the pool's capabilities and no copy holds data.
-    fn take_in_flight(&mut self) -> Option<Spawned> {
+    /// for, if it announces the pool's capabilities and no copy holds data; waited for until
+    /// the call's `deadline` at most (docs/sandbox.md, **A call takes**). Past it, the call
+    /// fails with [`Error::NotReady`] and the launch stays in flight, pooled at a next idle
+    /// step. A launch that failed its start or its checks is counted and logged
+    /// ([`PoolStatus::refill_failed`]), and the call spawns its own copy.
+    fn take_in_flight(&mut self, deadline: Instant) -> Result<Option<Spawned>> {
         if !self.live.is_empty() || self.pending.as_ref().is_none_or(|p| p.caps != self.caps) {
-            return None;
+            return Ok(None);
         }
-        let mut p = self.pending.take()?;
+        let (Some(p), Some(r)) = (self.pending.as_mut(), self.refiller.as_ref()) else {
+            return Ok(None);
+        };
         p.thaw();
-        let launched = match self.refiller.as_ref()?.wait(None) {
+        let launched = match r.wait(Some(deadline.saturating_duration_since(Instant::now()))) {
             Waited::Done(l) => *l,
-            Waited::Running => return None,
+            Waited::Running => {
+                // Still thawed: no copy holds data, since this call's take failed.
+                return Err(Error::NotReady(format!(
+                    "the pool's refill launch in flight (started {} ms ago) had not finished \
+                     its start by the call's deadline; it stays in flight and joins the pool",
+                    p.started.elapsed().as_millis()
+                )));
+            }
             Waited::Gone => {
                 self.refiller_gone = true;
-                return None;
+                self.pending = None;
+                return Ok(None);
             }
         };
-        let c = self.admit(launched, p.spawn_time()).ok()?;
+        let Some(p) = self.pending.take() else {
+            return Ok(None);
+        };
+        let c = match self.admit(launched, p.spawn_time()) {
+            Ok(c) => c,
+            Err(e) => {
+                self.launch_failed(&e, "a call spawns its own copy");
+                return Ok(None);
+            }
+        };
         self.depth.spawned(c.spawn_time, c.dirty_memory());
         self.refilled += 1;
         self.refill_time += c.spawn_time;
         self.from_refill_in_flight += 1;
-        Some(c)
+        Ok(Some(c))
+    }
+
+    /// A refill launch that failed its start or its checks, dropped (killed): counted in
+    /// [`PoolStatus::refill_failed`] and logged, so that an operator sees it (its copies are
+    /// then spawned on calls' paths, which is slower, not wrong).
+    fn launch_failed(&mut self, e: &Error, then: &str) {
+        self.refill_failed += 1;
+        eprintln!(
+            "germline: spawn pool: a refill launch failed and was dropped ({} so far): {e}; {then}",
+            self.refill_failed
+        );
     }
 
     /// A copy that made no handshake, for the agent's own `initialize`.
@@ -803,7 +843,13 @@ impl SpawnPool {
             drop(launched);
             return Ok(true);
         }
-        let c = self.admit(launched, p.spawn_time())?;
+        let c = match self.admit(launched, p.spawn_time()) {
+            Ok(c) => c,
+            Err(e) => {
+                self.launch_failed(&e, "the next idle step launches another");
+                return Err(e);
+            }
+        };
         let held: u64 = self.ready.iter().filter_map(Spawned::dirty_memory).sum();
         self.pool_refilled(c, held)?;
         Ok(true)
@@ -862,6 +908,7 @@ impl SpawnPool {
             on_call_path: self.on_call_path,
             from_refill_in_flight: self.from_refill_in_flight,
             refill_held: self.refill_held,
+            refill_failed: self.refill_failed,
             dying: self.dying.len(),
         }
     }
