@@ -6,9 +6,11 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use germline_engine::fileitem;
+use germline_policy::plan::Member;
 use germline_policy::plan::{plan, ForkRule, ItemMeta, PlanInput, PlanMode};
 use germline_policy::policy::Source;
-use germline_policy::{CallSpec, Plan, Policy};
+use germline_policy::workspace::WorkspaceFor;
+use germline_policy::{CallSpec, Label, Plan, Policy};
 use serde_json::json;
 
 type Error = Box<dyn std::error::Error>;
@@ -74,6 +76,13 @@ pub fn run_plan(args: &PlanArgs) -> Result<(), Error> {
     let call = CallSpec::load(&args.call)?;
     let mut resolved = call.resolve(&policy, &args.call)?;
     relabel_files(&policy, &call, &mut resolved.items, &args.call);
+    // The release's declared workspaces are consumers Plan places, as at run time.
+    let workspaces = declared_members(&policy, call.release.as_deref(), &resolved.consumers);
+    for (_, m) in &workspaces {
+        if !resolved.consumers.iter().any(|c| c.name == m.name) {
+            resolved.consumers.push(m.clone());
+        }
+    }
     let mode = match args.mode {
         Mode::Split => PlanMode::Split,
         Mode::Nosplit => PlanMode::NoSplit,
@@ -93,10 +102,15 @@ pub fn run_plan(args: &PlanArgs) -> Result<(), Error> {
             "destinations": resolved.hosts,
             "consumers": resolved.consumers,
             "plan": p,
+            "workspaces": workspaces_json(&workspaces, &p),
         });
         outln!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        outp!("{}", render(&call, &resolved.items, &p));
+        outp!(
+            "{}{}",
+            render(&call, &resolved.items, &p),
+            render_workspaces(&workspaces, &p)
+        );
     }
     Ok(())
 }
@@ -198,6 +212,11 @@ pub fn run_policy(args: &PolicyArgs) -> Result<(), Error> {
                 crate::output::print_json(&json!({
                     "file": file, "ok": true, "labels": p.tags(), "rules": rules,
                     "default_item_label": p.default_item_label().to_string(),
+                    "workspaces": p.declared_workspaces().map(|(release, w)| {
+                        let (whom, clearance) = owner(&p, &w.owner);
+                        json!({"release": release, "path": w.path, "consumer": w.consumer_name(),
+                               "for": whom, "clearance": clearance})
+                    }).collect::<Vec<_>>(),
                     "dampening": {"half_life": d.half_life, "unverified_weight": d.unverified_weight,
                         "verified_weight": d.verified_weight, "suppress_at": d.suppress_at,
                         "reuse_below": d.reuse_below, "threshold_rate": d.threshold_rate()},
@@ -217,6 +236,15 @@ pub fn run_policy(args: &PolicyArgs) -> Result<(), Error> {
                 outln!("  {kind} {pattern} -> {label}");
             }
             outln!("  unlabelled items get {}", p.default_item_label());
+            for (release, w) in p.declared_workspaces() {
+                let (whom, clearance) = owner(&p, &w.owner);
+                outln!(
+                    "  workspace of {release}: {} -> writes for {whom} (clearance {clearance}), \
+                     consumer {}",
+                    w.path.display(),
+                    w.consumer_name()
+                );
+            }
             let d = p.dampening();
             outln!(
                 "  dampening: h={} w={} verified={} S={} R={} (p* = {:.1}%)",
@@ -230,4 +258,87 @@ pub fn run_policy(args: &PolicyArgs) -> Result<(), Error> {
             Ok(())
         }
     }
+}
+
+/// The declared workspaces (`[workspaces]`, docs/policy.md "Writes") of the call's release
+/// (its name, without `@version`), each as the consumer Plan places (`workspace:<path>`, with
+/// the clearance its entry gives, the agent's by default) and whom its writes are for.
+fn declared_members(
+    policy: &Policy,
+    release: Option<&str>,
+    consumers: &[Member],
+) -> Vec<(String, Member)> {
+    let Some(release) = release else {
+        return Vec::new();
+    };
+    let name = release.split('@').next().unwrap_or(release);
+    let agent = consumers
+        .iter()
+        .find(|c| c.name == "agent")
+        .map(|c| c.clearance.clone())
+        .unwrap_or_else(|| policy.consumer_clearance("agent"));
+    policy
+        .workspaces(name)
+        .iter()
+        .map(|w| {
+            (
+                owner(policy, &w.owner).0,
+                policy.workspace_member(name, &w.path, &agent),
+            )
+        })
+        .collect()
+}
+
+/// Whom a declared workspace's writes are for, and the clearance its entry gives (for the
+/// agent's: the agent's clearance as `[consumers]` gives it).
+fn owner(policy: &Policy, w: &WorkspaceFor) -> (String, Label) {
+    match w {
+        WorkspaceFor::Agent => ("the agent".into(), policy.consumer_clearance("agent")),
+        WorkspaceFor::Consumer(c) => (format!("consumer {c}"), policy.consumer_clearance(c)),
+        WorkspaceFor::Clearance(l) => ("its own clearance".into(), l.clone()),
+    }
+}
+
+/// The 1-based group of `p` that holds the consumer `name`.
+fn group_of(p: &Plan, name: &str) -> Option<usize> {
+    p.groups
+        .iter()
+        .position(|g| g.consumers.iter().any(|c| c == name))
+        .map(|i| i + 1)
+}
+
+fn workspaces_json(ws: &[(String, Member)], p: &Plan) -> serde_json::Value {
+    ws.iter()
+        .map(|(whom, m)| {
+            json!({"consumer": m.name, "for": whom, "clearance": m.clearance,
+                   "group": group_of(p, &m.name)})
+        })
+        .collect()
+}
+
+fn render_workspaces(ws: &[(String, Member)], p: &Plan) -> String {
+    let mut s = String::new();
+    if ws.is_empty() {
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "Declared workspaces (writes committed from the copy of the group that holds each):"
+    );
+    for (whom, m) in ws {
+        let group = group_of(p, &m.name)
+            .map(|g| format!("group {g}"))
+            .unwrap_or_else(|| "no group".into());
+        let _ = writeln!(
+            s,
+            "  {}: for {whom} (clearance {}), held by {group}",
+            m.name, m.clearance
+        );
+    }
+    let _ = writeln!(
+        s,
+        "  (at run time each declared directory's files are items too, labelled by the rules; \
+         this plan has the call's items only)"
+    );
+    s
 }

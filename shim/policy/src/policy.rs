@@ -947,6 +947,16 @@ impl Policy {
         self.workspaces.get(release).map_or(&[], Vec::as_slice)
     }
 
+    /// Every declared workspace (`[workspaces]`), with its release's name, in the releases'
+    /// order (for `germline policy check`).
+    pub fn declared_workspaces(
+        &self,
+    ) -> impl Iterator<Item = (&str, &crate::workspace::Workspace)> {
+        self.workspaces
+            .iter()
+            .flat_map(|(r, ws)| ws.iter().map(move |w| (r.as_str(), w)))
+    }
+
     /// The consumer a copy's writes into the directory `dir` (a trusted host path) are for,
     /// as Plan takes it: the release's declared workspace covering `dir`
     /// (`workspace:<declared path>`, with the clearance its entry gives), else the agent's
