@@ -115,12 +115,11 @@ impl GermlineHub {
         let guard = DirGuard::new(ca_dir.clone());
         let trust = copy_trust(release, broker, None, &ca_dir)?;
         let proxy = broker.client.copy_proxy().map_err(StartError::CopyProxy)?;
-        let mut spec = launch_spec(release, &trust, proxy)?;
-        // Writes into directory items are committed by a runtime with a germline of its own
-        // (`germline run`, or `serve --share-germlines off`) only: a shared germline's copies
-        // get them read-only, so a tool's write fails where it is made instead of
-        // succeeding and being dropped after the call (docs/servers.md, "Writes").
-        spec.writable_trees = false;
+        // Its copies write into their own layers of directory items (`writable_trees`, as
+        // `launch_spec` gives every germline): each session's runtime reads back the layer of
+        // the copy whose group holds the workspace and commits it, as `germline run` does
+        // (docs/policy.md "Writes", "Under `germline serve`").
+        let spec = launch_spec(release, &trust, proxy)?;
         let id = germline_sys::paths::run_germline_id(std::process::id(), n, opts.mode);
         let mut gopts = Options::new(&id);
         gopts.pool = opts.pool;
@@ -452,6 +451,12 @@ impl SourcedCopy for HubCopy {
     fn set_cancel(&mut self, cancel: Option<Arc<crate::relay::Cancel>>) {
         if let Some(c) = &mut self.0 {
             SourcedCopy::set_cancel(c, cancel)
+        }
+    }
+    fn tree_layer(&self, dir: &str) -> SandboxResult<Option<germline_sandbox::TreeLayer>> {
+        match &self.0 {
+            Some(c) => c.tree_layer(dir),
+            None => Ok(None),
         }
     }
 }

@@ -498,7 +498,7 @@ impl Runtime {
         });
         // The parts that differ: a shared germline (`germline serve`) has no germline, CA
         // directory or proxy of this runtime's own; everything else is the session's.
-        let writes_journal = (hub.is_none() && matches!(mode, Mode::Germline | Mode::Nosplit))
+        let writes_journal = matches!(mode, Mode::Germline | Mode::Nosplit)
             .then(|| crate::writes::journal_dir(broker.state_dir()));
         if let Some(j) = &writes_journal {
             // A commit killed midway is completed (its journal is complete) or undone.
