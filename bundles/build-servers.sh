@@ -39,7 +39,7 @@ for name in "${names[@]}"; do
     tools=()
     [ -f "$src/host-tools" ] && mapfile -t tools < <(grep -v '^\s*\(#\|$\)' "$src/host-tools")
     stamp="$( (cat "$manifest" "$here/build-servers.sh" "$here/lib.sh"; cat "$src/host-tools" 2>/dev/null || true
-        cat "$src/rootfs-hook" 2>/dev/null || true
+        cat "$src/rootfs-hook" "$src/germline-owned" 2>/dev/null || true
         for t in "${tools[@]}"; do sha256sum "$t"; done) | sha256sum | cut -c1-16)"
     dest="$out/$name${GERMLINE_SERVERS_SUFFIX:-}"
     if [ -f "$dest/stamp" ] && [ "$(cat "$dest/stamp")" = "$stamp" ] && [ -d "$dest/image" ]; then
@@ -74,6 +74,17 @@ for name in "${names[@]}"; do
     "$germline" release pack --json --manifest "$manifest" --rootfs "$rootfs" --key "$out/keys/cosign.key" \
         --out "$dest/bundle" --image "$dest/image" > "$dest/pack.json"
     "$germline" release verify --json --key "$out/keys/cosign.pub" "$dest/image" > "$dest/verify.json"
+    # Paths of the rootfs the germline's root owns (host id 2100000, HOST_ID in
+    # shim/sandbox/src/germline.rs), as a directory item is in a copy: git refuses a repository
+    # another user owns ("dubious ownership"), and the warm calls' repository is read there.
+    # Ownership is not part of the signed digest (packing copies as the packer, images carry uid
+    # 0), so this comes after the pack; a release run from its image keeps uid 0 and its warm
+    # calls answer an error, which the warming skips: the copies then start unwarmed.
+    if [ -f "$src/germline-owned" ]; then
+        grep -v '^\s*\(#\|$\)' "$src/germline-owned" | while read -r p; do
+            chown -R 2100000:2100000 "$dest/bundle/rootfs$p"
+        done
+    fi
     echo "$stamp" > "$dest/stamp"
     rm -rf "$work"; trap - EXIT
     # Share the Python runtime's files with an example's rootfs, as bundles/build.sh does (the
