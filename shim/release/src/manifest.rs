@@ -639,7 +639,9 @@ mod tests {
         v["initialisation"]["warm_calls"][0]["in_pool"] = serde_json::json!(true);
         let m = parse(&v).expect("valid");
         assert!(m.initialisation.warm_calls[0].in_pool);
-        assert!(String::from_utf8_lossy(&m.to_bytes().expect("bytes")).contains("\"in_pool\":true"));
+        assert!(
+            String::from_utf8_lossy(&m.to_bytes().expect("bytes")).contains("\"in_pool\": true")
+        );
         // Absent stays absent in the canonical bytes (older manifests keep their digest).
         let plain = parse(&base()).expect("valid");
         assert!(!String::from_utf8_lossy(&plain.to_bytes().expect("bytes")).contains("warm_calls"));
