@@ -6,7 +6,10 @@
 # runtime is (bundles/lib.sh). Writes bundles/out/<name>/{bundle,image}, signed with the
 # examples' test key (bundles/out/keys). Kept apart from bundles/build.sh so its releases and
 # stamps stay as they are; both become users of `germline release pack --from pypi:` (issue 27).
+# bundles/servers/<name>/rootfs-hook, if present, runs with the rootfs as its argument after the
+# host tools are in (mcp-server-git's makes the public repository its warm calls read).
 #   usage: bundles/build-servers.sh [name...]     (default: every bundles/servers/*/manifest.json)
+# GERMLINE_SERVERS_SUFFIX=S writes bundles/out/<name>S instead (a trial build beside the release).
 # Idempotent: skips a release already built from the same inputs.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -36,8 +39,9 @@ for name in "${names[@]}"; do
     tools=()
     [ -f "$src/host-tools" ] && mapfile -t tools < <(grep -v '^\s*\(#\|$\)' "$src/host-tools")
     stamp="$( (cat "$manifest" "$here/build-servers.sh" "$here/lib.sh"; cat "$src/host-tools" 2>/dev/null || true
+        cat "$src/rootfs-hook" "$src/germline-owned" 2>/dev/null || true
         for t in "${tools[@]}"; do sha256sum "$t"; done) | sha256sum | cut -c1-16)"
-    dest="$out/$name"
+    dest="$out/$name${GERMLINE_SERVERS_SUFFIX:-}"
     if [ -f "$dest/stamp" ] && [ "$(cat "$dest/stamp")" = "$stamp" ] && [ -d "$dest/image" ]; then
         echo "servers: $name $version already built"
         continue
@@ -60,6 +64,7 @@ for name in "${names[@]}"; do
         cp -L "$t" "$rootfs$t"
         copy_with_libs "$rootfs" "$t"
     done
+    if [ -f "$src/rootfs-hook" ]; then bash "$src/rootfs-hook" "$rootfs"; fi
     module="$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["initialisation"]["imports"][0])' "$manifest")"
     if [ "$(id -u)" = 0 ]; then  # smoke test: the rootfs's own Python imports the server
         # (GitPython runs `git version` at import, and git needs a /dev/null this chroot lacks:
@@ -69,6 +74,19 @@ for name in "${names[@]}"; do
     "$germline" release pack --json --manifest "$manifest" --rootfs "$rootfs" --key "$out/keys/cosign.key" \
         --out "$dest/bundle" --image "$dest/image" > "$dest/pack.json"
     "$germline" release verify --json --key "$out/keys/cosign.pub" "$dest/image" > "$dest/verify.json"
+    # Paths of the rootfs the germline's root owns (host id 2100000, HOST_ID in
+    # shim/sandbox/src/germline.rs), as a directory item is in a copy: git refuses a repository
+    # another user owns ("dubious ownership"), and the warm calls' repository is read there.
+    # Ownership is not part of the signed digest (packing copies as the packer, images carry uid
+    # 0), so this comes after the pack; a release run from its image keeps uid 0 and its warm
+    # calls answer an error, which the warming skips: the copies then start unwarmed.
+    if [ -f "$src/germline-owned" ] && [ "$(id -u)" != 0 ]; then
+        echo "servers: $name: not root, $src/germline-owned left to uid 0 (its warm calls will fail)" >&2
+    elif [ -f "$src/germline-owned" ]; then
+        grep -v '^\s*\(#\|$\)' "$src/germline-owned" | while read -r p; do
+            chown -R 2100000:2100000 "$dest/bundle/rootfs$p"
+        done
+    fi
     echo "$stamp" > "$dest/stamp"
     rm -rf "$work"; trap - EXIT
     # Share the Python runtime's files with an example's rootfs, as bundles/build.sh does (the

@@ -308,7 +308,7 @@ pub fn launch_spec(
             .initialisation
             .warm_calls
             .iter()
-            .map(|w| serde_json::json!({"tool": w.tool, "arguments": w.arguments}))
+            .map(|w| serde_json::json!({"tool": w.tool, "arguments": w.arguments, "in_pool": w.in_pool}))
             .collect(),
         limits: Limits::default(),
         // The deployment CA, over the rootfs's CA bundles (the signed rootfs is not changed).

@@ -139,6 +139,12 @@ pub struct WarmCall {
     /// Its arguments (a JSON object).
     #[serde(default = "empty_object")]
     pub arguments: serde_json::Value,
+    /// Run it again in each forked pool copy while the copy waits for its call, off the call's
+    /// path, so the pages it touches are the copy's own before the call (copy-on-write). The
+    /// publisher's claim: running it again changes no answer a later call gives (a read of the
+    /// public repository, not a counter). Absent: false, and the canonical bytes omit it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_pool: bool,
 }
 
 fn empty_object() -> serde_json::Value {
@@ -628,6 +634,14 @@ mod tests {
             serde_json::json!([{"tool": "fetch", "arguments": {"url": "http://example.com/"}}]);
         let m = parse(&v).expect("valid");
         assert_eq!(m.initialisation.warm_calls[0].tool, "fetch");
+        assert!(!m.initialisation.warm_calls[0].in_pool);
+        assert!(!String::from_utf8_lossy(&m.to_bytes().expect("bytes")).contains("in_pool"));
+        v["initialisation"]["warm_calls"][0]["in_pool"] = serde_json::json!(true);
+        let m = parse(&v).expect("valid");
+        assert!(m.initialisation.warm_calls[0].in_pool);
+        assert!(
+            String::from_utf8_lossy(&m.to_bytes().expect("bytes")).contains("\"in_pool\": true")
+        );
         // Absent stays absent in the canonical bytes (older manifests keep their digest).
         let plain = parse(&base()).expect("valid");
         assert!(!String::from_utf8_lossy(&plain.to_bytes().expect("bytes")).contains("warm_calls"));

@@ -60,6 +60,19 @@ fn warm_calls_run_once_in_the_germline_and_pool_copies_answer_like_fresh_ones() 
         (vec![], 0, "1"),
         (vec![json!({"tool": "count", "arguments": {}})], 0, "2"),
         (vec![json!({"tool": "count", "arguments": {}})], 1, "2"),
+        // Marked `in_pool`: a pool copy runs it again while it waits (a counter is exactly what
+        // a publisher must not mark; here it shows that the rerun happens, and only in pool
+        // copies).
+        (
+            vec![json!({"tool": "count", "arguments": {}, "in_pool": true})],
+            0,
+            "2",
+        ),
+        (
+            vec![json!({"tool": "count", "arguments": {}, "in_pool": true})],
+            1,
+            "3",
+        ),
     ] {
         let mut spec = common::test_release("plain");
         spec.warm = true;

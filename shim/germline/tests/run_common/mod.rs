@@ -42,6 +42,13 @@ pub fn agent_python() -> PathBuf {
 }
 
 pub fn bundle(name: &str) -> PathBuf {
+    // GERMLINE_GIT_RELEASE: a trial build of mcp-server-git beside the one setup builds
+    // (`GERMLINE_SERVERS_SUFFIX=-warm bundles/build-servers.sh mcp-server-git`), for every
+    // test of that release at once.
+    let name = match std::env::var("GERMLINE_GIT_RELEASE") {
+        Ok(other) if name == "mcp-server-git" && !other.is_empty() => other,
+        _ => name.to_string(),
+    };
     root().join("bundles/out").join(name).join("bundle")
 }
 

@@ -436,9 +436,10 @@ def copy_main(sock_fd, cmd):
         _PENDING[0] = _PENDING[0].partition(b"\n")[2]
         # A checked pool copy, holding no data: the synthetic session once more while it waits
         # for its call, so the pages it touches are copied now (copy-on-write), off the call's
-        # path. Without the manifest's warm calls: a pool copy must answer a call as a freshly
-        # forked one would (probe re-runs compare them), and those may change tool state.
-        warm()
+        # path. Only the warm calls the publisher marked `in_pool` (running them again changes no
+        # later answer): a pool copy must answer a call as a freshly forked one would (probe
+        # re-runs compare them), and the others may change tool state.
+        warm([c for c in (CONFIG.get("warm_calls") or ()) if c.get("in_pool") is True])
         twin_index()  # the session may have imported modules that bound a clock
     import anyio
 
