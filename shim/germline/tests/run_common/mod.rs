@@ -306,6 +306,21 @@ pub fn wait_gone(pid: i32) -> bool {
     false
 }
 
+/// True once `done` holds, asked every 50 ms for up to 30 s: for what a process finishes on
+/// its own after the answer a test waited for (a state file's thread, a session's teardown).
+pub fn eventually(mut done: impl FnMut() -> bool) -> bool {
+    let t0 = std::time::Instant::now();
+    loop {
+        if done() {
+            return true;
+        }
+        if t0.elapsed() > Duration::from_secs(30) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// An agent session read as it goes (for tests that act between its steps).
 pub struct AgentRun {
     child: Child,
