@@ -21,11 +21,7 @@ const LATE: Duration = Duration::from_millis(400);
 fn fig2c_concurrent() -> (World, Sink, u64) {
     let dir = tempfile::tempdir().expect("tempdir");
     let sink = Sink::ok();
-    let p = policy(
-        dir.path(),
-        &[("ocr.example", &["finance"], Some(sink.addr))],
-        "",
-    );
+    let p = ocr_policy(dir.path(), &sink);
     let w = broker(dir, p, |_| {});
     let items = [item("invoice", &["finance"]), item("salary", &["hr"])];
     let hosts = [m("ocr.example", &["finance"])];

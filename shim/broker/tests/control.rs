@@ -6,6 +6,7 @@ mod common;
 use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,8 +14,8 @@ use common::*;
 use germline_broker::control::{self, BeginCall, BrokerClient};
 use germline_broker::{Broker, BrokerConfig};
 use germline_policy::call::LabelRules;
-use germline_policy::plan::PlanMode;
-use germline_policy::Label;
+use germline_policy::plan::{ItemMeta, PlanMode};
+use germline_policy::{Label, Policy};
 
 /// Serves the control socket `listener` for `broker` on a thread, a thread per connection, as
 /// `germline broker serve` does.
@@ -30,47 +31,37 @@ fn serve(broker: &Arc<Broker>, listener: std::os::fd::OwnedFd) {
     });
 }
 
-#[test]
-fn a_call_through_the_control_socket() {
-    if !require_root() {
-        return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let sink = Sink::ok();
-    let p = policy(
-        dir.path(),
-        &[("ocr.example", &["finance"], Some(sink.addr))],
-        "",
-    );
-    let broker =
-        Arc::new(Broker::start(BrokerConfig::new(p, &dir.path().join("state"))).expect("broker"));
-    let sock = dir.path().join("run/broker.sock");
+/// A broker for `p` (its state under `dir`) serving its control socket `dir/run/broker.sock`,
+/// and a client connected to that socket.
+fn control_broker(dir: &Path, p: Arc<Policy>) -> (PathBuf, BrokerClient) {
+    let broker = Arc::new(Broker::start(BrokerConfig::new(p, &dir.join("state"))).expect("broker"));
+    let sock = dir.join("run/broker.sock");
     let listener = control::bind(&sock).expect("bind");
-    let mode = std::fs::metadata(dir.path().join("run"))
-        .expect("dir")
-        .permissions()
-        .mode()
-        & 0o777;
-    assert_eq!(mode, 0o700, "the socket's directory is root-only");
     serve(&broker, listener);
-
     let c = BrokerClient::connect(&sock).expect("connect");
-    assert!(c.ca_cert().expect("ca").contains("BEGIN CERTIFICATE"));
-    let (call, _twin, plan) = c
-        .begin_call(BeginCall {
-            release: "sha256:r".into(),
-            user: String::new(),
-            items: vec![item("invoice", &["finance"]), item("salary", &["hr"])],
-            hosts: vec![m("ocr.example", &["finance"])],
-            consumers: vec![m("agent", &["finance", "hr"])],
-            mode: PlanMode::Split,
-            rules: LabelRules::default(),
-            open: false,
-            replay: None,
-            concurrent: false,
-        })
-        .expect("begin");
-    assert_eq!(plan.groups.len(), 2);
+    (sock, c)
+}
+
+/// The control request that begins a call on `items` with ocr.example (finance) as its one
+/// host and the agent cleared for `agent`.
+fn ocr_call(items: Vec<ItemMeta>, agent: &[&str]) -> BeginCall {
+    BeginCall {
+        release: "sha256:r".into(),
+        user: String::new(),
+        items,
+        hosts: vec![m("ocr.example", &["finance"])],
+        consumers: vec![m("agent", agent)],
+        mode: PlanMode::Split,
+        rules: LabelRules::default(),
+        open: false,
+        replay: None,
+        concurrent: false,
+    }
+}
+
+/// Starts copy 0 of `call` in a fresh network namespace and posts the invoice to ocr.example
+/// through the broker's endpoint there; the answer must be 200.
+fn post_invoice(c: &BrokerClient, call: u64) {
     let ns = TestNetns::new();
     let proxy = c
         .start_copy(
@@ -85,6 +76,33 @@ fn a_call_through_the_control_socket() {
         http(addr, "POST", "http://ocr.example/ocr", &[], b"invoice").expect("request")
     });
     assert_eq!(r.status, 200);
+}
+
+#[test]
+fn a_call_through_the_control_socket() {
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sink = Sink::ok();
+    let p = ocr_policy(dir.path(), &sink);
+    let (sock, c) = control_broker(dir.path(), p);
+    let mode = std::fs::metadata(dir.path().join("run"))
+        .expect("dir")
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o700, "the socket's directory is root-only");
+
+    assert!(c.ca_cert().expect("ca").contains("BEGIN CERTIFICATE"));
+    let (call, _twin, plan) = c
+        .begin_call(ocr_call(
+            vec![item("invoice", &["finance"]), item("salary", &["hr"])],
+            &["finance", "hr"],
+        ))
+        .expect("begin");
+    assert_eq!(plan.groups.len(), 2);
+    post_invoice(&c, call);
     let (out, _) = c.end_copy(call, 0).expect("end copy");
     assert_eq!(out.label, Label::of(["finance"]));
     // A copy's namespace is required, and a malformed request is answered without closing.
@@ -155,46 +173,13 @@ fn records_past_the_default_socket_buffer_come_back_and_past_the_limit_are_refus
         let n = sz.load(std::sync::atomic::Ordering::Relaxed);
         (200, vec![], vec![b'r'; n])
     }));
-    let p = policy(
-        dir.path(),
-        &[("ocr.example", &["finance"], Some(sink.addr))],
-        "",
-    );
-    let broker =
-        Arc::new(Broker::start(BrokerConfig::new(p, &dir.path().join("state"))).expect("broker"));
-    let sock = dir.path().join("run/broker.sock");
-    let listener = control::bind(&sock).expect("bind");
-    serve(&broker, listener);
-    let c = BrokerClient::connect(&sock).expect("connect");
+    let p = ocr_policy(dir.path(), &sink);
+    let (_sock, c) = control_broker(dir.path(), p);
     let one_call = |c: &BrokerClient| {
         let (call, _twin, _plan) = c
-            .begin_call(BeginCall {
-                release: "sha256:r".into(),
-                user: String::new(),
-                items: vec![item("invoice", &["finance"])],
-                hosts: vec![m("ocr.example", &["finance"])],
-                consumers: vec![m("agent", &["finance"])],
-                mode: PlanMode::Split,
-                rules: LabelRules::default(),
-                open: false,
-                replay: None,
-                concurrent: false,
-            })
+            .begin_call(ocr_call(vec![item("invoice", &["finance"])], &["finance"]))
             .expect("begin");
-        let ns = TestNetns::new();
-        let proxy = c
-            .start_copy(
-                call,
-                0,
-                ns.fd.as_fd(),
-                Instant::now() + Duration::from_secs(10),
-            )
-            .expect("start");
-        let addr = proxy.parse().expect("addr");
-        let r = ns.run(move || {
-            http(addr, "POST", "http://ocr.example/ocr", &[], b"invoice").expect("request")
-        });
-        assert_eq!(r.status, 200);
+        post_invoice(c, call);
         c.end_copy(call, 0).expect("end copy");
         c.end_call(call)
     };
@@ -248,48 +233,15 @@ fn the_last_copy_and_its_call_end_in_one_round_trip() {
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let sink = Sink::ok();
-    let p = policy(
-        dir.path(),
-        &[("ocr.example", &["finance"], Some(sink.addr))],
-        "",
-    );
-    let broker =
-        Arc::new(Broker::start(BrokerConfig::new(p, &dir.path().join("state"))).expect("broker"));
-    let sock = dir.path().join("run/broker.sock");
-    let listener = control::bind(&sock).expect("bind");
-    serve(&broker, listener);
-    let c = BrokerClient::connect(&sock).expect("connect");
+    let p = ocr_policy(dir.path(), &sink);
+    let (_sock, c) = control_broker(dir.path(), p);
     let begin = || {
-        c.begin_call(BeginCall {
-            release: "sha256:r".into(),
-            user: String::new(),
-            items: vec![item("invoice", &["finance"])],
-            hosts: vec![m("ocr.example", &["finance"])],
-            consumers: vec![m("agent", &["finance"])],
-            mode: PlanMode::Split,
-            rules: LabelRules::default(),
-            open: false,
-            replay: None,
-            concurrent: false,
-        })
-        .expect("begin")
+        c.begin_call(ocr_call(vec![item("invoice", &["finance"])], &["finance"]))
+            .expect("begin")
     };
     let (call, _twin, plan) = begin();
     assert_eq!(plan.groups.len(), 1);
-    let ns = TestNetns::new();
-    let proxy = c
-        .start_copy(
-            call,
-            0,
-            ns.fd.as_fd(),
-            Instant::now() + Duration::from_secs(10),
-        )
-        .expect("start");
-    let addr = proxy.parse().expect("addr");
-    let r = ns.run(move || {
-        http(addr, "POST", "http://ocr.example/ocr", &[], b"invoice").expect("request")
-    });
-    assert_eq!(r.status, 200);
+    post_invoice(&c, call);
     let (out, requests, rec) = c.end_last_copy(call, 0).expect("end last copy");
     assert_eq!(out.label, Label::of(["finance"]));
     assert_eq!(requests.len(), 1, "{requests:?}");

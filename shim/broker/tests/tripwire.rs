@@ -18,11 +18,7 @@ const DL: Duration = Duration::from_secs(10);
 fn fig2c(rules: LabelRules, mode: PlanMode) -> (World, Sink, u64) {
     let dir = tempfile::tempdir().expect("tempdir");
     let sink = Sink::ok();
-    let p = policy(
-        dir.path(),
-        &[("ocr.example", &["finance"], Some(sink.addr))],
-        "",
-    );
+    let p = ocr_policy(dir.path(), &sink);
     let w = broker(dir, p, |_| {});
     let (call, plan) = begin(
         &w,
@@ -258,11 +254,7 @@ fn existence_bit() {
     for mode in [PlanMode::Split, PlanMode::Lazy] {
         let dir = tempfile::tempdir().expect("tempdir");
         let sink = Sink::ok();
-        let p = policy(
-            dir.path(),
-            &[("ocr.example", &["finance"], Some(sink.addr))],
-            "",
-        );
+        let p = ocr_policy(dir.path(), &sink);
         let w = broker(dir, p, |_| {});
         let mut learned = 0u64;
         let mut triggers = 0;

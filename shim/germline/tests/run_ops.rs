@@ -443,7 +443,18 @@ fn status_shows_a_running_session_and_forgets_it_when_it_ends() {
                 .unwrap_or(false)
         })
         .expect("the germline run process");
-    let rows: Vec<Value> = serde_json::from_str(&status(true)).expect("status json");
+    // The run's state file is written on a thread of its own after the call (engine::status):
+    // right after the answer it may still tell of no call. Read until it tells of one.
+    let mut rows: Vec<Value> = Vec::new();
+    let counted = eventually(|| {
+        rows = serde_json::from_str(&status(true)).expect("status json");
+        rows.iter()
+            .any(|r| r["pid"] == json!(run_pid) && r["calls"].as_u64() >= Some(1))
+    });
+    assert!(
+        counted,
+        "no state of run {run_pid} after its call: {rows:?}"
+    );
     let mine: Vec<&Value> = rows.iter().filter(|r| r["pid"] == json!(run_pid)).collect();
     assert_eq!(mine.len(), 1, "{rows:?}");
     let r = mine[0];

@@ -16,17 +16,26 @@ use std::time::{Duration, Instant};
 use run_common::*;
 use serde_json::{json, Value};
 
-/// The status file (crate::status) of the `germline run` that `agent` started.
-fn status_of(agent: &AgentRun) -> Value {
-    // Retried: the file is rewritten after each call.
-    for _ in 0..100 {
+/// The status file (crate::status) of the `germline run` that `agent` started, once it tells
+/// of at least `calls` calls. The file is written by a thread of its own after each call
+/// (engine::status), so right after an answer it may still hold the state before that call:
+/// a germline pid read from it then may be the one just killed. Every answered call, refused or
+/// not, counts in `calls`, so a file that counts the calls answered so far is current.
+fn status_of(agent: &AgentRun, calls: u64) -> Value {
+    let t = Instant::now();
+    let mut last = None;
+    while t.elapsed() < Duration::from_secs(30) {
         if let Some(v) = status_once(agent) {
-            return v;
+            if v["calls"].as_u64().is_some_and(|n| n >= calls) {
+                return v;
+            }
+            last = Some(v);
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
     }
     panic!(
-        "no status file of a germline run under agent {} (its processes: {:?})",
+        "no status file of a germline run under agent {} that counts {calls} calls (last read: \
+         {last:?}; its processes: {:?})",
         agent.pid(),
         descendants(agent.pid())
     );
@@ -52,8 +61,9 @@ fn status_once(agent: &AgentRun) -> Option<Value> {
     None
 }
 
-fn germline_pid(agent: &AgentRun) -> i32 {
-    status_of(agent)["germline_pid"]
+/// The germline's pid, from a status file that counts at least `calls` calls.
+fn germline_pid(agent: &AgentRun, calls: u64) -> i32 {
+    status_of(agent, calls)["germline_pid"]
         .as_i64()
         .expect("germline_pid") as i32
 }
@@ -127,16 +137,16 @@ fn a_germline_or_keeper_killed_between_calls_is_restarted_and_answers_as_before(
     let first = [agent.next(), agent.next()];
     assert!(first.iter().all(|l| l["ok"] == json!(true)), "{first:?}");
     let before = texts(&first);
-    let status0 = status_of(&agent);
+    let status0 = status_of(&agent, 2);
 
     // 1. kill -9 of the germline between calls.
-    let g1 = germline_pid(&agent);
+    let g1 = germline_pid(&agent, 2);
     sigkill(g1);
     std::fs::write(go(1), "").expect("go");
     let second = [agent.next(), agent.next()];
     assert_eq!(texts(&second), before, "{second:?}");
     assert!(second.iter().all(|l| l["ok"] == json!(true)), "{second:?}");
-    let g2 = germline_pid(&agent);
+    let g2 = germline_pid(&agent, 4);
     assert_ne!(g1, g2, "a fresh germline serves the calls after a kill");
     assert!(wait_gone(g1), "the killed germline {g1} is gone");
 
@@ -146,13 +156,13 @@ fn a_germline_or_keeper_killed_between_calls_is_restarted_and_answers_as_before(
     std::fs::write(go(2), "").expect("go");
     let third = [agent.next(), agent.next()];
     assert_eq!(texts(&third), before, "{third:?}");
-    let g3 = germline_pid(&agent);
+    let g3 = germline_pid(&agent, 6);
     assert_ne!(g2, g3);
     assert!(
         wait_gone(g2),
         "the germline {g2} of the killed keeper is gone"
     );
-    let status = status_of(&agent);
+    let status = status_of(&agent, 6);
     assert_eq!(
         status["germlines_started"].as_u64(),
         status0["germlines_started"].as_u64().map(|n| n + 2),
@@ -215,7 +225,8 @@ fn a_germline_killed_during_a_call_fails_that_call_by_name_and_the_next_call_wor
             Err(e) => panic!("accept: {e}"),
         }
     };
-    let g = germline_pid(&agent);
+    // The call in flight is not counted yet: one answered.
+    let g = germline_pid(&agent, 1);
     sigkill(g);
     let_kill_land(g);
     let failed = agent.next();
@@ -232,7 +243,7 @@ fn a_germline_killed_during_a_call_fails_that_call_by_name_and_the_next_call_wor
         let l = agent.next();
         assert_eq!(text(&l), text(&first), "{l}");
     }
-    assert_ne!(germline_pid(&agent), g);
+    assert_ne!(germline_pid(&agent, 4), g);
     std::fs::write(w.path().join("done"), "").expect("done");
     assert!(agent.finish());
 }
@@ -271,13 +282,14 @@ fn a_germline_that_keeps_dying_is_refused_with_why_and_what_to_do() {
     assert_eq!(first["ok"], json!(true), "{first}");
     let t = Instant::now();
     for n in 1..=3 {
-        sigkill(germline_pid(&agent));
+        // n calls answered: the first and one after each restart so far.
+        sigkill(germline_pid(&agent, u64::from(n)));
         std::fs::write(go(n), "").expect("go");
         let l = agent.next();
         assert_eq!(text(&l), text(&first), "restart {n}: {l}");
     }
-    let started = status_of(&agent)["germlines_started"].as_u64();
-    sigkill(germline_pid(&agent));
+    let started = status_of(&agent, 4)["germlines_started"].as_u64();
+    sigkill(germline_pid(&agent, 4));
     std::fs::write(go(4), "").expect("go");
     for _ in 0..2 {
         let l = agent.next();
@@ -295,7 +307,7 @@ fn a_germline_that_keeps_dying_is_refused_with_why_and_what_to_do() {
         "the test ran within its restart window"
     );
     assert_eq!(
-        status_of(&agent)["germlines_started"].as_u64(),
+        status_of(&agent, 6)["germlines_started"].as_u64(),
         started,
         "no germline was started once refused"
     );

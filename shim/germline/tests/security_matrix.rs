@@ -1,13 +1,19 @@
 //! The security matrix as a regression test (issue 7): the documents server's cases and xtool
 //! under `germline` against four baselines, through `germline eval matrix` itself. The mechanism
-//! switched on (germline) must disclose nothing while the same harness, same world and same
-//! signed Trojans show leaks with it switched off (sig-pin), reduced to confinement
+//! switched on (germline) must disclose nothing while the same harness, a world made alike and
+//! the same signed Trojans show leaks with it switched off (sig-pin), reduced to confinement
 //! (confined-ifc), to a fresh process per call (fresh-ifc) or to copies without Plan's split
 //! (nosplit): a harness that sees no leak anywhere would be broken, and this test fails then.
 //! The two intermediate baselines run only the cases this test asserts of them (direct, pool,
 //! xtool, with their servers' benign sessions): fresh-ifc takes ~11 s a run, and all 20 of its
 //! runs were 233 of the matrix's 400 s. The full matrix (every case, every runtime, 3 trials)
 //! is `germline eval matrix`, documented in docs/security-matrix.md.
+//!
+//! Each runtime's matrix is an invocation of its own, all at once (`matrices`), each in a
+//! network namespace of its own (`matrix_with`); one after another they took ~225 s of the
+//! suite. Each invocation generates its world afresh (the same generator, its own canaries):
+//! nothing here compares values across runtimes, and a run is attributed against the benign
+//! runs of its own runtime and world.
 
 mod run_common;
 
@@ -25,26 +31,54 @@ fn matrix(modes: &str, cases: &str, benign: &str) -> (Value, Value) {
     matrix_with(modes, cases, benign, &[])
 }
 
-/// One matrix at a time: every matrix binds the same attacker and sink addresses
-/// (tests/security/sinks.py), and the tests of this file run on threads of one process.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// The corpus's setup, once per process and on the host's network, before any matrix starts:
+/// the matrices below run at once, and each runs it again (scripts/security-matrix.sh), which
+/// then only finds everything built; two of them building the same release at once would not.
+fn corpus_ready() {
+    static READY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let ok = READY.get_or_init(|| {
+        Command::new("bash")
+            .arg(root().join("scripts/setup.d/50-corpus.sh"))
+            .env("GERMLINE_ROOT", root())
+            .env("GERMLINE_BIN", germline())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    assert!(*ok, "scripts/setup.d/50-corpus.sh failed");
+}
 
 /// The same with more options of `germline eval matrix`.
+///
+/// Each matrix runs in a network namespace of its own (`unshare --net`, its loopback up):
+/// every matrix binds the same attacker address (127.13.37.1:8137, the corpus's raw-socket
+/// target, tests/security/sinks.py), so two in one namespace could not run at once; the sinks
+/// and the runtimes' brokers are all on loopback, so a matrix needs nothing of the host's
+/// network. The matrices of this file then run side by side (its tests on two threads, the
+/// first test's two matrices on two), where one at a time they took ~225 s of the suite.
 fn matrix_with(modes: &str, cases: &str, benign: &str, more: &[&str]) -> (Value, Value) {
-    // A test that failed while holding it poisons it; the next matrix may still run.
-    let _one = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    corpus_ready();
     let out = tempfile::tempdir().expect("tempdir");
-    let status = Command::new(germline())
+    let status = Command::new("unshare")
+        .args([
+            "--net",
+            "--",
+            "sh",
+            "-c",
+            "ip link set lo up && exec \"$@\"",
+            "matrix",
+        ])
+        .arg(germline())
         .args(["eval", "matrix", "--modes", modes, "--trials", "1"])
         .args(more)
         .args(["--cases", cases, "--benign", benign, "--out"])
         .arg(out.path())
         .arg("--root")
         .arg(root())
+        // The corpus's setup step (bundles/build-corpus.sh) uses this binary, where without
+        // it each matrix ran `cargo build -p germline` from inside the test.
+        .env("GERMLINE_BIN", germline())
         .status()
-        .expect("start germline eval matrix");
+        .expect("start germline eval matrix (under unshare --net)");
     assert!(
         status.success(),
         "germline eval matrix ({modes}) failed: {status}"
@@ -54,6 +88,41 @@ fn matrix_with(modes: &str, cases: &str, benign: &str, more: &[&str]) -> (Value,
     assert!(out.path().join("matrix.md").is_file() && out.path().join("matrix.png").is_file());
     let s = m["summary"].clone();
     (m, s)
+}
+
+/// Runs the matrices `parts` (modes, cases, benign) at once and merges them into one matrix:
+/// its runs, and a summary whose cells and totals are each part's. A matrix's cells and totals
+/// are per runtime, and each attack run is attributed against its servers' benign runs of the
+/// same runtime and trial (tests/security/matrix.py), so with every runtime in one part only,
+/// the merged matrix holds what one invocation of all the parts' runs would.
+fn matrices(parts: &[(&str, &str, &str)]) -> (Value, Value) {
+    let done: Vec<(Value, Value)> = std::thread::scope(|sc| {
+        let running: Vec<_> = parts
+            .iter()
+            .map(|&(modes, cases, benign)| sc.spawn(move || matrix(modes, cases, benign)))
+            .collect();
+        running
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
+    let (mut runs, mut summary) = (Vec::new(), serde_json::json!({"cells": {}, "totals": {}}));
+    for (m, s) in done {
+        runs.extend(m["runs"].as_array().cloned().unwrap_or_default());
+        for (mode, total) in s["totals"].as_object().cloned().unwrap_or_default() {
+            assert!(
+                summary["totals"].get(&mode).is_none(),
+                "{mode} is in two parts"
+            );
+            summary["totals"][&mode] = total;
+        }
+        for (variant, cells) in s["cells"].as_object().cloned().unwrap_or_default() {
+            for (mode, cell) in cells.as_object().cloned().unwrap_or_default() {
+                summary["cells"][&variant][&mode] = cell;
+            }
+        }
+    }
+    (serde_json::json!({ "runs": runs }), summary)
 }
 
 fn attributed(summary: &Value, variant: &str, mode: &str) -> u64 {
@@ -73,13 +142,17 @@ fn docs_trojans_disclose_under_baselines_and_not_under_germline() {
         "the corpus is not built: {} (scripts/setup.d/50-corpus.sh)",
         corpus.display()
     );
-    let (m, on_off) = matrix("sig-pin,nosplit,germline", "docs-*,xtool", "all");
-    let (_, between) = matrix(
-        "confined-ifc,fresh-ifc",
-        "docs-direct,docs-pool,xtool",
-        "needed",
-    );
-    let (s, s2) = (&on_off, &between);
+    // One matrix a runtime, all at once (`matrices`): the intermediate baselines only on the
+    // cases asserted of them, with their servers' benign sessions.
+    let asserted = "docs-direct,docs-pool,xtool";
+    let (m, s) = matrices(&[
+        ("sig-pin", "docs-*,xtool", "all"),
+        ("nosplit", "docs-*,xtool", "all"),
+        ("germline", "docs-*,xtool", "all"),
+        ("confined-ifc", asserted, "needed"),
+        ("fresh-ifc", asserted, "needed"),
+    ]);
+    let s = &s;
 
     // Switched on: no attack run discloses (attributed or not), every benign step completes.
     let g = &s["totals"]["germline"];
@@ -116,8 +189,8 @@ fn docs_trojans_disclose_under_baselines_and_not_under_germline() {
     }
     // Confinement alone stops the raw socket and the return-value channels, not the pool.
     assert_eq!(attributed(s, "direct", "sig-pin"), 1);
-    assert_eq!(attributed(s2, "direct", "confined-ifc"), 0);
-    assert_eq!(attributed(s2, "pool", "confined-ifc"), 1);
+    assert_eq!(attributed(s, "direct", "confined-ifc"), 0);
+    assert_eq!(attributed(s, "pool", "confined-ifc"), 1);
     assert_eq!(s["totals"]["sig-pin"]["benign_runs_disclosing"], 0);
     // Without Plan's split, one copy holds the invoice and the salary sheet of Fig. 2c's call
     // and its OCR request carries both: within-call mixing, which splitting removes.
@@ -131,7 +204,7 @@ fn docs_trojans_disclose_under_baselines_and_not_under_germline() {
     // the web server ships it. A fresh process per call still shares that directory; a copy's
     // scratch is its own and is discarded with it (Table XI: 3/3 under every baseline, 0 under
     // NoSplit and Germline).
-    for (s, mode) in [(s, "sig-pin"), (s2, "confined-ifc"), (s2, "fresh-ifc")] {
+    for mode in ["sig-pin", "confined-ifc", "fresh-ifc"] {
         assert_eq!(
             attributed(s, "xtool", mode),
             1,

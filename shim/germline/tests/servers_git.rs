@@ -14,118 +14,50 @@
 
 mod run_common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use run_common::git::*;
 use run_common::*;
 use serde_json::{json, Value};
 
-fn git(repo: &Path, args: &[&str]) {
-    let out = Command::new("/usr/bin/git")
-        .arg("-C")
-        .arg(repo)
-        .args(args)
-        .env("GIT_AUTHOR_DATE", "2026-11-30T12:00:00Z")
-        .env("GIT_COMMITTER_DATE", "2026-11-30T12:00:00Z")
-        .output()
-        .expect("git");
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-}
-
-/// A small repository: two commits, a branch, an unstaged change, an untracked hr file and a
-/// symlink out to an hr file outside the repository.
-fn repository(d: &Path) -> std::path::PathBuf {
-    let repo = d.join("repo");
-    std::fs::create_dir_all(repo.join("src")).expect("mkdir");
-    std::fs::create_dir_all(d.join("hr")).expect("mkdir");
-    git(&repo, &["init", "-q", "-b", "main"]);
-    git(&repo, &["config", "user.name", "Alice"]);
-    git(&repo, &["config", "user.email", "alice@example.com"]);
-    std::fs::write(repo.join("README"), "hello\n").expect("write");
-    std::fs::write(repo.join("src/main.rs"), "fn main() {}\n").expect("write");
-    git(&repo, &["add", "."]);
-    git(&repo, &["commit", "-q", "-m", "first"]);
-    std::fs::write(repo.join("README"), "hello\nmore\n").expect("write");
-    git(&repo, &["commit", "-q", "-am", "second"]);
+/// The shared small repository (run_common::git), plus a branch and a symlink out of it to
+/// an hr file outside the repository.
+fn repository(d: &Path) -> PathBuf {
+    let repo = run_common::git::repository(d);
     git(&repo, &["branch", "feature"]);
-    std::fs::write(
-        repo.join("src/main.rs"),
-        "fn main() { println!(\"hi\"); }\n",
-    )
-    .expect("write");
-    std::fs::create_dir_all(repo.join("hr")).expect("mkdir");
-    std::fs::write(repo.join("hr/salary.csv"), "alice,CANARY-HR\n").expect("write");
+    std::fs::create_dir_all(d.join("hr")).expect("mkdir");
     std::fs::write(d.join("hr/secret.txt"), "CANARY-HR outside\n").expect("write");
     std::os::unix::fs::symlink(d.join("hr/secret.txt"), repo.join("leak.txt")).expect("ln");
     repo
 }
 
-fn policy(d: &Path, repo: &Path) -> std::path::PathBuf {
-    policy_for(d, repo, r#"["finance"]"#)
-}
-
-/// The policy, with the agent's clearance `agent` (a TOML array).
-fn policy_for(d: &Path, repo: &Path, agent: &str) -> std::path::PathBuf {
-    let text = format!(
-        r#"[labels]
-hr = "personnel records"
-finance = "invoices"
-
-[[item]]
-path = "{repo}/**"
-label = []
-
-[[item]]
-path = "{repo}/hr/**"
-label = ["hr"]
-
-[[item]]
-path = "{d}/hr/**"
-label = ["hr"]
-
-[[argument]]
-tool = "git_*"
-name = "*"
-label = []
-
-[consumers]
-agent = {agent}
-
-[workdirs]
-"mcp-server-git" = "{repo}"
-"#,
-        repo = repo.display(),
-        d = d.display(),
-        agent = agent
-    );
-    let p = d.join("policy.toml");
-    std::fs::write(&p, text).expect("policy");
-    p
-}
-
-fn answer(r: &Value) -> String {
-    format!("ok={} {}", r["ok"], text(r))
+/// The policy, with the agent's clearance `agent` (a TOML array): the hr file outside the
+/// repository labelled hr, and the repository as the release's `[workdirs]` directory.
+fn policy_for(d: &Path, repo: &Path, agent: &str) -> PathBuf {
+    policy(
+        d,
+        repo,
+        agent,
+        &format!(
+            "\n[[item]]\npath = \"{}/hr/**\"\nlabel = [\"hr\"]\n",
+            d.display()
+        ),
+        &format!(
+            "\n[workdirs]\n\"mcp-server-git\" = \"{}\"\n",
+            repo.display()
+        ),
+    )
 }
 
 #[test]
 fn git_reads_a_repository_passed_as_an_argument_as_unprotected() {
-    if !can_run() {
+    if !ready() {
         return;
     }
-    if !bundle("mcp-server-git").exists() {
-        assert!(
-            std::env::var_os("GERMLINE_REQUIRE_ROOT_TESTS").is_none(),
-            "bundles/out/mcp-server-git missing (scripts/setup.d/65-servers.sh)"
-        );
-        return;
-    }
-    // Below /tmp: the release's rootfs has an empty /tmp for the tree's mount, none of /var.
-    let d = tempfile::Builder::new()
-        .prefix("germline-git-")
-        .tempdir_in("/tmp")
-        .expect("tempdir");
+    let d = tmp("germline-git-");
     let repo = repository(d.path());
-    let policy = policy(d.path(), &repo);
+    let policy = policy_for(d.path(), &repo, r#"["finance"]"#);
     let r = repo.display().to_string();
     let reads = json!([
         {"tool": "git_status", "arguments": {"repo_path": r}},
@@ -143,31 +75,10 @@ fn git_reads_a_repository_passed_as_an_argument_as_unprotected() {
             {"tool": "git_commit", "arguments": {"repo_path": r, "message": "third"}},
         ])
     };
-    // Unprotected: the release's own code and git, on the host, in the repository.
-    let rootfs = bundle("mcp-server-git").join("rootfs");
-    let unprotected = |cwd: &str| -> Vec<String> {
-        vec![
-            "env".into(),
-            "-C".into(),
-            cwd.to_string(),
-            "PYTHONDONTWRITEBYTECODE=1".into(),
-            format!(
-                "PYTHONPATH={}",
-                rootfs.join("usr/lib/python3/dist-packages").display()
-            ),
-            "GIT_PYTHON_GIT_EXECUTABLE=/usr/bin/git".into(),
-            "/usr/bin/python3.11".into(),
-            "-m".into(),
-            "mcp_server_git".into(),
-        ]
-    };
     // The reads first (the germline's commit comes later), then the same writes in a twin
     // repository.
     let plain = run_agent(d.path(), &reads, &unprotected(&r));
-    let twin_dir = tempfile::Builder::new()
-        .prefix("germline-git-twin-")
-        .tempdir_in("/tmp")
-        .expect("tempdir");
+    let twin_dir = tmp("germline-git-twin-");
     let twin = repository(twin_dir.path());
     let t = twin.display().to_string();
     let plain_w = run_agent(twin_dir.path(), &writes(&t), &unprotected(&t));
@@ -209,12 +120,6 @@ fn git_reads_a_repository_passed_as_an_argument_as_unprotected() {
     let pw: Vec<String> = plain_w.iter().map(answer).collect();
     assert_eq!(g[7], pw[0], "git_add");
     assert!(g[7].starts_with("ok=true"), "{}", g[7]);
-    let hash_of = |a: &str| {
-        a.rsplit(' ')
-            .next()
-            .map(|h| h.trim().to_string())
-            .unwrap_or_default()
-    };
     let (gh, ph) = (hash_of(&g[8]), hash_of(&pw[1]));
     assert_eq!(
         g[8].replace(&gh, "H"),
@@ -277,13 +182,10 @@ fn git_reads_a_repository_passed_as_an_argument_as_unprotected() {
 /// is untouched.
 #[test]
 fn git_add_of_an_hr_file_into_a_public_repository_is_refused() {
-    if !can_run() || !bundle("mcp-server-git").exists() {
+    if !ready() {
         return;
     }
-    let d = tempfile::Builder::new()
-        .prefix("germline-git-hr-")
-        .tempdir_in("/tmp")
-        .expect("tempdir");
+    let d = tmp("germline-git-hr-");
     let repo = repository(d.path());
     let policy = policy_for(d.path(), &repo, r#"["finance", "hr"]"#);
     let r = repo.display().to_string();

@@ -18,133 +18,22 @@ mod run_common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use run_common::git::*;
 use run_common::*;
 use serde_json::{json, Value};
 
-fn git(repo: &Path, args: &[&str]) -> String {
-    let out = Command::new("/usr/bin/git")
-        .arg("-C")
-        .arg(repo)
-        .args(args)
-        .env("GIT_AUTHOR_DATE", "2026-11-30T12:00:00Z")
-        .env("GIT_COMMITTER_DATE", "2026-11-30T12:00:00Z")
-        .output()
-        .expect("git");
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// Two commits, an unstaged change to `src/main.rs` and an untracked hr file.
-fn repository(d: &Path) -> PathBuf {
-    let repo = d.join("repo");
-    std::fs::create_dir_all(repo.join("src")).expect("mkdir");
-    git(&repo, &["init", "-q", "-b", "main"]);
-    git(&repo, &["config", "user.name", "Alice"]);
-    git(&repo, &["config", "user.email", "alice@example.com"]);
-    std::fs::write(repo.join("README"), "hello\n").expect("write");
-    std::fs::write(repo.join("src/main.rs"), "fn main() {}\n").expect("write");
-    git(&repo, &["add", "."]);
-    git(&repo, &["commit", "-q", "-m", "first"]);
-    std::fs::write(repo.join("README"), "hello\nmore\n").expect("write");
-    git(&repo, &["commit", "-q", "-am", "second"]);
-    std::fs::write(
-        repo.join("src/main.rs"),
-        "fn main() { println!(\"hi\"); }\n",
-    )
-    .expect("write");
-    std::fs::create_dir_all(repo.join("hr")).expect("mkdir");
-    std::fs::write(repo.join("hr/salary.csv"), "alice,CANARY-HR\n").expect("write");
-    repo
-}
-
-/// The policy: `agent` is the agent's clearance, `workspace` the repository's `[workspaces]`
-/// entry (none: not declared).
+/// The policy over the shared repository (run_common::git): `agent` is the agent's clearance,
+/// `workspace` the repository's `[workspaces]` entry (none: not declared), and a reviewer
+/// cleared for finance.
 fn policy(d: &Path, repo: &Path, agent: &str, workspace: Option<&str>) -> PathBuf {
-    let mut text = format!(
-        r#"[labels]
-hr = "personnel records"
-finance = "invoices"
-
-[[item]]
-path = "{repo}/**"
-label = []
-
-[[item]]
-path = "{repo}/hr/**"
-label = ["hr"]
-
-[[argument]]
-tool = "git_*"
-name = "*"
-label = []
-
-[consumers]
-agent = {agent}
-reviewer = ["finance"]
-"#,
-        repo = repo.display(),
-    );
+    let mut consumers = String::from("reviewer = [\"finance\"]\n");
     if let Some(w) = workspace {
-        text.push_str(&format!(
+        consumers.push_str(&format!(
             "\n[workspaces.\"mcp-server-git\"]\n\"{}\" = {w}\n",
             repo.display()
         ));
     }
-    let p = d.join(format!("policy-{:x}.toml", rand_u64()));
-    std::fs::write(&p, text).expect("policy");
-    p
-}
-
-fn answer(r: &Value) -> String {
-    format!("ok={} {}", r["ok"], text(r))
-}
-
-fn tmp(prefix: &str) -> tempfile::TempDir {
-    // Below /tmp: the release's rootfs has an empty /tmp for the tree's mount.
-    tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir_in("/tmp")
-        .expect("tempdir")
-}
-
-/// The unprotected server: the release's own code and git, on the host, in `cwd`.
-fn unprotected(cwd: &str) -> Vec<String> {
-    let rootfs = bundle("mcp-server-git").join("rootfs");
-    vec![
-        "env".into(),
-        "-C".into(),
-        cwd.to_string(),
-        "PYTHONDONTWRITEBYTECODE=1".into(),
-        format!(
-            "PYTHONPATH={}",
-            rootfs.join("usr/lib/python3/dist-packages").display()
-        ),
-        "GIT_PYTHON_GIT_EXECUTABLE=/usr/bin/git".into(),
-        "/usr/bin/python3.11".into(),
-        "-m".into(),
-        "mcp_server_git".into(),
-    ]
-}
-
-fn ready() -> bool {
-    if !can_run() {
-        return false;
-    }
-    if !bundle("mcp-server-git").exists() {
-        assert!(
-            std::env::var_os("GERMLINE_REQUIRE_ROOT_TESTS").is_none(),
-            "bundles/out/mcp-server-git missing (scripts/setup.d/65-servers.sh)"
-        );
-        return false;
-    }
-    true
-}
-
-fn hash_of(a: &str) -> String {
-    a.rsplit(' ')
-        .next()
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default()
+    run_common::git::policy(d, repo, agent, "", &consumers)
 }
 
 fn committed(r: &Value) -> Vec<String> {

@@ -382,6 +382,11 @@ pub fn policy(
     Arc::new(Policy::load(&path).unwrap_or_else(|e| panic!("{e}\n{t}")))
 }
 
+/// The Fig. 2c world's one destination: ocr.example, cleared for finance, pinned at `sink`.
+pub fn ocr_policy(dir: &Path, sink: &Sink) -> Arc<Policy> {
+    policy(dir, &[("ocr.example", &["finance"], Some(sink.addr))], "")
+}
+
 pub struct World {
     pub dir: tempfile::TempDir,
     pub broker: Broker,

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+pub mod git;
+
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -311,6 +313,21 @@ pub fn wait_gone(pid: i32) -> bool {
         std::thread::sleep(Duration::from_millis(10));
     }
     false
+}
+
+/// True once `done` holds, asked every 50 ms for up to 30 s: for what a process finishes on
+/// its own after the answer a test waited for (a state file's thread, a session's teardown).
+pub fn eventually(mut done: impl FnMut() -> bool) -> bool {
+    let t0 = std::time::Instant::now();
+    loop {
+        if done() {
+            return true;
+        }
+        if t0.elapsed() > Duration::from_secs(30) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// An agent session read as it goes (for tests that act between its steps).
