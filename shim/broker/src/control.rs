@@ -1191,6 +1191,7 @@ mod tests {
             Request::CaCert,
             Request::CopyProxy,
             Request::Stats,
+            Request::PrepareCopy,
         ];
         for r in &reqs {
             let text = serde_json::to_string(r).expect("encode");
@@ -1200,6 +1201,10 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&reqs[2]).expect("encode"),
             json!({"op": "end_copy", "call": 1, "group": 0})
+        );
+        assert_eq!(
+            serde_json::to_value(Request::PrepareCopy).expect("encode"),
+            json!({"op": "prepare_copy"})
         );
         let start: Request = serde_json::from_str(
             r#"{"op": "start_copy", "call": 1, "group": 0, "deadline_mono_ns": 5}"#,

@@ -72,6 +72,10 @@ fn a_call_through_the_control_socket() {
         .expect("begin");
     assert_eq!(plan.groups.len(), 2);
     let ns = TestNetns::new();
+    // The copy's endpoint prepared while it waited (germline_broker::prepared), then taken
+    // by its start.
+    c.prepare_copy(ns.fd.as_fd()).expect("prepare");
+    assert_eq!(broker.prepared_endpoints(), 1);
     let proxy = c
         .start_copy(
             call,
@@ -80,6 +84,7 @@ fn a_call_through_the_control_socket() {
             Instant::now() + Duration::from_secs(10),
         )
         .expect("start");
+    assert_eq!(broker.prepared_endpoints(), 0, "the start took it");
     let addr = proxy.parse().expect("addr");
     let r = ns.run(move || {
         http(addr, "POST", "http://ocr.example/ocr", &[], b"invoice").expect("request")

@@ -13,10 +13,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::Spawned;
 use crate::error::{Error, Result};
+
+/// How long the thread polls one copy before its drop kills and waits for it.
+const GIVE_UP: Duration = Duration::from_secs(10);
 
 /// The reaper thread and what it still holds.
 #[derive(Debug)]
@@ -38,8 +41,11 @@ impl Reaper {
                 for mut copy in rx {
                     // Killed now (signals only), then polled until its keeper is waited for
                     // and its cgroup removed; one that outlives a second is killed again
-                    // through its cgroup (try_reap).
-                    while !copy.try_reap() {
+                    // through its cgroup (try_reap). Past [`GIVE_UP`] the drop's own kill
+                    // (bounded waits) ends it, so that the thread, and the pool's stop that
+                    // joins it, never hang on one copy.
+                    let since = Instant::now();
+                    while !copy.try_reap() && since.elapsed() < GIVE_UP {
                         std::thread::sleep(Duration::from_millis(1));
                     }
                     drop(copy);
