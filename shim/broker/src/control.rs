@@ -65,6 +65,10 @@ pub enum Request {
         call: u64,
         group: usize,
     },
+    /// Binds a pool copy's endpoint before any call; the packet carries the copy's netns
+    /// descriptor. A later [`Request::StartCopy`] naming the same namespace takes it
+    /// (crate::prepared).
+    PrepareCopy,
     /// Raises a running copy's label (an input the shim handed it during the call).
     RaiseCopy {
         call: u64,
@@ -142,6 +146,8 @@ pub enum Response {
     CopyEnded(CopyEnded),
     /// To [`Request::RaiseCopy`].
     CopyRaised(CopyRaised),
+    /// To [`Request::PrepareCopy`].
+    CopyPrepared(CopyPrepared),
     /// To [`Request::EndCall`].
     CallEnded(CallEnded),
     /// To [`Request::EndLastCopy`].
@@ -196,6 +202,10 @@ pub struct CopyEnded {
 /// A copy's label was raised (nothing more to say).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CopyRaised {}
+
+/// A pool copy's endpoint was bound ahead (nothing more to say).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyPrepared {}
 
 /// A finished call's record, for the evidence layer (replies carry hex bodies on the wire).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -555,6 +565,11 @@ fn handle(broker: &Broker, req: Request, passed: Option<OwnedFd>) -> Result<Resp
             .map_err(|e| e.to_string())?;
             Ok(Response::CopyStarted(ProxyAddr { proxy: addr }))
         }
+        Request::PrepareCopy => {
+            let fd = passed.ok_or("prepare_copy needs the copy's network namespace descriptor")?;
+            broker.prepare_copy(fd.as_fd()).map_err(|e| e.to_string())?;
+            Ok(Response::CopyPrepared(CopyPrepared {}))
+        }
         Request::EndCopy { call, group } => {
             let (out, requests) = broker.end_copy(call, group).map_err(|e| e.to_string())?;
             Ok(Response::CopyEnded(CopyEnded {
@@ -688,6 +703,13 @@ impl BrokerClient {
         };
         let r: ProxyAddr = self.call(&req, Some(pass))?;
         Ok(r.proxy.to_string())
+    }
+
+    /// Binds a pool copy's endpoint in its network namespace `netns` before any call
+    /// (crate::prepared); the `start_copy` that names the same namespace takes it.
+    pub fn prepare_copy(&self, netns: BorrowedFd<'_>) -> Result<(), ControlError> {
+        self.call::<CopyPrepared>(&Request::PrepareCopy, Some(netns))
+            .map(drop)
     }
 
     /// Ends a copy: its outcome (label, triggers) and its request events (for its trace).
@@ -1169,6 +1191,7 @@ mod tests {
             Request::CaCert,
             Request::CopyProxy,
             Request::Stats,
+            Request::PrepareCopy,
         ];
         for r in &reqs {
             let text = serde_json::to_string(r).expect("encode");
@@ -1178,6 +1201,10 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&reqs[2]).expect("encode"),
             json!({"op": "end_copy", "call": 1, "group": 0})
+        );
+        assert_eq!(
+            serde_json::to_value(Request::PrepareCopy).expect("encode"),
+            json!({"op": "prepare_copy"})
         );
         let start: Request = serde_json::from_str(
             r#"{"op": "start_copy", "call": 1, "group": 0, "deadline_mono_ns": 5}"#,

@@ -18,6 +18,7 @@ pub mod bench;
 pub mod ca;
 pub mod control;
 pub mod netns;
+pub mod prepared;
 pub mod proxy;
 pub mod resolve;
 
@@ -503,6 +504,8 @@ impl Inner {
 pub struct Broker {
     inner: Arc<Inner>,
     rt: tokio::runtime::Runtime,
+    /// Pool copies' listeners bound ahead of their call (prepared.rs).
+    prepared: prepared::PreparedEndpoints,
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
@@ -662,6 +665,7 @@ impl Broker {
         Ok(Self {
             inner: Arc::new(inner),
             rt,
+            prepared: prepared::PreparedEndpoints::default(),
         })
     }
 
@@ -826,8 +830,25 @@ impl Broker {
         netns: BorrowedFd<'_>,
         deadline: Instant,
     ) -> Result<SocketAddr, BrokerError> {
-        let listener = netns::listener_in(netns, self.copy_proxy_addr())?;
+        // Prepared while the copy waited in its pool (prepared.rs), else bound now.
+        let listener = match self.prepared.take(netns)? {
+            Some(l) => l,
+            None => netns::listener_in(netns, self.copy_proxy_addr())?,
+        };
         self.start_copy_on(call, group, listener, deadline)
+    }
+
+    /// Binds the endpoint of a pool copy in its network namespace `netns` before any call
+    /// (lo up, bind, `SIOCGSKNS`), for the `start_copy` that later names the same namespace
+    /// (prepared.rs says what it may and may not carry).
+    pub fn prepare_copy(&self, netns: BorrowedFd<'_>) -> Result<(), BrokerError> {
+        self.prepared.prepare(netns, self.copy_proxy_addr())?;
+        Ok(())
+    }
+
+    /// Endpoints prepared and not yet taken by a call.
+    pub fn prepared_endpoints(&self) -> usize {
+        self.prepared.len()
     }
 
     /// Like [`Broker::start_copy`] with a listener the caller created (and checked).

@@ -63,6 +63,10 @@ fn ocr_call(items: Vec<ItemMeta>, agent: &[&str]) -> BeginCall {
 /// through the broker's endpoint there; the answer must be 200.
 fn post_invoice(c: &BrokerClient, call: u64) {
     let ns = TestNetns::new();
+    // The copy's endpoint prepared while it waited (germline_broker::prepared), then taken
+    // by its start.
+    c.prepare_copy(ns.fd.as_fd()).expect("prepare");
+    assert_eq!(broker.prepared_endpoints(), 1);
     let proxy = c
         .start_copy(
             call,
@@ -71,6 +75,7 @@ fn post_invoice(c: &BrokerClient, call: u64) {
             Instant::now() + Duration::from_secs(10),
         )
         .expect("start");
+    assert_eq!(broker.prepared_endpoints(), 0, "the start took it");
     let addr = proxy.parse().expect("addr");
     let r = ns.run(move || {
         http(addr, "POST", "http://ocr.example/ocr", &[], b"invoice").expect("request")

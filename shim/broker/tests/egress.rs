@@ -656,3 +656,80 @@ fn a_copys_listener_is_bound_in_its_namespace_and_the_caller_comes_back() {
     w.broker.end_call(call).expect("end");
     assert_eq!(sink.count(), 1);
 }
+
+/// A pool copy's endpoint prepared before any call (issues 28 and 30,
+/// `germline_broker::prepared`): a start naming another namespace does not get it; the start
+/// naming its own takes it (one use), serves that call's group from inside the copy's
+/// namespace, and closes unread what the copy queued on it while it waited.
+#[test]
+fn a_prepared_endpoint_serves_only_its_copy_and_call_and_carries_nothing_from_before() {
+    use std::io::{Read, Write};
+    use std::os::fd::AsFd;
+    if !require_root() {
+        return;
+    }
+    let sink = Sink::ok();
+    let (w, other_call) = one_host("ocr.example", &sink, "");
+    let waiting = TestNetns::new();
+    let home = own_netns();
+    w.broker.prepare_copy(waiting.fd.as_fd()).expect("prepare");
+    assert_eq!(own_netns(), home, "the caller is back in its own namespace");
+    assert_eq!(w.broker.prepared_endpoints(), 1);
+    // While it waits (no call yet) the copy queues a request on its endpoint.
+    let proxy = w.broker.copy_proxy_addr();
+    let mut early = waiting.run(move || {
+        let mut s = std::net::TcpStream::connect(proxy).expect("queued on the prepared listener");
+        s.write_all(
+            b"POST http://ocr.example/ocr HTTP/1.1\r\nHost: ocr.example\r\nContent-Length: 5\r\n\r\nearly",
+        )
+        .expect("write");
+        s
+    });
+    // Another copy's start binds its own endpoint and leaves this one waiting.
+    let other = TestNetns::new();
+    let addr = w
+        .broker
+        .start_copy(other_call, 0, other.fd.as_fd(), Instant::now() + DL)
+        .expect("start another copy");
+    assert_eq!(w.broker.prepared_endpoints(), 1, "not another namespace's");
+    let r = other.run(move || http(addr, "POST", "http://ocr.example/ocr", &[], b"other"));
+    assert_eq!(r.expect("request").status, 200);
+    w.broker.end_call(other_call).expect("end");
+    // The waiting copy's call takes its prepared endpoint.
+    let (call, _) = begin(
+        &w,
+        &[],
+        &[m("ocr.example", &["finance"])],
+        &[m("agent", &["finance"])],
+        PlanMode::Split,
+        LabelRules::default(),
+    );
+    let addr = w
+        .broker
+        .start_copy(call, 0, waiting.fd.as_fd(), Instant::now() + DL)
+        .expect("start the waiting copy");
+    assert_eq!(w.broker.prepared_endpoints(), 0, "taken, once");
+    let _ = early.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut got = Vec::new();
+    let _ = early.read_to_end(&mut got);
+    assert!(
+        got.is_empty(),
+        "the queued connection is closed unread: {}",
+        String::from_utf8_lossy(&got)
+    );
+    let r = waiting.run(move || http(addr, "POST", "http://ocr.example/ocr", &[], b"mine"));
+    assert_eq!(
+        r.expect("request").status,
+        200,
+        "served in the copy's namespace"
+    );
+    let rec = w.broker.end_call(call).expect("end");
+    let bodies: Vec<Vec<u8>> = sink.requests().into_iter().map(|q| q.body).collect();
+    assert_eq!(
+        bodies,
+        vec![b"other".to_vec(), b"mine".to_vec()],
+        "the queued request never left"
+    );
+    let delivered: usize = rec.delivered.values().map(Vec::len).sum();
+    assert_eq!(delivered, 1, "the call's record holds its own request only");
+}

@@ -60,6 +60,12 @@ pub trait CopySource {
     fn want_depth(&mut self, _groups: usize) {}
     /// The laps of the last fork (none for a pool copy).
     fn fork_phases(&self) -> &[(&'static str, u64)];
+    /// Network namespaces of pool copies that wait with no broker endpoint prepared yet, each
+    /// handed out once: between calls the runtime has the broker bind their endpoints, so
+    /// that a call's `start_copy` only binds one to the call (`germline_broker::prepared`).
+    fn endpoints_to_prepare(&mut self) -> Vec<File> {
+        Vec::new()
+    }
     /// The copy's mounts of its items (`(file name, contents, in view)`).
     fn prepare_copy(
         &mut self,
@@ -138,6 +144,9 @@ impl CopySource for Germline {
     }
     fn fork_phases(&self) -> &[(&'static str, u64)] {
         Germline::fork_phases(self)
+    }
+    fn endpoints_to_prepare(&mut self) -> Vec<File> {
+        Germline::endpoints_to_prepare(self)
     }
     fn prepare_copy(
         &mut self,

@@ -1285,9 +1285,28 @@ impl Runtime {
             _ => false,
         };
         if !more {
+            self.prepare_endpoints();
             self.notify(|o, rt| o.after_idle_step(rt));
         }
         more
+    }
+
+    /// Between calls, once the pool is filled: the broker binds the endpoints of the copies
+    /// that joined it (`germline_broker::prepared`), so that a call's `start_copy` only binds
+    /// one to the call. A failure costs nothing but speed: that call's `start_copy` binds its
+    /// endpoint itself, as without this.
+    fn prepare_endpoints(&mut self) {
+        let netns = match &mut self.backend {
+            Backend::Germline(g) => crate::pipeline::CopySource::endpoints_to_prepare(&mut **g),
+            Backend::Spawn(p) => crate::pipeline::CopySource::endpoints_to_prepare(&mut **p),
+            _ => return,
+        };
+        for ns in netns {
+            let _ = self
+                .broker
+                .client
+                .prepare_copy(std::os::fd::AsFd::as_fd(&ns));
+        }
     }
 
     /// `single-shot`: stops the germline that served the last call and starts a fresh one.

@@ -27,8 +27,12 @@ impl CopySource for SpawnPool {
         self.group_taken();
         self.take(caps, deadline)
     }
+    /// The take's laps (`SpawnPool::take_phases`).
     fn fork_phases(&self) -> &[(&'static str, u64)] {
-        &[]
+        self.take_phases()
+    }
+    fn endpoints_to_prepare(&mut self) -> Vec<File> {
+        SpawnPool::endpoints_to_prepare(self)
     }
     fn prepare_copy(
         &mut self,

@@ -85,6 +85,9 @@ pub struct Copy {
     sweep: bool,
     /// Checked to be PID 1 of a PID namespace of its own (O3).
     own_pidns: bool,
+    /// Its network namespace was handed out for the broker to prepare its endpoint
+    /// ([`crate::Germline::endpoints_to_prepare`]).
+    pub(crate) endpoint_offered: bool,
     /// Item store slots mounted in this copy; freed (and emptied) once it is dead and no
     /// [`TreeLayer`] of it is held.
     leases: Vec<Arc<SlotLease>>,
@@ -246,6 +249,7 @@ impl Copy {
             #[cfg(feature = "ablation")]
             sweep: true,
             own_pidns: false,
+            endpoint_offered: false,
             leases: Vec::new(),
             trees: Vec::new(),
             items_dir: None,

@@ -665,6 +665,32 @@ impl Germline {
         }
     }
 
+    /// The network namespaces of ready pool copies not offered before (each once), for the
+    /// broker to bind their endpoints before their call (`germline_broker::prepared`). Only a
+    /// copy in a network namespace of its own, neither the shim's nor the germline's, is
+    /// offered: a listener is bound where it is offered.
+    pub fn endpoints_to_prepare(&mut self) -> Vec<std::fs::File> {
+        let shim = Namespaces::of(std::process::id() as i32).ok();
+        let germline_net = self.ns.net;
+        let mut out = Vec::new();
+        for c in self.pool.iter_mut() {
+            if c.endpoint_offered || c.pool_state() != PoolState::Ready {
+                continue;
+            }
+            let Ok(ns) = Namespaces::of(c.pid()) else {
+                continue;
+            };
+            if ns.net == germline_net || shim.as_ref().is_some_and(|s| s.net == ns.net) {
+                continue;
+            }
+            c.endpoint_offered = true;
+            if let Ok(f) = std::fs::File::open(format!("/proc/{}/ns/net", c.pid())) {
+                out.push(f);
+            }
+        }
+        out
+    }
+
     /// The pool's target depth ([`Germline::want_depth`]).
     pub fn depth(&self) -> usize {
         self.depth

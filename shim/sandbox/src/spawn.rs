@@ -32,16 +32,18 @@ use crate::spec::{Execution, LaunchSpec};
 use crate::sys;
 
 mod items;
+mod reaper;
 mod refill;
 
+use reaper::Reaper;
 use refill::{Launched, Launcher, Refiller, Waited};
 
 /// How long one idle step waits for the refill thread's launch in flight before it returns,
 /// so that the transport looks for the agent's next request between steps.
 const IDLE_WAIT: Duration = Duration::from_millis(2);
 
-/// At most this many retired copies wait to be reaped; a call that retires one more reaps the
-/// oldest first, waiting for it (calls faster than exits).
+/// At most this many retired copies wait to be reaped (in the pool or on the reaper thread); a
+/// take that finds more waits for the reaper (calls faster than exits).
 const MAX_DYING: usize = 4;
 
 /// How long after a retire the idle steps wait (a millisecond per step) for the copy's exit, so
@@ -150,6 +152,9 @@ pub struct Spawned {
     killed: bool,
     /// The keeper's wait status, once it was waited for.
     keeper_status: Option<i32>,
+    /// Its network namespace was handed out for the broker to prepare its endpoint
+    /// ([`SpawnPool::endpoints_to_prepare`]).
+    endpoint_offered: bool,
 }
 
 impl Spawned {
@@ -408,8 +413,15 @@ pub struct SpawnPool {
     refiller: Option<Refiller>,
     refiller_gone: bool,
     pending: Option<Pending>,
-    /// Copies retired and not yet reaped (frozen, or killed and exiting).
+    /// Copies retired and not yet handed to the reaper (frozen).
     dying: Vec<Spawned>,
+    /// The thread that kills and reaps retired copies (started at the first hand-over), and
+    /// when it was last handed one.
+    reaper: Option<Reaper>,
+    reaper_gone: bool,
+    handed_at: Option<Instant>,
+    /// The laps of the last take (`germline bench`'s breakdown, through `fork_phases`).
+    take_laps: Vec<(&'static str, u64)>,
     on_call_path: u64,
     from_refill_in_flight: u64,
     refill_held: u64,
@@ -466,6 +478,10 @@ impl SpawnPool {
             refiller_gone: false,
             pending: None,
             dying: Vec::new(),
+            reaper: None,
+            reaper_gone: false,
+            handed_at: None,
+            take_laps: Vec::new(),
             on_call_path: 0,
             from_refill_in_flight: 0,
             refill_held: 0,
@@ -622,10 +638,13 @@ impl SpawnPool {
         if let Some(r) = &self.refused {
             return Err(Error::Refused(r.clone()));
         }
+        self.take_laps.clear();
+        let mut t = Instant::now();
         self.set_capabilities(caps);
-        // Retired copies still frozen are killed now (signals only: their exit runs beside this
-        // call, as a forked copy's does when calls come back to back); none is waited for.
+        // Retired copies still frozen (calls back to back: no idle step ran since) go to the
+        // reaper thread, which kills and reaps them beside this call; nothing here waits.
         self.reap_dying();
+        self.lap("take.reap", &mut t);
         let mut copy = match self.ready.pop_front() {
             Some(c) => c,
             None => match self.take_in_flight(deadline)? {
@@ -636,6 +655,7 @@ impl SpawnPool {
                 }
             },
         };
+        self.lap("take.copy", &mut t);
         // From here a copy of the call holds data: a launch in flight may not run beside it.
         if let Some(p) = &mut self.pending {
             if p.frozen_since.is_none() {
@@ -643,10 +663,41 @@ impl SpawnPool {
             }
             p.freeze();
         }
+        self.lap("take.hold_refill", &mut t);
         copy.cgroup.set_frozen(false)?;
         copy.set_deadline(deadline);
         self.live.push((copy.pid, copy.ns.clone()));
+        self.lap("take.thaw", &mut t);
         Ok(copy)
+    }
+
+    /// One lap of the take, from `t` to now (then `t` is now).
+    fn lap(&mut self, name: &'static str, t: &mut Instant) {
+        let now = Instant::now();
+        let us = u64::try_from(now.duration_since(*t).as_micros()).unwrap_or(u64::MAX);
+        self.take_laps.push((name, us));
+        *t = now;
+    }
+
+    /// The laps of the last [`SpawnPool::take`]: the hand-over of retired copies, the copy
+    /// (popped, the launch in flight waited for, or spawned), the launch in flight frozen, the
+    /// copy thawed.
+    pub fn take_phases(&self) -> &[(&'static str, u64)] {
+        &self.take_laps
+    }
+
+    /// The network namespaces of waiting copies not offered before (each once), for the
+    /// broker to bind their endpoints before their call (`germline_broker::prepared`): a
+    /// waiting copy is frozen, holds no data, and its endpoint depends on nothing of a call.
+    pub fn endpoints_to_prepare(&mut self) -> Vec<std::fs::File> {
+        self.ready
+            .iter_mut()
+            .filter(|c| !c.endpoint_offered)
+            .filter_map(|c| {
+                c.endpoint_offered = true;
+                std::fs::File::open(format!("/proc/{}/ns/net", c.pid)).ok()
+            })
+            .collect()
     }
 
     /// The refill's launch in flight, for a call that found no waiting copy: thawed and waited
@@ -730,9 +781,51 @@ impl SpawnPool {
         result
     }
 
-    /// Kills the retired copies and releases those whose every task is gone; never waits.
+    /// Hands the retired copies to the reaper thread, which kills them and releases each once
+    /// its every task is gone. Without the thread (it could not start, or died), they are
+    /// killed and those already gone released here, never waiting. A reaper with more than
+    /// [`MAX_DYING`] still exiting is waited for (calls faster than exits).
     fn reap_dying(&mut self) {
-        self.dying.retain_mut(|c| !c.try_reap());
+        if self.dying.is_empty() {
+            return;
+        }
+        if self.reaper.is_none() && !self.reaper_gone {
+            match Reaper::start() {
+                Ok(r) => self.reaper = Some(r),
+                Err(_) => self.reaper_gone = true,
+            }
+        }
+        let mut kept = Vec::new();
+        for c in std::mem::take(&mut self.dying) {
+            let Some(r) = &self.reaper else {
+                kept.push(c);
+                continue;
+            };
+            match r.hand(c) {
+                None => self.handed_at = Some(Instant::now()),
+                Some(c) => {
+                    self.reaper_gone = true;
+                    kept.push(c);
+                }
+            }
+        }
+        if self.reaper_gone {
+            // A thread that is gone is joined (it ended); the copies are reaped here.
+            self.reaper = None;
+        }
+        kept.retain_mut(|c| !c.try_reap());
+        self.dying = kept;
+        if let Some(r) = &self.reaper {
+            let end = Instant::now() + Duration::from_secs(5);
+            while r.busy() > MAX_DYING && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+
+    /// Retired copies not reaped yet, here or on the reaper thread.
+    fn dying_count(&self) -> usize {
+        self.dying.len() + self.reaper.as_ref().map_or(0, Reaper::busy)
     }
 
     /// A call begins (its copies are taken next): the pool's call rate counts it.
@@ -758,10 +851,13 @@ impl SpawnPool {
         if self.live.is_empty() {
             // Between calls: the last call's copies are killed here, after its answer went out.
             self.reap_dying();
-            if self
-                .dying
-                .iter()
-                .any(|c| c.retired_at.is_some_and(|t| t.elapsed() < EXIT_WAIT))
+            let exiting = self.reaper.as_ref().is_some_and(|r| r.busy() > 0)
+                && self.handed_at.is_some_and(|t| t.elapsed() < EXIT_WAIT);
+            if exiting
+                || self
+                    .dying
+                    .iter()
+                    .any(|c| c.retired_at.is_some_and(|t| t.elapsed() < EXIT_WAIT))
             {
                 // Still exiting: wait a little, a millisecond per step (the transport looks
                 // for the agent's next request between steps), so that it is reaped here.
@@ -909,7 +1005,7 @@ impl SpawnPool {
             from_refill_in_flight: self.from_refill_in_flight,
             refill_held: self.refill_held,
             refill_failed: self.refill_failed,
-            dying: self.dying.len(),
+            dying: self.dying_count(),
         }
     }
 
@@ -924,8 +1020,9 @@ impl SpawnPool {
         let st = (!self.stopped).then(|| self.status());
         self.stopped = true;
         self.ready.clear();
-        // Dropping a retired copy kills it and waits for it.
+        // Dropping a retired copy kills it and waits for it; so does the reaper (joined).
         self.dying.clear();
+        self.reaper = None;
         if let Some(p) = self.pending.take() {
             // Its handshake then fails at once; the thread hands the copy back to be dropped.
             let _ = p.cgroup.set_frozen(false);

@@ -259,3 +259,48 @@ fn frozen_or_gone(pid: i32) -> bool {
     }
     false
 }
+
+/// Back to back (no idle step between an answer and the next call), the next take hands the
+/// retired copy to the pool's reaper thread and returns; the thread kills it, waits for its
+/// keeper and removes its cgroup with no idle step and no later take (docs/sandbox.md, **The
+/// retire**; before the thread the take sent the kill and a later step reaped it).
+#[test]
+fn back_to_back_a_retired_copy_is_reaped_by_the_reaper_thread_not_the_take() {
+    if !common::can_run() || !node_ready() {
+        return;
+    }
+    let mut opts = SpawnOptions::new(&common::id("reaper"));
+    opts.min = 1;
+    opts.max = 1;
+    let mut pool = SpawnPool::start(spec(), opts).expect("start the pool");
+    let deadline = || Instant::now() + Duration::from_secs(30);
+    let mut c = pool.take(&json!({}), deadline()).expect("take");
+    assert_eq!(echo(&mut c, "first"), "Echo: first");
+    let pid = c.pid();
+    let cgroup_dirs = germline_sandbox::cgroup::dirs_of(c.cgroup().rel());
+    pool.retire(c, Ok(json!({}))).expect("retire");
+    // The next call at once: no idle step ran, so the pool is empty and this spawns.
+    let mut c = pool
+        .take(&json!({}), deadline())
+        .expect("take back to back");
+    assert_ne!(c.pid(), pid);
+    let end = Instant::now() + Duration::from_secs(10);
+    while std::path::Path::new(&format!("/proc/{pid}")).exists()
+        || cgroup_dirs.iter().any(|d| d.exists())
+    {
+        assert!(
+            Instant::now() < end,
+            "the retired copy {pid} was not reaped off the call's thread: {:?}",
+            pool.status()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let end = Instant::now() + Duration::from_secs(5);
+    while pool.status().dying > 0 {
+        assert!(Instant::now() < end, "{:?}", pool.status());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(echo(&mut c, "second"), "Echo: second");
+    pool.retire(c, Ok(json!({}))).expect("retire");
+    pool.stop();
+}

@@ -71,6 +71,7 @@ impl Launcher {
             retired_at: None,
             killed: false,
             keeper_status: None,
+            endpoint_offered: false,
         };
         if handshake {
             copy.mcp.set_client_capabilities(caps.clone());
