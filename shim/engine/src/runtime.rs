@@ -592,6 +592,8 @@ impl Runtime {
                         } else {
                             let mut opts = Options::new(&id);
                             opts.pool = pool;
+                            // Multi-group calls deepen the pool up to the operator's bound.
+                            opts.pool_max = limiter.limits().pool_max;
                             opts.reaper = reaper;
                             launch = Some((spec.clone(), opts.clone()));
                             let g = Germline::start(spec, opts).map_err(|source| {

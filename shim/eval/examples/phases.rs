@@ -2,7 +2,9 @@
 //! (`Outcome.phases`): `cargo run -p germline-eval --example phases -- <germline run's
 //! options> RELEASE --tool T --arguments JSON [--calls N --warmup N --gap-ms MS]`. A
 //! diagnostic for where a call's time goes (docs/performance.md), not a benchmark of record:
-//! `germline run-bench` is.
+//! `germline run-bench` is. A phase a call laps more than once (each copy of a multi-group
+//! call laps its own `fork`, `broker.start_copy`, `copy.mcp`, ...) is printed per occurrence,
+//! `copy.mcp#2` being the second copy's, so each copy's cost shows on its own.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -53,7 +55,7 @@ fn main() -> Result<(), String> {
     let mut s = germline_mcp::cli::start_session(&a.run).map_err(|e| e.to_string())?;
     s.handle(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params":
         {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "phases", "version": "0"}}}));
-    let mut phases: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
+    let mut phases: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut handle = Vec::new();
     let mut writes: BTreeMap<String, usize> = BTreeMap::new();
     for i in 0..a.warmup + a.calls {
@@ -74,6 +76,19 @@ fn main() -> Result<(), String> {
             continue;
         }
         handle.push(us);
+        // A tool that reports its own body's time (the bench release's `work_us`): the
+        // agent's copy's, so the copy's `copy.mcp` can be told from the tool's own work.
+        let work = r
+            .pointer("/result/content/0/text")
+            .and_then(Value::as_str)
+            .and_then(|t| serde_json::from_str::<Value>(t).ok())
+            .and_then(|v| v["work_us"].as_f64());
+        if let Some(w) = work {
+            phases
+                .entry("tool.work_us (answer's)".into())
+                .or_default()
+                .push(w / 1e3);
+        }
         let w = r.pointer("/result/_meta/germline/writes").cloned();
         let key = match w {
             Some(w) => w.to_string(),
@@ -81,8 +96,16 @@ fn main() -> Result<(), String> {
         };
         *writes.entry(key).or_default() += 1;
         if let Some(o) = &s.last {
+            let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
             for (k, v) in &o.phases {
-                phases.entry(k).or_default().push(*v as f64 / 1e3);
+                let n = seen.entry(k).or_default();
+                *n += 1;
+                let name = if *n == 1 {
+                    k.to_string()
+                } else {
+                    format!("{k}#{n}")
+                };
+                phases.entry(name).or_default().push(*v as f64 / 1e3);
             }
         }
     }
@@ -94,7 +117,7 @@ fn main() -> Result<(), String> {
     );
     for (k, v) in &mut phases {
         let n = v.len();
-        println!("  {k:<24} median {:>8.2} ms  ({n} laps)", median(v));
+        println!("  {k:<28} median {:>8.2} ms  ({n} laps)", median(v));
     }
     for (w, n) in writes {
         println!("  writes x{n}: {w}");

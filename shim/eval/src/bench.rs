@@ -47,8 +47,8 @@ pub struct BenchArgs {
     /// `fresh-ifc` the ratio to it is not computed.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub modes: Vec<Mode>,
-    /// `concurrent`: also run `germline` (no pool) with the release named in `[copies]
-    /// concurrent` (issue 30), beside the default one-at-a-time run, for a multi-group tool
+    /// `concurrent`: also run `germline` (no pool, and with `--pool` if above 0) with the
+    /// release named in `[copies] concurrent` (issue 30), beside the default one-at-a-time run, for a multi-group tool
     /// such as the bench bundle's `summarize_many`. `sequential` alone is the default.
     #[arg(long, value_delimiter = ',', value_parser = ["sequential", "concurrent"])]
     pub copies: Vec<String>,
@@ -230,6 +230,11 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         .collect();
     let conc = if a.copies.iter().any(|c| c == "concurrent") {
         runs.push((Mode::Germline, 0, "concurrent"));
+        // And with the pool (issue 30): concurrent copies pay off once no copy is forked on
+        // the call's path, which a pool deep enough for the call's groups gives.
+        if a.pool > 0 {
+            runs.push((Mode::Germline, a.pool, "concurrent"));
+        }
         Some(concurrent_policy(a)?)
     } else {
         None

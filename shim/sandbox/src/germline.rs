@@ -37,6 +37,9 @@ const ITEM_STORE_BYTES: u64 = 1 << 30;
 const MAX_DYING: usize = 4;
 /// The deepest a pool grows for multi-group calls ([`Germline::want_depth`]).
 pub const MAX_POOL: usize = 8;
+/// Calls after the last multi-group call for which the pool stays deep enough for its groups
+/// ([`Germline::want_depth`]); then it returns to `Options::pool`.
+pub const DEEP_CALLS: u64 = 32;
 
 /// Host uid and gid that root inside every germline's user namespace maps to.
 pub const HOST_ID: u32 = 2_100_000;
@@ -105,6 +108,9 @@ pub struct Options {
     /// Copies run the tool as PID 2 under a reaper as PID 1 (docs/sandbox.md, "The tool is
     /// PID 2"): the tool cannot tell a copy by `getpid() == 1`. One more fork per copy.
     pub reaper: bool,
+    /// The most copies the pool grows to for multi-group calls: the policy's `[limits]
+    /// pool_max` (None: [`MAX_POOL`], which also bounds it).
+    pub pool_max: Option<usize>,
 }
 
 impl Options {
@@ -118,6 +124,7 @@ impl Options {
             bootstrap: PYTHON_BOOTSTRAP.to_string(),
             cpus: Vec::new(),
             reaper: false,
+            pool_max: None,
         }
     }
 }
@@ -154,6 +161,10 @@ pub struct Germline {
     /// Pool copies to keep: `Options::pool`, raised to the groups of a multi-group call
     /// ([`Germline::want_depth`]) so that every group's copy can come from the pool.
     depth: usize,
+    /// Calls begun so far, and the call count until which the pool stays deep for the last
+    /// multi-group call's groups ([`Germline::want_depth`]).
+    calls_begun: u64,
+    deep_until: u64,
     /// Copies handed out since the last call began or the pool was last refilled: the first
     /// must be a ready pool copy ([`Germline::copy_for`]).
     taken_in_call: usize,
@@ -319,6 +330,8 @@ impl Germline {
             pool_paused: false,
             spared: None,
             depth: opts.pool,
+            calls_begun: 0,
+            deep_until: 0,
             taken_in_call: 0,
             pool_caps: json!({}),
             dying: Vec::new(),
@@ -609,6 +622,7 @@ impl Germline {
         self.kill_retired();
         self.pause_pool(false);
         self.taken_in_call = 0;
+        self.trim_pool();
         while self.pool.len() < self.depth {
             let c = self.fork_copy_with(true)?;
             self.pool.push_back(c);
@@ -622,6 +636,7 @@ impl Germline {
         self.kill_retired();
         self.pause_pool(false);
         self.taken_in_call = 0;
+        self.trim_pool();
         if self.pool.len() < self.depth {
             let c = self.fork_copy_with(true)?;
             self.pool.push_back(c);
@@ -640,6 +655,11 @@ impl Germline {
     /// would cost the call more than it saves.
     pub fn call_begins(&mut self) {
         self.taken_in_call = 0;
+        self.calls_begun += 1;
+        if self.calls_begun > self.deep_until {
+            // No multi-group call for DEEP_CALLS calls: back to the configured depth.
+            self.depth = self.opts.pool;
+        }
         if self.pool_paused {
             return;
         }
@@ -657,11 +677,34 @@ impl Germline {
     }
 
     /// A call of `groups` groups came: from the next refill on, the pool keeps at least that
-    /// many copies (up to [`MAX_POOL`]), so that every group's copy comes from it. Only a
-    /// germline with a pool grows it.
+    /// many copies, so that every group's copy comes from it and none is forked on a later
+    /// multi-group call's path. The depth is the largest group count of the multi-group calls
+    /// among the last [`DEEP_CALLS`] calls, bounded by `Options::pool_max` (the policy's
+    /// `[limits] pool_max`) and [`MAX_POOL`]; after that many calls without one it returns to
+    /// `Options::pool`. Only a germline with a pool grows it.
     pub fn want_depth(&mut self, groups: usize) {
-        if self.opts.pool > 0 {
-            self.depth = self.depth.max(groups.min(MAX_POOL));
+        if self.opts.pool == 0 {
+            return;
+        }
+        let cap = self
+            .opts
+            .pool_max
+            .map_or(MAX_POOL, |m| m.min(MAX_POOL))
+            .max(self.opts.pool);
+        self.depth = self.depth.max(groups.min(cap));
+        self.deep_until = self.calls_begun + DEEP_CALLS;
+    }
+
+    /// Between calls, a pool deeper than its depth (it returned to `Options::pool`) gives its
+    /// extra copies back: the newest first, thawed, then killed (they never held data).
+    fn trim_pool(&mut self) {
+        while self.pool.len() > self.depth {
+            let Some(c) = self.pool.pop_back() else {
+                break;
+            };
+            // v1's freezer keeps a frozen task from dying: thawed before it is killed.
+            let _ = c.cgroup().request_frozen(false);
+            let _ = self.retire(c, Ok(Value::Null));
         }
     }
 

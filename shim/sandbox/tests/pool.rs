@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use germline_sandbox::germline::DEEP_CALLS;
 use germline_sandbox::{Germline, PoolState};
 
 /// Waits (up to 10 s) until every pool copy is ready.
@@ -109,6 +110,44 @@ fn the_pool_grows_to_a_multi_group_call_and_every_group_takes_from_it() {
     g0.refill_pool().expect("refill");
     assert_eq!(g0.pool_len(), 0);
     g0.stop().expect("stop");
+    g.stop().expect("stop");
+}
+
+/// The pool's depth for multi-group calls is the largest recent call's groups, bounded by the
+/// policy's `[limits] pool_max`, and returns to the configured pool after [`DEEP_CALLS`] calls
+/// without a multi-group call, giving its extra copies back.
+#[test]
+fn the_deep_pool_is_bounded_by_pool_max_and_returns_when_calls_stop_needing_it() {
+    if !common::can_run() {
+        return;
+    }
+    let mut opts = common::opts("pool-cap");
+    opts.pool = 1;
+    opts.pool_max = Some(2);
+    let mut g = Germline::start(common::test_release("plain"), opts).expect("start");
+    assert_eq!(g.pool_len(), 1);
+    // A three-group call under pool_max 2: the pool grows to 2, not 3.
+    g.call_begins();
+    g.want_depth(3);
+    g.refill_pool().expect("refill");
+    assert_eq!((g.depth(), g.pool_len()), (2, 2));
+    // Single-group calls: the depth holds for DEEP_CALLS calls after the multi-group one...
+    for _ in 0..DEEP_CALLS {
+        g.call_begins();
+    }
+    g.refill_pool().expect("refill");
+    assert_eq!((g.depth(), g.pool_len()), (2, 2));
+    // ... and then returns to the configured pool, whose extra copy is killed between calls.
+    g.call_begins();
+    let kept = g.pool_pids()[0];
+    g.refill_pool().expect("refill");
+    assert_eq!((g.depth(), g.pool_len()), (1, 1));
+    assert_eq!(g.pool_pids(), [kept], "the oldest copy stays");
+    // A new multi-group call deepens it again.
+    g.call_begins();
+    g.want_depth(2);
+    g.refill_pool().expect("refill");
+    assert_eq!(g.pool_len(), 2);
     g.stop().expect("stop");
 }
 

@@ -167,13 +167,21 @@ where
             let netns = copy
                 .netns()
                 .map_err(|e| RunError::Sandbox(SandboxFailure::CopyNetns(e)))?;
+            // Each copy's serial parts on the calling thread, timed apart (issue 30: the cost
+            // of each extra copy).
+            let s = Instant::now();
             self.broker
                 .start_copy(cx.call, gi, netns.as_fd(), copy.deadline())
                 .map_err(broker_failed)?;
+            got.laps.lap("copies.prepare.start_copy", s);
+            let s = Instant::now();
             let broker = self.broker.copy_handle().map_err(broker_failed)?;
+            got.laps.lap("copies.prepare.handle", s);
+            let s = Instant::now();
             let files = super::view_files(meta, &in_view);
             let tree = crate::treeitem::view_entries(&meta.items, &in_view);
             let prepared = self.source.prepare_copy_view(&mut copy, &files, &tree);
+            got.laps.lap("copies.prepare.mounts", s);
             let is_agent = Some(gi) == cx.agent_group;
             jobs.push(Job {
                 group: gi,
