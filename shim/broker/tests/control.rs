@@ -33,13 +33,13 @@ fn serve(broker: &Arc<Broker>, listener: std::os::fd::OwnedFd) {
 
 /// A broker for `p` (its state under `dir`) serving its control socket `dir/run/broker.sock`,
 /// and a client connected to that socket.
-fn control_broker(dir: &Path, p: Arc<Policy>) -> (PathBuf, BrokerClient) {
+fn control_broker(dir: &Path, p: Arc<Policy>) -> (Arc<Broker>, PathBuf, BrokerClient) {
     let broker = Arc::new(Broker::start(BrokerConfig::new(p, &dir.join("state"))).expect("broker"));
     let sock = dir.join("run/broker.sock");
     let listener = control::bind(&sock).expect("bind");
     serve(&broker, listener);
     let c = BrokerClient::connect(&sock).expect("connect");
-    (sock, c)
+    (broker, sock, c)
 }
 
 /// The control request that begins a call on `items` with ocr.example (finance) as its one
@@ -60,8 +60,9 @@ fn ocr_call(items: Vec<ItemMeta>, agent: &[&str]) -> BeginCall {
 }
 
 /// Starts copy 0 of `call` in a fresh network namespace and posts the invoice to ocr.example
-/// through the broker's endpoint there; the answer must be 200.
-fn post_invoice(c: &BrokerClient, call: u64) {
+/// through the broker's endpoint there (prepared before the start, and taken by it); the
+/// answer must be 200.
+fn post_invoice(broker: &Broker, c: &BrokerClient, call: u64) {
     let ns = TestNetns::new();
     // The copy's endpoint prepared while it waited (germline_broker::prepared), then taken
     // by its start.
@@ -91,7 +92,7 @@ fn a_call_through_the_control_socket() {
     let dir = tempfile::tempdir().expect("tempdir");
     let sink = Sink::ok();
     let p = ocr_policy(dir.path(), &sink);
-    let (sock, c) = control_broker(dir.path(), p);
+    let (broker, sock, c) = control_broker(dir.path(), p);
     let mode = std::fs::metadata(dir.path().join("run"))
         .expect("dir")
         .permissions()
@@ -107,7 +108,7 @@ fn a_call_through_the_control_socket() {
         ))
         .expect("begin");
     assert_eq!(plan.groups.len(), 2);
-    post_invoice(&c, call);
+    post_invoice(&broker, &c, call);
     let (out, _) = c.end_copy(call, 0).expect("end copy");
     assert_eq!(out.label, Label::of(["finance"]));
     // A copy's namespace is required, and a malformed request is answered without closing.
@@ -179,12 +180,12 @@ fn records_past_the_default_socket_buffer_come_back_and_past_the_limit_are_refus
         (200, vec![], vec![b'r'; n])
     }));
     let p = ocr_policy(dir.path(), &sink);
-    let (_sock, c) = control_broker(dir.path(), p);
+    let (broker, _sock, c) = control_broker(dir.path(), p);
     let one_call = |c: &BrokerClient| {
         let (call, _twin, _plan) = c
             .begin_call(ocr_call(vec![item("invoice", &["finance"])], &["finance"]))
             .expect("begin");
-        post_invoice(c, call);
+        post_invoice(&broker, c, call);
         c.end_copy(call, 0).expect("end copy");
         c.end_call(call)
     };
@@ -239,14 +240,14 @@ fn the_last_copy_and_its_call_end_in_one_round_trip() {
     let dir = tempfile::tempdir().expect("tempdir");
     let sink = Sink::ok();
     let p = ocr_policy(dir.path(), &sink);
-    let (_sock, c) = control_broker(dir.path(), p);
+    let (broker, _sock, c) = control_broker(dir.path(), p);
     let begin = || {
         c.begin_call(ocr_call(vec![item("invoice", &["finance"])], &["finance"]))
             .expect("begin")
     };
     let (call, _twin, plan) = begin();
     assert_eq!(plan.groups.len(), 1);
-    post_invoice(&c, call);
+    post_invoice(&broker, &c, call);
     let (out, requests, rec) = c.end_last_copy(call, 0).expect("end last copy");
     assert_eq!(out.label, Label::of(["finance"]));
     assert_eq!(requests.len(), 1, "{requests:?}");
