@@ -415,11 +415,9 @@ pub struct SpawnPool {
     pending: Option<Pending>,
     /// Copies retired and not yet handed to the reaper (frozen).
     dying: Vec<Spawned>,
-    /// The thread that kills and reaps retired copies (started at the first hand-over), and
-    /// when it was last handed one.
+    /// The thread that kills and reaps retired copies (started at the first hand-over).
     reaper: Option<Reaper>,
     reaper_gone: bool,
-    handed_at: Option<Instant>,
     /// The laps of the last take (`germline bench`'s breakdown, through `fork_phases`).
     take_laps: Vec<(&'static str, u64)>,
     on_call_path: u64,
@@ -480,7 +478,6 @@ impl SpawnPool {
             dying: Vec::new(),
             reaper: None,
             reaper_gone: false,
-            handed_at: None,
             take_laps: Vec::new(),
             on_call_path: 0,
             from_refill_in_flight: 0,
@@ -801,12 +798,9 @@ impl SpawnPool {
                 kept.push(c);
                 continue;
             };
-            match r.hand(c) {
-                None => self.handed_at = Some(Instant::now()),
-                Some(c) => {
-                    self.reaper_gone = true;
-                    kept.push(c);
-                }
+            if let Some(c) = r.hand(c) {
+                self.reaper_gone = true;
+                kept.push(c);
             }
         }
         if self.reaper_gone {
@@ -851,13 +845,14 @@ impl SpawnPool {
         if self.live.is_empty() {
             // Between calls: the last call's copies are killed here, after its answer went out.
             self.reap_dying();
-            let exiting = self.reaper.as_ref().is_some_and(|r| r.busy() > 0)
-                && self.handed_at.is_some_and(|t| t.elapsed() < EXIT_WAIT);
-            if exiting
-                || self
-                    .dying
-                    .iter()
-                    .any(|c| c.retired_at.is_some_and(|t| t.elapsed() < EXIT_WAIT))
+            // Copies handed to the reaper thread exit beside the refill's launch: waiting for
+            // them here would hold the launch back, and calls back to back (the agent's next
+            // request comes within the wait) would then never find a launch in flight, each
+            // spawning its own copy on its path. Only copies this thread reaps are waited for.
+            if self
+                .dying
+                .iter()
+                .any(|c| c.retired_at.is_some_and(|t| t.elapsed() < EXIT_WAIT))
             {
                 // Still exiting: wait a little, a millisecond per step (the transport looks
                 // for the agent's next request between steps), so that it is reaped here.

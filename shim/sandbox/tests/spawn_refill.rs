@@ -101,8 +101,8 @@ fn a_call_during_a_refill_takes_a_waiting_copy_or_the_launch_in_flight_never_its
     let r = echo(&mut c, "one");
     assert_eq!(r, "Echo: one");
     pool.retire(c, Ok(json!({}))).expect("retire");
-    // The first steps reap the retired copy (a millisecond each while it exits); the next
-    // starts the launch.
+    // The first step hands the retired copy to the reaper thread and starts the launch: the
+    // copy exits beside the launch, so calls back to back still find a launch in flight.
     let end = Instant::now() + Duration::from_secs(5);
     while pool.refill_in_flight().is_none() {
         assert!(
@@ -115,7 +115,16 @@ fn a_call_during_a_refill_takes_a_waiting_copy_or_the_launch_in_flight_never_its
             pool.status()
         );
     }
-    assert_eq!(pool.status().dying, 0, "the retired copy was reaped first");
+    // The reaper thread reaps the retired copy by itself, with no more steps.
+    let end = Instant::now() + Duration::from_secs(5);
+    while pool.status().dying > 0 {
+        assert!(
+            Instant::now() < end,
+            "the retired copy was not reaped: {:?}",
+            pool.status()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     assert_eq!(
         pool.refill_in_flight(),
         Some(false),
@@ -301,6 +310,51 @@ fn back_to_back_a_retired_copy_is_reaped_by_the_reaper_thread_not_the_take() {
         std::thread::sleep(Duration::from_millis(5));
     }
     assert_eq!(echo(&mut c, "second"), "Echo: second");
+    pool.retire(c, Ok(json!({}))).expect("retire");
+    pool.stop();
+}
+
+/// Calls a moment apart (an agent's next request comes while the last copy still exits): the
+/// first idle step after a call starts the refill's launch at once, beside the retired copy's
+/// exit on the reaper thread, so the next call takes that launch in flight rather than
+/// spawning a copy of its own on its path. (Waiting for the exit before launching left every
+/// call of a back-to-back session to spawn its own copy.)
+#[test]
+fn one_idle_step_between_calls_starts_the_launch_the_next_call_takes() {
+    if !common::can_run() || !node_ready() {
+        return;
+    }
+    let mut opts = SpawnOptions::new(&common::id("step"));
+    opts.min = 1;
+    opts.max = 1;
+    let mut pool = SpawnPool::start(spec(), opts).expect("start the pool");
+    let deadline = || Instant::now() + Duration::from_secs(30);
+    fill(&mut pool);
+    for round in 0..3 {
+        let before = pool.status();
+        let mut c = pool.take(&json!({}), deadline()).expect("take");
+        assert_eq!(echo(&mut c, "hi"), "Echo: hi");
+        pool.retire(c, Ok(json!({}))).expect("retire");
+        // One step, as the transport runs between the answer and the agent's next request.
+        let _ = pool.refill_one().expect("idle step");
+        assert!(
+            pool.refill_in_flight().is_some(),
+            "round {round}: the step after the call started no launch: {:?}",
+            pool.status()
+        );
+        let after = pool.status();
+        assert_eq!(
+            after.on_call_path, before.on_call_path,
+            "round {round}: a copy was spawned on a call's path: {after:?}"
+        );
+    }
+    // The next call takes the launch in flight.
+    let made = pool.status().from_refill_in_flight;
+    let mut c = pool.take(&json!({}), deadline()).expect("take");
+    assert_eq!(echo(&mut c, "last"), "Echo: last");
+    let st = pool.status();
+    assert_eq!(st.from_refill_in_flight, made + 1, "{st:?}");
+    assert_eq!(st.on_call_path, 0, "{st:?}");
     pool.retire(c, Ok(json!({}))).expect("retire");
     pool.stop();
 }
