@@ -10,7 +10,7 @@ use germline_policy::plan::Member;
 use germline_policy::plan::{plan, ForkRule, ItemMeta, PlanInput, PlanMode};
 use germline_policy::policy::Source;
 use germline_policy::workspace::WorkspaceFor;
-use germline_policy::{CallSpec, Label, Plan, Policy};
+use germline_policy::{CallSpec, Plan, Policy};
 use serde_json::json;
 
 type Error = Box<dyn std::error::Error>;
@@ -213,9 +213,9 @@ pub fn run_policy(args: &PolicyArgs) -> Result<(), Error> {
                     "file": file, "ok": true, "labels": p.tags(), "rules": rules,
                     "default_item_label": p.default_item_label().to_string(),
                     "workspaces": p.declared_workspaces().map(|(release, w)| {
-                        let (whom, clearance) = owner(&p, &w.owner);
-                        json!({"release": release, "path": w.path, "consumer": w.consumer_name(),
-                               "for": whom, "clearance": clearance})
+                        let m = declared_member(&p, release, &w.path);
+                        json!({"release": release, "path": w.path, "consumer": m.name,
+                               "for": whom(&w.owner), "clearance": m.clearance})
                     }).collect::<Vec<_>>(),
                     "dampening": {"half_life": d.half_life, "unverified_weight": d.unverified_weight,
                         "verified_weight": d.verified_weight, "suppress_at": d.suppress_at,
@@ -237,12 +237,13 @@ pub fn run_policy(args: &PolicyArgs) -> Result<(), Error> {
             }
             outln!("  unlabelled items get {}", p.default_item_label());
             for (release, w) in p.declared_workspaces() {
-                let (whom, clearance) = owner(&p, &w.owner);
+                let m = declared_member(&p, release, &w.path);
                 outln!(
-                    "  workspace of {release}: {} -> writes for {whom} (clearance {clearance}), \
-                     consumer {}",
+                    "  workspace of {release}: {} -> writes for {} (clearance {}), consumer {}",
                     w.path.display(),
-                    w.consumer_name()
+                    whom(&w.owner),
+                    m.clearance,
+                    m.name
                 );
             }
             let d = p.dampening();
@@ -282,20 +283,25 @@ fn declared_members(
         .iter()
         .map(|w| {
             (
-                owner(policy, &w.owner).0,
+                whom(&w.owner),
                 policy.workspace_member(name, &w.path, &agent),
             )
         })
         .collect()
 }
 
-/// Whom a declared workspace's writes are for, and the clearance its entry gives (for the
-/// agent's: the agent's clearance as `[consumers]` gives it).
-fn owner(policy: &Policy, w: &WorkspaceFor) -> (String, Label) {
+/// The consumer Plan places for `release`'s declared workspace at `path`, with the agent's
+/// clearance as `[consumers]` gives it (`Policy::workspace_member`, as at run time).
+fn declared_member(policy: &Policy, release: &str, path: &std::path::Path) -> Member {
+    policy.workspace_member(release, path, &policy.consumer_clearance("agent"))
+}
+
+/// Whom a declared workspace's writes are for.
+fn whom(w: &WorkspaceFor) -> String {
     match w {
-        WorkspaceFor::Agent => ("the agent".into(), policy.consumer_clearance("agent")),
-        WorkspaceFor::Consumer(c) => (format!("consumer {c}"), policy.consumer_clearance(c)),
-        WorkspaceFor::Clearance(l) => ("its own clearance".into(), l.clone()),
+        WorkspaceFor::Agent => "the agent".into(),
+        WorkspaceFor::Consumer(c) => format!("consumer {c}"),
+        WorkspaceFor::Clearance(_) => "its own clearance".into(),
     }
 }
 

@@ -713,8 +713,10 @@ impl Germline {
     /// copy in a network namespace of its own, neither the shim's nor the germline's, is
     /// offered: a listener is bound where it is offered.
     pub fn endpoints_to_prepare(&mut self) -> Vec<std::fs::File> {
-        let shim = Namespaces::of(std::process::id() as i32).ok();
         let germline_net = self.ns.net;
+        // The shim's own namespaces, read once and only when a copy is to be offered: this
+        // runs after every call's idle steps, most often with nothing to offer.
+        let mut shim: Option<Option<Namespaces>> = None;
         let mut out = Vec::new();
         for c in self.pool.iter_mut() {
             if c.endpoint_offered || c.pool_state() != PoolState::Ready {
@@ -723,6 +725,7 @@ impl Germline {
             let Ok(ns) = Namespaces::of(c.pid()) else {
                 continue;
             };
+            let shim = shim.get_or_insert_with(|| Namespaces::of(std::process::id() as i32).ok());
             if ns.net == germline_net || shim.as_ref().is_some_and(|s| s.net == ns.net) {
                 continue;
             }
