@@ -7,59 +7,12 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use germline_sandbox::spawn::{SpawnOptions, SpawnPool};
-use germline_sandbox::{Execution, Language, LaunchSpec, Limits};
 use serde_json::json;
 
-fn rootfs() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../bundles/out/node-everything/bundle/rootfs")
-}
-
-fn node_ready() -> bool {
-    let ok = rootfs().join("app").exists();
-    assert!(
-        ok || std::env::var_os("GERMLINE_REQUIRE_ROOT_TESTS").is_none(),
-        "needs {} (bundles/build-node.sh)",
-        rootfs().display()
-    );
-    ok
-}
-
-/// server-everything as its manifest launches it, with its warm call.
-fn spec() -> LaunchSpec {
-    LaunchSpec {
-        rootfs: rootfs(),
-        interpreter: "/usr/bin/node".into(),
-        entry: vec![
-            "/app/node_modules/@modelcontextprotocol/server-everything/dist/index.js".into(),
-            "stdio".into(),
-        ],
-        env: [
-            "HOME=/tmp",
-            "LANG=C.UTF-8",
-            "PATH=/usr/local/bin:/usr/bin:/bin",
-        ]
-        .map(String::from)
-        .to_vec(),
-        workdir: "/".into(),
-        module_path: vec![],
-        readable_paths: vec!["/usr".into(), "/app".into(), "/etc/ssl".into()],
-        language: Language::Node,
-        execution: Execution::Spawn,
-        scratch: false,
-        warm: true,
-        warm_calls: vec![json!({"tool": "echo", "arguments": {"message": "warm"}})],
-        limits: Limits::default(),
-        extra_mounts: vec![],
-        egress_port: None,
-        state_bytes: 0,
-        writable_trees: false,
-    }
-}
+use common::node::{node_ready, spec};
 
 /// Idle steps until the pool is at its depth (bounded).
 fn fill(pool: &mut SpawnPool) {

@@ -1,6 +1,8 @@
 //! Shared helpers of the sandbox integration tests (they run as root, for real).
 #![allow(dead_code)]
 
+pub mod node;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 
