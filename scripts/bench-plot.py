@@ -9,20 +9,23 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 doc = json.load(open(sys.argv[1]))
 out = sys.argv[2]
-runtimes = ["sig-pin", "confined-ifc", "fresh-ifc", "germline", "germline+pool"]
+# In the order the benchmark ran them (germline+concurrent only in documents that have it).
+runtimes = []
 cases = []
 for r in doc["latency"]:
     if r["case"] not in cases:
         cases.append(r["case"])
+    if r["runtime"] not in runtimes:
+        runtimes.append(r["runtime"])
 
 # (a) per-call latency, log scale, P50 bars with whiskers to P99
 fig, ax = plt.subplots(figsize=(9, 4))
-w = 0.16
+w = 0.8 / len(runtimes)
 for i, rt in enumerate(runtimes):
     rows = [next(r for r in doc["latency"] if r["case"] == c and r["runtime"] == rt) for c in cases]
     p50 = [r["p50_ms"] for r in rows]
     err = [max(r["p99_ms"] - r["p50_ms"], 0) for r in rows]
-    xs = [k + (i - 2) * w for k in range(len(cases))]
+    xs = [k + (i - (len(runtimes) - 1) / 2) * w for k in range(len(cases))]
     ax.bar(xs, p50, w, label=rt, yerr=[[0] * len(err), err], capsize=2)
 ax.set_yscale("log")
 ax.set_xticks(range(len(cases)))
@@ -33,14 +36,14 @@ ax.legend(fontsize=8)
 fig.tight_layout()
 fig.savefig(f"{out}/latency.png", dpi=120)
 
-# (b) latency against copies per call
-sc = doc["scaling"]
-fig, ax = plt.subplots(figsize=(4.5, 3.5))
-xs = [r["copies"] for r in sc["copies"]]
-ax.plot(xs, [r["p50_ms"] for r in sc["copies"]], "o-", label="P50")
-ax.plot(xs, [r["p99_ms"] for r in sc["copies"]], "x--", label="P99")
-ax.plot(xs, [sc["intercept_ms"] + sc["slope_ms_per_copy"] * x for x in xs], ":",
-        label=f"fit {sc['slope_ms_per_copy']:.1f} ms/copy")
+# (b) latency against copies per call, per germline runtime (older documents: one series)
+fig, ax = plt.subplots(figsize=(5.5, 4))
+for sc in doc.get("scaling_runtimes") or [doc["scaling"]]:
+    name = sc.get("runtime", "germline")
+    xs = [r["copies"] for r in sc["copies"]]
+    line, = ax.plot(xs, [r["p50_ms"] for r in sc["copies"]], "o-",
+                    label=f"{name} P50 ({sc['slope_ms_per_copy']:.1f} ms/copy)")
+    ax.plot(xs, [r["p99_ms"] for r in sc["copies"]], "x--", color=line.get_color(), alpha=0.5)
 ax.set_xlabel("copies per call")
 ax.set_ylabel("ms")
 ax.set_title("(b) Scaling")

@@ -97,16 +97,22 @@ pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[idx.min(sorted.len() - 1)]
 }
 
-/// `--policy` with the release named in `[copies] concurrent`, written beside `--out`.
-fn concurrent_policy(a: &BenchArgs) -> Result<PathBuf, String> {
-    let manifest = a.release.join("rootfs/.germline/manifest.json");
+/// The release's name as its manifest states it (what `[copies] concurrent` names).
+pub(crate) fn release_name(release: &std::path::Path) -> Result<String, String> {
+    let manifest = release.join("rootfs/.germline/manifest.json");
     let m: Value = serde_json::from_slice(
         &std::fs::read(&manifest).map_err(|e| format!("{}: {e}", manifest.display()))?,
     )
     .map_err(|e| format!("{}: {e}", manifest.display()))?;
-    let name = m["name"]
+    m["name"]
         .as_str()
-        .ok_or_else(|| format!("{}: no name", manifest.display()))?;
+        .map(str::to_string)
+        .ok_or_else(|| format!("{}: no name", manifest.display()))
+}
+
+/// `--policy` with the release named in `[copies] concurrent`, written beside `--out`.
+fn concurrent_policy(a: &BenchArgs) -> Result<PathBuf, String> {
+    let name = release_name(&a.release)?;
     let text =
         std::fs::read_to_string(&a.policy).map_err(|e| format!("{}: {e}", a.policy.display()))?;
     let line = format!("concurrent = [{}]", json!(name));

@@ -22,7 +22,16 @@ fn bench_quick_writes_well_formed_results() {
     let out = dir.path().join("bench");
     let r = Command::new(germline())
         .current_dir(root())
-        .args(["bench", "--json", "--quick", "--gap-ms", "5", "--out"])
+        .args([
+            "bench",
+            "--json",
+            "--quick",
+            "--gap-ms",
+            "5",
+            "--fresh-calls",
+            "2",
+            "--out",
+        ])
         .arg(&out)
         .arg("--state-dir")
         .arg(dir.path().join("broker"))
@@ -55,6 +64,7 @@ fn bench_quick_writes_well_formed_results() {
             "fresh-ifc",
             "germline",
             "germline+pool",
+            "germline+concurrent",
         ] {
             let r = lat
                 .iter()
@@ -63,8 +73,35 @@ fn bench_quick_writes_well_formed_results() {
             let p50 = r["p50_ms"].as_f64().expect("p50");
             let p99 = r["p99_ms"].as_f64().expect("p99");
             assert!(p50 > 0.0 && p50 <= p99, "{case} {rt}: p50 {p50}, p99 {p99}");
+            // --fresh-calls sizes fresh-ifc alone; the row says the sizes it was measured with.
+            let calls = if rt == "fresh-ifc" { 2 } else { 3 };
+            assert_eq!(r["calls_per_pass"], calls, "{case} {rt}");
+            assert_eq!(r["passes"], 1, "{case} {rt}");
+            let conc = rt == "germline+concurrent";
+            assert_eq!(
+                r["copies_ran"],
+                if conc { "concurrent" } else { "sequential" },
+                "{case} {rt}"
+            );
+            // Only a multi-group call under the concurrent policy has its copies run
+            // concurrently (and its answers say so); a one-group call never.
+            let n = r["concurrent_calls"].as_u64().expect("concurrent_calls");
+            if conc && case == "summarize_many" {
+                assert!(
+                    n > 0,
+                    "no summarize_many call ran its copies concurrently: {r}"
+                );
+            } else {
+                assert_eq!(n, 0, "{case} {rt}: {r}");
+            }
         }
     }
+    assert_eq!(doc["fresh_calls_per_pass"], 2);
+    let policy = std::fs::read_to_string(out.join("policy-concurrent.toml")).expect("policy");
+    assert!(
+        policy.contains("[copies]\nconcurrent = [\"germline-bench\",\"mcp-server-time\"]"),
+        "{policy}"
+    );
     assert_eq!(doc["table_vii"].as_array().map(Vec::len), Some(5));
     // summarize_many really is a three-copy call, and fanoutN an N-copy one.
     let copies: Vec<u64> = doc["scaling"]["copies"]
@@ -75,6 +112,31 @@ fn bench_quick_writes_well_formed_results() {
         .collect();
     assert_eq!(copies, vec![1, 2, 3, 4, 5]);
     assert!(doc["scaling"]["slope_ms_per_copy"].as_f64().is_some());
+    // The same fan-out under every germline runtime: one at a time without and with the
+    // pool, and concurrent copies from the pool (whose 2..5-copy answers say so).
+    let series = doc["scaling_runtimes"]
+        .as_array()
+        .expect("scaling_runtimes");
+    let names: Vec<&str> = series
+        .iter()
+        .filter_map(|s| s["runtime"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        vec!["germline", "germline+pool", "germline+concurrent"]
+    );
+    assert_eq!(series[0], doc["scaling"]);
+    for s in series {
+        let rows = s["copies"].as_array().expect("copies");
+        let copies: Vec<u64> = rows.iter().filter_map(|r| r["copies"].as_u64()).collect();
+        assert_eq!(copies, vec![1, 2, 3, 4, 5], "{s}");
+        assert!(s["slope_ms_per_copy"].as_f64().is_some(), "{s}");
+        let conc = s["copies_ran"] == "concurrent";
+        for r in rows {
+            let n = r["concurrent_calls"].as_u64().expect("concurrent_calls");
+            assert_eq!(n > 0, conc && r["copies"] != 1, "{r} of {}", s["runtime"]);
+        }
+    }
     assert!(doc["memory"]["idle_server"]["pss_kb"].as_u64().unwrap_or(0) > 0);
     assert!(!doc["memory"]["resident_germlines"]
         .as_array()
@@ -105,10 +167,28 @@ fn bench_quick_writes_well_formed_results() {
     assert!(b[0]["phases"]["fork.fork"]["us"].as_f64().unwrap_or(0.0) > 0.0);
     assert_eq!(b[2]["phases"]["fork.fork"]["us"].as_f64(), Some(0.0));
     let targets = doc["targets"].as_array().expect("targets");
-    assert_eq!(targets.len(), 7);
+    let of = |issue: u64| targets.iter().filter(|t| t["issue"] == issue).count();
+    // Issue 8's seven, and issue 30's: pooled and unpooled against sig-pin (noop,
+    // get_current_time), the pool never slower, the tail, the 3-copy call, the extra copy,
+    // the live copy's memory.
+    assert_eq!((of(8), of(30), targets.len()), (7, 9, 16), "{targets:?}");
     assert!(targets
         .iter()
         .all(|t| t["met"].is_boolean() && t["value"].is_string()));
+    // What this run does not measure is named with the command that does, never a value.
+    let missing = doc["targets_not_measured"]
+        .as_array()
+        .expect("not measured");
+    assert_eq!(missing.len(), 3);
+    for t in missing {
+        assert!(t.get("met").is_none() && t.get("value").is_none(), "{t}");
+        let cmd = t["command"].as_str().expect("command");
+        assert!(
+            cmd.starts_with("germline run-bench ")
+                || cmd.starts_with("germline bench --serve-clients 8"),
+            "{cmd}"
+        );
+    }
     // --json: stdout is the one document bench.json holds; the targets a person reads are
     // printed on stderr instead.
     let printed: Value = serde_json::from_str(&stdout).expect("stdout is one JSON document");
@@ -124,4 +204,17 @@ fn bench_quick_writes_well_formed_results() {
     assert!(!stderr.contains('\x1b'), "{stderr}");
     let md = std::fs::read_to_string(out.join("bench.md")).expect("bench.md");
     assert!(md.contains("## Targets") && md.contains("| noop |"));
+    assert!(
+        md.contains("### Issue 8") && md.contains("### Issue 30"),
+        "{md}"
+    );
+    assert!(md.contains("not measured by this run"), "{md}");
+    assert!(
+        md.contains("| summarize_many | 3 | germline+concurrent | "),
+        "{md}"
+    );
+    assert!(
+        md.contains("| fresh-ifc | ") && md.contains(" | 1 x 2 |"),
+        "{md}"
+    );
 }
