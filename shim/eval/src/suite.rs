@@ -1686,3 +1686,84 @@ fn plot(a: &SuiteArgs, json_path: &Path) {
         other => eprintln!("bench: plotting failed: {other:?}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bench.json written before issue 30's fields (the committed full run of 2026-12-04:
+    /// no `issue` on its targets, no `scaling_runtimes`, no germline+concurrent rows) still
+    /// renders: its targets under issue 8, its one scaling series, no concurrent paragraph.
+    #[test]
+    fn an_older_bench_json_still_renders() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/performance/bench.json"
+        );
+        let text = std::fs::read_to_string(path).expect("docs/performance/bench.json");
+        let doc: Value = serde_json::from_str(&text).expect("JSON");
+        assert!(
+            doc.get("scaling_runtimes").is_none(),
+            "no longer an old document"
+        );
+        let md = markdown(&doc);
+        let issue8 = md
+            .split("### Issue 8")
+            .nth(1)
+            .and_then(|s| s.split("### Issue 30").next())
+            .expect("issue 8's section");
+        assert_eq!(issue8.matches("\n- ").count(), 7, "{issue8}");
+        assert!(
+            md.contains("| copies | germline P50 ms | P99 ms |\n"),
+            "{md}"
+        );
+        assert!(md.contains("| 5 | 108.40 | 128.33 |"), "{md}");
+        assert!(
+            !md.contains("germline+concurrent: germline with a pool"),
+            "{md}"
+        );
+        assert!(md.contains("| noop | 1 | fresh-ifc | 935.22 | 1427.91 | 3 x 200 |"));
+    }
+
+    /// The policy of germline+concurrent is the bench's with both releases named in
+    /// `[copies] concurrent`, and it parses as a policy.
+    #[test]
+    fn the_concurrent_policy_names_both_releases_and_parses() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bundles/out");
+        let (bench, time) = (
+            PathBuf::from(root).join("germline-bench/bundle"),
+            PathBuf::from(root).join("mcp-server-time/bundle"),
+        );
+        if !bench.exists() || !time.exists() {
+            eprintln!("skipped: bundles/out has no bench or time release");
+            return;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (policy, _) = make_world(dir.path()).expect("world");
+        let a = SuiteArgs {
+            out: dir.path().to_path_buf(),
+            quick: true,
+            key: PathBuf::new(),
+            bench_release: bench,
+            time_release: time,
+            pin: Pin::None,
+            pool: 2,
+            fresh_calls: None,
+            fresh_passes: None,
+            gap_ms: 20,
+            plot_python: PathBuf::new(),
+            breakdown_calls: None,
+            breakdown_only: false,
+            state_dir: PathBuf::new(),
+            serve_clients: None,
+            serve_calls: 1,
+            agent_python: PathBuf::new(),
+        };
+        let conc = concurrent_policy(&a, &policy).expect("concurrent policy");
+        let p = germline_policy::policy::Policy::load(&conc).expect("parses");
+        assert!(p.concurrent_copies("germline-bench"));
+        assert!(p.concurrent_copies("mcp-server-time"));
+        let plain = germline_policy::policy::Policy::load(&policy).expect("parses");
+        assert!(!plain.concurrent_copies("germline-bench"));
+    }
+}
