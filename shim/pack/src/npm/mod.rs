@@ -96,7 +96,8 @@ pub fn pack_from(p: &NpmPack) -> Result<Packed> {
             p.spec.name
         )));
     }
-    let mut bar = crate::progress::Steps::new(5, f.progress);
+    crate::publisher::check_can_chown(&f.germline_owned)?;
+    let mut bar = crate::progress::Steps::new(crate::step_count(f, 5), f.progress);
     let parent = f
         .out
         .parent()
@@ -114,6 +115,7 @@ pub fn pack_from(p: &NpmPack) -> Result<Packed> {
     bar.step("rootfs: Node runtime, shared libraries");
     runtime::node_runtime(&p.node, &root)?;
     crate::rootfs::include(&root, &f.include)?;
+    crate::publisher_steps(f, &root, &mut bar)?;
 
     bar.step("probe: listing the tools in a spawned copy");
     let pkg = &installed.package;
