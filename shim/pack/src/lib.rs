@@ -6,11 +6,14 @@
 //!    `/usr/lib/python3/dist-packages` (wheels cached under `/var/tmp/germline-pack`);
 //! 2. [`rootfs`]: the host's Debian Python runtime beside them, as `bundles/build.sh` makes it,
 //!    the shared libraries `ldd` names, and deterministic `.pyc` files;
+//!    then the publisher's `--rootfs-hook` on the rootfs and its `--germline-owned` paths
+//!    checked against it ([`publisher`]);
 //! 3. [`probe`]: the server started once in a germline (the real sandbox, no network, no
 //!    data) to list its tools: the bootstrap's SDK probe refuses here what it cannot run;
 //! 4. [`draft`]: the manifest, every tool with the destinations the publisher gave by flag
 //!    (none otherwise: never guessed), written beside the release for review;
-//! 5. `germline_release::release::pack_with`: rootfs digest, OCI bundle and image, signature.
+//! 5. `germline_release::release::pack_with`: rootfs digest, OCI bundle and image, signature;
+//!    then `--germline-owned` applied to the bundle (ownership is not in the digest).
 
 pub mod draft;
 pub mod memory;

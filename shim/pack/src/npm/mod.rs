@@ -6,6 +6,8 @@
 //! 1. [`install`]: npm installs the package (production dependencies, no install scripts)
 //!    into the rootfs's `/app`, its `package-lock.json` kept there and in the cache;
 //! 2. [`runtime`]: the host's `node` and its shared libraries beside it;
+//!    then the publisher's `--rootfs-hook` and `--germline-owned` checks, as for PyPI
+//!    ([`crate::publisher`]);
 //! 3. [`probe`]: the server spawned once as a copy (the real sandbox, no network, no data)
 //!    to list its tools;
 //! 4. the manifest: the PyPI draft's rules (destinations only from `--destination`, never
