@@ -515,6 +515,18 @@ fn pack_from(a: &PackArgs, quiet: bool) -> Result<()> {
                 .collect::<Vec<_>>()
                 .join(" "),
         ));
+        if let Some(h) = &a.pypi.rootfs_hook {
+            t.push_str(&format!(
+                "  rootfs hook:   {} (signed with the rootfs)\n",
+                h.display()
+            ));
+        }
+        if !a.pypi.germline_owned.is_empty() {
+            t.push_str(&format!(
+                "  germline-owned: {} (not signed: docs/release.md)\n",
+                a.pypi.germline_owned.join(", ")
+            ));
+        }
         t.push_str(&format!("Note: {REVIEW}."));
         t
     });

@@ -8,7 +8,8 @@
 //! - a hook that fails stops the pack with its path, exit status and stderr, and no release
 //!   (bundle, image, draft work directory) is left;
 //! - a germline-owned path outside the rootfs is refused naming the flag and the path: lexically
-//!   (`..`) before anything runs, and through a symbolic link the hook made.
+//!   (`..`) before anything runs, and through a symbolic link the hook made; and a pack with
+//!   `--germline-owned` not run as root is refused before it starts.
 
 mod run_common;
 
@@ -208,6 +209,30 @@ fn a_germline_owned_path_outside_the_rootfs_is_refused() {
         assert!(
             e.contains("--germline-owned") && e.contains(bad),
             "{bad}: {e}"
+        );
+        nothing_left(&out);
+    }
+    // Not root: refused before anything runs, with what to do.
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(germline())
+        .args(["release", "pack", "--from", "pypi:mcp-server-time"])
+        .args(["--germline-owned", "/usr/share/x", "--out"])
+        .arg(&out)
+        .output()
+        .expect("setpriv");
+    let e = stderr(&o);
+    if e.starts_with("setpriv:") {
+        // The test binary's directory is not reachable by uid 65534 here.
+        eprintln!("not-root case not run: {e}");
+    } else {
+        assert!(
+            !o.status.success(),
+            "packed as uid 65534 with --germline-owned"
+        );
+        assert!(
+            e.contains("--germline-owned /usr/share/x") && e.contains("needs root"),
+            "{e}"
         );
         nothing_left(&out);
     }

@@ -87,6 +87,10 @@ pub fn owned_path(s: &str) -> Result<PathBuf> {
     if !p.is_absolute() {
         return Err(refuse("expected an absolute path in the rootfs"));
     }
+    // Path::components drops `.` in the middle: the segments themselves are checked.
+    if s.split('/').any(|seg| seg == "." || seg == "..") {
+        return Err(refuse("`..` and `.` are refused: name the path itself"));
+    }
     let mut rel = PathBuf::new();
     for c in p.components() {
         match c {
