@@ -3,8 +3,8 @@
 //! germline's root in the bundle written.
 //!
 //! **The hook** is an executable run as `SCRIPT ROOTFS` (the rootfs's absolute path), with the
-//! packer's environment, stdin closed and its output captured (stdout under `--json` is the
-//! result's alone). It runs before the probe, the digest and the signature, so what it writes
+//! packer's environment but `COSIGN_PASSWORD`, stdin closed and its output captured (stdout
+//! under `--json` is the result's alone). It runs before the probe, the digest and the signature, so what it writes
 //! is probed, signed and pinned like everything else in the rootfs. It fails the pack when it
 //! exits non-zero (its path, exit status and the tail of its stderr), before any release is
 //! written. mcp-server-git's (`bundles/servers/mcp-server-git/rootfs-hook`) writes the public
@@ -50,6 +50,8 @@ pub fn run_hook(hook: &Path, root: &Path) -> Result<()> {
     let root = std::fs::canonicalize(root).map_err(|e| Error::io(root.display(), e))?;
     let out = Command::new(hook)
         .arg(&root)
+        // The signing key's password is pack's, not the hook's.
+        .env_remove("COSIGN_PASSWORD")
         .stdin(Stdio::null())
         .output()
         .map_err(|e| {
@@ -109,15 +111,15 @@ pub fn owned_path(s: &str) -> Result<PathBuf> {
 pub fn check_can_chown(owned: &[PathBuf]) -> Result<()> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let euid = unsafe { libc::geteuid() };
-    if owned.is_empty() || euid == 0 {
+    let Some(first) = owned.first().filter(|_| euid != 0) else {
         return Ok(());
-    }
+    };
     Err(Error::Owned(format!(
         "--germline-owned /{}: giving paths to the germline's root (host uid {HOST_ID}) needs \
          root, and this pack runs as uid {euid}: run it as root, or pack without \
          --germline-owned (the server's warm calls that need the ownership then fail, and its \
          copies start unwarmed)",
-        owned[0].display()
+        first.display()
     )))
 }
 
