@@ -379,6 +379,10 @@ fn pack(a: &PackArgs, quiet: bool) -> Result<()> {
         }
     };
     let key = a.key.as_deref().map(keys::load_signing_key).transpose()?;
+    // `--germline-owned` (germline_pack::publisher): refused before any work when not root.
+    let owned = germline_pack::publisher::owned_paths(&a.pypi.germline_owned)
+        .and_then(|o| germline_pack::publisher::check_can_chown(&o).map(|()| o))
+        .map_err(|e| Error::Usage(e.to_string()))?;
     let t0 = Instant::now();
     let p = {
         // The rootfs digest, the bundle's copy and the image's gzip take seconds.
@@ -400,10 +404,22 @@ fn pack(a: &PackArgs, quiet: bool) -> Result<()> {
             &a.limits.limits(),
         )?
     };
+    if !owned.is_empty() {
+        let _p = Progress::spinner(
+            progress::wanted(quiet, a.json),
+            format!(
+                "owned: {} to the germline's root",
+                germline_pack::publisher::describe(&owned)
+            ),
+        );
+        germline_pack::own_or_remove(&a.out, a.image.as_deref(), &owned)
+            .map_err(|e| Error::Usage(e.to_string()))?;
+    }
     let v = json!({
         "name": p.manifest.name, "version": p.manifest.version, "rootfs_digest": p.rootfs_digest,
         "signed": p.signed, "bundle": a.out, "image": a.image,
         "image_manifest": p.image_manifest.as_ref().map(|d| d.digest.clone()),
+        "germline_owned": a.pypi.germline_owned,
     });
     emit(a.json, &v, || {
         let mut t = packed_text(&p, a, t0.elapsed().as_secs_f64());
@@ -477,6 +493,7 @@ fn pack_from(a: &PackArgs, quiet: bool) -> Result<()> {
         "seconds": p.steps.iter().map(|(s, t)| (s.to_string(), json!((t * 10.0).round() / 10.0))).collect::<serde_json::Map<_, _>>(),
         "review": REVIEW,
         "probe_calls": p.memory.iter().map(germline_pack::memory::Finding::to_json).collect::<Vec<_>>(),
+        "rootfs_hook": a.pypi.rootfs_hook, "germline_owned": a.pypi.germline_owned,
     });
     // State kept in memory is lost under germline: said on stderr whatever the output format.
     for w in p
@@ -498,6 +515,18 @@ fn pack_from(a: &PackArgs, quiet: bool) -> Result<()> {
                 .collect::<Vec<_>>()
                 .join(" "),
         ));
+        if let Some(h) = &a.pypi.rootfs_hook {
+            t.push_str(&format!(
+                "  rootfs hook:   {} (signed with the rootfs)\n",
+                h.display()
+            ));
+        }
+        if !a.pypi.germline_owned.is_empty() {
+            t.push_str(&format!(
+                "  germline-owned: {} (not signed: docs/release.md)\n",
+                a.pypi.germline_owned.join(", ")
+            ));
+        }
         t.push_str(&format!("Note: {REVIEW}."));
         t
     });

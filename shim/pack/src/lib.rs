@@ -6,17 +6,21 @@
 //!    `/usr/lib/python3/dist-packages` (wheels cached under `/var/tmp/germline-pack`);
 //! 2. [`rootfs`]: the host's Debian Python runtime beside them, as `bundles/build.sh` makes it,
 //!    the shared libraries `ldd` names, and deterministic `.pyc` files;
+//!    then the publisher's `--rootfs-hook` on the rootfs and its `--germline-owned` paths
+//!    checked against it ([`publisher`]);
 //! 3. [`probe`]: the server started once in a germline (the real sandbox, no network, no
 //!    data) to list its tools: the bootstrap's SDK probe refuses here what it cannot run;
 //! 4. [`draft`]: the manifest, every tool with the destinations the publisher gave by flag
 //!    (none otherwise: never guessed), written beside the release for review;
-//! 5. `germline_release::release::pack_with`: rootfs digest, OCI bundle and image, signature.
+//! 5. `germline_release::release::pack_with`: rootfs digest, OCI bundle and image, signature;
+//!    then `--germline-owned` applied to the bundle (ownership is not in the digest).
 
 pub mod draft;
 pub mod memory;
 pub mod npm;
 pub mod probe;
 pub mod progress;
+pub mod publisher;
 pub mod rootfs;
 pub mod source;
 
@@ -65,6 +69,12 @@ pub enum Error {
         host: String,
         tools: String,
     },
+    /// `--rootfs-hook` failed or could not run ([`publisher`]).
+    #[error("--rootfs-hook {0}")]
+    Hook(String),
+    /// A `--germline-owned` path refused, or the pack not run as root ([`publisher`]).
+    #[error("{0}")]
+    Owned(String),
     #[error(transparent)]
     Release(#[from] germline_release::error::Error),
 }
@@ -127,6 +137,20 @@ pub struct FromArgs {
     /// network.
     #[arg(long = "probe-call", value_name = "TOOL[=JSON]", requires = "from")]
     pub probe_calls: Vec<String>,
+    /// The publisher's script run on the rootfs once the packages and runtime are in, as
+    /// `SCRIPT ROOTFS` (an executable; its output is shown only if it fails). What it writes is
+    /// probed, digested and signed with the rest; its failure stops the pack (the script, its
+    /// exit status, its stderr's end) and no release is written. Example:
+    /// bundles/servers/mcp-server-git/rootfs-hook (the public repository its warm calls read).
+    #[arg(long = "rootfs-hook", value_name = "SCRIPT", requires = "from")]
+    pub rootfs_hook: Option<PathBuf>,
+    /// A rootfs path owned, recursively, by the germline's root (host uid and gid 2100000) in
+    /// the bundle written, applied after the hook; repeatable; needs root. For what refuses
+    /// files another user owns, such as git ("dubious ownership"). Absolute, no `..`, present
+    /// in the rootfs, no symbolic link on the way. Ownership is not in the rootfs digest nor
+    /// signed (docs/release.md, "Germline-owned paths"). Also with --rootfs and --from-image.
+    #[arg(long = "germline-owned", value_name = "ROOTFS_PATH")]
+    pub germline_owned: Vec<String>,
     /// Where pip keeps its downloads and wheels between packs.
     #[arg(long, default_value = DEFAULT_CACHE, requires = "from")]
     pub cache: PathBuf,
@@ -155,6 +179,10 @@ pub struct PackFrom {
     pub state: Vec<germline_release::manifest::StatePath>,
     /// `--probe-call`s ([`memory`]).
     pub probe_calls: Vec<memory::ProbeCall>,
+    /// `--rootfs-hook`, absolute ([`publisher`]).
+    pub rootfs_hook: Option<PathBuf>,
+    /// `--germline-owned`, relative to the rootfs ([`publisher`]).
+    pub germline_owned: Vec<PathBuf>,
     pub cache: PathBuf,
     pub python: PathBuf,
     /// Where the draft manifest is written.
@@ -211,6 +239,12 @@ impl PackFrom {
                 .iter()
                 .map(|c| memory::ProbeCall::parse(c))
                 .collect::<Result<Vec<_>>>()?,
+            rootfs_hook: a
+                .rootfs_hook
+                .as_deref()
+                .map(publisher::hook_path)
+                .transpose()?,
+            germline_owned: publisher::owned_paths(&a.germline_owned)?,
             cache: a.cache.clone(),
             python: a.python.clone(),
             manifest_out,
@@ -239,14 +273,51 @@ pub(crate) fn write_and_pack(
     } else {
         "release: digest, bundle (unsigned: no --key)"
     });
-    Ok(germline_release::release::pack_with(
+    let packed = germline_release::release::pack_with(
         &p.manifest_out,
         &germline_release::release::Source::RootfsDir(root),
         p.key.as_ref(),
         &p.out,
         p.image.as_deref(),
         &p.limits,
-    )?)
+    )?;
+    if !p.germline_owned.is_empty() {
+        bar.step(&format!(
+            "owned: {} to the germline's root (uid {})",
+            publisher::describe(&p.germline_owned),
+            germline_sandbox::germline::HOST_ID
+        ));
+        own_or_remove(&p.out, p.image.as_deref(), &p.germline_owned)?;
+    }
+    Ok(packed)
+}
+
+/// `--germline-owned` applied to the bundle just written at `out`; on failure the bundle and
+/// the image are removed, so that a failed pack leaves no release.
+pub fn own_or_remove(out: &Path, image: Option<&Path>, owned: &[PathBuf]) -> Result<()> {
+    publisher::chown_owned(&out.join("rootfs"), owned)
+        .map(|_| ())
+        .inspect_err(|_| {
+            for d in std::iter::once(out).chain(image) {
+                let _ = std::fs::remove_dir_all(d);
+            }
+        })
+}
+
+/// The publisher's steps before the probe: `--rootfs-hook` on `root`, then the
+/// `--germline-owned` paths checked against what it holds (applied to the bundle later,
+/// [`write_and_pack`]).
+pub(crate) fn publisher_steps(p: &PackFrom, root: &Path, bar: &mut progress::Steps) -> Result<()> {
+    if let Some(hook) = &p.rootfs_hook {
+        bar.step(&format!("hook: {} ROOTFS", hook.display()));
+        publisher::run_hook(hook, root)?;
+    }
+    publisher::check_owned(root, &p.germline_owned)
+}
+
+/// How many steps a pack shows: `base`, the hook's and the ownership's.
+pub(crate) fn step_count(p: &PackFrom, base: u64) -> u64 {
+    base + u64::from(p.rootfs_hook.is_some()) + u64::from(!p.germline_owned.is_empty())
 }
 
 /// One `--state` value as a manifest's state path.
@@ -296,7 +367,8 @@ pub struct Packed {
 
 /// Packs `p.spec` from PyPI (see the module's documentation).
 pub fn pack_from(p: &PackFrom) -> Result<Packed> {
-    let mut bar = progress::Steps::new(5, p.progress);
+    publisher::check_can_chown(&p.germline_owned)?;
+    let mut bar = progress::Steps::new(step_count(p, 5), p.progress);
     let parent = p
         .out
         .parent()
@@ -316,6 +388,7 @@ pub fn pack_from(p: &PackFrom) -> Result<Packed> {
     rootfs::include(&root, &p.include)?;
     rootfs::compile(&p.python, &root)?;
     rootfs::extension_libraries(&root)?;
+    publisher_steps(p, &root, &mut bar)?;
 
     bar.step("probe: listing the tools in a germline");
     let mut entry = source::entry(&installed, p.entry.as_deref())?;

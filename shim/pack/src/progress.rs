@@ -77,7 +77,9 @@ impl Drop for Steps {
 
 /// The step's short name: the known word its description starts with.
 fn step_name(what: &str) -> &'static str {
-    const NAMES: [&str; 6] = ["pip", "npm", "rootfs", "probe", "manifest", "release"];
+    const NAMES: [&str; 8] = [
+        "pip", "npm", "rootfs", "hook", "probe", "manifest", "release", "owned",
+    ];
     NAMES
         .into_iter()
         .find(|n| what.starts_with(n))

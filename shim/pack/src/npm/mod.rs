@@ -6,6 +6,8 @@
 //! 1. [`install`]: npm installs the package (production dependencies, no install scripts)
 //!    into the rootfs's `/app`, its `package-lock.json` kept there and in the cache;
 //! 2. [`runtime`]: the host's `node` and its shared libraries beside it;
+//!    then the publisher's `--rootfs-hook` and `--germline-owned` checks, as for PyPI
+//!    ([`crate::publisher`]);
 //! 3. [`probe`]: the server spawned once as a copy (the real sandbox, no network, no data)
 //!    to list its tools;
 //! 4. the manifest: the PyPI draft's rules (destinations only from `--destination`, never
@@ -96,7 +98,8 @@ pub fn pack_from(p: &NpmPack) -> Result<Packed> {
             p.spec.name
         )));
     }
-    let mut bar = crate::progress::Steps::new(5, f.progress);
+    crate::publisher::check_can_chown(&f.germline_owned)?;
+    let mut bar = crate::progress::Steps::new(crate::step_count(f, 5), f.progress);
     let parent = f
         .out
         .parent()
@@ -114,6 +117,7 @@ pub fn pack_from(p: &NpmPack) -> Result<Packed> {
     bar.step("rootfs: Node runtime, shared libraries");
     runtime::node_runtime(&p.node, &root)?;
     crate::rootfs::include(&root, &f.include)?;
+    crate::publisher_steps(f, &root, &mut bar)?;
 
     bar.step("probe: listing the tools in a spawned copy");
     let pkg = &installed.package;
