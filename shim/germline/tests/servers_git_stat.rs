@@ -100,7 +100,13 @@ fn a_pooled_git_status_on_an_unchanged_repository_commits_nothing() {
     let germ = run_agent(
         d.path(),
         &script,
-        &run_cmd(&policy, "germline", "mcp-server-git", d.path(), &["--pool", "2"]),
+        &run_cmd(
+            &policy,
+            "germline",
+            "mcp-server-git",
+            d.path(),
+            &["--pool", "2"],
+        ),
     );
     assert_eq!(germ.len(), 3, "{germ:?}");
     assert_eq!(plain.len(), 3, "{plain:?}");
@@ -115,7 +121,11 @@ fn a_pooled_git_status_on_an_unchanged_repository_commits_nothing() {
         );
         assert_eq!(g["meta"]["germline"]["mode"], json!("germline"), "{g}");
     }
-    assert_eq!(sha256(&index), before, "the host's .git/index was rewritten");
+    assert_eq!(
+        sha256(&index),
+        before,
+        "the host's .git/index was rewritten"
+    );
     assert_eq!(
         std::fs::metadata(&index)
             .and_then(|m| m.modified())
