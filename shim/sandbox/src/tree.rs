@@ -65,6 +65,9 @@ impl TreeEntry {
 #[derive(Debug, Default)]
 pub(crate) struct Made(std::collections::HashMap<PathBuf, OwnedFd>);
 
+/// Most directory descriptors one slot's writes keep open at once (see [`dirs`]).
+const MAX_OPEN_DIRS: usize = 256;
+
 /// Opens the directory `name` below `parent`, never following a symlink.
 fn open_dir_at(parent: RawFd, name: &CStr) -> std::io::Result<OwnedFd> {
     let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
@@ -81,6 +84,14 @@ fn open_dir_at(parent: RawFd, name: &CStr) -> std::io::Result<OwnedFd> {
 /// by the copy's root; the descriptor of `rel` (`base` itself for an empty `rel`). Nothing on
 /// the way may be a symlink (the shim made all of it; `O_NOFOLLOW | O_DIRECTORY` refuses one).
 fn dirs(base: RawFd, rel: &Path, made: &mut Made) -> Result<RawFd> {
+    // Bounded descriptors: a tree of many directories (up to MAX_TREE_FILES' worth) must not
+    // exhaust the shim's open files. Cleared only here, before any descriptor of the map is
+    // in use, so at most MAX_OPEN_DIRS plus one path's depth are open at once; a directory
+    // met again after a clear is found (EEXIST), reopened and chowned again, which is
+    // idempotent.
+    if made.0.len() >= MAX_OPEN_DIRS {
+        made.0.clear();
+    }
     let mut cur = PathBuf::new();
     let mut parent = base;
     for c in rel.components() {
@@ -160,4 +171,96 @@ pub(crate) fn write(
                 .map_err(|e| Error::sys(what("chown"), e))
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    /// Root only (the entries are chowned to HOST_ID); a run that requires root tests fails
+    /// instead of skipping.
+    fn root() -> bool {
+        // SAFETY: geteuid has no preconditions.
+        let is_root = unsafe { libc::geteuid() } == 0;
+        assert!(
+            is_root || std::env::var_os("GERMLINE_REQUIRE_ROOT_TESTS").is_none(),
+            "tree tests need root"
+        );
+        is_root
+    }
+
+    fn file(path: &str, contents: &str, mode: u32, mtime: (i64, i64)) -> TreeEntry {
+        TreeEntry::File {
+            path: path.into(),
+            contents: contents.as_bytes().to_vec(),
+            mode,
+            mtime,
+        }
+    }
+
+    /// More directories than the descriptors kept open: every file lands with its contents,
+    /// mode (write bits as asked), mtime and owner, and every directory is the copy's root's.
+    #[test]
+    fn many_directories_are_written_from_descriptors_with_bounded_fds() {
+        if !root() {
+            return;
+        }
+        let d = tempfile::tempdir().expect("tempdir");
+        let base = std::fs::File::open(d.path()).expect("open");
+        let mut made = Made::default();
+        let n = MAX_OPEN_DIRS + 44;
+        for i in 0..n {
+            let rel = format!("a/d{i:03}/f");
+            let e = file(
+                &rel,
+                &format!("{i}\n"),
+                0o755,
+                (1_700_000_000, 123 + i as i64),
+            );
+            write(base.as_raw_fd(), &rel, &e, false, &mut made).expect("write");
+            assert!(
+                made.0.len() <= MAX_OPEN_DIRS + MAX_DEPTH_IN_TEST,
+                "{}",
+                made.0.len()
+            );
+        }
+        // A directory met again after the descriptors were dropped.
+        let e = file("a/d000/g", "again\n", 0o644, (5, 0));
+        write(base.as_raw_fd(), "a/d000/g", &e, true, &mut made).expect("write again");
+        for i in 0..n {
+            let p = d.path().join(format!("a/d{i:03}/f"));
+            let m = std::fs::symlink_metadata(&p).expect("stat");
+            assert_eq!(std::fs::read_to_string(&p).expect("read"), format!("{i}\n"));
+            assert_eq!(m.permissions().mode() & 0o7777, 0o555, "{}", p.display());
+            assert_eq!((m.mtime(), m.mtime_nsec()), (1_700_000_000, 123 + i as i64));
+            assert_eq!((m.uid(), m.gid()), (HOST_ID, HOST_ID));
+            let dm = std::fs::symlink_metadata(p.parent().expect("parent")).expect("stat");
+            assert!(dm.is_dir() && dm.uid() == HOST_ID);
+        }
+        let g = std::fs::symlink_metadata(d.path().join("a/d000/g")).expect("stat");
+        assert_eq!(g.permissions().mode() & 0o7777, 0o644);
+    }
+
+    /// A symlink where a directory of the tree goes is never followed: the write fails and
+    /// nothing appears where it points.
+    #[test]
+    fn a_symlink_on_the_way_is_refused() {
+        if !root() {
+            return;
+        }
+        let d = tempfile::tempdir().expect("tempdir");
+        let out = tempfile::tempdir().expect("tempdir");
+        std::os::unix::fs::symlink(out.path(), d.path().join("link")).expect("ln");
+        std::os::unix::fs::symlink(out.path().join("x"), d.path().join("f")).expect("ln");
+        let base = std::fs::File::open(d.path()).expect("open");
+        let mut made = Made::default();
+        let e = file("link/x", "no\n", 0o644, (1, 0));
+        assert!(write(base.as_raw_fd(), "link/x", &e, true, &mut made).is_err());
+        let e = file("f", "no\n", 0o644, (1, 0));
+        assert!(write(base.as_raw_fd(), "f", &e, true, &mut made).is_err());
+        assert_eq!(std::fs::read_dir(out.path()).expect("ls").count(), 0);
+    }
+
+    const MAX_DEPTH_IN_TEST: usize = 2;
 }
