@@ -1069,12 +1069,24 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             if !layers.is_empty() {
                 let s = Instant::now();
                 let mut trees = Vec::new();
+                // Sub-laps (branch git40): reading the layers back, diffing them against the
+                // views, releasing the slots, and deciding and committing.
+                let (mut read_us, mut diff_us) = (0, 0);
                 for (seen_at, trusted, layer) in &layers {
+                    let t = Instant::now();
                     let left = layer.read().map_err(|e| said(format!("writes: {e}")))?;
+                    read_us += crate::laps::micros(t);
+                    let t = Instant::now();
                     let ops = crate::writes::diff(meta, in_view, seen_at, &left);
+                    diff_us += crate::laps::micros(t);
                     trees.push((trusted.clone(), ops, left.skipped));
                 }
+                phases.took("writes.read", read_us);
+                phases.took("writes.diff", diff_us);
+                let t = Instant::now();
                 drop(layers);
+                phases.lap("writes.release", t);
+                let t = Instant::now();
                 let w = crate::writes::commit_all(
                     journal,
                     meta.policy.as_deref(),
@@ -1087,6 +1099,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
                     self.writes.summary =
                         Some(crate::workspaces::merge(self.writes.summary.take(), told));
                 }
+                phases.lap("writes.decide", t);
                 phases.lap("writes.commit", s);
             }
         }

@@ -104,7 +104,7 @@ pub(crate) fn mount_view(
                     (Some(item), _) => lease.write(&rel, item.visible())?,
                     (None, Some(entry)) => {
                         has_tree = true;
-                        crate::tree::write(&lease.path(), &rel, entry, t.writable, &mut made)?
+                        crate::tree::write(lease.fd(), &rel, entry, t.writable, &mut made)?
                     }
                     (None, None) => return Err(Error::Spec("item mount plan".into())),
                 }
