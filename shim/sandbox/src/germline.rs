@@ -192,6 +192,8 @@ pub struct Germline {
     spare_cgroup: Option<Cgroup>,
     /// Copy cgroups made (their names' numbers; a spare one is made before its copy).
     cgroups_made: u64,
+    /// Offered pool copies dropped unused, for the broker to forget (crate::offered).
+    dropped_endpoints: crate::offered::DroppedEndpoints,
 }
 
 /// What `germline status` shows.
@@ -304,6 +306,7 @@ impl Germline {
         let started = launch::start(&prepared, HOST_ID, HOST_ID, &|pid| Ok(cgroup.add(pid)?))
             .map_err(|e| fail(e, &cgroup))?;
         let mut g = Germline {
+            dropped_endpoints: Default::default(),
             keeper: started.keeper,
             pid: started.pid,
             // Opened while the germline is known alive (it has not answered yet, so it has not
@@ -730,11 +733,20 @@ impl Germline {
                 continue;
             }
             c.endpoint_offered = true;
-            if let Ok(f) = std::fs::File::open(format!("/proc/{}/ns/net", c.pid())) {
+            if let Some((f, offered)) = self.dropped_endpoints.offer(c.pid()) {
+                c.offered = Some(offered);
                 out.push(f);
             }
         }
         out
+    }
+
+    /// The network namespaces of pool copies offered ([`Germline::endpoints_to_prepare`])
+    /// and dropped since without a call (retired for other client capabilities, trimmed,
+    /// dead when handed out, stopped), each once, for the broker to forget their endpoints
+    /// (crate::offered).
+    pub fn endpoints_to_forget(&mut self) -> Vec<std::fs::File> {
+        self.dropped_endpoints.drain()
     }
 
     /// The pool's target depth ([`Germline::want_depth`]).
@@ -921,6 +933,10 @@ impl Germline {
                 continue;
             }
             self.pause_pool(true);
+            // Its call's start_copy takes the endpoint prepared for it.
+            if let Some(o) = c.offered.take() {
+                o.taken();
+            }
             return Ok(c);
         }
         // Empty, or nothing ready: forked on the call's path, the pool frozen meanwhile.
