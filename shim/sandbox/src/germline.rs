@@ -194,6 +194,9 @@ pub struct Germline {
     cgroups_made: u64,
     /// Offered pool copies dropped unused, for the broker to forget (crate::offered).
     dropped_endpoints: crate::offered::DroppedEndpoints,
+    /// The manifest's warm calls that failed in the warming session, `'tool': why` (as the
+    /// germline says).
+    warm_failed: Vec<String>,
 }
 
 /// What `germline status` shows.
@@ -203,6 +206,9 @@ pub struct Status {
     pub pid: i32,
     pub frozen: bool,
     pub warm: bool,
+    /// The manifest's warm calls that failed in the warming session: skipped (a warm call is
+    /// an optimisation), each said on the germline's stderr.
+    pub warm_failed: u64,
     pub checks: Vec<String>,
     pub pool: usize,
     pub copies_made: u64,
@@ -307,6 +313,7 @@ impl Germline {
             .map_err(|e| fail(e, &cgroup))?;
         let mut g = Germline {
             dropped_endpoints: Default::default(),
+            warm_failed: Vec::new(),
             keeper: started.keeper,
             pid: started.pid,
             // Opened while the germline is known alive (it has not answered yet, so it has not
@@ -364,7 +371,20 @@ impl Germline {
         let deadline = Instant::now() + Duration::from_millis(g.spec.limits.init_timeout_ms);
         let msg = g.recv_ctl(deadline)?;
         match protocol::known::<FromGermline>(&msg) {
-            Some(FromGermline::Ready { warm }) => g.warm = warm,
+            Some(FromGermline::Ready { warm, warm_failed }) => {
+                g.warm = warm;
+                // Skipped, not fatal (a warm call is an optimisation), but never silent: the
+                // germline's stderr is /dev/null, so the shim says each (stop 39 found
+                // mcp-server-git's failing unseen for days).
+                for why in &warm_failed {
+                    eprintln!(
+                        "germline: {}: warm call {why} (failed in the germline's warming \
+                         session; skipped)",
+                        g.opts.id
+                    );
+                }
+                g.warm_failed = warm_failed;
+            }
             Some(FromGermline::Error { reason }) => {
                 return Err(Error::Init(reason.unwrap_or_else(|| "?".into())));
             }
@@ -444,6 +464,17 @@ impl Germline {
     /// Whether the synthetic warming session ran.
     pub fn warmed(&self) -> bool {
         self.warm
+    }
+
+    /// How many of the manifest's warm calls failed in the warming session (skipped, each
+    /// said on the germline's stderr).
+    pub fn warm_failed(&self) -> u64 {
+        self.warm_failed.len() as u64
+    }
+
+    /// Those failed warm calls, each `'tool': why`.
+    pub fn warm_failures(&self) -> &[String] {
+        &self.warm_failed
     }
 
     /// Copies in the pool.
@@ -613,6 +644,7 @@ impl Germline {
             pid: self.pid,
             frozen: self.cgroup.is_frozen(),
             warm: self.warm,
+            warm_failed: self.warm_failed.len() as u64,
             checks: self.check(),
             pool: self.pool.len(),
             copies_made: self.copies_made,

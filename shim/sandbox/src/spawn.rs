@@ -126,6 +126,11 @@ pub struct PoolStatus {
     /// were dropped; each is also logged on stderr (`germline: spawn pool: a refill launch
     /// failed ...`).
     pub refill_failed: u64,
+    /// The manifest's warm calls that failed in launches (an error answer, or a result the
+    /// tool marked `isError`), summed over launches: skipped, as a warm call is an
+    /// optimisation; the first is said on stderr (`germline: spawn pool: warm call ...`).
+    #[serde(default)]
+    pub warm_failed: u64,
     /// Retired copies not reaped yet (frozen, or killed and exiting).
     pub dying: usize,
 }
@@ -454,6 +459,7 @@ impl SpawnPool {
             prepared,
             warm_calls: spec.warm_calls.clone(),
             init_timeout: Duration::from_millis(spec.limits.init_timeout_ms),
+            warm_failed: Default::default(),
         });
         let base_rel = germline_sys::paths::germline_cgroup(&opts.id);
         let depth = PoolDepth::new(opts.bounds());
@@ -1021,6 +1027,10 @@ impl SpawnPool {
             from_refill_in_flight: self.from_refill_in_flight,
             refill_held: self.refill_held,
             refill_failed: self.refill_failed,
+            warm_failed: self
+                .launcher
+                .warm_failed
+                .load(std::sync::atomic::Ordering::Relaxed),
             dying: self.dying_count(),
         }
     }
