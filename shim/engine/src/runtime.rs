@@ -594,6 +594,9 @@ impl Runtime {
                             opts.pool = pool;
                             // Multi-group calls deepen the pool up to the operator's bound.
                             opts.pool_max = limiter.limits().pool_max;
+                            // The policy's pool memory cap, as for a spawned pool.
+                            opts.memory_cap_bytes =
+                                Some(spawn_pool.unwrap_or_default().memory_bytes);
                             opts.reaper = reaper;
                             launch = Some((spec.clone(), opts.clone()));
                             let g = Germline::start(spec, opts).map_err(|source| {

@@ -52,6 +52,10 @@ pub struct RuntimeStatus {
     /// otherwise (stop 39: mcp-server-git's, for days).
     #[serde(default)]
     pub warm_failed: u64,
+    /// Refills of the forked pool held back by the policy's pool memory cap (`[pool]
+    /// memory_mb`): the pool stayed shallower than its depth.
+    #[serde(default)]
+    pub pool_cap_held: u64,
     pub live_copies: usize,
     pub calls: u64,
     pub outcomes: BTreeMap<String, u64>,
@@ -203,6 +207,7 @@ impl StatusWriter {
                 germlines_started: 1,
                 pool: 0,
                 warm_failed: 0,
+                pool_cap_held: 0,
                 live_copies: 0,
                 calls: 0,
                 outcomes: BTreeMap::new(),
@@ -229,6 +234,7 @@ impl StatusWriter {
         if let Some(g) = rt.germline {
             d.pool = g.pool_len();
             d.warm_failed = g.warm_failed();
+            d.pool_cap_held = g.pool_cap_held();
             d.live_copies = g.copy_pids().len();
         }
         d.dampening = if rt.evidence.enabled() {
@@ -356,6 +362,12 @@ pub fn render(rows: &[Value]) -> String {
             u("pool"),
             u("live_copies"),
         ));
+        if u("pool_cap_held") > 0 {
+            s.push_str(&format!(
+                "  pool refills held back by the memory cap: {}\n",
+                u("pool_cap_held")
+            ));
+        }
         if u("warm_failed") > 0 {
             s.push_str(&format!(
                 "  warm calls failed: {} (skipped; the germline's stderr says why)\n",
