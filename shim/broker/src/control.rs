@@ -69,6 +69,9 @@ pub enum Request {
     /// descriptor. A later [`Request::StartCopy`] naming the same namespace takes it
     /// (crate::prepared).
     PrepareCopy,
+    /// Closes the endpoint prepared for a pool copy the shim dropped unused; the packet
+    /// carries the copy's netns descriptor, as for [`Request::PrepareCopy`] (crate::prepared).
+    ForgetCopy,
     /// Raises a running copy's label (an input the shim handed it during the call).
     RaiseCopy {
         call: u64,
@@ -148,6 +151,8 @@ pub enum Response {
     CopyRaised(CopyRaised),
     /// To [`Request::PrepareCopy`].
     CopyPrepared(CopyPrepared),
+    /// To [`Request::ForgetCopy`].
+    CopyForgotten(CopyForgotten),
     /// To [`Request::EndCall`].
     CallEnded(CallEnded),
     /// To [`Request::EndLastCopy`].
@@ -207,6 +212,13 @@ pub struct CopyRaised {}
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CopyPrepared {}
 
+/// A prepared endpoint forgotten: whether one was there, and how many still wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyForgotten {
+    pub forgotten: bool,
+    pub prepared: usize,
+}
+
 /// A finished call's record, for the evidence layer (replies carry hex bodies on the wire).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallEnded {
@@ -233,6 +245,10 @@ pub struct CaCert {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatsRows {
     pub requests: Vec<(String, String, String, u64)>,
+    /// Pool copies' endpoints prepared and not yet taken or forgotten (crate::prepared);
+    /// absent from a broker older than `forget_copy`.
+    #[serde(default)]
+    pub prepared: usize,
 }
 
 /// An answer on the wire: its fields and `"ok": true`.
@@ -570,6 +586,14 @@ fn handle(broker: &Broker, req: Request, passed: Option<OwnedFd>) -> Result<Resp
             broker.prepare_copy(fd.as_fd()).map_err(|e| e.to_string())?;
             Ok(Response::CopyPrepared(CopyPrepared {}))
         }
+        Request::ForgetCopy => {
+            let fd = passed.ok_or("forget_copy needs the copy's network namespace descriptor")?;
+            let forgotten = broker.forget_copy(fd.as_fd()).map_err(|e| e.to_string())?;
+            Ok(Response::CopyForgotten(CopyForgotten {
+                forgotten,
+                prepared: broker.prepared_endpoints(),
+            }))
+        }
         Request::EndCopy { call, group } => {
             let (out, requests) = broker.end_copy(call, group).map_err(|e| e.to_string())?;
             Ok(Response::CopyEnded(CopyEnded {
@@ -621,6 +645,7 @@ fn handle(broker: &Broker, req: Request, passed: Option<OwnedFd>) -> Result<Resp
         })),
         Request::Stats => Ok(Response::Stats(StatsRows {
             requests: broker.stats().verdict_rows(),
+            prepared: broker.prepared_endpoints(),
         })),
     }
 }
@@ -710,6 +735,19 @@ impl BrokerClient {
     pub fn prepare_copy(&self, netns: BorrowedFd<'_>) -> Result<(), ControlError> {
         self.call::<CopyPrepared>(&Request::PrepareCopy, Some(netns))
             .map(drop)
+    }
+
+    /// Closes the endpoint prepared in `netns` for a pool copy the shim dropped unused
+    /// (crate::prepared): whether one was there, and how many still wait.
+    pub fn forget_copy(&self, netns: BorrowedFd<'_>) -> Result<CopyForgotten, ControlError> {
+        self.call(&Request::ForgetCopy, Some(netns))
+    }
+
+    /// Pool copies' endpoints the broker holds prepared (taken by no call, forgotten by no
+    /// shim), from its `stats` answer.
+    pub fn prepared_endpoints(&self) -> Result<usize, ControlError> {
+        let r: StatsRows = self.call(&Request::Stats, None)?;
+        Ok(r.prepared)
     }
 
     /// Ends a copy: its outcome (label, triggers) and its request events (for its trace).
@@ -953,8 +991,16 @@ mod tests {
                         "delivered".into(),
                         4,
                     )],
+                    prepared: 2,
                 }),
-                json!({"requests": [["sha256:r", "ocr.example", "delivered", 4]]}),
+                json!({"requests": [["sha256:r", "ocr.example", "delivered", 4]], "prepared": 2}),
+            ),
+            (
+                Response::CopyForgotten(CopyForgotten {
+                    forgotten: true,
+                    prepared: 1,
+                }),
+                json!({"forgotten": true, "prepared": 1}),
             ),
         ];
         for (answer, mut old) in cases {
@@ -1023,8 +1069,18 @@ mod tests {
         assert_eq!(round_trip::<CaCert>(Response::CaCert(pem.clone())), pem);
         let rows = StatsRows {
             requests: vec![("sha256:r".into(), "undeclared".into(), "denied".into(), 1)],
+            prepared: 3,
         };
         assert_eq!(round_trip::<StatsRows>(Response::Stats(rows.clone())), rows);
+        // A broker older than `forget_copy` sends no count: none.
+        let old: StatsRows =
+            decode_reply(br#"{"ok":true,"requests":[]}"#).expect("an older broker's stats");
+        assert_eq!(old.prepared, 0);
+        let f = CopyForgotten {
+            forgotten: false,
+            prepared: 0,
+        };
+        assert_eq!(round_trip::<CopyForgotten>(Response::CopyForgotten(f)), f);
     }
 
     /// The record as the broker wrote it while the client still read it as loose JSON
@@ -1192,6 +1248,7 @@ mod tests {
             Request::CopyProxy,
             Request::Stats,
             Request::PrepareCopy,
+            Request::ForgetCopy,
         ];
         for r in &reqs {
             let text = serde_json::to_string(r).expect("encode");
@@ -1205,6 +1262,10 @@ mod tests {
         assert_eq!(
             serde_json::to_value(Request::PrepareCopy).expect("encode"),
             json!({"op": "prepare_copy"})
+        );
+        assert_eq!(
+            serde_json::to_value(Request::ForgetCopy).expect("encode"),
+            json!({"op": "forget_copy"})
         );
         let start: Request = serde_json::from_str(
             r#"{"op": "start_copy", "call": 1, "group": 0, "deadline_mono_ns": 5}"#,

@@ -846,6 +846,12 @@ impl Broker {
         Ok(())
     }
 
+    /// Closes the endpoint prepared in `netns` (a pool copy the shim dropped unused), so that
+    /// it no longer pins that namespace; `true` if one was prepared (prepared.rs).
+    pub fn forget_copy(&self, netns: BorrowedFd<'_>) -> Result<bool, BrokerError> {
+        Ok(self.prepared.forget(netns)?)
+    }
+
     /// Endpoints prepared and not yet taken by a call.
     pub fn prepared_endpoints(&self) -> usize {
         self.prepared.len()

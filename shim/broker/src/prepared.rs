@@ -16,8 +16,12 @@
 //!   (no endpoint served it yet) is closed unread, as it would have been refused had nothing
 //!   been prepared.
 //!
-//! The registry holds at most [`MAX_PREPARED`]; the oldest goes first (a pool copy dropped
-//! unused leaves its entry behind until then; its call, if any, binds on the spot).
+//! A pool copy the shim drops unused (retired for other client capabilities, trimmed, killed,
+//! its pool stopped) is forgotten ([`PreparedEndpoints::forget`], control op `forget_copy`):
+//! its listener is closed, and with it the last hold on the copy's network namespace. The
+//! registry holds at most [`MAX_PREPARED`] all the same, the oldest going first (a shim that
+//! died before it could forget leaves its entries until then; their calls, if any, bind on
+//! the spot).
 
 use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpListener};
@@ -79,6 +83,19 @@ impl PreparedEndpoints {
         }
         drain(&entry.listener);
         Ok(Some(entry.listener))
+    }
+
+    /// Closes the listener prepared in `netns`, if any (the shim dropped that copy unused): a
+    /// later start naming that namespace binds its endpoint afresh. `true` if one was there.
+    pub fn forget(&self, netns: BorrowedFd<'_>) -> Result<bool, NetnsError> {
+        let ns = netns::ns_id(netns)?;
+        let found = {
+            let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+            let i = e.iter().position(|x| x.ns == ns);
+            i.and_then(|i| e.remove(i))
+        };
+        // Closed outside the lock (a close can wait for the kernel).
+        Ok(found.is_some())
     }
 
     /// Listeners waiting.

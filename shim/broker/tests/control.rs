@@ -275,3 +275,61 @@ fn the_last_copy_and_its_call_end_in_one_round_trip() {
         "{again}"
     );
 }
+
+/// A pool copy the shim drops unused is forgotten (`forget_copy`, germline_broker::prepared):
+/// its prepared listener is closed (nothing listens in its namespace any more, so nothing pins
+/// it), the broker's count (`stats`'s `prepared`) returns to zero, a second forget finds
+/// nothing, and a later start naming that namespace binds its endpoint afresh and serves.
+#[test]
+fn a_forgotten_endpoint_is_closed_and_a_later_start_binds_afresh() {
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sink = Sink::ok();
+    let p = ocr_policy(dir.path(), &sink);
+    let (broker, _sock, c) = control_broker(dir.path(), p);
+    let proxy = c.copy_proxy().expect("proxy");
+    let ns = TestNetns::new();
+    let other = TestNetns::new();
+    c.prepare_copy(ns.fd.as_fd()).expect("prepare");
+    c.prepare_copy(other.fd.as_fd()).expect("prepare another");
+    assert_eq!(c.prepared_endpoints().expect("stats"), 2);
+    assert!(
+        ns.run(move || std::net::TcpStream::connect(proxy).is_ok()),
+        "the prepared listener accepts in the copy's namespace"
+    );
+    let f = c.forget_copy(ns.fd.as_fd()).expect("forget");
+    assert_eq!((f.forgotten, f.prepared), (true, 1), "only that copy's");
+    assert_eq!(broker.prepared_endpoints(), 1);
+    assert!(
+        ns.run(move || std::net::TcpStream::connect(proxy).is_err()),
+        "the forgotten listener is closed: nothing listens in that namespace"
+    );
+    let again = c.forget_copy(ns.fd.as_fd()).expect("forget again");
+    assert_eq!((again.forgotten, again.prepared), (false, 1));
+    let f = c.forget_copy(other.fd.as_fd()).expect("forget the other");
+    assert_eq!((f.forgotten, f.prepared), (true, 0));
+    assert_eq!(c.prepared_endpoints().expect("stats"), 0);
+    // A start naming the forgotten copy's namespace binds its endpoint on the spot.
+    let (call, _, _) = c
+        .begin_call(ocr_call(vec![item("invoice", &["finance"])], &["finance"]))
+        .expect("begin");
+    let addr = c
+        .start_copy(
+            call,
+            0,
+            ns.fd.as_fd(),
+            Instant::now() + Duration::from_secs(10),
+        )
+        .expect("start")
+        .parse()
+        .expect("addr");
+    let r = ns.run(move || {
+        http(addr, "POST", "http://ocr.example/ocr", &[], b"invoice").expect("request")
+    });
+    assert_eq!(r.status, 200);
+    c.end_copy(call, 0).expect("end copy");
+    c.end_call(call).expect("end call");
+    assert_eq!(sink.count(), 1);
+}

@@ -77,6 +77,8 @@ pub struct HubOptions {
     pub reaper: bool,
     /// The mode's name, in the germline's id (`germline`, `nosplit`).
     pub mode: &'static str,
+    /// The pool's memory cap (`[pool] memory_mb`; `Options::memory_cap_bytes`).
+    pub memory_cap_bytes: Option<u64>,
 }
 
 /// One release's germline, shared by the sessions that hold it.
@@ -124,6 +126,7 @@ impl GermlineHub {
         let mut gopts = Options::new(&id);
         gopts.pool = opts.pool;
         gopts.reaper = opts.reaper;
+        gopts.memory_cap_bytes = opts.memory_cap_bytes;
         let label = release.label();
         let pid = Arc::new(AtomicI32::new(0));
         let (tx, rx) = channel::<Ask>();

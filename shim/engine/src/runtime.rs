@@ -594,6 +594,9 @@ impl Runtime {
                             opts.pool = pool;
                             // Multi-group calls deepen the pool up to the operator's bound.
                             opts.pool_max = limiter.limits().pool_max;
+                            // The policy's pool memory cap, as for a spawned pool.
+                            opts.memory_cap_bytes =
+                                Some(spawn_pool.unwrap_or_default().memory_bytes);
                             opts.reaper = reaper;
                             launch = Some((spec.clone(), opts.clone()));
                             let g = Germline::start(spec, opts).map_err(|source| {
@@ -1298,6 +1301,7 @@ impl Runtime {
     /// one to the call. A failure costs nothing but speed: that call's `start_copy` binds its
     /// endpoint itself, as without this.
     fn prepare_endpoints(&mut self) {
+        self.forget_endpoints();
         let netns = match &mut self.backend {
             Backend::Germline(g) => crate::pipeline::CopySource::endpoints_to_prepare(&mut **g),
             Backend::Spawn(p) => crate::pipeline::CopySource::endpoints_to_prepare(&mut **p),
@@ -1308,6 +1312,24 @@ impl Runtime {
                 .broker
                 .client
                 .prepare_copy(std::os::fd::AsFd::as_fd(&ns));
+        }
+    }
+
+    /// The broker forgets the endpoints it prepared for pool copies that were dropped unused
+    /// (`germline_sandbox::offered`): each would otherwise pin its copy's network namespace
+    /// in the broker until evicted. Between calls and when the pool stops; a failure leaves
+    /// the listener to the broker's eviction, as before.
+    fn forget_endpoints(&mut self) {
+        let netns = match &mut self.backend {
+            Backend::Germline(g) => g.endpoints_to_forget(),
+            Backend::Spawn(p) => p.endpoints_to_forget(),
+            _ => return,
+        };
+        for ns in netns {
+            let _ = self
+                .broker
+                .client
+                .forget_copy(std::os::fd::AsFd::as_fd(&ns));
         }
     }
 
@@ -1328,6 +1350,13 @@ impl Runtime {
             return Ok(());
         };
         let _ = g.stop();
+        // The stopped germline's pool copies (the fresh one lists its own).
+        for ns in g.endpoints_to_forget() {
+            let _ = self
+                .broker
+                .client
+                .forget_copy(std::os::fd::AsFd::as_fd(&ns));
+        }
         self.generation += 1;
         let mut opts = opts.clone();
         opts.id = format!("{}-g{}", opts.id, self.generation);
@@ -1381,6 +1410,8 @@ impl Runtime {
             // The last session's release stops the shared germline.
             Backend::Hub(h) => h.release(),
         }
+        // The stopped pool's copies: a broker this session did not start outlives it.
+        self.forget_endpoints();
         self.broker.stop();
         if !self.ca_dir.as_os_str().is_empty() {
             let _ = std::fs::remove_dir_all(&self.ca_dir);

@@ -47,6 +47,15 @@ pub struct RuntimeStatus {
     /// Germlines started so far (more than one under `single-shot`).
     pub germlines_started: u64,
     pub pool: usize,
+    /// The manifest's warm calls that failed in the germline's warming session (skipped, each
+    /// said on the germline's stderr): a warm call that never works costs its speed-up silently
+    /// otherwise (stop 39: mcp-server-git's, for days).
+    #[serde(default)]
+    pub warm_failed: u64,
+    /// Refills of the forked pool held back by the policy's pool memory cap (`[pool]
+    /// memory_mb`): the pool stayed shallower than its depth.
+    #[serde(default)]
+    pub pool_cap_held: u64,
     pub live_copies: usize,
     pub calls: u64,
     pub outcomes: BTreeMap<String, u64>,
@@ -197,6 +206,8 @@ impl StatusWriter {
                 germline_pid: None,
                 germlines_started: 1,
                 pool: 0,
+                warm_failed: 0,
+                pool_cap_held: 0,
                 live_copies: 0,
                 calls: 0,
                 outcomes: BTreeMap::new(),
@@ -222,6 +233,8 @@ impl StatusWriter {
         d.germline_pid = rt.pid;
         if let Some(g) = rt.germline {
             d.pool = g.pool_len();
+            d.warm_failed = g.warm_failed();
+            d.pool_cap_held = g.pool_cap_held();
             d.live_copies = g.copy_pids().len();
         }
         d.dampening = if rt.evidence.enabled() {
@@ -349,6 +362,18 @@ pub fn render(rows: &[Value]) -> String {
             u("pool"),
             u("live_copies"),
         ));
+        if u("pool_cap_held") > 0 {
+            s.push_str(&format!(
+                "  pool refills held back by the memory cap: {}\n",
+                u("pool_cap_held")
+            ));
+        }
+        if u("warm_failed") > 0 {
+            s.push_str(&format!(
+                "  warm calls failed: {} (skipped; the germline's stderr says why)\n",
+                u("warm_failed")
+            ));
+        }
         s.push_str(&format!(
             "  calls {} ({})  last call {}\n",
             u("calls"),
@@ -438,7 +463,7 @@ mod tests {
         let rows = vec![json!({
             "pid": 7, "command": "run", "release": "mcp-server-time@1", "digest": "sha256:abc",
             "mode": "germline", "lifetime": "session", "germline_pid": 9, "germlines_started": 1,
-            "pool": 2, "live_copies": 2, "calls": 3, "outcomes": {"ok": 2, "limit": 1},
+            "pool": 2, "warm_failed": 1, "live_copies": 2, "calls": 3, "outcomes": {"ok": 2, "limit": 1},
             "last_call_unix": unix_now(), "limits": {"pool_max": 2, "copies_per_node": null},
             "verdicts": [{"host": "undeclared", "verdict": "denied", "count": 1}],
         })];
@@ -447,6 +472,7 @@ mod tests {
         assert!(t.contains("calls 3 (limit 1, ok 2)"), "{t}");
         assert!(t.contains("verdicts: undeclared denied 1"), "{t}");
         assert!(t.contains("limits: pool_max 2\n"), "{t}");
+        assert!(t.contains("warm calls failed: 1"), "{t}");
         assert!(render(&[]).contains("nothing running"));
     }
 }

@@ -884,14 +884,28 @@ fn serve_caps_busy_connections_and_closes_idle_ones_after_their_timeout() {
     let b = bearer(&s);
     let json = ("content-type", "application/json");
     let auth = ("authorization", b.as_str());
-    // Three requests whose bodies never come: busy until the body timeout.
+    // Three requests whose bodies never come: busy until the body timeout. Each asks for
+    // `100 Continue`, which the server sends once it has read the headers and waits for the
+    // body: from then on that connection is busy. (A fixed wait here was a guess; polling with
+    // a fourth request instead would take the place of a connection whose headers were not
+    // read yet, as the least recently used idle one.)
     let stalled = format!(
         "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
-         authorization: {b}\r\ncontent-length: 1000\r\n\r\n{{",
+         authorization: {b}\r\nexpect: 100-continue\r\ncontent-length: 1000\r\n\r\n",
         s.addr
     );
-    let busy = hold(&s.addr, 3, &stalled);
-    std::thread::sleep(Duration::from_millis(500));
+    let mut busy = hold(&s.addr, 3, &stalled);
+    for c in &mut busy {
+        c.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let mut got = [0u8; 64];
+        let n = c.read(&mut got).expect("100 Continue within 10 s");
+        assert!(
+            String::from_utf8_lossy(&got[..n]).starts_with("HTTP/1.1 100"),
+            "{}",
+            String::from_utf8_lossy(&got[..n])
+        );
+    }
     let (st, h, body) = http(&s.addr, "POST", "/mcp", &[json, auth], INIT);
     assert_eq!(st, 503, "{body}");
     assert!(body.contains("--max-connections-per-client"), "{body}");
@@ -899,8 +913,16 @@ fn serve_caps_busy_connections_and_closes_idle_ones_after_their_timeout() {
     let (st, _, body) = http(&s.addr, "GET", "/health", &[], "");
     assert_eq!(st, 200, "/health answers past the cap: {body}");
     drop(busy);
-    std::thread::sleep(Duration::from_millis(500));
-    let (st, _, body) = http(&s.addr, "POST", "/mcp", &[json, auth], INIT);
+    // Until the server has seen them closed, a request is answered 503 by the overflow service
+    // (which takes no counted connection's place): polled.
+    let t0 = std::time::Instant::now();
+    let (st, body) = loop {
+        let (st, _, body) = http(&s.addr, "POST", "/mcp", &[json, auth], INIT);
+        if st != 503 || t0.elapsed() > Duration::from_secs(10) {
+            break (st, body);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert_eq!(st, 200, "{body}");
 
     // A silent connection is closed after the header timeout (2 s), not before 1 s.

@@ -439,6 +439,13 @@ pub fn run(a: &ServeArgs) -> Result<(), Error> {
                     pool,
                     reaper: fpolicy.copy_reaper(),
                     mode: mode.name(),
+                    // The policy's pool memory cap, as for a session's own germline.
+                    memory_cap_bytes: Some(
+                        fpolicy
+                            .spawn_pool(&release.manifest.name)
+                            .unwrap_or_default()
+                            .memory_bytes,
+                    ),
                 };
                 GermlineHub::start(&release, &client, &opts)
             })?)

@@ -88,6 +88,9 @@ pub struct Copy {
     /// Its network namespace was handed out for the broker to prepare its endpoint
     /// ([`crate::Germline::endpoints_to_prepare`]).
     pub(crate) endpoint_offered: bool,
+    /// Its namespace while offered, listed for the broker to forget if the copy is dropped
+    /// before a call takes it (crate::offered).
+    pub(crate) offered: Option<crate::offered::Offered>,
     /// Item store slots mounted in this copy; freed (and emptied) once it is dead and no
     /// [`TreeLayer`] of it is held.
     leases: Vec<Arc<SlotLease>>,
@@ -250,6 +253,7 @@ impl Copy {
             sweep: true,
             own_pidns: false,
             endpoint_offered: false,
+            offered: None,
             leases: Vec::new(),
             trees: Vec::new(),
             items_dir: None,

@@ -111,6 +111,10 @@ pub struct Options {
     /// The most copies the pool grows to for multi-group calls: the policy's `[limits]
     /// pool_max` (None: [`MAX_POOL`], which also bounds it).
     pub pool_max: Option<usize>,
+    /// The most private memory the pool's waiting copies may hold together (bytes; the
+    /// policy's `[pool] memory_mb`, as for a spawned pool; None: no cap). The refill forks no
+    /// copy that would take them past it ([`Germline::refill_one`]).
+    pub memory_cap_bytes: Option<u64>,
 }
 
 impl Options {
@@ -125,6 +129,7 @@ impl Options {
             cpus: Vec::new(),
             reaper: false,
             pool_max: None,
+            memory_cap_bytes: None,
         }
     }
 }
@@ -192,6 +197,15 @@ pub struct Germline {
     spare_cgroup: Option<Cgroup>,
     /// Copy cgroups made (their names' numbers; a spare one is made before its copy).
     cgroups_made: u64,
+    /// Offered pool copies dropped unused, for the broker to forget (crate::offered).
+    dropped_endpoints: crate::offered::DroppedEndpoints,
+    /// Refills the memory cap held back ([`Options::memory_cap_bytes`]), and the waiting
+    /// copies' private memory as last measured for it.
+    cap_held: u64,
+    pool_private_bytes: u64,
+    /// The manifest's warm calls that failed in the warming session, `'tool': why` (as the
+    /// germline says).
+    warm_failed: Vec<String>,
 }
 
 /// What `germline status` shows.
@@ -201,7 +215,16 @@ pub struct Status {
     pub pid: i32,
     pub frozen: bool,
     pub warm: bool,
+    /// The manifest's warm calls that failed in the warming session: skipped (a warm call is
+    /// an optimisation), each said on the germline's stderr.
+    pub warm_failed: u64,
     pub checks: Vec<String>,
+    /// The pool's memory cap (bytes; None: none), the waiting copies' private memory as last
+    /// measured for it, and the refills it held back (a copy not forked because it would not
+    /// fit).
+    pub pool_memory_cap_bytes: Option<u64>,
+    pub pool_private_bytes: u64,
+    pub pool_cap_held: u64,
     pub pool: usize,
     pub copies_made: u64,
     pub refused: Option<String>,
@@ -304,6 +327,10 @@ impl Germline {
         let started = launch::start(&prepared, HOST_ID, HOST_ID, &|pid| Ok(cgroup.add(pid)?))
             .map_err(|e| fail(e, &cgroup))?;
         let mut g = Germline {
+            dropped_endpoints: Default::default(),
+            warm_failed: Vec::new(),
+            cap_held: 0,
+            pool_private_bytes: 0,
             keeper: started.keeper,
             pid: started.pid,
             // Opened while the germline is known alive (it has not answered yet, so it has not
@@ -361,7 +388,20 @@ impl Germline {
         let deadline = Instant::now() + Duration::from_millis(g.spec.limits.init_timeout_ms);
         let msg = g.recv_ctl(deadline)?;
         match protocol::known::<FromGermline>(&msg) {
-            Some(FromGermline::Ready { warm }) => g.warm = warm,
+            Some(FromGermline::Ready { warm, warm_failed }) => {
+                g.warm = warm;
+                // Skipped, not fatal (a warm call is an optimisation), but never silent: the
+                // germline's stderr is /dev/null, so the shim says each (stop 39 found
+                // mcp-server-git's failing unseen for days).
+                for why in &warm_failed {
+                    eprintln!(
+                        "germline: {}: warm call {why} (failed in the germline's warming \
+                         session; skipped)",
+                        g.opts.id
+                    );
+                }
+                g.warm_failed = warm_failed;
+            }
             Some(FromGermline::Error { reason }) => {
                 return Err(Error::Init(reason.unwrap_or_else(|| "?".into())));
             }
@@ -441,6 +481,22 @@ impl Germline {
     /// Whether the synthetic warming session ran.
     pub fn warmed(&self) -> bool {
         self.warm
+    }
+
+    /// How many of the manifest's warm calls failed in the warming session (skipped, each
+    /// said on the germline's stderr).
+    pub fn warm_failed(&self) -> u64 {
+        self.warm_failed.len() as u64
+    }
+
+    /// Refills the pool's memory cap held back ([`Options::memory_cap_bytes`]).
+    pub fn pool_cap_held(&self) -> u64 {
+        self.cap_held
+    }
+
+    /// Those failed warm calls, each `'tool': why`.
+    pub fn warm_failures(&self) -> &[String] {
+        &self.warm_failed
     }
 
     /// Copies in the pool.
@@ -610,7 +666,11 @@ impl Germline {
             pid: self.pid,
             frozen: self.cgroup.is_frozen(),
             warm: self.warm,
+            warm_failed: self.warm_failed.len() as u64,
             checks: self.check(),
+            pool_memory_cap_bytes: self.opts.memory_cap_bytes,
+            pool_private_bytes: self.pool_private_bytes,
+            pool_cap_held: self.cap_held,
             pool: self.pool.len(),
             copies_made: self.copies_made,
             refused: self.refused.clone(),
@@ -623,11 +683,34 @@ impl Germline {
         self.pause_pool(false);
         self.taken_in_call = 0;
         self.trim_pool();
-        while self.pool.len() < self.depth {
+        while self.pool.len() < self.depth && self.fits_one_more() {
             let c = self.fork_copy_with(true)?;
             self.pool.push_back(c);
         }
         self.prepare_fork()
+    }
+
+    /// Whether one more pool copy fits under the memory cap: the waiting copies' private
+    /// memory (`Private_Clean` + `Private_Dirty` of each copy's processes: what a forked copy
+    /// holds beyond the pages it still shares with its germline) plus one more of their mean
+    /// size. The first copy always fits (nothing measured yet), as in a spawned pool. Read
+    /// only when a copy would be forked, between calls.
+    fn fits_one_more(&mut self) -> bool {
+        let Some(cap) = self.opts.memory_cap_bytes else {
+            return true;
+        };
+        if self.pool.is_empty() {
+            self.pool_private_bytes = 0;
+            return true;
+        }
+        let held: u64 = self.pool.iter().filter_map(Copy::private_memory).sum();
+        self.pool_private_bytes = held;
+        let per_copy = held / self.pool.len() as u64;
+        if held.saturating_add(per_copy) > cap {
+            self.cap_held += 1;
+            return false;
+        }
+        true
     }
 
     /// Forks one pool copy if the pool is short; `Ok(true)` while it still is (so a caller
@@ -637,11 +720,13 @@ impl Germline {
         self.pause_pool(false);
         self.taken_in_call = 0;
         self.trim_pool();
-        if self.pool.len() < self.depth {
+        // Held back by the memory cap: the pool stays as deep as fits, until a call takes one.
+        let fits = self.pool.len() < self.depth && self.fits_one_more();
+        if fits {
             let c = self.fork_copy_with(true)?;
             self.pool.push_back(c);
         }
-        let more = self.pool.len() < self.depth;
+        let more = fits && self.pool.len() < self.depth;
         if !more {
             self.prepare_fork()?;
         }
@@ -730,11 +815,20 @@ impl Germline {
                 continue;
             }
             c.endpoint_offered = true;
-            if let Ok(f) = std::fs::File::open(format!("/proc/{}/ns/net", c.pid())) {
+            if let Some((f, offered)) = self.dropped_endpoints.offer(c.pid()) {
+                c.offered = Some(offered);
                 out.push(f);
             }
         }
         out
+    }
+
+    /// The network namespaces of pool copies offered ([`Germline::endpoints_to_prepare`])
+    /// and dropped since without a call (retired for other client capabilities, trimmed,
+    /// dead when handed out, stopped), each once, for the broker to forget their endpoints
+    /// (crate::offered).
+    pub fn endpoints_to_forget(&mut self) -> Vec<std::fs::File> {
+        self.dropped_endpoints.drain()
     }
 
     /// The pool's target depth ([`Germline::want_depth`]).
@@ -921,6 +1015,10 @@ impl Germline {
                 continue;
             }
             self.pause_pool(true);
+            // Its call's start_copy takes the endpoint prepared for it.
+            if let Some(o) = c.offered.take() {
+                o.taken();
+            }
             return Ok(c);
         }
         // Empty, or nothing ready: forked on the call's path, the pool frozen meanwhile.

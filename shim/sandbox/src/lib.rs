@@ -20,6 +20,7 @@ pub mod landlock;
 pub mod launch;
 pub mod mcp_client;
 pub mod mounts;
+pub mod offered;
 pub mod pool_depth;
 pub mod protocol;
 pub mod seccomp;

@@ -49,10 +49,13 @@ pub struct LandlockLayer {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum FromGermline {
-    /// Initialisation done; `warm`: the warming session ran.
+    /// Initialisation done; `warm`: the warming session ran; `warm_failed`: the manifest's
+    /// warm calls that failed in it (skipped), each as `'tool': why` for the shim to say.
     Ready {
         #[serde(default, deserialize_with = "lenient_bool")]
         warm: bool,
+        #[serde(default, deserialize_with = "lenient_lines")]
+        warm_failed: Vec<String>,
     },
     /// Initialisation failed, with the traceback's end.
     Error {
@@ -194,6 +197,26 @@ fn lenient_bool<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
     Ok(Value::deserialize(d)?.as_bool().unwrap_or(false))
 }
 
+/// At most 16 strings of at most 400 characters, control characters (a terminal's escapes
+/// among them: the shim prints these) replaced; anything else dropped.
+fn lenient_lines<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    Ok(Value::deserialize(d)?
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .take(16)
+                .map(|s| {
+                    s.chars()
+                        .take(400)
+                        .map(|c| if c.is_control() { '?' } else { c })
+                        .collect()
+                })
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
 fn lenient_reason<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     Ok(Value::deserialize(d)?.as_str().map(str::to_string))
 }
@@ -237,7 +260,10 @@ mod tests {
     fn every_message_round_trips() {
         assert_eq!(round_trip(&fork()), fork());
         for m in [
-            FromGermline::Ready { warm: true },
+            FromGermline::Ready {
+                warm: true,
+                warm_failed: vec!["'echo': bad".into()],
+            },
             FromGermline::Error {
                 reason: Some("Traceback ...".into()),
             },
@@ -323,7 +349,18 @@ mod tests {
         let ready = br#"{"op": "ready", "warm": false}"#;
         assert_eq!(
             known(&decode(ready).expect("JSON")),
-            Some(FromGermline::Ready { warm: false })
+            Some(FromGermline::Ready {
+                warm: false,
+                warm_failed: vec![]
+            })
+        );
+        let ready = br#"{"op": "ready", "warm": true, "warm_failed": ["'git_status': dubious"]}"#;
+        assert_eq!(
+            known(&decode(ready).expect("JSON")),
+            Some(FromGermline::Ready {
+                warm: true,
+                warm_failed: vec!["'git_status': dubious".into()]
+            })
         );
         let forked = br#"{"op": "forked", "t": [10, 20, 30]}"#;
         assert_eq!(
@@ -356,8 +393,26 @@ mod tests {
         assert_eq!(known(&v), Some(FromGermline::Forked { t: vec![] }));
         let v = json!({"op": "forked", "t": [1, -2, "x", 3]});
         assert_eq!(known(&v), Some(FromGermline::Forked { t: vec![1, 3] }));
-        let v = json!({"op": "ready", "warm": "yes", "extra": 1});
-        assert_eq!(known(&v), Some(FromGermline::Ready { warm: false }));
+        let v = json!({"op": "ready", "warm": "yes", "extra": 1, "warm_failed": -1});
+        assert_eq!(
+            known(&v),
+            Some(FromGermline::Ready {
+                warm: false,
+                warm_failed: vec![]
+            })
+        );
+        // Reported lines are bounded and carry no terminal escapes.
+        let many: Vec<String> = (0..40)
+            .map(|i| format!("'t{i}': \u{1b}[2J{}", "x".repeat(900)))
+            .collect();
+        let v = json!({"op": "ready", "warm": true, "warm_failed": many});
+        let Some(FromGermline::Ready { warm_failed, .. }) = known::<FromGermline>(&v) else {
+            panic!("not ready");
+        };
+        assert_eq!(warm_failed.len(), 16);
+        assert!(warm_failed
+            .iter()
+            .all(|l| l.chars().count() == 400 && !l.contains('\u{1b}')));
         let v = json!({"op": "error", "reason": 5});
         assert_eq!(known(&v), Some(FromCopy::Error { reason: None }));
         assert_eq!(

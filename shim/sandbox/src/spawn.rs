@@ -126,6 +126,11 @@ pub struct PoolStatus {
     /// were dropped; each is also logged on stderr (`germline: spawn pool: a refill launch
     /// failed ...`).
     pub refill_failed: u64,
+    /// The manifest's warm calls that failed in launches (an error answer, or a result the
+    /// tool marked `isError`), summed over launches: skipped, as a warm call is an
+    /// optimisation; the first is said on stderr (`germline: spawn pool: warm call ...`).
+    #[serde(default)]
+    pub warm_failed: u64,
     /// Retired copies not reaped yet (frozen, or killed and exiting).
     pub dying: usize,
 }
@@ -155,6 +160,9 @@ pub struct Spawned {
     /// Its network namespace was handed out for the broker to prepare its endpoint
     /// ([`SpawnPool::endpoints_to_prepare`]).
     endpoint_offered: bool,
+    /// Its namespace while offered, listed for the broker to forget if the copy is dropped
+    /// before a call takes it (crate::offered).
+    offered: Option<crate::offered::Offered>,
 }
 
 impl Spawned {
@@ -424,6 +432,8 @@ pub struct SpawnPool {
     from_refill_in_flight: u64,
     refill_held: u64,
     refill_failed: u64,
+    /// Offered copies dropped unused, for the broker to forget (crate::offered).
+    dropped_endpoints: crate::offered::DroppedEndpoints,
 }
 
 impl SpawnPool {
@@ -449,10 +459,12 @@ impl SpawnPool {
             prepared,
             warm_calls: spec.warm_calls.clone(),
             init_timeout: Duration::from_millis(spec.limits.init_timeout_ms),
+            warm_failed: Default::default(),
         });
         let base_rel = germline_sys::paths::germline_cgroup(&opts.id);
         let depth = PoolDepth::new(opts.bounds());
         let mut pool = SpawnPool {
+            dropped_endpoints: Default::default(),
             spec,
             opts,
             launcher,
@@ -643,7 +655,13 @@ impl SpawnPool {
         self.reap_dying();
         self.lap("take.reap", &mut t);
         let mut copy = match self.ready.pop_front() {
-            Some(c) => c,
+            Some(mut c) => {
+                // Its call's start_copy takes the endpoint prepared for it.
+                if let Some(o) = c.offered.take() {
+                    o.taken();
+                }
+                c
+            }
             None => match self.take_in_flight(deadline)? {
                 Some(c) => c,
                 None => {
@@ -692,9 +710,18 @@ impl SpawnPool {
             .filter(|c| !c.endpoint_offered)
             .filter_map(|c| {
                 c.endpoint_offered = true;
-                std::fs::File::open(format!("/proc/{}/ns/net", c.pid)).ok()
+                let (ns, offered) = self.dropped_endpoints.offer(c.pid)?;
+                c.offered = Some(offered);
+                Some(ns)
             })
             .collect()
+    }
+
+    /// The network namespaces of copies offered ([`SpawnPool::endpoints_to_prepare`]) and
+    /// dropped since without a call (replaced, trimmed, stopped), each once, for the broker
+    /// to forget their endpoints (crate::offered).
+    pub fn endpoints_to_forget(&mut self) -> Vec<std::fs::File> {
+        self.dropped_endpoints.drain()
     }
 
     /// The refill's launch in flight, for a call that found no waiting copy: thawed and waited
@@ -1000,6 +1027,10 @@ impl SpawnPool {
             from_refill_in_flight: self.from_refill_in_flight,
             refill_held: self.refill_held,
             refill_failed: self.refill_failed,
+            warm_failed: self
+                .launcher
+                .warm_failed
+                .load(std::sync::atomic::Ordering::Relaxed),
             dying: self.dying_count(),
         }
     }

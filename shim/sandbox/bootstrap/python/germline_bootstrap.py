@@ -253,9 +253,35 @@ def settle():
     gc.collect()
 
 
-def warm(warm_calls=()):
+# Warm calls of the germline's warming session that failed (an error answer, a tool error, a
+# timeout), as "'tool': why": sent to the shim in `ready` (the germline's own stderr is
+# /dev/null), which says each on its stderr and counts them in `germline status`.
+WARM_FAILED = []
+
+
+def _warm_failure(got):
+    # Why a warm call's answer is a failure, or None: a JSON-RPC error, or a result the tool
+    # marked `isError` (an exception in a FastMCP tool, such as git's "dubious ownership").
+    error = getattr(got, "error", None)
+    if error is not None:
+        return str(getattr(error, "message", error))
+    result = getattr(got, "result", None)
+    if isinstance(result, dict) and result.get("isError"):
+        texts = [c.get("text", "") for c in result.get("content") or () if isinstance(c, dict)]
+        return " ".join(t for t in texts if t) or "the tool reported an error"
+    return None
+
+
+def _report_warm_failure(tool, why, report):
+    if report:
+        WARM_FAILED.append(f"{tool!r}: " + " ".join(str(why).split())[:300])
+
+
+def warm(warm_calls=(), report=True):
     # One synthetic session on public data: initialize, tools/list and the manifest's warm
-    # calls (docs/sandbox.md).
+    # calls (docs/sandbox.md). A warm call that fails is skipped, as an optimisation that did
+    # not apply; with `report` (the germline's own session; a pool copy reruns the same calls
+    # on the same public data) it is listed for the shim.
     import anyio
     sdk = SDK_IN_USE
     sdk.load()
@@ -288,8 +314,14 @@ def warm(warm_calls=()):
                             got = SDK.unwrap(await s2c_recv.receive())
                             if getattr(got, "id", None) == want:
                                 break
-                except Exception:
+                except Exception as e:
+                    # Bounded: one that hangs ends the warm calls (its answer could still come).
+                    why = "no answer within 10 s" if isinstance(e, TimeoutError) else repr(e)
+                    _report_warm_failure(call.get("tool"), why, report)
                     break
+                why = _warm_failure(got)
+                if why is not None:
+                    _report_warm_failure(call.get("tool"), why, report)
             tg.cancel_scope.cancel()
 
     try:
@@ -439,7 +471,7 @@ def copy_main(sock_fd, cmd):
         # path. Only the warm calls the publisher marked `in_pool` (running them again changes no
         # later answer): a pool copy must answer a call as a freshly forked one would (probe
         # re-runs compare them), and the others may change tool state.
-        warm([c for c in (CONFIG.get("warm_calls") or ()) if c.get("in_pool") is True])
+        warm([c for c in (CONFIG.get("warm_calls") or ()) if c.get("in_pool") is True], report=False)
         twin_index()  # the session may have imported modules that bound a clock
     import anyio
 
@@ -612,7 +644,7 @@ def main():
     # Copies are reaped by the kernel: set before ready, since the shim may freeze the germline
     # as soon as it reads it and G4 then finds SIGCHLD ignored (docs/sandbox.md).
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-    send_ctl({"op": "ready", "warm": warmed})
+    send_ctl({"op": "ready", "warm": warmed, "warm_failed": WARM_FAILED[:16]})
     fork_loop()
 
 

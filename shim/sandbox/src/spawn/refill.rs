@@ -30,6 +30,8 @@ pub(super) struct Launcher {
     pub prepared: Prepared,
     pub warm_calls: Vec<Value>,
     pub init_timeout: Duration,
+    /// Warm calls that failed, over every launch ([`super::PoolStatus::warm_failed`]).
+    pub warm_failed: std::sync::atomic::AtomicU64,
 }
 
 /// A launched copy, initialised (when asked) but not checked yet, and its socket's inode.
@@ -72,6 +74,7 @@ impl Launcher {
             killed: false,
             keeper_status: None,
             endpoint_offered: false,
+            offered: None,
         };
         if handshake {
             copy.mcp.set_client_capabilities(caps.clone());
@@ -85,11 +88,47 @@ impl Launcher {
             for w in &self.warm_calls {
                 let tool = w["tool"].as_str().unwrap_or_default().to_string();
                 let args = w.get("arguments").cloned().unwrap_or_else(|| json!({}));
-                copy.mcp_call_relayed(&tool, args, None, &mut |_| None)
-                    .map_err(|e| Error::Init(format!("warm call {tool}: {e}")))?;
+                // A warm call the server answers with an error is skipped, said and counted
+                // (an optimisation that did not apply); one it does not answer leaves the
+                // copy unusable.
+                match copy.mcp_call_relayed(&tool, args, None, &mut |_| None) {
+                    Ok(r) if r["isError"] == json!(true) => self.warm_call_failed(&tool, &r),
+                    Ok(_) => {}
+                    Err(Error::Server { error, .. }) => self.warm_call_failed(&tool, &error),
+                    Err(e) => return Err(Error::Init(format!("warm call {tool}: {e}"))),
+                }
             }
         }
         Ok((copy, socket_inode))
+    }
+}
+
+impl Launcher {
+    /// Counts a failed warm call, and says the pool's first on stderr (every launch runs the
+    /// same calls on the same public arguments: one line, not one per copy).
+    fn warm_call_failed(&self, tool: &str, why: &Value) {
+        let before = self
+            .warm_failed
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if before == 0 {
+            let text = why["content"]
+                .as_array()
+                .map(|c| {
+                    c.iter()
+                        .filter_map(|x| x["text"].as_str())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .filter(|t| !t.is_empty())
+                .or_else(|| why["message"].as_str().map(str::to_string))
+                .unwrap_or_else(|| why.to_string());
+            let text: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+            eprintln!(
+                "germline: spawn pool: warm call {tool:?} failed (skipped; the pool status's \
+                 warm_failed counts them): {}",
+                text.chars().take(300).collect::<String>()
+            );
+        }
     }
 }
 
