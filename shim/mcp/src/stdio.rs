@@ -487,6 +487,8 @@ pub fn serve(session: &mut Session, sigfd: i32) -> String {
         return format!("cannot start the thread that reads stdin: {e}");
     }
     let mut next_id = 0u64;
+    // Metrics, traces and the state file are told of a call after its answer is written.
+    session.runtime.observe_after_answer(true);
     loop {
         // The next line, marked as running (with a fresh cancellation if it is a request)
         // under the same lock the reader cancels under, so no cancellation is lost between.
@@ -559,6 +561,8 @@ pub fn serve(session: &mut Session, sigfd: i32) -> String {
             if plain {
                 shared.release_plain();
             }
+            // The answer is out: now the observers (Runtime::observe_after_answer).
+            session.runtime.after_answer();
             if !written {
                 return "the agent closed stdout".into();
             }
