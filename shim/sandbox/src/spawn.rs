@@ -155,6 +155,9 @@ pub struct Spawned {
     /// Its network namespace was handed out for the broker to prepare its endpoint
     /// ([`SpawnPool::endpoints_to_prepare`]).
     endpoint_offered: bool,
+    /// Waiting at the head of the pool, thawed between calls so that the call that takes it
+    /// does not thaw it on its path ([`SpawnPool::thaw_next`]).
+    thawed_ahead: bool,
 }
 
 impl Spawned {
@@ -661,7 +664,12 @@ impl SpawnPool {
             p.freeze();
         }
         self.lap("take.hold_refill", &mut t);
-        copy.cgroup.set_frozen(false)?;
+        // Thawed between calls if it waited at the head (thaw_next); else thawed now, asked of
+        // the kernel and not waited for: its next input is the call's request on its socket,
+        // which it reads once it runs (a copy still frozen for a moment only answers later).
+        if !std::mem::take(&mut copy.thawed_ahead) {
+            copy.cgroup.request_frozen(false)?;
+        }
         copy.set_deadline(deadline);
         self.live.push((copy.pid, copy.ns.clone()));
         self.lap("take.thaw", &mut t);
@@ -757,6 +765,8 @@ impl SpawnPool {
 
     /// A copy that made no handshake, for the agent's own `initialize`.
     pub fn take_fresh(&mut self, deadline: Instant) -> Result<Spawned> {
+        // This copy will hold data: no waiting copy runs beside it.
+        self.refreeze_ahead();
         let mut copy = self.spawn(false)?;
         copy.cgroup.set_frozen(false)?;
         copy.set_deadline(deadline);
@@ -817,6 +827,38 @@ impl SpawnPool {
         }
     }
 
+    /// Between calls (no copy of a call holds data): the copy the next call takes, the head of
+    /// the pool, is thawed now, off the call's path (docs/sandbox.md, **Thawed ahead**). Only
+    /// that one: every other waiting copy stays frozen, and the call takes this one first, so
+    /// no waiting copy runs while a copy of a call holds data. A thaw that fails leaves it to
+    /// the take.
+    fn thaw_next(&mut self) {
+        if !self.live.is_empty() {
+            return;
+        }
+        if let Some(c) = self.ready.front_mut() {
+            if !c.thawed_ahead && c.cgroup.request_frozen(false).is_ok() {
+                c.thawed_ahead = true;
+            }
+        }
+    }
+
+    /// A copy is about to hold data other than by a take of the head: any copy thawed ahead
+    /// is frozen again first (asked of the kernel; it runs nothing once that lands, and it
+    /// holds no data of any call, so the moment before is no one's).
+    fn refreeze_ahead(&mut self) {
+        for c in self.ready.iter_mut().filter(|c| c.thawed_ahead) {
+            if c.cgroup.set_frozen(true).is_ok() {
+                c.thawed_ahead = false;
+            }
+        }
+    }
+
+    /// Whether the copy the next call takes was thawed ahead (for tests and status).
+    pub fn next_thawed_ahead(&self) -> bool {
+        self.ready.front().is_some_and(|c| c.thawed_ahead)
+    }
+
     /// Retired copies not reaped yet, here or on the reaper thread.
     fn dying_count(&self) -> usize {
         self.dying.len() + self.reaper.as_ref().map_or(0, Reaper::busy)
@@ -842,6 +884,7 @@ impl SpawnPool {
         if self.refused.is_some() {
             return Ok(false);
         }
+        self.thaw_next();
         if self.live.is_empty() {
             // Between calls: the last call's copies are killed here, after its answer went out.
             self.reap_dying();

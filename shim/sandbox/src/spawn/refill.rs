@@ -72,6 +72,7 @@ impl Launcher {
             killed: false,
             keeper_status: None,
             endpoint_offered: false,
+            thawed_ahead: false,
         };
         if handshake {
             copy.mcp.set_client_capabilities(caps.clone());
