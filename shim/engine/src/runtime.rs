@@ -198,6 +198,9 @@ pub struct Runtime {
     /// ([`Runtime::observe_after_answer`]); the call they have not been told of yet.
     observe_after_answer: bool,
     deferred: Option<crate::observe::DeferredCall>,
+    /// Rung by the transport when the agent's next request is queued
+    /// ([`Runtime::set_doorbell`]).
+    doorbell: Option<std::sync::Arc<germline_sys::doorbell::Doorbell>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -695,6 +698,7 @@ impl Runtime {
             concurrent_copies,
             observe_after_answer: false,
             deferred: None,
+            doorbell: None,
         })
     }
 
@@ -949,6 +953,16 @@ impl Runtime {
         if !on {
             self.after_answer();
         }
+    }
+
+    /// The transport's doorbell (`germline_sys::doorbell`): the idle steps' waits (a spawned
+    /// pool's launch in flight, the forked germline's last copy still exiting) return as soon
+    /// as it rings, so the agent's next request waits for no idle timer.
+    pub fn set_doorbell(&mut self, bell: std::sync::Arc<germline_sys::doorbell::Doorbell>) {
+        if let Backend::Spawn(pool) = &mut self.backend {
+            pool.set_doorbell(bell.clone());
+        }
+        self.doorbell = Some(bell);
     }
 
     /// One more observer of this runtime's calls, told after those it has.
@@ -1325,7 +1339,12 @@ impl Runtime {
                 // between steps), so that its cgroup is removed here rather than at the next
                 // call's fork.
                 if wait_exits && !more && g.exiting_since(Duration::from_millis(100)) {
-                    std::thread::sleep(Duration::from_millis(1));
+                    match &self.doorbell {
+                        Some(b) => {
+                            let _ = b.sleep(Duration::from_millis(1));
+                        }
+                        None => std::thread::sleep(Duration::from_millis(1)),
+                    }
                     return true;
                 }
                 more

@@ -427,6 +427,9 @@ pub struct SpawnPool {
     from_refill_in_flight: u64,
     refill_held: u64,
     refill_failed: u64,
+    /// Rung by the transport when the agent's next request is queued: an idle step's wait
+    /// for the launch in flight returns then ([`SpawnPool::set_doorbell`]).
+    bell: Option<Arc<germline_sys::doorbell::Doorbell>>,
 }
 
 impl SpawnPool {
@@ -486,6 +489,7 @@ impl SpawnPool {
             from_refill_in_flight: 0,
             refill_held: 0,
             refill_failed: 0,
+            bell: None,
         };
         // The release must start at all: a first copy, checked, kept in the pool.
         match pool.spawn(true) {
@@ -827,6 +831,13 @@ impl SpawnPool {
         }
     }
 
+    /// The transport's doorbell (germline_sys::doorbell): an idle step waiting for the launch
+    /// in flight returns as soon as it rings (the agent's request waits for no timer), and the
+    /// launch's end wakes that wait (a refill thread started later pokes it).
+    pub fn set_doorbell(&mut self, bell: Arc<germline_sys::doorbell::Doorbell>) {
+        self.bell = Some(bell);
+    }
+
     /// Between calls (no copy of a call holds data): the copy the next call takes, the head of
     /// the pool, is thawed now, off the call's path (docs/sandbox.md, **Thawed ahead**). Only
     /// that one: every other waiting copy stays frozen, and the call takes this one first, so
@@ -922,7 +933,7 @@ impl SpawnPool {
             return Ok(false);
         }
         if self.refiller.is_none() && !self.refiller_gone {
-            self.refiller = Some(Refiller::start(self.launcher.clone())?);
+            self.refiller = Some(Refiller::start(self.launcher.clone(), self.bell.clone())?);
         }
         let cgroup = self.new_cgroup()?;
         let freezer = Cgroup::create(cgroup.rel())?;
@@ -960,7 +971,18 @@ impl SpawnPool {
             self.pending = None;
             return Ok(true);
         };
-        let launched = match r.wait(Some(IDLE_WAIT)) {
+        let waited = match &self.bell {
+            // Looked at after the generation is read: a launch that ends in between pokes it.
+            Some(b) => {
+                let g = b.generation();
+                match r.wait(Some(Duration::ZERO)) {
+                    Waited::Running if !b.sleep_since(g, IDLE_WAIT) => r.wait(Some(Duration::ZERO)),
+                    w => w,
+                }
+            }
+            None => r.wait(Some(IDLE_WAIT)),
+        };
+        let launched = match waited {
             Waited::Running => return Ok(true),
             Waited::Gone => {
                 self.refiller_gone = true;

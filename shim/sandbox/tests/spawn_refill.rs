@@ -375,3 +375,50 @@ fn the_next_copy_is_thawed_between_calls_and_only_that_one() {
     pool.retire(c, Ok(json!({}))).expect("retire");
     pool.stop();
 }
+
+/// The transport's doorbell (`germline_sys::doorbell`, `SpawnPool::set_doorbell`): an idle
+/// step that waits for the launch in flight returns as soon as the bell rings (the agent's
+/// request is queued) and at once while it stays rung, instead of at the end of its 2 ms
+/// wait; cleared, the steps wait again and the launch's end (poked by the refill thread)
+/// still pools it.
+#[test]
+fn a_rung_doorbell_ends_the_idle_steps_wait_for_the_launch_in_flight() {
+    if !common::can_run() || !node_ready() {
+        return;
+    }
+    let mut opts = SpawnOptions::new(&common::id("bell"));
+    opts.min = 1;
+    opts.max = 1;
+    let mut pool = SpawnPool::start(spec(), opts).expect("start the pool");
+    let bell = std::sync::Arc::new(germline_sys::doorbell::Doorbell::default());
+    pool.set_doorbell(bell.clone());
+    fill(&mut pool);
+    let mut c = pool
+        .take(&json!({}), Instant::now() + Duration::from_secs(30))
+        .expect("take");
+    assert_eq!(echo(&mut c, "one"), "Echo: one");
+    pool.retire(c, Ok(json!({}))).expect("retire");
+    let end = Instant::now() + Duration::from_secs(5);
+    while pool.refill_in_flight().is_none() {
+        assert!(pool.refill_one().expect("idle step"), "more steps are due");
+        assert!(Instant::now() < end, "no launch started");
+    }
+    // A Node launch takes hundreds of milliseconds: 100 steps each waiting 2 ms would take
+    // 200 ms; rung, none of them waits.
+    bell.ring();
+    let t0 = Instant::now();
+    for _ in 0..100 {
+        let _ = pool.refill_one().expect("idle step");
+    }
+    let took = t0.elapsed();
+    assert!(
+        took < Duration::from_millis(100),
+        "rung, 100 idle steps took {took:?}"
+    );
+    // Cleared: the steps wait for the launch, whose end wakes them; it joins the pool.
+    bell.clear();
+    fill(&mut pool);
+    assert_eq!(pool.ready_pids().len(), 1, "{:?}", pool.status());
+    assert_eq!(pool.refill_in_flight(), None);
+    pool.stop();
+}
