@@ -402,13 +402,49 @@ fn recv(fd: RawFd) -> Result<(Vec<u8>, Option<OwnedFd>), ControlError> {
 /// zeroed megabyte per message cost ~40 us, and a call's round trips receive six, issue 30);
 /// returns its length and the descriptor it carried.
 fn recv_into(fd: RawFd, buf: &mut Vec<u8>) -> Result<(usize, Option<OwnedFd>), ControlError> {
+    recv_flags(fd, buf, MsgFlags::empty())
+}
+
+/// [`recv_into`], first polling without blocking for up to `spin` ([`BrokerClient::set_spin`]):
+/// a reply that comes within it is read without this thread going to sleep and being woken.
+fn recv_spinning(
+    fd: RawFd,
+    buf: &mut Vec<u8>,
+    spin: Duration,
+) -> Result<(usize, Option<OwnedFd>), ControlError> {
+    if !spin.is_zero() {
+        let until = Instant::now() + spin;
+        loop {
+            match recv_flags(fd, buf, MsgFlags::MSG_DONTWAIT) {
+                // Yielding, not spinning: a broker thread waiting for this CPU gets it.
+                Err(ControlError::Io(nix::Error::EAGAIN)) if Instant::now() < until => {
+                    std::thread::yield_now();
+                }
+                Err(ControlError::Io(nix::Error::EAGAIN)) => break,
+                other => return other,
+            }
+        }
+    }
+    recv_into(fd, buf)
+}
+
+fn recv_flags(
+    fd: RawFd,
+    buf: &mut Vec<u8>,
+    flags: MsgFlags,
+) -> Result<(usize, Option<OwnedFd>), ControlError> {
     if buf.len() < MAX_MESSAGE {
         buf.resize(MAX_MESSAGE, 0);
     }
     let mut cmsg = nix::cmsg_space!([RawFd; 2]);
     let mut iov = [IoSliceMut::new(&mut buf[..])];
-    let msg = socket::recvmsg::<()>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)
-        .map_err(ControlError::Io)?;
+    let msg = socket::recvmsg::<()>(
+        fd,
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::MSG_CMSG_CLOEXEC | flags,
+    )
+    .map_err(ControlError::Io)?;
     let n = msg.bytes;
     if msg.flags.contains(MsgFlags::MSG_TRUNC) || msg.flags.contains(MsgFlags::MSG_CTRUNC) {
         return Err(ControlError::Refused("control message truncated".into()));
@@ -656,6 +692,17 @@ pub struct BrokerClient {
     fd: OwnedFd,
     /// The receive buffer, reused by every reply ([`recv_into`]).
     buf: std::sync::Mutex<Vec<u8>>,
+    /// How long a request polls for its reply before sleeping ([`BrokerClient::set_spin`]).
+    spin: Duration,
+}
+
+/// What [`BrokerClient::set_spin`] starts at: `GERMLINE_BROKER_SPIN_US` microseconds (a
+/// measurement knob, docs/performance.md), else none.
+fn default_spin() -> Duration {
+    std::env::var("GERMLINE_BROKER_SPIN_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(Duration::ZERO, Duration::from_micros)
 }
 
 impl BrokerClient {
@@ -664,7 +711,17 @@ impl BrokerClient {
         Ok(Self {
             fd,
             buf: std::sync::Mutex::new(Vec::new()),
+            spin: default_spin(),
         })
+    }
+
+    /// How long each request polls for its reply before it sleeps in `recvmsg` (zero: it
+    /// sleeps at once). The broker answers most requests within tens of microseconds, less
+    /// than a sleeping thread takes to be woken and scheduled again on an idle CPU (a virtual
+    /// one above all): polling that long saves the wake-up and costs at most `spin` of CPU
+    /// per request (docs/performance.md, "The broker's round trips").
+    pub fn set_spin(&mut self, spin: Duration) {
+        self.spin = spin;
     }
 
     /// Sends `req` (with `pass` as `SCM_RIGHTS`) and reads its answer, a `T`.
@@ -680,7 +737,7 @@ impl BrokerClient {
             Err(poisoned) => poisoned.into_inner(),
         };
         send_text(self.fd.as_raw_fd(), &text, pass)?;
-        let (n, _) = recv_into(self.fd.as_raw_fd(), &mut buf)?;
+        let (n, _) = recv_spinning(self.fd.as_raw_fd(), &mut buf, self.spin)?;
         decode_reply(&buf[..n])
     }
 

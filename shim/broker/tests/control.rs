@@ -229,6 +229,38 @@ fn records_past_the_default_socket_buffer_come_back_and_past_the_limit_are_refus
     assert_eq!(sink.count(), 3);
 }
 
+/// A client that polls for its replies before sleeping (`BrokerClient::set_spin`, branch
+/// node40): a whole call goes through as with a sleeping client, refusals included, and a
+/// reply slower than the poll is still read (the client then sleeps for it).
+#[test]
+fn a_polling_client_gets_every_reply() {
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sink = Sink::ok();
+    let p = ocr_policy(dir.path(), &sink);
+    let (broker, sock, _) = control_broker(dir.path(), p);
+    for spin in [Duration::from_millis(50), Duration::from_nanos(1)] {
+        let mut c = BrokerClient::connect(&sock).expect("connect");
+        c.set_spin(spin);
+        assert_eq!(c.copy_proxy().expect("proxy"), broker.copy_proxy_addr());
+        let (call, _, _) = c
+            .begin_call(ocr_call(vec![item("invoice", &["finance"])], &["finance"]))
+            .expect("begin");
+        post_invoice(&broker, &c, call);
+        let (out, _, rec) = c.end_last_copy(call, 0).expect("end last copy");
+        assert_eq!(out.label, Label::of(["finance"]), "{spin:?}");
+        assert_eq!(rec.delivered.get("ocr.example").map(Vec::len), Some(1));
+        let err = c.end_call(call).expect_err("the call already ended");
+        assert!(
+            err.to_string().contains(&format!("no call {call}")),
+            "{err}"
+        );
+    }
+    assert_eq!(sink.count(), 2);
+}
+
 /// `end_last_copy` (issue 30): one round trip ends the call's last copy and the call, with the
 /// same outcome and record as `end_copy` then `end_call`; the call is ended even when the
 /// copy's end is refused, so nothing of it stays pending.

@@ -45,10 +45,47 @@ pub struct CallView<'a> {
     pub tracestate: Option<&'a str>,
 }
 
+/// A successful call whose observers wait until its answer went out
+/// ([`crate::runtime::Runtime::observe_after_answer`]): what [`CallView`] borrows, owned. Its
+/// outcome keeps every field observers read but the answer's content: of the answer, only
+/// whether it is a tool error (`isError`), so a large answer is not copied on the call path.
+pub(crate) struct DeferredCall {
+    pub tool: String,
+    pub started: SystemTime,
+    pub outcome: Outcome,
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
+}
+
+impl DeferredCall {
+    pub fn of(call: &CallView<'_>, out: &Outcome) -> DeferredCall {
+        let is_error = out.result.get("isError").cloned();
+        let mut result = serde_json::Map::new();
+        if let Some(e) = is_error {
+            result.insert("isError".into(), e);
+        }
+        DeferredCall {
+            tool: call.tool.to_string(),
+            started: call.started,
+            outcome: Outcome {
+                result: serde_json::Value::Object(result),
+                label: out.label.clone(),
+                copies: out.copies,
+                triggers: out.triggers,
+                phases: out.phases.clone(),
+                notifications: Vec::new(),
+            },
+            traceparent: call.traceparent.map(str::to_string),
+            tracestate: call.tracestate.map(str::to_string),
+        }
+    }
+}
+
 /// Something told about a runtime's calls and idle work. Every method but `after_call` does
 /// nothing unless the observer says otherwise.
 pub trait CallObserver: Send {
-    /// A call ended (after its answer was made, before it went out).
+    /// A call ended: after its answer was made, and before it went out unless the front
+    /// tells the observers after it ([`crate::runtime::Runtime::observe_after_answer`]).
     fn after_call(&mut self, rt: &RuntimeView<'_>, call: &CallView<'_>);
 
     /// The evidence layer recorded a verdict: the release's dampening state may have changed.

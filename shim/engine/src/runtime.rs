@@ -194,6 +194,13 @@ pub struct Runtime {
     /// Where fresh germlines are forked (`germline serve`: a thread that outlives them,
     /// [`crate::launcher`]); the calling thread otherwise.
     pub(crate) launcher: Option<std::sync::Arc<crate::launcher::Launcher>>,
+    /// Observers are told of a successful call after its answer went out
+    /// ([`Runtime::observe_after_answer`]); the call they have not been told of yet.
+    observe_after_answer: bool,
+    deferred: Option<crate::observe::DeferredCall>,
+    /// Rung by the transport when the agent's next request is queued
+    /// ([`Runtime::set_doorbell`]).
+    doorbell: Option<std::sync::Arc<germline_sys::doorbell::Doorbell>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -692,6 +699,9 @@ impl Runtime {
             file_state,
             writes_journal,
             concurrent_copies,
+            observe_after_answer: false,
+            deferred: None,
+            doorbell: None,
         })
     }
 
@@ -891,6 +901,8 @@ impl Runtime {
         meta: &CallMeta,
         agent: &mut Agent<'_>,
     ) -> Result<Outcome, RunError> {
+        // The last call's observers, if its front did not tell them after its answer.
+        self.after_answer();
         let started = std::time::SystemTime::now();
         let t0 = Instant::now();
         self.last_requests.clear();
@@ -918,7 +930,12 @@ impl Runtime {
             tracestate: meta.tracestate.as_deref(),
         };
         let s = Instant::now();
-        self.notify(|o, rt| o.after_call(rt, &call));
+        // A front that writes the answer itself tells the observers after it did
+        // ([`Runtime::after_answer`]); a failed call's are told now (its error is not kept).
+        match (&r, self.observe_after_answer) {
+            (Ok(out), true) => self.deferred = Some(crate::observe::DeferredCall::of(&call, out)),
+            _ => self.notify(|o, rt| o.after_call(rt, &call)),
+        }
         let mut r = r;
         if let Ok(out) = &mut r {
             out.phases.extend([
@@ -927,6 +944,51 @@ impl Runtime {
             ]);
         }
         r
+    }
+
+    /// Observers of a successful call are told after its answer went out, when the front
+    /// calls [`Runtime::after_answer`] (`germline run`'s stdio loop): metrics, traces and the
+    /// state file need not precede the answer, and nothing fail-closed is an observer (the
+    /// broker's audit log is written by the broker, inside its round trips). Off by default:
+    /// a caller that reads the observers right after [`Runtime::call_with`] sees them told.
+    pub fn observe_after_answer(&mut self, on: bool) {
+        self.observe_after_answer = on;
+        if !on {
+            self.after_answer();
+        }
+    }
+
+    /// The transport's doorbell (`germline_sys::doorbell`): the idle steps' waits (a spawned
+    /// pool's launch in flight, the forked germline's last copy still exiting) return as soon
+    /// as it rings, so the agent's next request waits for no idle timer.
+    pub fn set_doorbell(&mut self, bell: std::sync::Arc<germline_sys::doorbell::Doorbell>) {
+        if let Backend::Spawn(pool) = &mut self.backend {
+            pool.set_doorbell(bell.clone());
+        }
+        self.doorbell = Some(bell);
+    }
+
+    /// One more observer of this runtime's calls, told after those it has.
+    pub fn add_observer(&mut self, o: Box<dyn CallObserver>) {
+        self.observers.push(o);
+    }
+
+    /// Tells the observers of the last call, if they wait for its answer
+    /// ([`Runtime::observe_after_answer`]); nothing otherwise. Also done before the next call
+    /// and at stop, so no call goes untold.
+    pub fn after_answer(&mut self) {
+        let Some(d) = self.deferred.take() else {
+            return;
+        };
+        let result = Ok(d.outcome);
+        let call = CallView {
+            tool: &d.tool,
+            started: d.started,
+            result: &result,
+            traceparent: d.traceparent.as_deref(),
+            tracestate: d.tracestate.as_deref(),
+        };
+        self.notify(|o, rt| o.after_call(rt, &call));
     }
 
     /// One call under germline execution ([`crate::pipeline`]), recovering from a germline
@@ -1280,7 +1342,12 @@ impl Runtime {
                 // between steps), so that its cgroup is removed here rather than at the next
                 // call's fork.
                 if wait_exits && !more && g.exiting_since(Duration::from_millis(100)) {
-                    std::thread::sleep(Duration::from_millis(1));
+                    match &self.doorbell {
+                        Some(b) => {
+                            let _ = b.sleep(Duration::from_millis(1));
+                        }
+                        None => std::thread::sleep(Duration::from_millis(1)),
+                    }
                     return true;
                 }
                 more
@@ -1375,6 +1442,7 @@ impl Runtime {
 
     /// Stops the germline or process (the broker stops with the [`Sidecar`]).
     pub fn stop(&mut self) {
+        self.after_answer();
         self.observers.each(|o| o.stopped());
         // The last commits' cleanups (issue 27: their staging directories in the host's tree).
         crate::commit::wait_for_cleanups();

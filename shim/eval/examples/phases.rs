@@ -26,6 +26,9 @@ struct Cli {
     warmup: usize,
     #[arg(long, default_value_t = 20)]
     gap_ms: u64,
+    /// Tell the observers before the answer, as before `Runtime::observe_after_answer` (A/B).
+    #[arg(long)]
+    observers_on_path: bool,
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -55,6 +58,8 @@ fn main() -> Result<(), String> {
     let mut s = germline_mcp::cli::start_session(&a.run).map_err(|e| e.to_string())?;
     s.handle(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params":
         {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "phases", "version": "0"}}}));
+    // As `germline run`'s stdio loop: observers are told after the answer (timed apart).
+    s.runtime.observe_after_answer(!a.observers_on_path);
     let mut phases: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut handle = Vec::new();
     let mut writes: BTreeMap<String, usize> = BTreeMap::new();
@@ -69,6 +74,9 @@ fn main() -> Result<(), String> {
             )
             .unwrap_or(Value::Null);
         let us = t.elapsed().as_secs_f64() * 1e3;
+        let t = Instant::now();
+        s.runtime.after_answer();
+        let after = t.elapsed().as_secs_f64() * 1e3;
         if r.get("result").is_none() || r.pointer("/result/isError") == Some(&json!(true)) {
             return Err(format!("call {}: {r}", i + 1));
         }
@@ -76,6 +84,10 @@ fn main() -> Result<(), String> {
             continue;
         }
         handle.push(us);
+        phases
+            .entry("after_answer.observers".into())
+            .or_default()
+            .push(after);
         // A tool that reports its own body's time (the bench release's `work_us`): the
         // agent's copy's, so the copy's `copy.mcp` can be told from the tool's own work.
         let work = r

@@ -251,6 +251,9 @@ struct Shared {
     state: Mutex<State>,
     /// Signalled when `state` changes (a line queued, an answer, a cancellation, the end).
     cv: Condvar,
+    /// Rung with every line queued and at the end, cleared when the queue is emptied: the
+    /// runtime's idle waits return when it rings (`Runtime::set_doorbell`).
+    bell: Arc<germline_sys::doorbell::Doorbell>,
 }
 
 /// One thing for the main thread to handle.
@@ -298,6 +301,9 @@ impl Shared {
             st.plain_ahead += 1;
         }
         st.queue.push_back((id, item));
+        // Under the lock the main thread clears it under (when it empties the queue), so a
+        // ring never outlives the line it announces.
+        self.bell.ring();
         drop(st);
         self.cv.notify_all();
     }
@@ -349,6 +355,7 @@ fn read_agent(mut input: Input, shared: &Shared) {
                 st.closed = input.closed;
                 drop(st);
                 shared.cv.notify_all();
+                shared.bell.ring();
                 return;
             }
         }
@@ -487,6 +494,9 @@ pub fn serve(session: &mut Session, sigfd: i32) -> String {
         return format!("cannot start the thread that reads stdin: {e}");
     }
     let mut next_id = 0u64;
+    // Metrics, traces and the state file are told of a call after its answer is written.
+    session.runtime.observe_after_answer(true);
+    session.runtime.set_doorbell(shared.bell.clone());
     loop {
         // The next line, marked as running (with a fresh cancellation if it is a request)
         // under the same lock the reader cancels under, so no cancellation is lost between.
@@ -494,6 +504,10 @@ pub fn serve(session: &mut Session, sigfd: i32) -> String {
             let mut st = shared.lock();
             loop {
                 if let Some((id, item)) = st.queue.pop_front() {
+                    if st.queue.is_empty() && st.ended.is_none() {
+                        // Under the lock `queue` rings under.
+                        shared.bell.clear();
+                    }
                     let plain = id.is_none();
                     let running = id.and_then(|id| Some((id, Arc::new(Cancel::new().ok()?))));
                     let cancel = running.as_ref().map(|(_, c)| c.clone());
@@ -559,6 +573,8 @@ pub fn serve(session: &mut Session, sigfd: i32) -> String {
             if plain {
                 shared.release_plain();
             }
+            // The answer is out: now the observers (Runtime::observe_after_answer).
+            session.runtime.after_answer();
             if !written {
                 return "the agent closed stdout".into();
             }

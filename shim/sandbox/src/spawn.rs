@@ -163,6 +163,9 @@ pub struct Spawned {
     /// Its namespace while offered, listed for the broker to forget if the copy is dropped
     /// before a call takes it (crate::offered).
     offered: Option<crate::offered::Offered>,
+    /// Waiting at the head of the pool, thawed between calls so that the call that takes it
+    /// does not thaw it on its path ([`SpawnPool::thaw_next`]).
+    thawed_ahead: bool,
 }
 
 impl Spawned {
@@ -434,6 +437,9 @@ pub struct SpawnPool {
     refill_failed: u64,
     /// Offered copies dropped unused, for the broker to forget (crate::offered).
     dropped_endpoints: crate::offered::DroppedEndpoints,
+    /// Rung by the transport when the agent's next request is queued: an idle step's wait
+    /// for the launch in flight returns then ([`SpawnPool::set_doorbell`]).
+    bell: Option<Arc<germline_sys::doorbell::Doorbell>>,
 }
 
 impl SpawnPool {
@@ -495,6 +501,7 @@ impl SpawnPool {
             from_refill_in_flight: 0,
             refill_held: 0,
             refill_failed: 0,
+            bell: None,
         };
         // The release must start at all: a first copy, checked, kept in the pool.
         match pool.spawn(true) {
@@ -679,7 +686,12 @@ impl SpawnPool {
             p.freeze();
         }
         self.lap("take.hold_refill", &mut t);
-        copy.cgroup.set_frozen(false)?;
+        // Thawed between calls if it waited at the head (thaw_next); else thawed now, asked of
+        // the kernel and not waited for: its next input is the call's request on its socket,
+        // which it reads once it runs (a copy still frozen for a moment only answers later).
+        if !std::mem::take(&mut copy.thawed_ahead) {
+            copy.cgroup.request_frozen(false)?;
+        }
         copy.set_deadline(deadline);
         self.live.push((copy.pid, copy.ns.clone()));
         self.lap("take.thaw", &mut t);
@@ -784,6 +796,8 @@ impl SpawnPool {
 
     /// A copy that made no handshake, for the agent's own `initialize`.
     pub fn take_fresh(&mut self, deadline: Instant) -> Result<Spawned> {
+        // This copy will hold data: no waiting copy runs beside it.
+        self.refreeze_ahead();
         let mut copy = self.spawn(false)?;
         copy.cgroup.set_frozen(false)?;
         copy.set_deadline(deadline);
@@ -844,6 +858,45 @@ impl SpawnPool {
         }
     }
 
+    /// The transport's doorbell (germline_sys::doorbell): an idle step waiting for the launch
+    /// in flight returns as soon as it rings (the agent's request waits for no timer), and the
+    /// launch's end wakes that wait (a refill thread started later pokes it).
+    pub fn set_doorbell(&mut self, bell: Arc<germline_sys::doorbell::Doorbell>) {
+        self.bell = Some(bell);
+    }
+
+    /// Between calls (no copy of a call holds data): the copy the next call takes, the head of
+    /// the pool, is thawed now, off the call's path (docs/sandbox.md, **Thawed ahead**). Only
+    /// that one: every other waiting copy stays frozen, and the call takes this one first, so
+    /// no waiting copy runs while a copy of a call holds data. A thaw that fails leaves it to
+    /// the take.
+    fn thaw_next(&mut self) {
+        if !self.live.is_empty() {
+            return;
+        }
+        if let Some(c) = self.ready.front_mut() {
+            if !c.thawed_ahead && c.cgroup.request_frozen(false).is_ok() {
+                c.thawed_ahead = true;
+            }
+        }
+    }
+
+    /// A copy is about to hold data other than by a take of the head: any copy thawed ahead
+    /// is frozen again first (asked of the kernel; it runs nothing once that lands, and it
+    /// holds no data of any call, so the moment before is no one's).
+    fn refreeze_ahead(&mut self) {
+        for c in self.ready.iter_mut().filter(|c| c.thawed_ahead) {
+            if c.cgroup.set_frozen(true).is_ok() {
+                c.thawed_ahead = false;
+            }
+        }
+    }
+
+    /// Whether the copy the next call takes was thawed ahead (for tests and status).
+    pub fn next_thawed_ahead(&self) -> bool {
+        self.ready.front().is_some_and(|c| c.thawed_ahead)
+    }
+
     /// Retired copies not reaped yet, here or on the reaper thread.
     fn dying_count(&self) -> usize {
         self.dying.len() + self.reaper.as_ref().map_or(0, Reaper::busy)
@@ -869,6 +922,7 @@ impl SpawnPool {
         if self.refused.is_some() {
             return Ok(false);
         }
+        self.thaw_next();
         if self.live.is_empty() {
             // Between calls: the last call's copies are killed here, after its answer went out.
             self.reap_dying();
@@ -906,7 +960,7 @@ impl SpawnPool {
             return Ok(false);
         }
         if self.refiller.is_none() && !self.refiller_gone {
-            self.refiller = Some(Refiller::start(self.launcher.clone())?);
+            self.refiller = Some(Refiller::start(self.launcher.clone(), self.bell.clone())?);
         }
         let cgroup = self.new_cgroup()?;
         let freezer = Cgroup::create(cgroup.rel())?;
@@ -944,7 +998,18 @@ impl SpawnPool {
             self.pending = None;
             return Ok(true);
         };
-        let launched = match r.wait(Some(IDLE_WAIT)) {
+        let waited = match &self.bell {
+            // Looked at after the generation is read: a launch that ends in between pokes it.
+            Some(b) => {
+                let g = b.generation();
+                match r.wait(Some(Duration::ZERO)) {
+                    Waited::Running if !b.sleep_since(g, IDLE_WAIT) => r.wait(Some(Duration::ZERO)),
+                    w => w,
+                }
+            }
+            None => r.wait(Some(IDLE_WAIT)),
+        };
+        let launched = match waited {
             Waited::Running => return Ok(true),
             Waited::Gone => {
                 self.refiller_gone = true;

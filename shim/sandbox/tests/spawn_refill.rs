@@ -311,3 +311,114 @@ fn one_idle_step_between_calls_starts_the_launch_the_next_call_takes() {
     pool.retire(c, Ok(json!({}))).expect("retire");
     pool.stop();
 }
+
+/// Waits (bounded) until `pid`'s freezer says frozen (`want`) or thawed; `pid` must be alive.
+fn wait_frozen(pid: i32, want: bool, what: &str) {
+    let end = Instant::now() + Duration::from_secs(5);
+    loop {
+        assert!(
+            std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "{what}: {pid} is gone"
+        );
+        if frozen_or_gone(pid) == want {
+            return;
+        }
+        assert!(Instant::now() < end, "{what}: {pid} frozen is not {want}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Thawed ahead (docs/sandbox.md, **Thawed ahead**): between calls the copy the next call
+/// takes, and only that one, is thawed, so its take thaws nothing on the call's path; every
+/// other waiting copy stays frozen while a copy of the call holds data; a copy that is to hold
+/// data otherwise (`take_fresh`) first freezes the one thawed ahead again.
+#[test]
+fn the_next_copy_is_thawed_between_calls_and_only_that_one() {
+    if !common::can_run() || !node_ready() {
+        return;
+    }
+    let mut opts = SpawnOptions::new(&common::id("ahead"));
+    opts.min = 2;
+    opts.max = 2;
+    let mut pool = SpawnPool::start(spec(), opts).expect("start the pool");
+    let deadline = || Instant::now() + Duration::from_secs(30);
+    fill(&mut pool);
+    let waiting = pool.ready_pids();
+    assert_eq!(waiting.len(), 2, "{:?}", pool.status());
+    assert!(pool.next_thawed_ahead(), "the idle steps thawed the head");
+    wait_frozen(waiting[0], false, "the head, thawed ahead");
+    wait_frozen(waiting[1], true, "the other waiting copy");
+
+    let mut c = pool.take(&json!({}), deadline()).expect("take");
+    assert_eq!(c.pid(), waiting[0], "the call takes the copy thawed ahead");
+    assert!(!pool.next_thawed_ahead());
+    assert_eq!(echo(&mut c, "one"), "Echo: one");
+    // While the call's copy holds data, the copy still waiting stays frozen.
+    wait_frozen(waiting[1], true, "waiting beside a call");
+    pool.retire(c, Ok(json!({}))).expect("retire");
+
+    // The next idle step thaws the new head.
+    let _ = pool.refill_one().expect("idle step");
+    assert!(pool.next_thawed_ahead());
+    wait_frozen(waiting[1], false, "the new head, thawed ahead");
+    // A copy that will hold data and is not the head: the head is frozen again first.
+    let f = pool.take_fresh(deadline()).expect("take a fresh copy");
+    assert!(!pool.next_thawed_ahead());
+    wait_frozen(waiting[1], true, "the head, while a fresh copy holds data");
+    pool.retire(f, Ok(json!({}))).expect("retire");
+    // And thawed again between calls; its call gets it.
+    let _ = pool.refill_one().expect("idle step");
+    assert!(pool.next_thawed_ahead());
+    let mut c = pool.take(&json!({}), deadline()).expect("take");
+    assert_eq!(c.pid(), waiting[1]);
+    assert_eq!(echo(&mut c, "two"), "Echo: two");
+    pool.retire(c, Ok(json!({}))).expect("retire");
+    pool.stop();
+}
+
+/// The transport's doorbell (`germline_sys::doorbell`, `SpawnPool::set_doorbell`): an idle
+/// step that waits for the launch in flight returns as soon as the bell rings (the agent's
+/// request is queued) and at once while it stays rung, instead of at the end of its 2 ms
+/// wait; cleared, the steps wait again and the launch's end (poked by the refill thread)
+/// still pools it.
+#[test]
+fn a_rung_doorbell_ends_the_idle_steps_wait_for_the_launch_in_flight() {
+    if !common::can_run() || !node_ready() {
+        return;
+    }
+    let mut opts = SpawnOptions::new(&common::id("bell"));
+    opts.min = 1;
+    opts.max = 1;
+    let mut pool = SpawnPool::start(spec(), opts).expect("start the pool");
+    let bell = std::sync::Arc::new(germline_sys::doorbell::Doorbell::default());
+    pool.set_doorbell(bell.clone());
+    fill(&mut pool);
+    let mut c = pool
+        .take(&json!({}), Instant::now() + Duration::from_secs(30))
+        .expect("take");
+    assert_eq!(echo(&mut c, "one"), "Echo: one");
+    pool.retire(c, Ok(json!({}))).expect("retire");
+    let end = Instant::now() + Duration::from_secs(5);
+    while pool.refill_in_flight().is_none() {
+        assert!(pool.refill_one().expect("idle step"), "more steps are due");
+        assert!(Instant::now() < end, "no launch started");
+    }
+    // A Node launch takes hundreds of milliseconds: 100 steps each waiting 2 ms would take
+    // 200 ms; rung, none of them waits.
+    bell.ring();
+    let t0 = Instant::now();
+    for _ in 0..100 {
+        let _ = pool.refill_one().expect("idle step");
+    }
+    let took = t0.elapsed();
+    assert!(
+        took < Duration::from_millis(100),
+        "rung, 100 idle steps took {took:?}"
+    );
+    // Cleared: the steps wait for the launch, whose end wakes them; it joins the pool.
+    bell.clear();
+    fill(&mut pool);
+    assert_eq!(pool.ready_pids().len(), 1, "{:?}", pool.status());
+    assert_eq!(pool.refill_in_flight(), None);
+    pool.stop();
+}

@@ -6,11 +6,13 @@
 //! * [`procfs`]: reading a process from outside through the host's /proc, and
 //!   [`mountinfo`], its mount table's one parser;
 //! * [`paths`]: every host path and cgroup name germline uses;
-//! * [`user`]: a thread that opens files with a user's permissions (`germline daemon`).
+//! * [`user`]: a thread that opens files with a user's permissions (`germline daemon`);
+//! * [`doorbell`]: the transport's signal to the runtime's idle waits that a request came.
 //!
 //! It depends on no workspace crate.
 
 pub mod cgroup;
+pub mod doorbell;
 mod error;
 pub mod mountinfo;
 pub mod paths;

@@ -75,6 +75,7 @@ impl Launcher {
             keeper_status: None,
             endpoint_offered: false,
             offered: None,
+            thawed_ahead: false,
         };
         if handshake {
             copy.mcp.set_client_capabilities(caps.clone());
@@ -156,7 +157,12 @@ pub(super) enum Waited {
 }
 
 impl Refiller {
-    pub fn start(launcher: Arc<Launcher>) -> Result<Refiller> {
+    /// `bell`: poked when a launch ends, to wake an idle step waiting for it
+    /// ([`super::SpawnPool::set_doorbell`]).
+    pub fn start(
+        launcher: Arc<Launcher>,
+        bell: Option<Arc<germline_sys::doorbell::Doorbell>>,
+    ) -> Result<Refiller> {
         let (jobs, rx) = mpsc::channel::<Job>();
         let (tx, done) = mpsc::channel::<Launched>();
         let thread = std::thread::Builder::new()
@@ -166,6 +172,9 @@ impl Refiller {
                     let r = launcher.launch(job.cgroup, &job.caps, true);
                     if tx.send(r).is_err() {
                         break;
+                    }
+                    if let Some(b) = &bell {
+                        b.poke();
                     }
                 }
             })
