@@ -1392,12 +1392,7 @@ impl Runtime {
             Backend::Spawn(p) => p.endpoints_to_forget(),
             _ => return,
         };
-        for ns in netns {
-            let _ = self
-                .broker
-                .client
-                .forget_copy(std::os::fd::AsFd::as_fd(&ns));
-        }
+        self.broker.forget(netns);
     }
 
     /// `single-shot`: stops the germline that served the last call and starts a fresh one.
@@ -1418,12 +1413,7 @@ impl Runtime {
         };
         let _ = g.stop();
         // The stopped germline's pool copies (the fresh one lists its own).
-        for ns in g.endpoints_to_forget() {
-            let _ = self
-                .broker
-                .client
-                .forget_copy(std::os::fd::AsFd::as_fd(&ns));
-        }
+        self.broker.forget(g.endpoints_to_forget());
         self.generation += 1;
         let mut opts = opts.clone();
         opts.id = format!("{}-g{}", opts.id, self.generation);

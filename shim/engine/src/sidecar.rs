@@ -168,6 +168,15 @@ impl Sidecar {
         &self.socket
     }
 
+    /// Asks the broker to forget the endpoints it prepared in `netns`, pool copies dropped
+    /// unused (`germline_sandbox::offered`). A failure leaves each listener to the broker's
+    /// eviction, as before the op existed.
+    pub fn forget(&self, netns: Vec<std::fs::File>) {
+        for ns in netns {
+            let _ = self.client.forget_copy(std::os::fd::AsFd::as_fd(&ns));
+        }
+    }
+
     /// Stops a broker this session started.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {

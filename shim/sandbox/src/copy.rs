@@ -85,11 +85,9 @@ pub struct Copy {
     sweep: bool,
     /// Checked to be PID 1 of a PID namespace of its own (O3).
     own_pidns: bool,
-    /// Its network namespace was handed out for the broker to prepare its endpoint
-    /// ([`crate::Germline::endpoints_to_prepare`]).
-    pub(crate) endpoint_offered: bool,
-    /// Its namespace while offered, listed for the broker to forget if the copy is dropped
-    /// before a call takes it (crate::offered).
+    /// Its network namespace while offered to the broker, which prepares its endpoint
+    /// ([`crate::Germline::endpoints_to_prepare`]); listed for the broker to forget if the
+    /// copy is dropped before a call takes it (crate::offered).
     pub(crate) offered: Option<crate::offered::Offered>,
     /// Item store slots mounted in this copy; freed (and emptied) once it is dead and no
     /// [`TreeLayer`] of it is held.
@@ -252,7 +250,6 @@ impl Copy {
             #[cfg(feature = "ablation")]
             sweep: true,
             own_pidns: false,
-            endpoint_offered: false,
             offered: None,
             leases: Vec::new(),
             trees: Vec::new(),

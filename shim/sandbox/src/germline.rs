@@ -804,7 +804,7 @@ impl Germline {
         let mut shim: Option<Option<Namespaces>> = None;
         let mut out = Vec::new();
         for c in self.pool.iter_mut() {
-            if c.endpoint_offered || c.pool_state() != PoolState::Ready {
+            if c.offered.is_some() || c.pool_state() != PoolState::Ready {
                 continue;
             }
             let Ok(ns) = Namespaces::of(c.pid()) else {
@@ -814,7 +814,6 @@ impl Germline {
             if ns.net == germline_net || shim.as_ref().is_some_and(|s| s.net == ns.net) {
                 continue;
             }
-            c.endpoint_offered = true;
             if let Some((f, offered)) = self.dropped_endpoints.offer(c.pid()) {
                 c.offered = Some(offered);
                 out.push(f);

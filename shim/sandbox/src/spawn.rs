@@ -157,11 +157,9 @@ pub struct Spawned {
     killed: bool,
     /// The keeper's wait status, once it was waited for.
     keeper_status: Option<i32>,
-    /// Its network namespace was handed out for the broker to prepare its endpoint
-    /// ([`SpawnPool::endpoints_to_prepare`]).
-    endpoint_offered: bool,
-    /// Its namespace while offered, listed for the broker to forget if the copy is dropped
-    /// before a call takes it (crate::offered).
+    /// Its network namespace while offered to the broker, which prepares its endpoint
+    /// ([`SpawnPool::endpoints_to_prepare`]); listed for the broker to forget if the copy is
+    /// dropped before a call takes it (crate::offered).
     offered: Option<crate::offered::Offered>,
     /// Waiting at the head of the pool, thawed between calls so that the call that takes it
     /// does not thaw it on its path ([`SpawnPool::thaw_next`]).
@@ -719,9 +717,8 @@ impl SpawnPool {
     pub fn endpoints_to_prepare(&mut self) -> Vec<std::fs::File> {
         self.ready
             .iter_mut()
-            .filter(|c| !c.endpoint_offered)
+            .filter(|c| c.offered.is_none())
             .filter_map(|c| {
-                c.endpoint_offered = true;
                 let (ns, offered) = self.dropped_endpoints.offer(c.pid)?;
                 c.offered = Some(offered);
                 Some(ns)

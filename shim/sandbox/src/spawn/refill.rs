@@ -73,7 +73,6 @@ impl Launcher {
             retired_at: None,
             killed: false,
             keeper_status: None,
-            endpoint_offered: false,
             offered: None,
             thawed_ahead: false,
         };
