@@ -1691,16 +1691,17 @@ fn plot(a: &SuiteArgs, json_path: &Path) {
 mod tests {
     use super::*;
 
-    /// A bench.json written before issue 30's fields (the committed full run of 2026-12-04:
-    /// no `issue` on its targets, no `scaling_runtimes`, no germline+concurrent rows) still
+    /// A bench.json written before issue 30's fields (the full run of 2026-12-04, kept as
+    /// `docs/performance/bench-2026-12-04.json` since stop 40's run replaced `bench.json`: no
+    /// `issue` on its targets, no `scaling_runtimes`, no germline+concurrent rows) still
     /// renders: its targets under issue 8, its one scaling series, no concurrent paragraph.
     #[test]
     fn an_older_bench_json_still_renders() {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../../docs/performance/bench.json"
+            "/../../docs/performance/bench-2026-12-04.json"
         );
-        let text = std::fs::read_to_string(path).expect("docs/performance/bench.json");
+        let text = std::fs::read_to_string(path).expect("docs/performance/bench-2026-12-04.json");
         let doc: Value = serde_json::from_str(&text).expect("JSON");
         assert!(
             doc.get("scaling_runtimes").is_none(),
