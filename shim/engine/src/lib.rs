@@ -48,5 +48,6 @@ pub mod sweep;
 mod testkit;
 pub mod trace;
 pub mod treeitem;
+pub mod twin_node;
 pub mod workspaces;
 pub mod writes;

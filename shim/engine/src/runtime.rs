@@ -323,6 +323,7 @@ pub fn launch_spec(
         egress_port: Some(proxy.port()),
         state_bytes: 0,
         writable_trees: true,
+        twin_line: false,
     })
 }
 
@@ -588,6 +589,11 @@ impl Runtime {
                             mode.name(),
                         );
                         if spec.execution == germline_sandbox::Execution::Spawn {
+                            // Node copies get the call's twin inputs through the shim's
+                            // preload (crate::twin_node); off for the reference runs.
+                            if twin_inputs_on() {
+                                crate::twin_node::install(&mut spec, &ca_dir)?;
+                            }
                             let opts = spawn_options(&id, pool, spawn_pool);
                             let p = SpawnPool::start(spec, opts).map_err(|source| {
                                 StartError::Spawn {

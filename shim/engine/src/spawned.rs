@@ -64,10 +64,13 @@ impl SourcedCopy for Spawned {
     fn deadline(&self) -> Instant {
         Spawned::deadline(self)
     }
-    /// A spawned copy runs the release's own entry with no bootstrap to hand twin inputs to
-    /// (docs/evidence.md): its control re-runs are not reproducible, which the evidence layer
-    /// weighs as unverified.
-    fn set_twin(&mut self, _twin: Option<(u128, u64)>) {}
+    /// Written as the twin line before the call's `tools/call` where the copy's launch takes
+    /// it (a Node release: the shim's preload, [`crate::twin_node`]); a native binary, or a
+    /// Python release that asked for spawn, has no reader for it and reads the real clocks
+    /// and entropy (docs/evidence.md).
+    fn set_twin(&mut self, twin: Option<(u128, u64)>) {
+        Spawned::set_twin(self, twin)
+    }
     fn kill(&mut self) {
         Spawned::kill(self)
     }

@@ -4,43 +4,13 @@
 
 mod run_common;
 
-use std::collections::BTreeSet;
 use std::path::Path;
 
+use run_common::evidence::*;
 use run_common::*;
 use serde_json::{json, Value};
 
 const RELEASE: &str = "germline-evidence";
-
-fn call(w: &World, tool: &str) -> Value {
-    json!({"tool": tool, "arguments": {
-        "invoice": w.invoice.display().to_string(),
-        "salary_sheet": w.salary.display().to_string()}})
-}
-
-/// `germline run` for the evidence fixture, with `env` set in its environment (the agent
-/// SDK starts servers with a fixed environment of its own).
-fn cmd(policy: &Path, dir: &Path, release: &str, env: &[&str], extra: &[&str]) -> Vec<String> {
-    let mut v: Vec<String> = ["/usr/bin/env".to_string()]
-        .into_iter()
-        .chain(env.iter().map(|s| s.to_string()))
-        .collect();
-    v.extend(run_cmd(policy, "germline", release, dir, extra));
-    v
-}
-
-fn fresh_audit(dir: &Path, release: &str) {
-    let _ = std::fs::remove_file(dir.join(format!("audit-germline-{release}.jsonl")));
-}
-
-/// Calls of the audit log that raised at least one trigger.
-fn calls_with_triggers(log: &[Value]) -> usize {
-    log.iter()
-        .filter(|e| e["event"] == "trigger")
-        .map(|e| e["call"].as_u64().unwrap_or(0))
-        .collect::<BTreeSet<_>>()
-        .len()
-}
 
 #[test]
 fn twin_inputs_make_copies_agree_and_without_them_every_call_trips() {
@@ -49,55 +19,7 @@ fn twin_inputs_make_copies_agree_and_without_them_every_call_trips() {
     }
     let w = World::new();
     let sink = Sink::start(w.path(), "ocr");
-    let policy = w.policy(sink.port, "");
-    let mut s = call(&w, "stamp");
-    s["repeat"] = json!(20);
-    let mut seen = Vec::new();
-    for twin in ["on", "off"] {
-        sink.clear();
-        fresh_audit(w.path(), RELEASE);
-        let env = format!("GERMLINE_TWIN={twin}");
-        let evidence = w.path().join(format!("evidence-{twin}"));
-        let ev = evidence.display().to_string();
-        // The reference's triggers would all be re-run and dampened (its copies' clocks are
-        // nondeterminism beyond twin control): it only counts tripwire triggers.
-        let extra: &[&str] = if twin == "on" {
-            &["--evidence", &ev, "--probe-tries", "2"]
-        } else {
-            &["--no-evidence"]
-        };
-        let out = run_agent(
-            w.path(),
-            &json!([s]),
-            &cmd(&policy, w.path(), RELEASE, &[&env], extra),
-        );
-        if twin == "on" {
-            // No trigger, so no witness record and no dampening event.
-            assert_eq!(verdicts(&witness_list(&evidence)), vec![]);
-        }
-        assert_eq!(out.len(), 20);
-        assert!(
-            out.iter().all(|r| r["ok"] == json!(true)),
-            "{twin}: {out:?}"
-        );
-        let log = audit(w.path(), "germline", RELEASE);
-        let calls = log
-            .iter()
-            .filter(|e| e["event"] == "call" && e["replay"] == json!(false))
-            .count();
-        // Every call's stamp reached ocr.example once, from the copy that serves it, and the
-        // stamps differ from call to call (twin inputs are fresh per call, not a constant).
-        let bodies = sink.bodies();
-        let stamps: BTreeSet<&String> = bodies.iter().collect();
-        assert!(bodies.iter().all(|b| b.contains("nonce")), "{bodies:?}");
-        seen.push((
-            twin,
-            calls,
-            calls_with_triggers(&log),
-            bodies.len(),
-            stamps.len(),
-        ));
-    }
+    let seen = stamp_twin_on_off(&w, &sink, RELEASE, 20, &[]);
     // The reference (twin inputs off): both copies read their own clocks and entropy, so the
     // agent's copy's request differs from the delivered one in every call.
     assert_eq!(
@@ -105,55 +27,6 @@ fn twin_inputs_make_copies_agree_and_without_them_every_call_trips() {
         vec![("on", 20, 0, 20, 20), ("off", 20, 20, 20, 20)],
         "(twin, calls, calls with a trigger, delivered, distinct)"
     );
-}
-
-/// `germline witness list` of an evidence directory.
-fn witness_list(evidence: &Path) -> Value {
-    let out = std::process::Command::new(germline())
-        .args(["witness", "list", "--json", "--evidence"])
-        .arg(evidence)
-        .output()
-        .expect("germline witness list");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("list JSON")
-}
-
-/// `germline witness verify` of `rec` (its items beside `items_of`) in a process of its own.
-fn verify(rec: &Path, items_of: &Path, release: &str, evidence: &Path) -> std::process::Output {
-    std::process::Command::new(germline())
-        .args(["witness", "verify", "--json"])
-        .arg(rec)
-        .arg("--release")
-        .arg(bundle(release))
-        .arg("--key")
-        .arg(key())
-        .arg("--witness-key")
-        .arg(evidence.join("keys/deployment.pub"))
-        .arg("--items")
-        .arg(items_of.with_extension("items"))
-        .output()
-        .expect("germline witness verify")
-}
-
-/// (tool, verdict) of every record, in the order they were written.
-fn verdicts(list: &Value) -> Vec<(String, String)> {
-    list["witnesses"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|r| {
-                    (
-                        r["tool"].as_str().unwrap_or("?").to_string(),
-                        r["verdict"].as_str().unwrap_or("?").to_string(),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[test]

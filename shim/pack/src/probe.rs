@@ -50,6 +50,7 @@ pub fn launch_spec(root: &Path, draft: &Draft) -> LaunchSpec {
         egress_port: None,
         state_bytes: 0,
         writable_trees: false,
+        twin_line: false,
     }
 }
 

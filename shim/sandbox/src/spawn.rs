@@ -23,7 +23,7 @@ use crate::copy::{client_error, CopyChannel};
 use crate::error::{Error, Result};
 use crate::itemview;
 use crate::launch::Prepared;
-use crate::mcp_client::Session;
+use crate::mcp_client::{Channel, Session};
 use crate::mounts::{ItemStore, ItemsDir, SlotLease};
 use crate::pool_depth::{DepthBounds, PoolDepth};
 use crate::procfs::{self, Namespaces};
@@ -164,6 +164,11 @@ pub struct Spawned {
     /// Waiting at the head of the pool, thawed between calls so that the call that takes it
     /// does not thaw it on its path ([`SpawnPool::thaw_next`]).
     thawed_ahead: bool,
+    /// Its launch takes the twin line off its stdin ([`LaunchSpec::twin_line`]).
+    twin_line: bool,
+    /// The call's twin inputs `(time_ns, seed)`, written as the twin line before its
+    /// `tools/call` ([`Spawned::set_twin`]).
+    twin: Option<(u128, u64)>,
 }
 
 impl Spawned {
@@ -230,6 +235,14 @@ impl Spawned {
             .map_err(client_error)
     }
 
+    /// The call's twin inputs (docs/evidence.md, "Twin inputs"): kept for the call's
+    /// `tools/call`, before which they are written on the copy's stdin as one line, where its
+    /// launch takes that line off the stream ([`LaunchSpec::twin_line`]); ignored otherwise
+    /// (the copy reads the real clocks and entropy).
+    pub fn set_twin(&mut self, twin: Option<(u128, u64)>) {
+        self.twin = twin.filter(|_| self.twin_line);
+    }
+
     /// The `tools/call` of one group of one call.
     pub fn mcp_call_relayed(
         &mut self,
@@ -238,6 +251,15 @@ impl Spawned {
         meta: Option<Value>,
         handler: &mut dyn FnMut(&Value) -> Option<Value>,
     ) -> Result<Value> {
+        if let Some((time_ns, seed)) = self.twin.take() {
+            // Strings: a JSON number loses a u64 seed's low bits in JavaScript.
+            let line = format!(
+                "{}{}\n",
+                crate::spec::NODE_TWIN_LINE,
+                json!({"time_ns": time_ns.to_string(), "seed": seed.to_string()})
+            );
+            self.chan.send_line(line.as_bytes())?;
+        }
         let params = Session::tools_call_params(tool, arguments, meta);
         self.request_relayed("tools/call", params, handler)
     }
@@ -464,6 +486,7 @@ impl SpawnPool {
             warm_calls: spec.warm_calls.clone(),
             init_timeout: Duration::from_millis(spec.limits.init_timeout_ms),
             warm_failed: Default::default(),
+            twin_line: spec.twin_line,
         });
         let base_rel = germline_sys::paths::germline_cgroup(&opts.id);
         let depth = PoolDepth::new(opts.bounds());

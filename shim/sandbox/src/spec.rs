@@ -174,7 +174,25 @@ pub struct LaunchSpec {
     /// (`Copy::tree_layer`). Off: directory items are read-only (`EROFS`).
     #[serde(default)]
     pub writable_trees: bool,
+    /// Spawned copies get their call's twin inputs as one line on their stdin, written just
+    /// before the call's `tools/call` ([`NODE_TWIN_LINE`]). Only for a launch whose runtime
+    /// takes that line off the stream before the server reads it: a Node release launched
+    /// with the shim's preload ([`NODE_TWIN_PRELOAD`] at [`NODE_TWIN_PATH`], through
+    /// `NODE_OPTIONS`). Off: spawned copies read the real clocks and entropy.
+    #[serde(default)]
+    pub twin_line: bool,
 }
+
+/// The twin-input preload of spawned Node copies (docs/evidence.md, "Twin inputs"): loaded
+/// with `NODE_OPTIONS=--require` before the release's entry, it takes the twin line off
+/// stdin and derives the copy's clocks and entropy from it.
+pub const NODE_TWIN_PRELOAD: &str = include_str!("../bootstrap/node/germline-twin.cjs");
+
+/// Where the preload is bind-mounted, read-only, in a spawned Node copy.
+pub const NODE_TWIN_PATH: &str = "/run/germline-twin.cjs";
+
+/// How the twin line starts (no JSON-RPC message starts with `#`).
+pub const NODE_TWIN_LINE: &str = "#germline-twin ";
 
 /// Where a copy's state tmpfs is mounted ([`LaunchSpec::state_bytes`]).
 pub const STATE_DIR: &str = "/run/state";
@@ -208,6 +226,7 @@ impl LaunchSpec {
             egress_port: default_egress_port(),
             state_bytes: 0,
             writable_trees: false,
+            twin_line: false,
         }
     }
 }

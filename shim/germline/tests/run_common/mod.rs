@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+pub mod evidence;
 pub mod git;
 
 pub fn root() -> PathBuf {

@@ -40,6 +40,7 @@ pub fn launch_spec(root: &Path, entry: &[String], readable_paths: &[String]) -> 
         egress_port: None,
         state_bytes: 0,
         writable_trees: false,
+        twin_line: false,
     }
 }
 

@@ -32,6 +32,8 @@ pub(super) struct Launcher {
     pub init_timeout: Duration,
     /// Warm calls that failed, over every launch ([`super::PoolStatus::warm_failed`]).
     pub warm_failed: std::sync::atomic::AtomicU64,
+    /// Copies take the twin line off their stdin ([`crate::spec::LaunchSpec::twin_line`]).
+    pub twin_line: bool,
 }
 
 /// A launched copy, initialised (when asked) but not checked yet, and its socket's inode.
@@ -75,6 +77,8 @@ impl Launcher {
             keeper_status: None,
             offered: None,
             thawed_ahead: false,
+            twin_line: self.twin_line,
+            twin: None,
         };
         if handshake {
             copy.mcp.set_client_capabilities(caps.clone());

@@ -49,5 +49,6 @@ pub fn spec() -> LaunchSpec {
         egress_port: None,
         state_bytes: 0,
         writable_trees: false,
+        twin_line: false,
     }
 }
