@@ -5,9 +5,15 @@
 //! `germline run-bench` is. A phase a call laps more than once (each copy of a multi-group
 //! call laps its own `fork`, `broker.start_copy`, `copy.mcp`, ...) is printed per occurrence,
 //! `copy.mcp#2` being the second copy's, so each copy's cost shows on its own.
+//! `--cpu` adds what every process of the session spent on each call in CPU time and faults,
+//! and between calls (the refill), read from /proc (`phases_cpu/cpu.rs`; docs/performance.md,
+//! "Issue 30: what each unmet target would need").
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+
+#[path = "phases_cpu/cpu.rs"]
+mod cpu;
 
 use clap::Parser;
 use serde_json::{json, Value};
@@ -29,6 +35,13 @@ struct Cli {
     /// Tell the observers before the answer, as before `Runtime::observe_after_answer` (A/B).
     #[arg(long)]
     observers_on_path: bool,
+    /// Also read every process's CPU time, faults and (copies') private memory from /proc
+    /// before and after each measured call (`phases_cpu/cpu.rs`): CPU, not wall, time.
+    #[arg(long)]
+    cpu: bool,
+    /// With --cpu: skip the copies' private memory (smaps_rollup walks their page tables).
+    #[arg(long)]
+    no_memory: bool,
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -63,9 +76,18 @@ fn main() -> Result<(), String> {
     let mut phases: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut handle = Vec::new();
     let mut writes: BTreeMap<String, usize> = BTreeMap::new();
+    let mut cpu_calls = Vec::new();
+    let mut cpu_thread = Vec::new();
+    // Between calls (the answer's observers, the idle steps: the retire's end and the pool's
+    // refill, and the gap): from one call's end snapshot to the next call's start snapshot.
+    let mut cpu_between = Vec::new();
+    let mut last_after: Option<cpu::Snapshot> = None;
     for i in 0..a.warmup + a.calls {
         while s.runtime.idle_step() {}
         std::thread::sleep(Duration::from_millis(a.gap_ms));
+        let measured = a.cpu && i >= a.warmup;
+        let before = measured.then(|| cpu::snapshot(!a.no_memory));
+        let th = cpu::thread_ns();
         let t = Instant::now();
         let r = s
             .handle(
@@ -74,6 +96,16 @@ fn main() -> Result<(), String> {
             )
             .unwrap_or(Value::Null);
         let us = t.elapsed().as_secs_f64() * 1e3;
+        let th = cpu::thread_ns().saturating_sub(th);
+        if let Some(b) = before {
+            if let Some(l) = last_after.take() {
+                cpu_between.push(cpu::delta(&l, &b));
+            }
+            let after = cpu::snapshot(!a.no_memory);
+            cpu_calls.push(cpu::delta(&b, &after));
+            cpu_thread.push(th as f64 / 1e6);
+            last_after = Some(after);
+        }
         let t = Instant::now();
         s.runtime.after_answer();
         let after = t.elapsed().as_secs_f64() * 1e3;
@@ -129,7 +161,24 @@ fn main() -> Result<(), String> {
     );
     for (k, v) in &mut phases {
         let n = v.len();
-        println!("  {k:<28} median {:>8.2} ms  ({n} laps)", median(v));
+        let m = median(v);
+        println!(
+            "  {k:<28} median {m:>8.2} ms  p90 {:>8.2}  p99 {:>8.2}  ({n} laps)",
+            cpu::pct(v, 0.9),
+            cpu::pct(v, 0.99)
+        );
+    }
+    let mut h = handle.clone();
+    println!(
+        "  handle p50 {:.2} p90 {:.2} p99 {:.2} ms",
+        cpu::pct(&mut h, 0.5),
+        cpu::pct(&mut h, 0.9),
+        cpu::pct(&mut h, 0.99)
+    );
+    if a.cpu {
+        cpu::report(&cpu_calls, &cpu_thread);
+        println!("between calls (observers after the answer, idle steps, the gap):");
+        cpu::report(&cpu_between, &[]);
     }
     for (w, n) in writes {
         println!("  writes x{n}: {w}");
