@@ -5,7 +5,9 @@
 //! shows that namespace), forks once more, creates the procfs with the new mount API while it is
 //! still in the host's mount namespace (a procfs mount made inside a user-namespace-owned mount
 //! namespace would be refused as "too revealing", the germline having no procfs), enters the
-//! copy's mount namespace and attaches it there. Fork-safe code only in the helpers.
+//! copy's mount namespace and attaches it there. Fork-safe code only in the helpers. The binds
+//! alone that a pool copy gets at its call need neither procfs nor a helper: the calling
+//! thread joins the copy's mount namespace for them and comes back ([`CopyMounts::apply`]).
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -32,7 +34,8 @@ pub struct ItemFile {
 /// The mounts to make in one copy.
 #[derive(Debug)]
 pub struct CopyMounts {
-    pidns: OwnedFd,
+    /// The copy's PID namespace (procfs needs it; binds alone do not open it).
+    pidns: Option<OwnedFd>,
     mntns: OwnedFd,
     proc_fs: CString,
     proc_dir: CString,
@@ -75,9 +78,22 @@ fn open_ns(pid: i32, kind: &str) -> Result<OwnedFd> {
 impl CopyMounts {
     /// Prepares the mounts for the copy whose host pid is `pid`.
     pub fn new(pid: i32, scratch_bytes: Option<u64>, items: Vec<ItemFile>) -> Result<CopyMounts> {
+        CopyMounts::with_pidns(pid, scratch_bytes, items, true)
+    }
+
+    fn with_pidns(
+        pid: i32,
+        scratch_bytes: Option<u64>,
+        items: Vec<ItemFile>,
+        pidns: bool,
+    ) -> Result<CopyMounts> {
         let total: usize = items.iter().map(|i| i.contents.len()).sum();
         Ok(CopyMounts {
-            pidns: open_ns(pid, "pid")?,
+            pidns: if pidns {
+                Some(open_ns(pid, "pid")?)
+            } else {
+                None
+            },
             mntns: open_ns(pid, "mnt")?,
             proc_fs: c("proc")?,
             proc_dir: c("/proc")?,
@@ -120,7 +136,7 @@ impl CopyMounts {
     /// Only the binds of item store slots ([`CopyMounts::with_binds`]), for a copy whose
     /// [`CopyMounts::base_only`] mounts are made.
     pub fn binds_only(pid: i32) -> Result<CopyMounts> {
-        let mut m = CopyMounts::new(pid, None, Vec::new())?;
+        let mut m = CopyMounts::with_pidns(pid, None, Vec::new(), false)?;
         m.base = false;
         m.fill = false;
         Ok(m)
@@ -156,6 +172,9 @@ impl CopyMounts {
 
     /// Makes the mounts; returns once they are in place.
     pub fn apply(&self) -> Result<()> {
+        if !self.base && !self.fill {
+            return self.apply_binds();
+        }
         let (r, w) = sys::pipe().map_err(|e| Error::sys("pipe", e))?;
         let pid = sys::fork().map_err(|e| Error::sys("fork", e))?;
         if pid == 0 {
@@ -204,10 +223,97 @@ impl CopyMounts {
         Ok(())
     }
 
+    /// Binds alone (a pool copy's items at their own paths at its call, issue 27's directory
+    /// items), made by the calling thread itself, without a forked helper (branch git41:
+    /// forking the shim, tens of MB of address space, then waiting for the helper to be
+    /// scheduled took 0.6-4 ms of a loaded call's path; a thread of its own waited as long to
+    /// be scheduled; the system calls take ~30 us). The slots are cloned while the thread is
+    /// in the host's mount namespace, where the shim's detached store lives; then the thread
+    /// stops sharing its filesystem context with the rest of the shim (`unshare(CLONE_FS)`,
+    /// which joining a mount namespace requires: from then on this thread keeps its own
+    /// working directory, root and umask), joins the copy's mount namespace, attaches the
+    /// clones there and returns to its own namespace, root and working directory.
+    /// Namespaces and the filesystem context are per thread: no other thread of the shim
+    /// resolves anything in the copy's namespace meanwhile. If the way back fails the process
+    /// aborts: nothing of the shim may go on resolving paths in a copy's namespace.
+    fn apply_binds(&self) -> Result<()> {
+        let failed = |step: &str, e: std::io::Error| Error::sys(format!("copy mounts: {step}"), e);
+        let mut trees = Vec::with_capacity(self.binds.len());
+        for (slot, _, rw) in &self.binds {
+            let tree = sys::open_tree_clone_fd(*slot)
+                .map(sys::own)
+                .map_err(|e| failed("clone an item directory (open_tree)", e))?;
+            let attr = if *rw {
+                &self.bind_attr_rw
+            } else {
+                &self.bind_attr
+            };
+            sys::mount_setattr_fd(tree.as_raw_fd(), attr)
+                .map_err(|e| failed("make an item directory read-only", e))?;
+            trees.push(tree);
+        }
+        let dir = |p: &std::ffi::CStr| {
+            sys::open_raw(p, libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC, 0).map(sys::own)
+        };
+        let home = sys::open_raw(
+            c"/proc/thread-self/ns/mnt",
+            libc::O_RDONLY | libc::O_CLOEXEC,
+            0,
+        )
+        .map(sys::own)
+        .map_err(|e| failed("open this thread's mount namespace", e))?;
+        let root = dir(c"/").map_err(|e| failed("open this thread's root", e))?;
+        let cwd = dir(c".").map_err(|e| failed("open this thread's working directory", e))?;
+        // Private to this thread from now on (a thread this one started since shares it
+        // again: unshared each time).
+        sys::unshare(libc::CLONE_FS).map_err(|e| failed("unshare(CLONE_FS)", e))?;
+        sys::setns(self.mntns.as_raw_fd(), libc::CLONE_NEWNS)
+            .map_err(|e| failed("setns(mnt)", e))?;
+        let attached = self.attach(&trees);
+        let back = sys::setns(home.as_raw_fd(), libc::CLONE_NEWNS)
+            .and_then(|()| sys::fchdir(root.as_raw_fd()))
+            .and_then(|()| sys::chroot(c"."))
+            .and_then(|()| sys::fchdir(cwd.as_raw_fd()));
+        if let Err(e) = back {
+            eprintln!(
+                "germline: cannot leave a copy's mount namespace ({e}); aborting rather than \
+                 resolving paths in it"
+            );
+            std::process::abort();
+        }
+        attached
+    }
+
+    /// Attaches the cloned slots `trees` at their mount points; run only by
+    /// [`CopyMounts::apply_binds`] while its thread is in the copy's mount namespace.
+    fn attach(&self, trees: &[OwnedFd]) -> Result<()> {
+        let failed = |step: &str, e: std::io::Error| Error::sys(format!("copy mounts: {step}"), e);
+        // setns put this thread's root at the copy's root. Mount points are resolved strictly
+        // below it without following any symbolic link.
+        let root = sys::open_raw(
+            &self.root,
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            0,
+        )
+        .map(sys::own)
+        .map_err(|e| failed("open an item mount point", e))?;
+        for ((_, target, _), tree) in self.binds.iter().zip(trees) {
+            let t = sys::open_beneath(root.as_raw_fd(), target)
+                .map(sys::own)
+                .map_err(|e| failed("open an item mount point", e))?;
+            sys::move_mount_fds(tree.as_raw_fd(), t.as_raw_fd())
+                .map_err(|e| failed("attach an item directory (move_mount)", e))?;
+        }
+        Ok(())
+    }
+
     /// In the helper: joins the copy's PID namespace (the helper's children are in it) and
     /// goes on in a child, the parent exiting with the child's status; else the failed step.
     fn enter_pidns(&self) -> std::result::Result<(), (u8, std::io::Error)> {
-        sys::setns(self.pidns.as_raw_fd(), libc::CLONE_NEWPID).map_err(|e| (0, e))?;
+        let Some(pidns) = &self.pidns else {
+            return Err((0, std::io::Error::from_raw_os_error(libc::EBADF)));
+        };
+        sys::setns(pidns.as_raw_fd(), libc::CLONE_NEWPID).map_err(|e| (0, e))?;
         let pid = sys::fork().map_err(|e| (1, e))?;
         if pid != 0 {
             let code = match sys::waitpid(pid, 0) {
@@ -226,8 +332,8 @@ impl CopyMounts {
             let _ = sys::write_all_raw(out, &rec);
             sys::exit_now(1)
         };
-        // Only procfs needs the copy's PID namespace: binds alone (a pool copy's items at
-        // their own paths, issue 27's directory items) are made without the second fork.
+        // Only procfs needs the copy's PID namespace (binds alone are made without a helper:
+        // `apply_binds`).
         if self.base {
             if let Err((step, e)) = self.enter_pidns() {
                 fail(step, e);
@@ -650,49 +756,108 @@ pub fn plan_item_paths(
             .collect()
     };
     let protected: Vec<Vec<String>> = protected.iter().map(|p| comps(p)).collect();
-    let mut seen: Vec<&str> = Vec::new();
+    /// Where the walk above one item stopped: at the deepest existing directory (its depth),
+    /// or at a symbolic link or non-directory at that depth.
+    #[derive(Clone, Copy)]
+    enum Walked {
+        Dir(usize),
+        Link(usize),
+        Other(usize),
+    }
+    // Items with the same parent directory share the walk (a directory item's files share
+    // their ancestors: one lookup per directory, not per file; branch git41).
+    let mut walked: std::collections::HashMap<&str, Walked> = std::collections::HashMap::new();
+    #[derive(Clone, Copy)]
+    enum Found {
+        Dir,
+        Link,
+        Other,
+        Absent,
+    }
+    let mut looked_up: std::collections::HashMap<&str, Found> = std::collections::HashMap::new();
+    let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
     let mut found: Vec<(Vec<String>, Vec<String>, usize)> = Vec::new();
     for &(idx, name, path) in items {
-        let what = format!("item {name:?} (path {path:?})");
+        let what = || format!("item {name:?} (path {path:?})");
         let parts = comps(path);
         if !path.starts_with('/')
             || path.contains('\0')
             || parts.iter().any(|c| c.is_empty() || c == "." || c == "..")
         {
             return Err(Error::Spec(format!(
-                "{what}: not an absolute plain path (empty, `.` or `..` component)"
+                "{}: not an absolute plain path (empty, `.` or `..` component)",
+                what()
             )));
         }
-        if seen.contains(&path) {
-            return Err(Error::Spec(format!("{what}: two items at the same path")));
+        if !seen.insert(path) {
+            return Err(Error::Spec(format!(
+                "{}: two items at the same path",
+                what()
+            )));
         }
-        seen.push(path);
         // The deepest existing directory above the item, reached through no symbolic link.
-        let mut depth = 0;
-        let mut cur = rootfs.to_path_buf();
-        for c in &parts[..parts.len() - 1] {
-            cur.push(c);
-            match std::fs::symlink_metadata(&cur) {
-                Ok(m) if m.file_type().is_symlink() => {
-                    return Err(Error::Spec(format!(
-                        "{what}: /{} in the rootfs is a symbolic link",
-                        parts[..=depth].join("/")
-                    )))
+        let parent = &path[..path.rfind('/').unwrap_or(0)];
+        let w = match walked.get(parent) {
+            Some(w) => *w,
+            None => {
+                let mut w = Walked::Dir(0);
+                let mut end = 0;
+                for (depth, c) in parts[..parts.len() - 1].iter().enumerate() {
+                    end += 1 + c.len();
+                    // `/a/b` of `/a/b/c/f`: each rootfs directory looked up once per plan.
+                    let prefix = &path[..end];
+                    let f = match looked_up.get(prefix) {
+                        Some(f) => *f,
+                        None => {
+                            let f = match std::fs::symlink_metadata(rootfs.join(&prefix[1..])) {
+                                Ok(m) if m.file_type().is_symlink() => Found::Link,
+                                Ok(m) if m.is_dir() => Found::Dir,
+                                Ok(_) => Found::Other,
+                                Err(_) => Found::Absent,
+                            };
+                            looked_up.insert(prefix, f);
+                            f
+                        }
+                    };
+                    match f {
+                        Found::Link => {
+                            w = Walked::Link(depth);
+                            break;
+                        }
+                        Found::Dir => w = Walked::Dir(depth + 1),
+                        Found::Other => {
+                            w = Walked::Other(depth);
+                            break;
+                        }
+                        Found::Absent => break,
+                    }
                 }
-                Ok(m) if m.is_dir() => depth += 1,
-                Ok(_) => {
-                    return Err(Error::Spec(format!(
-                        "{what}: /{} in the rootfs is not a directory",
-                        parts[..=depth].join("/")
-                    )))
-                }
-                Err(_) => break,
+                walked.insert(parent, w);
+                w
             }
-        }
+        };
+        let depth = match w {
+            Walked::Dir(d) => d,
+            Walked::Link(d) => {
+                return Err(Error::Spec(format!(
+                    "{}: /{} in the rootfs is a symbolic link",
+                    what(),
+                    parts[..=d].join("/")
+                )))
+            }
+            Walked::Other(d) => {
+                return Err(Error::Spec(format!(
+                    "{}: /{} in the rootfs is not a directory",
+                    what(),
+                    parts[..=d].join("/")
+                )))
+            }
+        };
         if depth == 0 {
             return Err(Error::Spec(format!(
-                "{what}: the rootfs has no directory above it to mount on (only /); give the \
+                "{}: the rootfs has no directory above it to mount on (only /); give the \
                  rootfs an empty /{} or choose another path",
+                what(),
                 parts[0]
             )));
         }
@@ -703,8 +868,9 @@ pub fn plan_item_paths(
         };
         if ["dev", "proc", "run"].contains(&at[0].as_str()) || protected.iter().any(overlaps) {
             return Err(Error::Spec(format!(
-                "{what}: it would be mounted on /{}, which holds or lies in a readable path, an \
+                "{}: it would be mounted on /{}, which holds or lies in a readable path, an \
                  extra mount or one of the shim's mounts (/dev, /proc, /run)",
+                what(),
                 at.join("/")
             )));
         }

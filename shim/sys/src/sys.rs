@@ -97,6 +97,19 @@ pub fn chdir(path: &CStr) -> io::Result<()> {
     check(unsafe { libc::chdir(path.as_ptr()) }).map(drop)
 }
 
+/// `fchdir()`: the calling thread's working directory becomes the directory open at `fd`
+/// (an `O_PATH` descriptor will do).
+pub fn fchdir(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fchdir takes a descriptor; a bad one is reported as EBADF.
+    check(unsafe { libc::fchdir(fd) }).map(drop)
+}
+
+/// `chroot()`.
+pub fn chroot(path: &CStr) -> io::Result<()> {
+    // SAFETY: `path` is NUL-terminated and outlives the call.
+    check(unsafe { libc::chroot(path.as_ptr()) }).map(drop)
+}
+
 /// `sethostname()` (fork-safe).
 pub fn sethostname(name: &[u8]) -> io::Result<()> {
     // SAFETY: the pointer and length describe a live byte slice.
