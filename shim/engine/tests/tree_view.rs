@@ -223,8 +223,11 @@ fn a_copy_sees_exactly_its_view_of_a_directory() {
 
 /// A pool copy's directory view is bound by the calling thread itself (branch git41: no
 /// forked helper): it joins the copy's mount namespace for the bind and comes back. After
-/// each of two pooled copies the thread is in its own mount namespace again, with its own
-/// root and working directory, and each copy sees exactly the file it was given.
+/// each pooled copy the thread is in its own mount namespace again, with its own root and
+/// working directory. Between copies the germline writes the last view ahead into a slot of
+/// its own (`ItemStore::write_ahead`): a copy whose view is exactly that one gets that slot,
+/// and a copy whose view differs in one file's contents only gets its own view, never the
+/// one written ahead.
 #[test]
 fn the_calling_thread_binds_a_pool_copys_view_and_comes_back() {
     if !common::can_run() {
@@ -235,6 +238,7 @@ fn the_calling_thread_binds_a_pool_copys_view_and_comes_back() {
         .tempdir_in("/tmp")
         .expect("tempdir");
     let repo = d.path().join("repo");
+    let file = repo.join("view.txt").display().to_string();
     let cwd = tempfile::tempdir().expect("cwd");
     std::env::set_current_dir(cwd.path()).expect("chdir");
     let here = || {
@@ -250,15 +254,18 @@ fn the_calling_thread_binds_a_pool_copys_view_and_comes_back() {
     let mut opts = common::opts("tree-bind");
     opts.pool = 1;
     let mut g = Germline::start(common::test_release("plain"), opts).expect("start");
-    for round in ["first", "second"] {
-        let file = repo.join(format!("{round}.txt"));
+    // (contents, how many copies had a view written ahead once this one has its view)
+    for (round, (contents, ahead)) in [("first", 0), ("second", 0), ("second", 1), ("first", 1)]
+        .into_iter()
+        .enumerate()
+    {
         let entries = [
             TreeEntry::Dir {
                 path: repo.display().to_string(),
             },
             TreeEntry::File {
-                path: file.display().to_string(),
-                contents: format!("{round}\n").into_bytes(),
+                path: file.clone(),
+                contents: format!("{contents}\n").into_bytes(),
                 mode: 0o644,
                 mtime: (1_700_000_000, 0),
             },
@@ -281,16 +288,18 @@ fn the_calling_thread_binds_a_pool_copys_view_and_comes_back() {
         g.prepare_copy_view(&mut copy, &[], &entries)
             .expect("prepare");
         assert_eq!(here(), before, "{round}: the thread came back");
+        assert_eq!(g.trees_ahead(), (ahead, None), "{round}");
         copy.deliver_items(&[]).expect("deliver");
         let r = copy
             .mcp_call("list_dirs", json!({"paths": [repo.display().to_string()]}))
             .map(|v| common::json_of(&common::text(&v)))
             .expect("list");
-        assert_eq!(
-            r[repo.display().to_string()],
-            json!([format!("{round}.txt")]),
-            "{r}"
-        );
+        assert_eq!(r[repo.display().to_string()], json!(["view.txt"]), "{r}");
+        let r = copy
+            .mcp_call("read_files", json!({"paths": [file]}))
+            .map(|v| common::json_of(&common::text(&v)))
+            .expect("read");
+        assert_eq!(r[&file], format!("{contents}\n"), "{round}: {r}");
         copy.kill();
         g.refill_pool().expect("refill");
     }

@@ -14,6 +14,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use crate::error::{Error, Result};
 use crate::sys;
+use crate::tree::TreeEntry;
 
 const FSOPEN_CLOEXEC: usize = 1;
 const FSCONFIG_SET_STRING: usize = 1;
@@ -561,6 +562,27 @@ pub struct ItemStore {
     _mnt: OwnedFd,
     slots: Vec<OwnedFd>,
     busy: std::sync::Mutex<Vec<bool>>,
+    /// The last directory view written ahead, between calls ([`ItemStore::write_ahead`]).
+    ahead: std::sync::Mutex<Ahead>,
+}
+
+/// What identifies a slot's tree: its mount point, whether its files keep their write bit,
+/// and each entry with its path below the mount point, contents, mode and modification time.
+/// Two equal keys make byte-for-byte the same tree.
+pub(crate) type TreeKey = (String, bool, Vec<(String, TreeEntry)>);
+
+/// The tree written ahead (branch git41): the view a copy got last, written again into a
+/// free slot between calls, for the next copy whose view is exactly the same.
+#[derive(Debug, Default)]
+struct Ahead {
+    /// Only a store whose owner writes ahead between calls keeps a view ([`ItemStore::set_ahead`]).
+    enabled: bool,
+    /// The view to write ahead next.
+    want: Option<TreeKey>,
+    /// A slot written with this view, held by the store (busy) and never bound anywhere yet.
+    ready: Option<(TreeKey, usize)>,
+    /// How many copies got a tree written ahead.
+    taken: u64,
 }
 
 fn empty_dir(dir: &std::path::Path) -> std::io::Result<()> {
@@ -650,6 +672,7 @@ impl ItemStore {
             _mnt: mnt,
             busy: std::sync::Mutex::new(vec![false; slots.len()]),
             slots,
+            ahead: std::sync::Mutex::new(Ahead::default()),
         }))
     }
 
@@ -660,25 +683,152 @@ impl ItemStore {
 
     /// Takes a free slot, empty.
     pub fn lease(self: &std::sync::Arc<Self>) -> Result<SlotLease> {
-        let idx = {
+        let idx = self.claim()?;
+        Ok(SlotLease {
+            store: self.clone(),
+            idx,
+        })
+    }
+
+    /// Marks a free slot busy and empties it; a tree written ahead gives its slot up if no
+    /// other is free.
+    fn claim(&self) -> Result<usize> {
+        let free = || -> Result<Option<usize>> {
             let mut busy = self
                 .busy
                 .lock()
                 .map_err(|_| Error::Spec("item store lock poisoned".into()))?;
-            let idx = busy.iter().position(|b| !b).ok_or_else(|| {
-                Error::Spec(format!(
-                    "all {ITEM_SLOTS} item directories are in use by live copies"
-                ))
-            })?;
-            busy[idx] = true;
-            idx
+            let idx = busy.iter().position(|b| !b);
+            if let Some(i) = idx {
+                busy[i] = true;
+            }
+            Ok(idx)
         };
-        let lease = SlotLease {
-            store: self.clone(),
-            idx,
+        let idx = match free()? {
+            Some(i) => i,
+            None => {
+                self.drop_ready();
+                free()?.ok_or_else(|| {
+                    Error::Spec(format!(
+                        "all {ITEM_SLOTS} item directories are in use by live copies"
+                    ))
+                })?
+            }
         };
-        empty_dir(&lease.path()).map_err(|e| Error::sys("item store: empty a slot", e))?;
-        Ok(lease)
+        if let Err(e) = empty_dir(&self.slot_path(idx)) {
+            self.release(idx);
+            return Err(Error::sys("item store: empty a slot", e));
+        }
+        Ok(idx)
+    }
+
+    /// The slot's directory, as a path the shim can write through.
+    fn slot_path(&self, idx: usize) -> std::path::PathBuf {
+        std::path::PathBuf::from(format!("/proc/self/fd/{}", self.slots[idx].as_raw_fd()))
+    }
+
+    /// Empties the slot `idx` and frees it: nothing of a copy's items outlives it in the
+    /// shim either.
+    fn release(&self, idx: usize) {
+        let _ = empty_dir(&self.slot_path(idx));
+        if let Ok(mut busy) = self.busy.lock() {
+            if let Some(b) = busy.get_mut(idx) {
+                *b = false;
+            }
+        }
+    }
+
+    /// Keeps the last directory view (see [`ItemStore::write_ahead`]); off by default, and
+    /// for a store whose owner never writes ahead.
+    pub(crate) fn set_ahead(&self, on: bool) {
+        if let Ok(mut a) = self.ahead.lock() {
+            a.enabled = on;
+            if !on {
+                a.want = None;
+            }
+        }
+        if !on {
+            self.drop_ready();
+        }
+    }
+
+    /// Whether this store writes views ahead.
+    pub(crate) fn ahead_on(&self) -> bool {
+        self.ahead.lock().is_ok_and(|a| a.enabled)
+    }
+
+    /// The slot written ahead with exactly `key`, if there is one: the store's since it was
+    /// written, never bound anywhere, so it holds that tree and nothing else.
+    pub(crate) fn take_ready(self: &std::sync::Arc<Self>, key: &TreeKey) -> Option<SlotLease> {
+        let mut a = self.ahead.lock().ok()?;
+        if a.ready.as_ref().is_some_and(|(k, _)| k == key) {
+            let (_, idx) = a.ready.take()?;
+            a.taken += 1;
+            return Some(SlotLease {
+                store: self.clone(),
+                idx,
+            });
+        }
+        None
+    }
+
+    /// The view a copy just got: the one to write ahead next (if this store writes ahead).
+    pub(crate) fn remember(&self, key: TreeKey) {
+        if let Ok(mut a) = self.ahead.lock() {
+            if a.enabled {
+                a.want = Some(key);
+            }
+        }
+    }
+
+    /// How many copies got a tree written ahead.
+    pub fn taken_ahead(&self) -> u64 {
+        self.ahead.lock().map(|a| a.taken).unwrap_or(0)
+    }
+
+    /// Between calls: writes the last view a copy got into a free slot, unless a slot
+    /// already holds it, so that the next copy with exactly that view is given that slot
+    /// instead of having it written on the call's path (`itemview::mount_view` compares the
+    /// whole view: paths, contents, modes and times). A view that differs is written on the
+    /// path as before; the slot written ahead is emptied when another view replaces it, when
+    /// a copy needs the slot, or with the store.
+    pub fn write_ahead(&self) -> Result<()> {
+        let want = {
+            let Ok(a) = self.ahead.lock() else {
+                return Ok(());
+            };
+            match (&a.want, &a.ready) {
+                (None, _) => return Ok(()),
+                (Some(w), Some((r, _))) if w == r => return Ok(()),
+                (Some(w), _) => w.clone(),
+            }
+        };
+        self.drop_ready();
+        let idx = self.claim()?;
+        let mut made = crate::tree::Made::default();
+        for (rel, entry) in &want.2 {
+            if let Err(e) =
+                crate::tree::write(self.slots[idx].as_raw_fd(), rel, entry, want.1, &mut made)
+            {
+                drop(made);
+                self.release(idx);
+                return Err(e);
+            }
+        }
+        drop(made);
+        match self.ahead.lock() {
+            Ok(mut a) => a.ready = Some((want, idx)),
+            Err(_) => self.release(idx),
+        }
+        Ok(())
+    }
+
+    /// Empties and frees the slot written ahead, if any.
+    fn drop_ready(&self) {
+        let ready = self.ahead.lock().ok().and_then(|mut a| a.ready.take());
+        if let Some((_, idx)) = ready {
+            self.release(idx);
+        }
     }
 }
 
@@ -692,10 +842,7 @@ pub struct SlotLease {
 impl SlotLease {
     /// The slot's directory, as a path the shim can write through.
     pub fn path(&self) -> std::path::PathBuf {
-        std::path::PathBuf::from(format!(
-            "/proc/self/fd/{}",
-            self.store.slots[self.idx].as_raw_fd()
-        ))
+        self.store.slot_path(self.idx)
     }
 
     /// The slot's directory descriptor (for `CopyMounts::with_binds`).
@@ -727,12 +874,7 @@ impl SlotLease {
 impl Drop for SlotLease {
     fn drop(&mut self) {
         // Nothing of a copy's items outlives it in the shim either.
-        let _ = empty_dir(&self.path());
-        if let Ok(mut busy) = self.store.busy.lock() {
-            if let Some(b) = busy.get_mut(self.idx) {
-                *b = false;
-            }
-        }
+        self.store.release(self.idx);
     }
 }
 
@@ -907,4 +1049,59 @@ pub fn plan_item_paths(
         )));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(contents: &str) -> TreeKey {
+        (
+            "/tmp".into(),
+            true,
+            vec![(
+                "repo/f".into(),
+                TreeEntry::File {
+                    path: "/tmp/repo/f".into(),
+                    contents: contents.as_bytes().to_vec(),
+                    mode: 0o644,
+                    mtime: (1, 0),
+                },
+            )],
+        )
+    }
+
+    /// A view written ahead is given only for exactly its key, holds that tree, gives its
+    /// slot up to a copy that needs one when every other slot is busy, and is not kept by a
+    /// store that does not write ahead.
+    #[test]
+    fn a_view_written_ahead_is_given_for_its_key_only_and_yields_its_slot() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(std::env::var_os("GERMLINE_REQUIRE_ROOT_TESTS").is_none());
+            return;
+        }
+        let store = ItemStore::new(1 << 20).expect("store");
+        store.remember(key("a"));
+        store.write_ahead().expect("nothing to write");
+        assert!(store.take_ready(&key("a")).is_none(), "off by default");
+        store.set_ahead(true);
+        store.remember(key("a"));
+        store.write_ahead().expect("write ahead");
+        assert!(store.take_ready(&key("b")).is_none(), "other contents");
+        let lease = store.take_ready(&key("a")).expect("the same view");
+        let f = std::fs::read_to_string(lease.path().join("repo/f")).expect("read");
+        assert_eq!(f, "a");
+        assert_eq!(store.taken_ahead(), 1);
+        drop(lease);
+        // Every slot but the one written ahead busy: the next lease takes that one.
+        store.write_ahead().expect("again");
+        let busy: Vec<SlotLease> = (0..ITEM_SLOTS - 1)
+            .map(|_| store.lease().expect("lease"))
+            .collect();
+        let last = store.lease().expect("the slot written ahead, given up");
+        assert_eq!(std::fs::read_dir(last.path()).expect("ls").count(), 0);
+        assert!(store.take_ready(&key("a")).is_none());
+        drop((busy, last));
+    }
 }
