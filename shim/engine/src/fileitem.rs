@@ -310,17 +310,31 @@ pub(crate) fn read_bounded(r: &Resolved, max: u64) -> Result<Vec<u8>, FileItemEr
         OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOCTTY | OFlag::O_NONBLOCK,
         Mode::empty(),
     )
-    .map_err(|e| match e {
+    .map_err(open_error)?;
+    read_opened(fd, r, max)?
+        .ok_or_else(|| FileItemError::Unreadable("it was replaced while being opened".into()))
+}
+
+/// Why a regular file could not be opened for reading.
+pub(crate) fn open_error(e: Errno) -> FileItemError {
+    match e {
         Errno::EACCES => FileItemError::Unreadable(
             "permission denied: the user this session reads files for may not read it".into(),
         ),
         e => FileItemError::Unreadable(format!("cannot open it for reading: {e}")),
-    })?;
+    }
+}
+
+/// Reads `fd`, opened for reading, at most `max` bytes, if it is the inode `r` resolved
+/// (`Ok(None)`: another file, opened since).
+pub(crate) fn read_opened(
+    fd: OwnedFd,
+    r: &Resolved,
+    max: u64,
+) -> Result<Option<Vec<u8>>, FileItemError> {
     let st = fstat(&fd).map_err(|e| FileItemError::Unreadable(format!("fstat: {e}")))?;
     if st.st_dev != r.stat.st_dev || st.st_ino != r.stat.st_ino {
-        return Err(FileItemError::Unreadable(
-            "it was replaced while being opened".into(),
-        ));
+        return Ok(None);
     }
     let mut out = Vec::with_capacity((st.st_size as u64).min(max) as usize);
     File::from(fd)
@@ -330,7 +344,7 @@ pub(crate) fn read_bounded(r: &Resolved, max: u64) -> Result<Vec<u8>, FileItemEr
     if out.len() as u64 > max {
         return Err(FileItemError::TooLarge(out.len() as u64));
     }
-    Ok(out)
+    Ok(Some(out))
 }
 
 /// The file item `s` names, or `Ok(None)` if `s` names no regular file here (it is then an

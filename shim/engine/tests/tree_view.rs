@@ -220,3 +220,89 @@ fn a_copy_sees_exactly_its_view_of_a_directory() {
     copy.kill();
     let _ = g.stop();
 }
+
+/// A pool copy's directory view is bound by the calling thread itself (branch git41: no
+/// forked helper): it joins the copy's mount namespace for the bind and comes back. After
+/// each pooled copy the thread is in its own mount namespace again, with its own root and
+/// working directory. Between copies the germline writes the last view ahead into a slot of
+/// its own (`ItemStore::write_ahead`): a copy whose view is exactly that one gets that slot,
+/// and a copy whose view differs in one file's contents only gets its own view, never the
+/// one written ahead.
+#[test]
+fn the_calling_thread_binds_a_pool_copys_view_and_comes_back() {
+    if !common::can_run() {
+        return;
+    }
+    let d = tempfile::Builder::new()
+        .prefix("germline-tree-bind-")
+        .tempdir_in("/tmp")
+        .expect("tempdir");
+    let repo = d.path().join("repo");
+    let file = repo.join("view.txt").display().to_string();
+    let cwd = tempfile::tempdir().expect("cwd");
+    std::env::set_current_dir(cwd.path()).expect("chdir");
+    let here = || {
+        ["ns/mnt", "root", "cwd"].map(|l| {
+            std::fs::read_link(format!("/proc/thread-self/{l}"))
+                .expect("readlink")
+                .display()
+                .to_string()
+        })
+    };
+    let before = here();
+    assert_eq!(before[2], cwd.path().display().to_string());
+    let mut opts = common::opts("tree-bind");
+    opts.pool = 1;
+    let mut g = Germline::start(common::test_release("plain"), opts).expect("start");
+    // (contents, how many copies had a view written ahead once this one has its view)
+    for (round, (contents, ahead)) in [("first", 0), ("second", 0), ("second", 1), ("first", 1)]
+        .into_iter()
+        .enumerate()
+    {
+        let entries = [
+            TreeEntry::Dir {
+                path: repo.display().to_string(),
+            },
+            TreeEntry::File {
+                path: file.clone(),
+                contents: format!("{contents}\n").into_bytes(),
+                mode: 0o644,
+                mtime: (1_700_000_000, 0),
+            },
+        ];
+        // Taken from the pool only once ready (else forked, with every mount made by a
+        // helper): a pool copy has its base mounts, and gets binds alone at its call.
+        let t = std::time::Instant::now();
+        while !g
+            .pool_states()
+            .contains(&germline_sandbox::PoolState::Ready)
+        {
+            assert!(t.elapsed().as_secs() < 20, "{round}: no pool copy ready");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let mut copy = g.copy().expect("copy");
+        assert!(
+            matches!(copy.pool_state(), germline_sandbox::PoolState::Ready),
+            "a pool copy"
+        );
+        g.prepare_copy_view(&mut copy, &[], &entries)
+            .expect("prepare");
+        assert_eq!(here(), before, "{round}: the thread came back");
+        assert_eq!(g.trees_ahead(), (ahead, None), "{round}");
+        copy.deliver_items(&[]).expect("deliver");
+        let r = copy
+            .mcp_call("list_dirs", json!({"paths": [repo.display().to_string()]}))
+            .map(|v| common::json_of(&common::text(&v)))
+            .expect("list");
+        assert_eq!(r[repo.display().to_string()], json!(["view.txt"]), "{r}");
+        let r = copy
+            .mcp_call("read_files", json!({"paths": [file]}))
+            .map(|v| common::json_of(&common::text(&v)))
+            .expect("read");
+        assert_eq!(r[&file], format!("{contents}\n"), "{round}: {r}");
+        copy.kill();
+        g.refill_pool().expect("refill");
+    }
+    let _ = g.stop();
+    std::env::set_current_dir("/").expect("chdir /");
+}

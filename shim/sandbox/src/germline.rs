@@ -184,6 +184,8 @@ pub struct Germline {
     copy_landlock: LandlockLayer,
     /// The private store of items delivered at their own paths (mounts.rs).
     items: std::sync::Arc<ItemStore>,
+    /// Why the last directory view written ahead failed ([`Germline::trees_ahead`]).
+    ahead_failed: Option<String>,
     /// The canonical rootfs on the host.
     rootfs: std::path::PathBuf,
     stopped: bool,
@@ -295,6 +297,8 @@ impl Germline {
         ];
         env.extend(spec.env.iter().cloned());
         let items = ItemStore::new(ITEM_STORE_BYTES).map_err(|e| fail(e, &cgroup))?;
+        // Directory views written ahead between calls (`refill_pool`, `refill_one`).
+        items.set_ahead(true);
         let slot_fds = if ablated!(opts, no_item_rules) {
             vec![]
         } else {
@@ -366,6 +370,7 @@ impl Germline {
             warm: false,
             copy_landlock: LandlockLayer::default(),
             items,
+            ahead_failed: None,
             rootfs,
             stopped: false,
             refused: None,
@@ -687,7 +692,24 @@ impl Germline {
             let c = self.fork_copy_with(true)?;
             self.pool.push_back(c);
         }
+        self.write_ahead();
         self.prepare_fork()
+    }
+
+    /// Between calls, once the pool is refilled: the last directory view a copy got,
+    /// written into a free item store slot for the next copy with exactly that view
+    /// (`ItemStore::write_ahead`). A failure only means the next such copy has its view
+    /// written on the call's path, as without it: not an error of the refill.
+    fn write_ahead(&mut self) {
+        if let Err(e) = self.items.write_ahead() {
+            self.ahead_failed = Some(e.to_string());
+        }
+    }
+
+    /// How many copies were given a directory view written ahead, and why the last write
+    /// ahead failed, if one did.
+    pub fn trees_ahead(&self) -> (u64, Option<&str>) {
+        (self.items.taken_ahead(), self.ahead_failed.as_deref())
     }
 
     /// Whether one more pool copy fits under the memory cap: the waiting copies' private
@@ -728,6 +750,7 @@ impl Germline {
         }
         let more = fits && self.pool.len() < self.depth;
         if !more {
+            self.write_ahead();
             self.prepare_fork()?;
         }
         Ok(more)

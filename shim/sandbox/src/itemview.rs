@@ -86,6 +86,33 @@ pub(crate) fn mount_view(
             .chain(t.spec.extra_mounts.iter().map(|m| m.target.clone()))
             .collect();
         for (at, files) in mounts::plan_item_paths(t.rootfs, &protected, &with_paths)? {
+            // A mount point of directory entries only: the store may have written exactly
+            // this tree ahead, between calls (`ItemStore::write_ahead`).
+            let key: Option<mounts::TreeKey> = (t.store.ahead_on() && !files.is_empty())
+                .then(|| {
+                    files
+                        .iter()
+                        .map(|(rel, i)| {
+                            i.checked_sub(items.len())
+                                .and_then(|j| tree.get(j))
+                                .map(|e| (rel.clone(), e.clone()))
+                        })
+                        .collect::<Option<Vec<_>>>()
+                })
+                .flatten()
+                .map(|entries| (at.clone(), t.writable, entries));
+            if let Some(k) = key.as_ref() {
+                if let Some(lease) = t.store.take_ready(k) {
+                    let fd = lease.fd();
+                    let at_rw = t.writable.then(|| at.clone());
+                    held.push((lease, at_rw));
+                    binds.push((fd, at, t.writable));
+                    if let Some(k) = key {
+                        t.store.remember(k);
+                    }
+                    continue;
+                }
+            }
             let lease = t.store.lease()?;
             let fd = lease.fd();
             // Held before anything is written into it: the slot stays the copy's until the
@@ -116,6 +143,9 @@ pub(crate) fn mount_view(
                 *tree_at = Some(at.clone());
             }
             binds.push((fd, at, rw));
+            if let Some(k) = key {
+                t.store.remember(k);
+            }
         }
     }
     if let Some(dir) = t.items_dir {

@@ -5,13 +5,16 @@
 //! shows that namespace), forks once more, creates the procfs with the new mount API while it is
 //! still in the host's mount namespace (a procfs mount made inside a user-namespace-owned mount
 //! namespace would be refused as "too revealing", the germline having no procfs), enters the
-//! copy's mount namespace and attaches it there. Fork-safe code only in the helpers.
+//! copy's mount namespace and attaches it there. Fork-safe code only in the helpers. The binds
+//! alone that a pool copy gets at its call need neither procfs nor a helper: the calling
+//! thread joins the copy's mount namespace for them and comes back ([`CopyMounts::apply`]).
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use crate::error::{Error, Result};
 use crate::sys;
+use crate::tree::TreeEntry;
 
 const FSOPEN_CLOEXEC: usize = 1;
 const FSCONFIG_SET_STRING: usize = 1;
@@ -32,7 +35,8 @@ pub struct ItemFile {
 /// The mounts to make in one copy.
 #[derive(Debug)]
 pub struct CopyMounts {
-    pidns: OwnedFd,
+    /// The copy's PID namespace (procfs needs it; binds alone do not open it).
+    pidns: Option<OwnedFd>,
     mntns: OwnedFd,
     proc_fs: CString,
     proc_dir: CString,
@@ -75,9 +79,22 @@ fn open_ns(pid: i32, kind: &str) -> Result<OwnedFd> {
 impl CopyMounts {
     /// Prepares the mounts for the copy whose host pid is `pid`.
     pub fn new(pid: i32, scratch_bytes: Option<u64>, items: Vec<ItemFile>) -> Result<CopyMounts> {
+        CopyMounts::with_pidns(pid, scratch_bytes, items, true)
+    }
+
+    fn with_pidns(
+        pid: i32,
+        scratch_bytes: Option<u64>,
+        items: Vec<ItemFile>,
+        pidns: bool,
+    ) -> Result<CopyMounts> {
         let total: usize = items.iter().map(|i| i.contents.len()).sum();
         Ok(CopyMounts {
-            pidns: open_ns(pid, "pid")?,
+            pidns: if pidns {
+                Some(open_ns(pid, "pid")?)
+            } else {
+                None
+            },
             mntns: open_ns(pid, "mnt")?,
             proc_fs: c("proc")?,
             proc_dir: c("/proc")?,
@@ -120,7 +137,7 @@ impl CopyMounts {
     /// Only the binds of item store slots ([`CopyMounts::with_binds`]), for a copy whose
     /// [`CopyMounts::base_only`] mounts are made.
     pub fn binds_only(pid: i32) -> Result<CopyMounts> {
-        let mut m = CopyMounts::new(pid, None, Vec::new())?;
+        let mut m = CopyMounts::with_pidns(pid, None, Vec::new(), false)?;
         m.base = false;
         m.fill = false;
         Ok(m)
@@ -156,6 +173,9 @@ impl CopyMounts {
 
     /// Makes the mounts; returns once they are in place.
     pub fn apply(&self) -> Result<()> {
+        if !self.base && !self.fill {
+            return self.apply_binds();
+        }
         let (r, w) = sys::pipe().map_err(|e| Error::sys("pipe", e))?;
         let pid = sys::fork().map_err(|e| Error::sys("fork", e))?;
         if pid == 0 {
@@ -204,10 +224,97 @@ impl CopyMounts {
         Ok(())
     }
 
+    /// Binds alone (a pool copy's items at their own paths at its call, issue 27's directory
+    /// items), made by the calling thread itself, without a forked helper (branch git41:
+    /// forking the shim, tens of MB of address space, then waiting for the helper to be
+    /// scheduled took 0.6-4 ms of a loaded call's path; a thread of its own waited as long to
+    /// be scheduled; the system calls take ~30 us). The slots are cloned while the thread is
+    /// in the host's mount namespace, where the shim's detached store lives; then the thread
+    /// stops sharing its filesystem context with the rest of the shim (`unshare(CLONE_FS)`,
+    /// which joining a mount namespace requires: from then on this thread keeps its own
+    /// working directory, root and umask), joins the copy's mount namespace, attaches the
+    /// clones there and returns to its own namespace, root and working directory.
+    /// Namespaces and the filesystem context are per thread: no other thread of the shim
+    /// resolves anything in the copy's namespace meanwhile. If the way back fails the process
+    /// aborts: nothing of the shim may go on resolving paths in a copy's namespace.
+    fn apply_binds(&self) -> Result<()> {
+        let failed = |step: &str, e: std::io::Error| Error::sys(format!("copy mounts: {step}"), e);
+        let mut trees = Vec::with_capacity(self.binds.len());
+        for (slot, _, rw) in &self.binds {
+            let tree = sys::open_tree_clone_fd(*slot)
+                .map(sys::own)
+                .map_err(|e| failed("clone an item directory (open_tree)", e))?;
+            let attr = if *rw {
+                &self.bind_attr_rw
+            } else {
+                &self.bind_attr
+            };
+            sys::mount_setattr_fd(tree.as_raw_fd(), attr)
+                .map_err(|e| failed("make an item directory read-only", e))?;
+            trees.push(tree);
+        }
+        let dir = |p: &std::ffi::CStr| {
+            sys::open_raw(p, libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC, 0).map(sys::own)
+        };
+        let home = sys::open_raw(
+            c"/proc/thread-self/ns/mnt",
+            libc::O_RDONLY | libc::O_CLOEXEC,
+            0,
+        )
+        .map(sys::own)
+        .map_err(|e| failed("open this thread's mount namespace", e))?;
+        let root = dir(c"/").map_err(|e| failed("open this thread's root", e))?;
+        let cwd = dir(c".").map_err(|e| failed("open this thread's working directory", e))?;
+        // Private to this thread from now on (a thread this one started since shares it
+        // again: unshared each time).
+        sys::unshare(libc::CLONE_FS).map_err(|e| failed("unshare(CLONE_FS)", e))?;
+        sys::setns(self.mntns.as_raw_fd(), libc::CLONE_NEWNS)
+            .map_err(|e| failed("setns(mnt)", e))?;
+        let attached = self.attach(&trees);
+        let back = sys::setns(home.as_raw_fd(), libc::CLONE_NEWNS)
+            .and_then(|()| sys::fchdir(root.as_raw_fd()))
+            .and_then(|()| sys::chroot(c"."))
+            .and_then(|()| sys::fchdir(cwd.as_raw_fd()));
+        if let Err(e) = back {
+            eprintln!(
+                "germline: cannot leave a copy's mount namespace ({e}); aborting rather than \
+                 resolving paths in it"
+            );
+            std::process::abort();
+        }
+        attached
+    }
+
+    /// Attaches the cloned slots `trees` at their mount points; run only by
+    /// [`CopyMounts::apply_binds`] while its thread is in the copy's mount namespace.
+    fn attach(&self, trees: &[OwnedFd]) -> Result<()> {
+        let failed = |step: &str, e: std::io::Error| Error::sys(format!("copy mounts: {step}"), e);
+        // setns put this thread's root at the copy's root. Mount points are resolved strictly
+        // below it without following any symbolic link.
+        let root = sys::open_raw(
+            &self.root,
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            0,
+        )
+        .map(sys::own)
+        .map_err(|e| failed("open an item mount point", e))?;
+        for ((_, target, _), tree) in self.binds.iter().zip(trees) {
+            let t = sys::open_beneath(root.as_raw_fd(), target)
+                .map(sys::own)
+                .map_err(|e| failed("open an item mount point", e))?;
+            sys::move_mount_fds(tree.as_raw_fd(), t.as_raw_fd())
+                .map_err(|e| failed("attach an item directory (move_mount)", e))?;
+        }
+        Ok(())
+    }
+
     /// In the helper: joins the copy's PID namespace (the helper's children are in it) and
     /// goes on in a child, the parent exiting with the child's status; else the failed step.
     fn enter_pidns(&self) -> std::result::Result<(), (u8, std::io::Error)> {
-        sys::setns(self.pidns.as_raw_fd(), libc::CLONE_NEWPID).map_err(|e| (0, e))?;
+        let Some(pidns) = &self.pidns else {
+            return Err((0, std::io::Error::from_raw_os_error(libc::EBADF)));
+        };
+        sys::setns(pidns.as_raw_fd(), libc::CLONE_NEWPID).map_err(|e| (0, e))?;
         let pid = sys::fork().map_err(|e| (1, e))?;
         if pid != 0 {
             let code = match sys::waitpid(pid, 0) {
@@ -226,8 +333,8 @@ impl CopyMounts {
             let _ = sys::write_all_raw(out, &rec);
             sys::exit_now(1)
         };
-        // Only procfs needs the copy's PID namespace: binds alone (a pool copy's items at
-        // their own paths, issue 27's directory items) are made without the second fork.
+        // Only procfs needs the copy's PID namespace (binds alone are made without a helper:
+        // `apply_binds`).
         if self.base {
             if let Err((step, e)) = self.enter_pidns() {
                 fail(step, e);
@@ -455,6 +562,27 @@ pub struct ItemStore {
     _mnt: OwnedFd,
     slots: Vec<OwnedFd>,
     busy: std::sync::Mutex<Vec<bool>>,
+    /// The last directory view written ahead, between calls ([`ItemStore::write_ahead`]).
+    ahead: std::sync::Mutex<Ahead>,
+}
+
+/// What identifies a slot's tree: its mount point, whether its files keep their write bit,
+/// and each entry with its path below the mount point, contents, mode and modification time.
+/// Two equal keys make byte-for-byte the same tree.
+pub(crate) type TreeKey = (String, bool, Vec<(String, TreeEntry)>);
+
+/// The tree written ahead (branch git41): the view a copy got last, written again into a
+/// free slot between calls, for the next copy whose view is exactly the same.
+#[derive(Debug, Default)]
+struct Ahead {
+    /// Only a store whose owner writes ahead between calls keeps a view ([`ItemStore::set_ahead`]).
+    enabled: bool,
+    /// The view to write ahead next.
+    want: Option<TreeKey>,
+    /// A slot written with this view, held by the store (busy) and never bound anywhere yet.
+    ready: Option<(TreeKey, usize)>,
+    /// How many copies got a tree written ahead.
+    taken: u64,
 }
 
 fn empty_dir(dir: &std::path::Path) -> std::io::Result<()> {
@@ -544,6 +672,7 @@ impl ItemStore {
             _mnt: mnt,
             busy: std::sync::Mutex::new(vec![false; slots.len()]),
             slots,
+            ahead: std::sync::Mutex::new(Ahead::default()),
         }))
     }
 
@@ -554,25 +683,152 @@ impl ItemStore {
 
     /// Takes a free slot, empty.
     pub fn lease(self: &std::sync::Arc<Self>) -> Result<SlotLease> {
-        let idx = {
+        let idx = self.claim()?;
+        Ok(SlotLease {
+            store: self.clone(),
+            idx,
+        })
+    }
+
+    /// Marks a free slot busy and empties it; a tree written ahead gives its slot up if no
+    /// other is free.
+    fn claim(&self) -> Result<usize> {
+        let free = || -> Result<Option<usize>> {
             let mut busy = self
                 .busy
                 .lock()
                 .map_err(|_| Error::Spec("item store lock poisoned".into()))?;
-            let idx = busy.iter().position(|b| !b).ok_or_else(|| {
-                Error::Spec(format!(
-                    "all {ITEM_SLOTS} item directories are in use by live copies"
-                ))
-            })?;
-            busy[idx] = true;
-            idx
+            let idx = busy.iter().position(|b| !b);
+            if let Some(i) = idx {
+                busy[i] = true;
+            }
+            Ok(idx)
         };
-        let lease = SlotLease {
-            store: self.clone(),
-            idx,
+        let idx = match free()? {
+            Some(i) => i,
+            None => {
+                self.drop_ready();
+                free()?.ok_or_else(|| {
+                    Error::Spec(format!(
+                        "all {ITEM_SLOTS} item directories are in use by live copies"
+                    ))
+                })?
+            }
         };
-        empty_dir(&lease.path()).map_err(|e| Error::sys("item store: empty a slot", e))?;
-        Ok(lease)
+        if let Err(e) = empty_dir(&self.slot_path(idx)) {
+            self.release(idx);
+            return Err(Error::sys("item store: empty a slot", e));
+        }
+        Ok(idx)
+    }
+
+    /// The slot's directory, as a path the shim can write through.
+    fn slot_path(&self, idx: usize) -> std::path::PathBuf {
+        std::path::PathBuf::from(format!("/proc/self/fd/{}", self.slots[idx].as_raw_fd()))
+    }
+
+    /// Empties the slot `idx` and frees it: nothing of a copy's items outlives it in the
+    /// shim either.
+    fn release(&self, idx: usize) {
+        let _ = empty_dir(&self.slot_path(idx));
+        if let Ok(mut busy) = self.busy.lock() {
+            if let Some(b) = busy.get_mut(idx) {
+                *b = false;
+            }
+        }
+    }
+
+    /// Keeps the last directory view (see [`ItemStore::write_ahead`]); off by default, and
+    /// for a store whose owner never writes ahead.
+    pub(crate) fn set_ahead(&self, on: bool) {
+        if let Ok(mut a) = self.ahead.lock() {
+            a.enabled = on;
+            if !on {
+                a.want = None;
+            }
+        }
+        if !on {
+            self.drop_ready();
+        }
+    }
+
+    /// Whether this store writes views ahead.
+    pub(crate) fn ahead_on(&self) -> bool {
+        self.ahead.lock().is_ok_and(|a| a.enabled)
+    }
+
+    /// The slot written ahead with exactly `key`, if there is one: the store's since it was
+    /// written, never bound anywhere, so it holds that tree and nothing else.
+    pub(crate) fn take_ready(self: &std::sync::Arc<Self>, key: &TreeKey) -> Option<SlotLease> {
+        let mut a = self.ahead.lock().ok()?;
+        if a.ready.as_ref().is_some_and(|(k, _)| k == key) {
+            let (_, idx) = a.ready.take()?;
+            a.taken += 1;
+            return Some(SlotLease {
+                store: self.clone(),
+                idx,
+            });
+        }
+        None
+    }
+
+    /// The view a copy just got: the one to write ahead next (if this store writes ahead).
+    pub(crate) fn remember(&self, key: TreeKey) {
+        if let Ok(mut a) = self.ahead.lock() {
+            if a.enabled {
+                a.want = Some(key);
+            }
+        }
+    }
+
+    /// How many copies got a tree written ahead.
+    pub fn taken_ahead(&self) -> u64 {
+        self.ahead.lock().map(|a| a.taken).unwrap_or(0)
+    }
+
+    /// Between calls: writes the last view a copy got into a free slot, unless a slot
+    /// already holds it, so that the next copy with exactly that view is given that slot
+    /// instead of having it written on the call's path (`itemview::mount_view` compares the
+    /// whole view: paths, contents, modes and times). A view that differs is written on the
+    /// path as before; the slot written ahead is emptied when another view replaces it, when
+    /// a copy needs the slot, or with the store.
+    pub fn write_ahead(&self) -> Result<()> {
+        let want = {
+            let Ok(a) = self.ahead.lock() else {
+                return Ok(());
+            };
+            match (&a.want, &a.ready) {
+                (None, _) => return Ok(()),
+                (Some(w), Some((r, _))) if w == r => return Ok(()),
+                (Some(w), _) => w.clone(),
+            }
+        };
+        self.drop_ready();
+        let idx = self.claim()?;
+        let mut made = crate::tree::Made::default();
+        for (rel, entry) in &want.2 {
+            if let Err(e) =
+                crate::tree::write(self.slots[idx].as_raw_fd(), rel, entry, want.1, &mut made)
+            {
+                drop(made);
+                self.release(idx);
+                return Err(e);
+            }
+        }
+        drop(made);
+        match self.ahead.lock() {
+            Ok(mut a) => a.ready = Some((want, idx)),
+            Err(_) => self.release(idx),
+        }
+        Ok(())
+    }
+
+    /// Empties and frees the slot written ahead, if any.
+    fn drop_ready(&self) {
+        let ready = self.ahead.lock().ok().and_then(|mut a| a.ready.take());
+        if let Some((_, idx)) = ready {
+            self.release(idx);
+        }
     }
 }
 
@@ -586,10 +842,7 @@ pub struct SlotLease {
 impl SlotLease {
     /// The slot's directory, as a path the shim can write through.
     pub fn path(&self) -> std::path::PathBuf {
-        std::path::PathBuf::from(format!(
-            "/proc/self/fd/{}",
-            self.store.slots[self.idx].as_raw_fd()
-        ))
+        self.store.slot_path(self.idx)
     }
 
     /// The slot's directory descriptor (for `CopyMounts::with_binds`).
@@ -621,12 +874,7 @@ impl SlotLease {
 impl Drop for SlotLease {
     fn drop(&mut self) {
         // Nothing of a copy's items outlives it in the shim either.
-        let _ = empty_dir(&self.path());
-        if let Ok(mut busy) = self.store.busy.lock() {
-            if let Some(b) = busy.get_mut(self.idx) {
-                *b = false;
-            }
-        }
+        self.store.release(self.idx);
     }
 }
 
@@ -650,49 +898,108 @@ pub fn plan_item_paths(
             .collect()
     };
     let protected: Vec<Vec<String>> = protected.iter().map(|p| comps(p)).collect();
-    let mut seen: Vec<&str> = Vec::new();
+    /// Where the walk above one item stopped: at the deepest existing directory (its depth),
+    /// or at a symbolic link or non-directory at that depth.
+    #[derive(Clone, Copy)]
+    enum Walked {
+        Dir(usize),
+        Link(usize),
+        Other(usize),
+    }
+    // Items with the same parent directory share the walk (a directory item's files share
+    // their ancestors: one lookup per directory, not per file; branch git41).
+    let mut walked: std::collections::HashMap<&str, Walked> = std::collections::HashMap::new();
+    #[derive(Clone, Copy)]
+    enum Found {
+        Dir,
+        Link,
+        Other,
+        Absent,
+    }
+    let mut looked_up: std::collections::HashMap<&str, Found> = std::collections::HashMap::new();
+    let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
     let mut found: Vec<(Vec<String>, Vec<String>, usize)> = Vec::new();
     for &(idx, name, path) in items {
-        let what = format!("item {name:?} (path {path:?})");
+        let what = || format!("item {name:?} (path {path:?})");
         let parts = comps(path);
         if !path.starts_with('/')
             || path.contains('\0')
             || parts.iter().any(|c| c.is_empty() || c == "." || c == "..")
         {
             return Err(Error::Spec(format!(
-                "{what}: not an absolute plain path (empty, `.` or `..` component)"
+                "{}: not an absolute plain path (empty, `.` or `..` component)",
+                what()
             )));
         }
-        if seen.contains(&path) {
-            return Err(Error::Spec(format!("{what}: two items at the same path")));
+        if !seen.insert(path) {
+            return Err(Error::Spec(format!(
+                "{}: two items at the same path",
+                what()
+            )));
         }
-        seen.push(path);
         // The deepest existing directory above the item, reached through no symbolic link.
-        let mut depth = 0;
-        let mut cur = rootfs.to_path_buf();
-        for c in &parts[..parts.len() - 1] {
-            cur.push(c);
-            match std::fs::symlink_metadata(&cur) {
-                Ok(m) if m.file_type().is_symlink() => {
-                    return Err(Error::Spec(format!(
-                        "{what}: /{} in the rootfs is a symbolic link",
-                        parts[..=depth].join("/")
-                    )))
+        let parent = &path[..path.rfind('/').unwrap_or(0)];
+        let w = match walked.get(parent) {
+            Some(w) => *w,
+            None => {
+                let mut w = Walked::Dir(0);
+                let mut end = 0;
+                for (depth, c) in parts[..parts.len() - 1].iter().enumerate() {
+                    end += 1 + c.len();
+                    // `/a/b` of `/a/b/c/f`: each rootfs directory looked up once per plan.
+                    let prefix = &path[..end];
+                    let f = match looked_up.get(prefix) {
+                        Some(f) => *f,
+                        None => {
+                            let f = match std::fs::symlink_metadata(rootfs.join(&prefix[1..])) {
+                                Ok(m) if m.file_type().is_symlink() => Found::Link,
+                                Ok(m) if m.is_dir() => Found::Dir,
+                                Ok(_) => Found::Other,
+                                Err(_) => Found::Absent,
+                            };
+                            looked_up.insert(prefix, f);
+                            f
+                        }
+                    };
+                    match f {
+                        Found::Link => {
+                            w = Walked::Link(depth);
+                            break;
+                        }
+                        Found::Dir => w = Walked::Dir(depth + 1),
+                        Found::Other => {
+                            w = Walked::Other(depth);
+                            break;
+                        }
+                        Found::Absent => break,
+                    }
                 }
-                Ok(m) if m.is_dir() => depth += 1,
-                Ok(_) => {
-                    return Err(Error::Spec(format!(
-                        "{what}: /{} in the rootfs is not a directory",
-                        parts[..=depth].join("/")
-                    )))
-                }
-                Err(_) => break,
+                walked.insert(parent, w);
+                w
             }
-        }
+        };
+        let depth = match w {
+            Walked::Dir(d) => d,
+            Walked::Link(d) => {
+                return Err(Error::Spec(format!(
+                    "{}: /{} in the rootfs is a symbolic link",
+                    what(),
+                    parts[..=d].join("/")
+                )))
+            }
+            Walked::Other(d) => {
+                return Err(Error::Spec(format!(
+                    "{}: /{} in the rootfs is not a directory",
+                    what(),
+                    parts[..=d].join("/")
+                )))
+            }
+        };
         if depth == 0 {
             return Err(Error::Spec(format!(
-                "{what}: the rootfs has no directory above it to mount on (only /); give the \
+                "{}: the rootfs has no directory above it to mount on (only /); give the \
                  rootfs an empty /{} or choose another path",
+                what(),
                 parts[0]
             )));
         }
@@ -703,8 +1010,9 @@ pub fn plan_item_paths(
         };
         if ["dev", "proc", "run"].contains(&at[0].as_str()) || protected.iter().any(overlaps) {
             return Err(Error::Spec(format!(
-                "{what}: it would be mounted on /{}, which holds or lies in a readable path, an \
+                "{}: it would be mounted on /{}, which holds or lies in a readable path, an \
                  extra mount or one of the shim's mounts (/dev, /proc, /run)",
+                what(),
                 at.join("/")
             )));
         }
@@ -741,4 +1049,59 @@ pub fn plan_item_paths(
         )));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(contents: &str) -> TreeKey {
+        (
+            "/tmp".into(),
+            true,
+            vec![(
+                "repo/f".into(),
+                TreeEntry::File {
+                    path: "/tmp/repo/f".into(),
+                    contents: contents.as_bytes().to_vec(),
+                    mode: 0o644,
+                    mtime: (1, 0),
+                },
+            )],
+        )
+    }
+
+    /// A view written ahead is given only for exactly its key, holds that tree, gives its
+    /// slot up to a copy that needs one when every other slot is busy, and is not kept by a
+    /// store that does not write ahead.
+    #[test]
+    fn a_view_written_ahead_is_given_for_its_key_only_and_yields_its_slot() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(std::env::var_os("GERMLINE_REQUIRE_ROOT_TESTS").is_none());
+            return;
+        }
+        let store = ItemStore::new(1 << 20).expect("store");
+        store.remember(key("a"));
+        store.write_ahead().expect("nothing to write");
+        assert!(store.take_ready(&key("a")).is_none(), "off by default");
+        store.set_ahead(true);
+        store.remember(key("a"));
+        store.write_ahead().expect("write ahead");
+        assert!(store.take_ready(&key("b")).is_none(), "other contents");
+        let lease = store.take_ready(&key("a")).expect("the same view");
+        let f = std::fs::read_to_string(lease.path().join("repo/f")).expect("read");
+        assert_eq!(f, "a");
+        assert_eq!(store.taken_ahead(), 1);
+        drop(lease);
+        // Every slot but the one written ahead busy: the next lease takes that one.
+        store.write_ahead().expect("again");
+        let busy: Vec<SlotLease> = (0..ITEM_SLOTS - 1)
+            .map(|_| store.lease().expect("lease"))
+            .collect();
+        let last = store.lease().expect("the slot written ahead, given up");
+        assert_eq!(std::fs::read_dir(last.path()).expect("ls").count(), 0);
+        assert!(store.take_ready(&key("a")).is_none());
+        drop((busy, last));
+    }
 }

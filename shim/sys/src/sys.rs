@@ -97,6 +97,19 @@ pub fn chdir(path: &CStr) -> io::Result<()> {
     check(unsafe { libc::chdir(path.as_ptr()) }).map(drop)
 }
 
+/// `fchdir()`: the calling thread's working directory becomes the directory open at `fd`
+/// (an `O_PATH` descriptor will do).
+pub fn fchdir(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fchdir takes a descriptor; a bad one is reported as EBADF.
+    check(unsafe { libc::fchdir(fd) }).map(drop)
+}
+
+/// `chroot()`.
+pub fn chroot(path: &CStr) -> io::Result<()> {
+    // SAFETY: `path` is NUL-terminated and outlives the call.
+    check(unsafe { libc::chroot(path.as_ptr()) }).map(drop)
+}
+
 /// `sethostname()` (fork-safe).
 pub fn sethostname(name: &[u8]) -> io::Result<()> {
     // SAFETY: the pointer and length describe a live byte slice.
@@ -739,6 +752,83 @@ pub fn open_beneath(dir: RawFd, path: &CStr) -> io::Result<RawFd> {
         )
     })?;
     RawFd::try_from(r).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))
+}
+
+/// `openat2(dir, path, {flags | O_NOFOLLOW | O_CLOEXEC, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+/// RESOLVE_NO_MAGICLINKS})`: as [`open_beneath`], opened with `flags` (`O_RDONLY |
+/// O_DIRECTORY` to list a directory, `O_RDONLY | O_NONBLOCK` to read a file) instead of as an
+/// `O_PATH` descriptor. A symbolic link anywhere, the last component included, is `ELOOP`.
+pub fn open_beneath_as(dir: RawFd, path: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
+    const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+    const RESOLVE_BENEATH: u64 = 0x08;
+    let how: [u64; 3] = [
+        (flags | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64,
+        0,
+        RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+    ];
+    // SAFETY: path is NUL-terminated; how is a live 24-byte struct open_how whose size we pass.
+    let r = check_long(unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir,
+            path.as_ptr(),
+            how.as_ptr(),
+            std::mem::size_of_val(&how),
+        )
+    })?;
+    RawFd::try_from(r)
+        .map(own)
+        .map_err(|_| io::Error::from_raw_os_error(libc::EBADF))
+}
+
+/// The file type (`st_mode & S_IFMT`) of `name` in the directory `dir`, not following a
+/// symbolic link (`fstatat` with `AT_SYMLINK_NOFOLLOW`).
+pub fn lstat_at(dir: RawFd, name: &CStr) -> io::Result<libc::mode_t> {
+    // SAFETY: an all-zero stat is a valid value for fstatat to overwrite.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `name` is NUL-terminated and `st` writable, both live for the call.
+    check(unsafe { libc::fstatat(dir, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) })?;
+    Ok(st.st_mode & libc::S_IFMT)
+}
+
+/// The entries of the directory open (for reading, not `O_PATH`) at `dir`: each name with its
+/// `d_type` (`libc::DT_*`; `DT_UNKNOWN` where the filesystem gives none), `.` and `..` left
+/// out, in the directory's order. Listed through the descriptor itself (`getdents64` from
+/// offset 0), never by a path, so no procfs or other path walk is made for it.
+pub fn list_dir(dir: RawFd) -> io::Result<Vec<(std::ffi::CString, u8)>> {
+    // SAFETY: lseek takes integers; a bad descriptor is reported as EBADF.
+    check_long(unsafe { libc::lseek(dir, 0, libc::SEEK_SET) } as libc::c_long)?;
+    let mut buf = vec![0u8; 32 << 10];
+    let mut out = Vec::new();
+    loop {
+        // SAFETY: the pointer and length describe the live, writable `buf`.
+        let n = check_long(unsafe {
+            libc::syscall(libc::SYS_getdents64, dir, buf.as_mut_ptr(), buf.len())
+        })?;
+        let n = usize::try_from(n).unwrap_or(0);
+        if n == 0 {
+            return Ok(out);
+        }
+        // struct linux_dirent64 { u64 d_ino; s64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }
+        let mut at = 0;
+        while at + 19 <= n {
+            let reclen = usize::from(u16::from_ne_bytes([buf[at + 16], buf[at + 17]]));
+            if reclen < 20 || at + reclen > n {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
+            let d_type = buf[at + 18];
+            let name = &buf[at + 19..at + reclen];
+            let len = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+            let name = &name[..len];
+            if name != b"." && name != b".." {
+                let name = std::ffi::CString::new(name)
+                    .map_err(|_| io::Error::from_raw_os_error(libc::EIO))?;
+                out.push((name, d_type));
+            }
+            at += reclen;
+        }
+    }
 }
 
 /// Wraps a raw descriptor we just created and own.
