@@ -732,12 +732,18 @@ pub fn move_mount_fds(from: RawFd, to: RawFd) -> io::Result<()> {
 /// RESOLVE_NO_MAGICLINKS})` (fork-safe): `path` resolved strictly below `dir` without following
 /// any symbolic link, the last component included.
 pub fn open_beneath(dir: RawFd, path: &CStr) -> io::Result<RawFd> {
+    open_beneath_raw(dir, path, libc::O_PATH)
+}
+
+/// The one `openat2` call of [`open_beneath`] and [`open_beneath_as`] (fork-safe: no
+/// allocation), with `flags | O_CLOEXEC | O_NOFOLLOW`.
+fn open_beneath_raw(dir: RawFd, path: &CStr, flags: libc::c_int) -> io::Result<RawFd> {
     const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
     const RESOLVE_NO_SYMLINKS: u64 = 0x04;
     const RESOLVE_BENEATH: u64 = 0x08;
     // struct open_how { flags, mode, resolve }
     let how: [u64; 3] = [
-        (libc::O_PATH | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64,
+        (flags | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64,
         0,
         RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
     ];
@@ -759,27 +765,7 @@ pub fn open_beneath(dir: RawFd, path: &CStr) -> io::Result<RawFd> {
 /// O_DIRECTORY` to list a directory, `O_RDONLY | O_NONBLOCK` to read a file) instead of as an
 /// `O_PATH` descriptor. A symbolic link anywhere, the last component included, is `ELOOP`.
 pub fn open_beneath_as(dir: RawFd, path: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
-    const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
-    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
-    const RESOLVE_BENEATH: u64 = 0x08;
-    let how: [u64; 3] = [
-        (flags | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64,
-        0,
-        RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
-    ];
-    // SAFETY: path is NUL-terminated; how is a live 24-byte struct open_how whose size we pass.
-    let r = check_long(unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir,
-            path.as_ptr(),
-            how.as_ptr(),
-            std::mem::size_of_val(&how),
-        )
-    })?;
-    RawFd::try_from(r)
-        .map(own)
-        .map_err(|_| io::Error::from_raw_os_error(libc::EBADF))
+    open_beneath_raw(dir, path, flags).map(own)
 }
 
 /// The file type (`st_mode & S_IFMT`) of `name` in the directory `dir`, not following a
