@@ -101,48 +101,42 @@ pub(crate) fn mount_view(
                 })
                 .flatten()
                 .map(|entries| (at.clone(), t.writable, entries));
-            if let Some(k) = key.as_ref() {
-                if let Some(lease) = t.store.take_ready(k) {
-                    let fd = lease.fd();
-                    let at_rw = t.writable.then(|| at.clone());
-                    held.push((lease, at_rw));
-                    binds.push((fd, at, t.writable));
-                    if let Some(k) = key {
-                        t.store.remember(k);
+            if let Some(lease) = key.as_ref().and_then(|k| t.store.take_ready(k)) {
+                let fd = lease.fd();
+                held.push((lease, t.writable.then(|| at.clone())));
+                binds.push((fd, at, t.writable));
+            } else {
+                let lease = t.store.lease()?;
+                let fd = lease.fd();
+                // Held before anything is written into it: the slot stays the copy's until the
+                // copy is dead, even if a later step fails.
+                held.push((lease, None));
+                let Some((lease, tree_at)) = held.last_mut() else {
+                    return Err(Error::Spec("item store lease".into()));
+                };
+                let mut has_tree = false;
+                let mut made = crate::tree::Made::default();
+                for (rel, i) in files {
+                    match (
+                        items.get(i),
+                        i.checked_sub(items.len()).and_then(|j| tree.get(j)),
+                    ) {
+                        (Some(item), _) => lease.write(&rel, item.visible())?,
+                        (None, Some(entry)) => {
+                            has_tree = true;
+                            crate::tree::write(lease.fd(), &rel, entry, t.writable, &mut made)?
+                        }
+                        (None, None) => return Err(Error::Spec("item mount plan".into())),
                     }
-                    continue;
                 }
-            }
-            let lease = t.store.lease()?;
-            let fd = lease.fd();
-            // Held before anything is written into it: the slot stays the copy's until the
-            // copy is dead, even if a later step fails.
-            held.push((lease, None));
-            let Some((lease, tree_at)) = held.last_mut() else {
-                return Err(Error::Spec("item store lease".into()));
-            };
-            let mut has_tree = false;
-            let mut made = crate::tree::Made::default();
-            for (rel, i) in files {
-                match (
-                    items.get(i),
-                    i.checked_sub(items.len()).and_then(|j| tree.get(j)),
-                ) {
-                    (Some(item), _) => lease.write(&rel, item.visible())?,
-                    (None, Some(entry)) => {
-                        has_tree = true;
-                        crate::tree::write(lease.fd(), &rel, entry, t.writable, &mut made)?
-                    }
-                    (None, None) => return Err(Error::Spec("item mount plan".into())),
+                // Read-write only for directory items (issue 27): file items in the same slot
+                // stay read-only by their mode and owner (the host's root, unmapped).
+                let rw = has_tree && t.writable;
+                if rw {
+                    *tree_at = Some(at.clone());
                 }
+                binds.push((fd, at, rw));
             }
-            // Read-write only for directory items (issue 27): file items in the same slot
-            // stay read-only by their mode and owner (the host's root, unmapped).
-            let rw = has_tree && t.writable;
-            if rw {
-                *tree_at = Some(at.clone());
-            }
-            binds.push((fd, at, rw));
             if let Some(k) = key {
                 t.store.remember(k);
             }

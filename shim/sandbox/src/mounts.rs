@@ -793,15 +793,19 @@ impl ItemStore {
     /// path as before; the slot written ahead is emptied when another view replaces it, when
     /// a copy needs the slot, or with the store.
     pub fn write_ahead(&self) -> Result<()> {
+        // Taken, not copied: a view is compared with the slot's once, after the call that
+        // remembered it, not at every idle step until the next call.
         let want = {
-            let Ok(a) = self.ahead.lock() else {
+            let Ok(mut a) = self.ahead.lock() else {
                 return Ok(());
             };
-            match (&a.want, &a.ready) {
-                (None, _) => return Ok(()),
-                (Some(w), Some((r, _))) if w == r => return Ok(()),
-                (Some(w), _) => w.clone(),
+            let Some(w) = a.want.take() else {
+                return Ok(());
+            };
+            if a.ready.as_ref().is_some_and(|(r, _)| *r == w) {
+                return Ok(());
             }
+            w
         };
         self.drop_ready();
         let idx = self.claim()?;

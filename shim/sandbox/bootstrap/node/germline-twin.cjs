@@ -134,6 +134,12 @@
   // Returns what the server gets of `chunk` (a Buffer), with every complete twin line taken
   // out and installed.
   function filter(chunk) {
+    // No `#` and nothing held: no twin line starts in this chunk, which passes as it is (the
+    // common case, every chunk but the call's first).
+    if (!held && chunk.indexOf(0x23) < 0) {
+      if (chunk.length > 0) atLineStart = chunk[chunk.length - 1] === NL;
+      return chunk;
+    }
     let data = held ? Buffer.concat([held, chunk]) : chunk;
     held = null;
     const out = [];
@@ -149,11 +155,10 @@
             held = Buffer.from(data.subarray(i));
             break;
           }
-          if (cmp === MARK.length) {
-            install(data.toString("utf8", i + MARK.length, nl));
-            i = nl + 1;
-            continue;
-          }
+          // A newline after a match means the whole mark matched (it holds no newline).
+          install(data.toString("utf8", i + MARK.length, nl));
+          i = nl + 1;
+          continue;
         }
       }
       const nl = data.indexOf(NL, i);
