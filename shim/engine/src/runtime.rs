@@ -324,6 +324,9 @@ pub fn launch_spec(
         state_bytes: 0,
         writable_trees: true,
         twin_line: false,
+        // Twin inputs on: a forked germline binds the twin's replacements before its fork
+        // point, off every call's path (the reference runs get none).
+        twin_forked: twin_inputs_on(),
     })
 }
 

@@ -51,6 +51,7 @@ pub fn launch_spec(root: &Path, draft: &Draft) -> LaunchSpec {
         state_bytes: 0,
         writable_trees: false,
         twin_line: false,
+        twin_forked: false,
     }
 }
 

@@ -274,7 +274,7 @@ impl Germline {
             e
         };
         let config = json!({"path": spec.module_path, "entry": spec.entry, "warm": spec.warm,
-            "warm_calls": spec.warm_calls});
+            "warm_calls": spec.warm_calls, "twin": spec.twin_forked});
         let argv = vec![
             spec.interpreter.clone(),
             "-I".into(),

@@ -181,6 +181,14 @@ pub struct LaunchSpec {
     /// `NODE_OPTIONS`). Off: spawned copies read the real clocks and entropy.
     #[serde(default)]
     pub twin_line: bool,
+    /// Forked copies get their call's twin inputs with their data: the germline binds the
+    /// twin's clock and entropy replacements before its fork point (`germline_twin.py`,
+    /// `twin_prepare`), each answering as its original until a call's data sets the twin
+    /// inputs, so a copy's `twin_install` sets a few values instead of rebinding module
+    /// namespaces on the call's path. Off: bound by the copy when its data carries twin
+    /// inputs, and not at all otherwise (the reference runs).
+    #[serde(default)]
+    pub twin_forked: bool,
 }
 
 /// The twin-input preload of spawned Node copies (docs/evidence.md, "Twin inputs"): loaded
@@ -227,6 +235,7 @@ impl LaunchSpec {
             state_bytes: 0,
             writable_trees: false,
             twin_line: false,
+            twin_forked: false,
         }
     }
 }

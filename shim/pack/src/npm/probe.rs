@@ -41,6 +41,7 @@ pub fn launch_spec(root: &Path, entry: &[String], readable_paths: &[String]) -> 
         state_bytes: 0,
         writable_trees: false,
         twin_line: false,
+        twin_forked: false,
     }
 }
 

@@ -473,6 +473,7 @@ def copy_main(sock_fd, cmd):
         # re-runs compare them), and the others may change tool state.
         warm([c for c in (CONFIG.get("warm_calls") or ()) if c.get("in_pool") is True], report=False)
         twin_index()  # the session may have imported modules that bound a clock
+        twin_touch()  # the pages the call's twin_install writes, copied now
     import anyio
 
     # The copy socket is the server's stdio, read and written on the event loop itself (the
@@ -636,6 +637,10 @@ def main():
         warmed = bool(CONFIG.get("warm")) and warm(CONFIG.get("warm_calls") or ())
         settle()
         twin_index()  # germline_twin.py, prepended
+        if CONFIG.get("twin"):
+            # Every copy gets twin inputs: the replacements are bound here, once, so a
+            # copy's twin_install only sets the call's values (germline_twin.py).
+            twin_prepare()
     except SystemExit:
         raise
     except BaseException:

@@ -17,7 +17,21 @@
 # loop's own clock (asyncio keeps the real monotonic clock so that its timeouts work; it
 # only orders the loop's own work). Those remain nondeterminism for the probe's control run
 # to expose (Table XIV: "unverified nondeterminism").
-import hashlib as _twin_hashlib
+import time as _twin_time
+
+try:
+    # CPython's own SHA-256 (the same digest as OpenSSL's): its first use in a forked copy
+    # costs 0.02 ms, OpenSSL's 0.09 ms however warm the germline's is.
+    from _sha2 import sha256 as _twin_sha256  # 3.12 and later
+except ImportError:
+    try:
+        from _sha256 import sha256 as _twin_sha256  # 3.11 and earlier
+    except ImportError:
+        from hashlib import sha256 as _twin_sha256
+
+# The real monotonic clock, for asyncio's loop (in a tuple: the index below rebinds every
+# module-level name bound to an original, this module's own included).
+_REAL_MONOTONIC = (_twin_time.monotonic,)
 
 
 class _TwinStream:
@@ -33,33 +47,28 @@ class _TwinStream:
         if n < 0:
             raise ValueError("negative argument not allowed")
         while len(self.buf) < n:
-            self.buf += _twin_hashlib.sha256(
+            self.buf += _twin_sha256(
                 b"germline-twin" + self.seed + self.counter.to_bytes(8, "little")).digest()
             self.counter += 1
         out, self.buf = self.buf[:n], self.buf[n:]
         return out
 
 
-class _TwinClock:
-    def __init__(self, base_ns):
-        self.next = int(base_ns)
-
-    def ns(self):
-        v = self.next
-        self.next += 1000
-        return v
-
-    def s(self):
-        return self.ns() / 1e9
-
-
 TWIN = {}
+
+# The call's twin state once `twin_install` ran: (stream, wall, mono, perf, cpu), each clock a
+# one-element list holding its next value in ns. None until then: every replacement answers
+# as the original it replaced.
+_TWIN_LIVE = [None]
+# Whether `twin_prepare` installed the replacements (in the germline, before its fork point,
+# when the shim said its copies get twin inputs: CONFIG["twin"]).
+_TWIN_PREPARED = [False]
 
 # Where modules loaded before the fork bound an original clock or entropy function under a
 # name of their own (`from time import time`): (module dict, key, original). Built once in
-# the germline (twin_index, after its imports and warming), so that a copy's twin_install
-# rebinds those few names instead of walking every module's namespace, which touches (and
-# so copies, page by page) most of the interpreter's heap on the call's path.
+# the germline (twin_index, after its imports and warming), so that the replacements are
+# bound to those few names instead of walking every module's namespace, which touches (and
+# so copies, page by page) most of the interpreter's heap.
 _TWIN_SITES = None
 # sys.modules as the last twin_index walked it: name -> id of the module.
 _TWIN_SEEN = None
@@ -87,7 +96,8 @@ def twin_index():
     import datetime as _dt
     import sys as _sys
     import time as _time
-    if _TWIN_SEEN is not None and len(_sys.modules) == len(_TWIN_SEEN):
+    if _TWIN_PREPARED[0] or (_TWIN_SEEN is not None and len(_sys.modules) == len(_TWIN_SEEN)):
+        # Prepared: modules loaded since bound the replacements, not the originals.
         return
     originals = {id(o): o for o in _twin_originals()}
     sites = list(_TWIN_SITES or ())
@@ -106,43 +116,80 @@ def twin_index():
     _TWIN_SEEN = seen
 
 
-def twin_install(time_ns, seed):
+def _twin_clock(orig, which, seconds):
+    # time.<name>: the original until the call's state is installed, then clock `which` of
+    # it (1 wall, 2 monotonic, 3 perf_counter, 4 CPU), advancing 1 µs per read.
+    if seconds:
+        def clock():
+            live = _TWIN_LIVE[0]
+            if live is None:
+                return orig()
+            c = live[which]
+            v = c[0]
+            c[0] = v + 1000
+            return v / 1e9
+    else:
+        def clock():
+            live = _TWIN_LIVE[0]
+            if live is None:
+                return orig()
+            c = live[which]
+            v = c[0]
+            c[0] = v + 1000
+            return v
+    clock.__name__ = clock.__qualname__ = getattr(orig, "__name__", "clock")
+    return clock
+
+
+def _twin_wall_s():
+    live = _TWIN_LIVE[0]
+    c = live[1]
+    v = c[0]
+    c[0] = v + 1000
+    return v / 1e9
+
+
+def twin_prepare():
+    """Installs the replacements of every clock and entropy function named at the top, bound
+    wherever the index found an original, each answering as its original until
+    `twin_install` sets the call's state. Nothing here depends on a call, so the germline runs
+    it once before its fork point (CONFIG["twin"]) and a copy's `twin_install` only sets a few
+    values: the module namespaces, the replacement classes and OpenSSL's digest state are then
+    the germline's pages, not copied (copy-on-write) on the call's path."""
     import datetime as _dt
     import os as _os
     import random as _random
     import sys as _sys
     import time as _time
 
-    stream = _TwinStream(seed)
-    wall = _TwinClock(time_ns)
-    # Monotonic-like clocks start at fixed bases that depend on nothing of the host.
-    mono = _TwinClock(1_000_000_000_000)
-    perf = _TwinClock(1_000_000_000)
-    cpu = _TwinClock(0)
-    real_monotonic = _time.monotonic
+    if _TWIN_PREPARED[0]:
+        return
+    which = {"time": 1, "monotonic": 2, "perf_counter": 3, "process_time": 4, "thread_time": 4}
+    replace = {}
+    for base, w in which.items():
+        for name, seconds in ((base, True), (base + "_ns", False)):
+            orig = getattr(_time, name, None)
+            if orig is not None:
+                f = _twin_clock(orig, w, seconds)
+                replace[id(orig)] = f
+                setattr(_time, name, f)
+
+    real_urandom = _os.urandom
 
     def urandom(n):
-        return stream.read(n)
+        live = _TWIN_LIVE[0]
+        return real_urandom(n) if live is None else live[0].read(n)
 
-    def getrandom(size, flags=0):
-        return stream.read(size)
-
-    fns = {
-        "time": wall.s, "time_ns": wall.ns,
-        "monotonic": mono.s, "monotonic_ns": mono.ns,
-        "perf_counter": perf.s, "perf_counter_ns": perf.ns,
-        "process_time": cpu.s, "process_time_ns": cpu.ns,
-        "thread_time": cpu.s, "thread_time_ns": cpu.ns,
-    }
-    replace = {}
-    for name, f in fns.items():
-        if hasattr(_time, name):
-            replace[id(getattr(_time, name))] = f
-            setattr(_time, name, f)
-    replace[id(_os.urandom)] = urandom
+    replace[id(real_urandom)] = urandom
     _os.urandom = urandom
     if hasattr(_os, "getrandom"):
-        replace[id(_os.getrandom)] = getrandom
+        real_getrandom = _os.getrandom
+
+        def getrandom(size, flags=0):
+            live = _TWIN_LIVE[0]
+            return real_getrandom(size, flags) if live is None else live[0].read(size)
+
+        replace[id(real_getrandom)] = getrandom
         _os.getrandom = getrandom
     _random._urandom = urandom
 
@@ -151,28 +198,36 @@ def twin_install(time_ns, seed):
     class datetime(base_dt):  # noqa: N801 (keeps the class's public name)
         @classmethod
         def now(cls, tz=None):
-            return cls.fromtimestamp(wall.s(), tz)
+            if _TWIN_LIVE[0] is None:
+                return super().now(tz)
+            return cls.fromtimestamp(_twin_wall_s(), tz)
 
         @classmethod
         def utcnow(cls):
-            return cls.utcfromtimestamp(wall.s())
+            if _TWIN_LIVE[0] is None:
+                return super().utcnow()
+            return cls.utcfromtimestamp(_twin_wall_s())
 
         @classmethod
         def today(cls):
-            return cls.fromtimestamp(wall.s())
+            if _TWIN_LIVE[0] is None:
+                return super().today()
+            return cls.fromtimestamp(_twin_wall_s())
 
     class date(base_date):  # noqa: N801
         @classmethod
         def today(cls):
-            return cls.fromtimestamp(wall.s())
+            if _TWIN_LIVE[0] is None:
+                return super().today()
+            return cls.fromtimestamp(_twin_wall_s())
 
     replace[id(base_dt)] = datetime
     replace[id(base_date)] = date
     _dt.datetime, _dt.date = datetime, date
 
-    # Modules that imported a name before the fork (`from time import time`, `from datetime
-    # import datetime`) hold the originals: rebind them too, from the germline's index when
-    # it has one (modules loaded since then imported the replacements already).
+    # Modules that imported a name before (`from time import time`, `from datetime import
+    # datetime`) hold the originals: rebind them too, from the germline's index when it has
+    # one (modules loaded since then import the replacements).
     if _TWIN_SITES is not None:
         for d, k, orig in _TWIN_SITES:
             r = replace.get(id(orig))
@@ -196,10 +251,34 @@ def twin_install(time_ns, seed):
     # asyncio's loop keeps the real clock: its timers must expire.
     try:
         import asyncio.base_events as aio
-        aio.BaseEventLoop.time = lambda self: real_monotonic()
+        aio.BaseEventLoop.time = lambda self, _m=_REAL_MONOTONIC[0]: _m()
     except ImportError:
         pass
+    _TwinStream(0).read(1)  # the digest's first use, here rather than in every copy
+    _TWIN_PREPARED[0] = True
 
+
+def twin_touch():
+    """In a pool copy while it waits for its call: the pages its `twin_install` writes are
+    written now (copy-on-write) with the values they hold, so nothing changes but where the
+    copying happens."""
+    import random as _random
+
+    if not _TWIN_PREPARED[0]:
+        return
+    _TwinStream(0).read(1)
+    _random.setstate(_random.getstate())
+
+
+def twin_install(time_ns, seed):
+    """The call's twin inputs, from its data: every replacement follows them from now on."""
+    import random as _random
+    import sys as _sys
+
+    twin_prepare()  # done in the germline already when its copies get twin inputs
+    stream = _TwinStream(seed)
+    # Monotonic-like clocks start at fixed bases that depend on nothing of the host.
+    _TWIN_LIVE[0] = (stream, [int(time_ns)], [1_000_000_000_000], [1_000_000_000], [0])
     _random.seed(int.from_bytes(stream.read(32), "little"))
     np = _sys.modules.get("numpy")
     if np is not None:

@@ -50,5 +50,6 @@ pub fn spec() -> LaunchSpec {
         state_bytes: 0,
         writable_trees: false,
         twin_line: false,
+        twin_forked: false,
     }
 }
