@@ -101,6 +101,45 @@ fn warm_calls_run_once_in_the_germline_and_pool_copies_answer_like_fresh_ones() 
     }
 }
 
+/// MCPServer runs a synchronous tool on a worker thread of the event loop that serves it. A
+/// pool copy runs its `in_pool` warm calls on that same loop, before it reads its call, so
+/// the call runs on the worker its warming started: no thread is started on the call's path.
+/// A copy forked for the call starts one (its germline's warming loop, and its worker, ended
+/// before the fork point).
+#[test]
+fn a_pool_copy_serves_its_call_on_the_worker_thread_its_warming_started() {
+    if !common::can_run() {
+        return;
+    }
+    for pool in [1, 0] {
+        let mut spec = common::test_release("plain");
+        spec.warm = true;
+        spec.warm_calls = vec![json!({"tool": "worker", "arguments": {}, "in_pool": true})];
+        let mut o = common::opts("worker");
+        o.pool = pool;
+        let mut g = Germline::start(spec, o).expect("start");
+        common::wait_pool_ready(&mut g);
+        let got = common::call_text(&mut g, "worker", json!({})).expect("call");
+        let v: serde_json::Value = serde_json::from_str(&got).expect("JSON");
+        let seen: Vec<u64> = v["seen"]
+            .as_array()
+            .expect("seen")
+            .iter()
+            .filter_map(serde_json::Value::as_u64)
+            .collect();
+        let now = v["now"].as_u64().expect("now");
+        if pool > 0 {
+            // The germline's warm call, then the pool copy's own.
+            assert_eq!(seen.len(), 2, "{got}");
+            assert_eq!(Some(&now), seen.last(), "pool copy: {got}");
+        } else {
+            assert_eq!(seen.len(), 1, "{got}");
+            assert!(!seen.contains(&now), "fresh copy: {got}");
+        }
+        g.stop().expect("stop");
+    }
+}
+
 #[test]
 fn the_copy_gets_its_deadline_and_leaves_nothing_behind() {
     if !common::can_run() {

@@ -277,11 +277,11 @@ def _report_warm_failure(tool, why, report):
         WARM_FAILED.append(f"{tool!r}: " + " ".join(str(why).split())[:300])
 
 
-def warm(warm_calls=(), report=True):
+async def warm_session(warm_calls=(), report=True):
     # One synthetic session on public data: initialize, tools/list and the manifest's warm
     # calls (docs/sandbox.md). A warm call that fails is skipped, as an optimisation that did
     # not apply; with `report` (the germline's own session; a pool copy reruns the same calls
-    # on the same public data) it is listed for the shim.
+    # on the same public data) it is listed for the shim. False if the session itself failed.
     import anyio
     sdk = SDK_IN_USE
     sdk.load()
@@ -325,8 +325,18 @@ def warm(warm_calls=(), report=True):
             tg.cancel_scope.cancel()
 
     try:
-        anyio.run(session)
+        await session()
         return True
+    except Exception:
+        return False
+
+
+def warm(warm_calls=(), report=True):
+    # The germline's warming: its own event loop, ended (with its worker threads) before the
+    # fork point.
+    import anyio
+    try:
+        return anyio.run(warm_session, warm_calls, report)
     except Exception:
         return False
 
@@ -464,16 +474,9 @@ def copy_main(sock_fd, cmd):
             pass
         os.close(closed_r)
     sock.sendall(json.dumps({"op": "ready", "t": t}).encode() + b"\n")
-    if _peek_line(sock, fds).startswith(b'{"op":"prewarm"'):
+    prewarm = _peek_line(sock, fds).startswith(b'{"op":"prewarm"')
+    if prewarm:
         _PENDING[0] = _PENDING[0].partition(b"\n")[2]
-        # A checked pool copy, holding no data: the synthetic session once more while it waits
-        # for its call, so the pages it touches are copied now (copy-on-write), off the call's
-        # path. Only the warm calls the publisher marked `in_pool` (running them again changes no
-        # later answer): a pool copy must answer a call as a freshly forked one would (probe
-        # re-runs compare them), and the others may change tool state.
-        warm([c for c in (CONFIG.get("warm_calls") or ()) if c.get("in_pool") is True], report=False)
-        twin_index()  # the session may have imported modules that bound a clock
-        twin_touch()  # the pages the call's twin_install writes, copied now
     import anyio
 
     # The copy socket is the server's stdio, read and written on the event loop itself (the
@@ -483,6 +486,20 @@ def copy_main(sock_fd, cmd):
     COPY_WIRE = wire  # where a test release playing a Trojan finds the raw channel
 
     async def serve():
+        if prewarm:
+            # A checked pool copy, holding no data: the synthetic session once more while it
+            # waits for its call, so the pages it touches are copied now (copy-on-write), off
+            # the call's path. Only the warm calls the publisher marked `in_pool` (running them
+            # again changes no later answer): a pool copy must answer a call as a freshly
+            # forked one would (probe re-runs compare them), and the others may change tool
+            # state. On the event loop that serves the call, before the wire is read: anyio
+            # keeps a loop's idle worker threads, so a server that runs synchronous tools on
+            # one (the SDK's MCPServer does) starts the call on the thread its warming made
+            # instead of starting a new thread on the call's path.
+            await warm_session([c for c in (CONFIG.get("warm_calls") or ()) if c.get("in_pool") is True],
+                               report=False)
+            twin_index()  # the session may have imported modules that bound a clock
+            twin_touch()  # the pages the call's twin_install writes, copied now
         async with ORIGINAL["stdio_server"](stdin=wire, stdout=wire) as (read_stream, write_stream):
             await ORIGINAL["run"](CAPTURED["server"], read_stream, write_stream, CAPTURED["options"])
 

@@ -10,6 +10,7 @@ import time
 from mcp.server.mcpserver import Context, MCPServer
 
 INIT = {}
+WORKERS = []
 KEEP = []
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -223,6 +224,16 @@ def server(name="test"):
         # The client capabilities this copy's `initialize` announced.
         caps = ctx.session.client_capabilities
         return json.dumps(caps.model_dump(exclude_none=True) if caps is not None else None)
+
+    @s.tool()
+    def worker() -> str:
+        # The thread a synchronous tool runs on (MCPServer runs them on a worker thread): the
+        # threads of this process's earlier calls, and this call's.
+        import threading
+        now = threading.get_native_id()
+        seen = list(WORKERS)
+        WORKERS.append(now)
+        return json.dumps({"seen": seen, "now": now})
 
     @s.tool()
     def count() -> str:
