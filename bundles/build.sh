@@ -33,37 +33,8 @@ if [ ! -f "$out/keys/cosign.key" ]; then
     "$germline" keygen --dir "$out/keys" >/dev/null
 fi
 
-copy_with_libs() { # copy an ELF file and every shared library it needs into the rootfs
-    local rootfs="$1"; shift
-    for f in "$@"; do
-        ldd "$f" 2>/dev/null | awk '/=> \//{print $3} /^\s*\/lib/{print $1}' | while read -r lib; do
-            local real; real="$(readlink -f "$lib")"
-            local dest="$rootfs/usr${lib#/usr}"
-            [ -e "$dest" ] && continue
-            mkdir -p "$(dirname "$dest")"
-            cp -L "$real" "$dest"
-        done
-    done
-}
-
-make_runtime() { # a minimal Debian python3.11 runtime
-    local rootfs="$1"
-    # /dev, /proc, /run and /tmp are the mount points of the germline and its copies (empty, signed).
-    mkdir -p "$rootfs"/usr/{bin,lib,lib64} "$rootfs"/etc/ssl/certs "$rootfs"/{dev,proc,run,tmp} "$rootfs"/usr/lib/python3/dist-packages
-    ln -s usr/bin "$rootfs/bin"; ln -s usr/lib "$rootfs/lib"; ln -s usr/lib64 "$rootfs/lib64"
-    cp -L "$PY" "$rootfs/usr/bin/python3.11"
-    ln -s python3.11 "$rootfs/usr/bin/python3"
-    tar -C / --exclude='python3.11/test' --exclude='python3.11/idlelib' --exclude='python3.11/tkinter' \
-        --exclude='python3.11/ensurepip' --exclude='python3.11/lib2to3' -cf - usr/lib/python3.11 \
-        | tar -C "$rootfs" -xf -
-    [ -d /etc/python3.11 ] && cp -rL /etc/python3.11 "$rootfs/etc/python3.11"
-    cp -L /etc/ssl/certs/ca-certificates.crt "$rootfs/etc/ssl/certs/ca-certificates.crt"
-    [ -d /usr/share/zoneinfo ] && mkdir -p "$rootfs/usr/share" && cp -r /usr/share/zoneinfo "$rootfs/usr/share/zoneinfo"
-    copy_with_libs "$rootfs" "$PY" /usr/lib/python3.11/lib-dynload/*.so
-    # ld.so at its ABI path
-    mkdir -p "$rootfs/usr/lib64"
-    [ -e "$rootfs/usr/lib64/ld-linux-x86-64.so.2" ] || cp -L /lib64/ld-linux-x86-64.so.2 "$rootfs/usr/lib64/ld-linux-x86-64.so.2"
-}
+# copy_with_libs and make_runtime: the Python runtime every release here shares.
+. "$here/lib.sh"
 
 names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
@@ -72,7 +43,7 @@ fi
 for name in "${names[@]}"; do
     manifest="$here/$name/manifest.json"
     version="$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["version"])' "$manifest")"
-    stamp="$(cat "$manifest" "$here/build.sh" | sha256sum | cut -c1-16)"
+    stamp="$(cat "$manifest" "$here/build.sh" "$here/lib.sh" | sha256sum | cut -c1-16)"
     if [ -f "$here/$name/source" ]; then
         read -r srcdir _ < "$here/$name/source"
         stamp="$( (cat "$here/$name/source"; echo "$stamp"; find "$here/$srcdir" -type f -not -path '*/__pycache__/*' \

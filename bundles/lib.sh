@@ -1,7 +1,6 @@
-# The Python runtime of bundles/build-corpus.sh's releases: a minimal Debian python3.11 rootfs.
-# Expects PY (the host's /usr/bin/python3.11). The same recipe as make_runtime in bundles/build.sh
-# (kept in step by hand, including main's /dev, /proc, /run, /tmp mount points); fold the two
-# together when both land.
+# The Python runtime of the releases bundles/build.sh and bundles/build-corpus.sh build: a
+# minimal Debian python3.11 rootfs. Expects PY (the host's /usr/bin/python3.11). Both scripts
+# include their stamps' hash of this file, so a change here rebuilds their releases.
 copy_with_libs() { # copy an ELF file and every shared library it needs into the rootfs
     local rootfs="$1"; shift
     for f in "$@"; do
@@ -25,6 +24,11 @@ make_runtime() { # a minimal Debian python3.11 runtime
     tar -C / --exclude='python3.11/test' --exclude='python3.11/idlelib' --exclude='python3.11/tkinter' \
         --exclude='python3.11/ensurepip' --exclude='python3.11/lib2to3' -cf - usr/lib/python3.11 \
         | tar -C "$rootfs" -xf -
+    # The standard library's bytecode again, checked-hash (as the packages' below): Debian's
+    # .pyc are checked against the source's mtime, which packing (mtime 0) and unpacking
+    # change, so every process of the release would compile the standard library again.
+    "$PY" -m compileall -q -j 0 --invalidation-mode checked-hash -s "$rootfs/usr/lib/python3.11" \
+        -p /usr/lib/python3.11 "$rootfs/usr/lib/python3.11" >/dev/null
     [ -d /etc/python3.11 ] && cp -rL /etc/python3.11 "$rootfs/etc/python3.11"
     cp -L /etc/ssl/certs/ca-certificates.crt "$rootfs/etc/ssl/certs/ca-certificates.crt"
     [ -d /usr/share/zoneinfo ] && mkdir -p "$rootfs/usr/share" && cp -r /usr/share/zoneinfo "$rootfs/usr/share/zoneinfo"
