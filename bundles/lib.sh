@@ -27,7 +27,8 @@ make_runtime() { # a minimal Debian python3.11 runtime
     # The standard library's bytecode again, checked-hash (as the packages' below): Debian's
     # .pyc are checked against the source's mtime, which packing (mtime 0) and unpacking
     # change, so every process of the release would compile the standard library again.
-    "$PY" -m compileall -q -j 0 --invalidation-mode checked-hash -s "$rootfs/usr/lib/python3.11" \
+    # Forced (-f): tar kept the mtimes here, so compileall would find Debian's up to date.
+    "$PY" -m compileall -q -f -j 0 --invalidation-mode checked-hash -s "$rootfs/usr/lib/python3.11" \
         -p /usr/lib/python3.11 "$rootfs/usr/lib/python3.11" >/dev/null
     [ -d /etc/python3.11 ] && cp -rL /etc/python3.11 "$rootfs/etc/python3.11"
     cp -L /etc/ssl/certs/ca-certificates.crt "$rootfs/etc/ssl/certs/ca-certificates.crt"

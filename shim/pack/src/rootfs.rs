@@ -172,7 +172,9 @@ pub fn compile(python: &Path, root: &Path) -> Result<()> {
     let version = python_version(python)?;
     let stdlib = root.join("usr/lib").join(&version);
     let mut cmd = Command::new(python);
-    cmd.args(["-m", "compileall", "-q", "-j", "0"])
+    // Forced: a `.pyc` that matches its source's mtime here (a copy that kept it) is still
+    // replaced, since the layer will not keep it.
+    cmd.args(["-m", "compileall", "-q", "-f", "-j", "0"])
         .args(["--invalidation-mode", "checked-hash"])
         .arg("-s")
         .arg(&stdlib)
@@ -338,18 +340,25 @@ mod tests {
         }
         std::fs::write(stdlib.join("stdmod.py"), "X = 1\n").expect("write");
         std::fs::write(site.join("sitemod.py"), "Y = 2\n").expect("write");
-        // A stale timestamp .pyc, as Debian's are in a copied rootfs.
+        // A timestamp .pyc that matches its source here (as Debian's do where a copy kept the
+        // mtimes): it must be replaced all the same, since a packed layer will not keep them.
         let cache = stdlib.join("__pycache__");
-        std::fs::create_dir_all(&cache).expect("mkdir");
-        let stale = cache.join(format!(
-            "stdmod.cpython-{}.pyc",
-            version.replace("python", "").replace('.', "")
-        ));
-        let mut header = vec![0u8; 16];
-        header[0..4].copy_from_slice(b"\xa7\x0d\x0d\x0a");
-        std::fs::write(&stale, &header).expect("write");
-        compile(python, root).expect("compile");
         let tag = version.replace("python", "").replace('.', "");
+        let made = Command::new(python)
+            .args([
+                "-c",
+                "import py_compile,sys; py_compile.compile(sys.argv[1], doraise=True)",
+            ])
+            .arg(stdlib.join("stdmod.py"))
+            .status()
+            .expect("py_compile");
+        assert!(made.success());
+        assert_eq!(
+            pyc_flags(&cache.join(format!("stdmod.cpython-{tag}.pyc"))),
+            0,
+            "a timestamp .pyc to start from"
+        );
+        compile(python, root).expect("compile");
         for (pyc, src) in [
             (
                 cache.join(format!("stdmod.cpython-{tag}.pyc")),
