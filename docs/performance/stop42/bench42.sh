@@ -25,4 +25,17 @@ for r in $(seq 1 $rounds); do for v in base new; do
     bundles/out/mcp-server-git/bundle > $out/git-$v-r$r.txt 2>&1 || echo "run failed: $out/git-$v-r$r.txt"
   echo "git $v r$r: $(grep -E '^(sig-pin|germline) ' $out/git-$v-r$r.txt | tr -s ' ' | cut -d' ' -f1-4 | tr '\n' '|') load $(cut -d' ' -f1 /proc/loadavg)"
 done; done
+echo "== git_status in process (phases, release), base and new alternated, pool 2, 100 calls at 20 ms"
+for r in 1 2; do for v in base new; do
+  if [ $v = base ]; then b=$BASE_DIR; else b=$NEW_DIR; fi
+  mkdir -p $out/st-ph-$v
+  $b/examples/phases --policy $d/policy.toml --key $key --pool 2 --state-dir $out/st-ph-$v \
+    $root/bundles/out/mcp-server-git/bundle --tool git_status --arguments "{\"repo_path\":\"$d/repo\"}" \
+    --calls 100 --warmup 20 --gap-ms 20 --cpu > $out/git-phases-$v-r$r.txt 2>&1 || echo "phases failed: $out/git-phases-$v-r$r.txt"
+  echo "phases $v r$r: $(grep -E 'handle p50| copy.mcp ' $out/git-phases-$v-r$r.txt | tr -s ' ' | tr '\n' '|')"
+done; done
+if [ "${TIME_AB:-1}" = 1 ]; then
+  echo "== mcp-server-time (forked Python, twin inputs on) bench-ab, 2 rounds"
+  bash scripts/bench-ab.sh $BASE_DIR/germline $NEW_DIR/germline $out/ab 2
+fi
 echo "== done $(date)"

@@ -118,25 +118,19 @@ def twin_index():
 
 def _twin_clock(orig, which, seconds):
     # time.<name>: the original until the call's state is installed, then clock `which` of
-    # it (1 wall, 2 monotonic, 3 perf_counter, 4 CPU), advancing 1 µs per read.
-    if seconds:
-        def clock():
-            live = _TWIN_LIVE[0]
-            if live is None:
-                return orig()
-            c = live[which]
-            v = c[0]
-            c[0] = v + 1000
-            return v / 1e9
-    else:
-        def clock():
-            live = _TWIN_LIVE[0]
-            if live is None:
-                return orig()
-            c = live[which]
-            v = c[0]
-            c[0] = v + 1000
-            return v
+    # it (1 wall, 2 monotonic, 3 perf_counter, 4 CPU), advancing 1 µs per read; in seconds
+    # (a float) or nanoseconds.
+    scale = 1e9 if seconds else None
+
+    def clock():
+        live = _TWIN_LIVE[0]
+        if live is None:
+            return orig()
+        c = live[which]
+        v = c[0]
+        c[0] = v + 1000
+        return v if scale is None else v / scale
+
     clock.__name__ = clock.__qualname__ = getattr(orig, "__name__", "clock")
     return clock
 
