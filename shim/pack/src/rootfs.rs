@@ -159,29 +159,19 @@ fn find_files(dir: &Path, out: &mut Vec<PathBuf>) {
 /// layer (mtime 0) and an unpacked bundle all change, so Python found every one stale and
 /// compiled the standard library again in every process (0.35 s of each mcp-server-git start).
 pub fn compile(python: &Path, root: &Path) -> Result<()> {
-    let site = root.join(SITE);
-    let strip = root.join("usr/lib/python3");
+    let stdlib = root.join("usr/lib").join(python_version(python)?);
+    // One run over both trees, each file named as the rootfs sees it (`root` stripped, `/`
+    // put in front). Forced: a `.pyc` that matches its source's mtime here (a copy that kept
+    // it) is still replaced, since the layer will not keep the mtime.
     let mut cmd = Command::new(python);
-    cmd.args(["-m", "compileall", "-q", "-j", "0"])
-        .args(["--invalidation-mode", "checked-hash"])
-        .arg("-s")
-        .arg(&strip)
-        .args(["-p", "/usr/lib/python3"])
-        .arg(&site);
-    run(&mut cmd, "python -m compileall").map(drop)?;
-    let version = python_version(python)?;
-    let stdlib = root.join("usr/lib").join(&version);
-    let mut cmd = Command::new(python);
-    // Forced: a `.pyc` that matches its source's mtime here (a copy that kept it) is still
-    // replaced, since the layer will not keep it.
     cmd.args(["-m", "compileall", "-q", "-f", "-j", "0"])
         .args(["--invalidation-mode", "checked-hash"])
         .arg("-s")
-        .arg(&stdlib)
-        .arg("-p")
-        .arg(Path::new("/usr/lib").join(&version))
+        .arg(root)
+        .args(["-p", "/"])
+        .arg(root.join(SITE))
         .arg(&stdlib);
-    run(&mut cmd, "python -m compileall (standard library)").map(drop)
+    run(&mut cmd, "python -m compileall").map(drop)
 }
 
 /// The shared libraries of the installed packages' extension modules.

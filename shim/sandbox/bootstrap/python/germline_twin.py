@@ -135,29 +135,22 @@ def _twin_clock(orig, which, seconds):
     return clock
 
 
-def _twin_wall_s():
-    live = _TWIN_LIVE[0]
-    c = live[1]
-    v = c[0]
-    c[0] = v + 1000
-    return v / 1e9
-
-
 def twin_prepare():
     """Installs the replacements of every clock and entropy function named at the top, bound
     wherever the index found an original, each answering as its original until
     `twin_install` sets the call's state. Nothing here depends on a call, so the germline runs
     it once before its fork point (CONFIG["twin"]) and a copy's `twin_install` only sets a few
-    values: the module namespaces, the replacement classes and OpenSSL's digest state are then
+    values: the module namespaces, the replacement classes and the digest's first use are then
     the germline's pages, not copied (copy-on-write) on the call's path."""
     import datetime as _dt
     import os as _os
     import random as _random
-    import sys as _sys
     import time as _time
 
     if _TWIN_PREPARED[0]:
         return
+    if _TWIN_SITES is None:
+        twin_index()  # where the originals are bound, before they are replaced
     which = {"time": 1, "monotonic": 2, "perf_counter": 3, "process_time": 4, "thread_time": 4}
     replace = {}
     for base, w in which.items():
@@ -187,6 +180,7 @@ def twin_prepare():
         _os.getrandom = getrandom
     _random._urandom = urandom
 
+    wall_s = _time.time  # the replacement: the wall clock of the call's twin inputs
     base_dt, base_date = _dt.datetime, _dt.date
 
     class datetime(base_dt):  # noqa: N801 (keeps the class's public name)
@@ -194,53 +188,41 @@ def twin_prepare():
         def now(cls, tz=None):
             if _TWIN_LIVE[0] is None:
                 return super().now(tz)
-            return cls.fromtimestamp(_twin_wall_s(), tz)
+            return cls.fromtimestamp(wall_s(), tz)
 
         @classmethod
         def utcnow(cls):
             if _TWIN_LIVE[0] is None:
                 return super().utcnow()
-            return cls.utcfromtimestamp(_twin_wall_s())
+            return cls.utcfromtimestamp(wall_s())
 
         @classmethod
         def today(cls):
             if _TWIN_LIVE[0] is None:
                 return super().today()
-            return cls.fromtimestamp(_twin_wall_s())
+            return cls.fromtimestamp(wall_s())
 
     class date(base_date):  # noqa: N801
         @classmethod
         def today(cls):
             if _TWIN_LIVE[0] is None:
                 return super().today()
-            return cls.fromtimestamp(_twin_wall_s())
+            return cls.fromtimestamp(wall_s())
 
     replace[id(base_dt)] = datetime
     replace[id(base_date)] = date
     _dt.datetime, _dt.date = datetime, date
 
     # Modules that imported a name before (`from time import time`, `from datetime import
-    # datetime`) hold the originals: rebind them too, from the germline's index when it has
-    # one (modules loaded since then import the replacements).
-    if _TWIN_SITES is not None:
-        for d, k, orig in _TWIN_SITES:
-            r = replace.get(id(orig))
-            if r is not None and d.get(k) is orig:
-                try:
-                    d[k] = r
-                except Exception:
-                    pass
-    for mod in (() if _TWIN_SITES is not None else list(_sys.modules.values())):
-        d = getattr(mod, "__dict__", None)
-        if not isinstance(d, dict) or mod is _time or mod is _dt:
-            continue
-        for k, v in list(d.items()):
-            r = replace.get(id(v))
-            if r is not None:
-                try:
-                    d[k] = r
-                except Exception:
-                    pass
+    # datetime`) hold the originals: rebind them too, from the index (modules loaded from now
+    # on import the replacements).
+    for d, k, orig in _TWIN_SITES:
+        r = replace.get(id(orig))
+        if r is not None and d.get(k) is orig:
+            try:
+                d[k] = r
+            except Exception:
+                pass
 
     # asyncio's loop keeps the real clock: its timers must expire.
     try:
