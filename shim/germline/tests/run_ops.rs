@@ -434,14 +434,29 @@ fn status_shows_a_running_session_and_forgets_it_when_it_ends() {
     );
     let first = run.next();
     assert_eq!(first["ok"], json!(true), "{first}");
-    // `germline run` is the agent's child.
-    let run_pid = descendants(run.pid())
+    // `germline run` is the agent's child. Children it forked and that did not exec (the
+    // germline's keeper) show the same command line, and after the kernel's pids wrap around
+    // one may have the lower pid: the run is the one whose parent is none of them.
+    let runs: Vec<i32> = descendants(run.pid())
         .into_iter()
-        .find(|p| {
+        .filter(|p| {
             std::fs::read_to_string(format!("/proc/{p}/cmdline"))
                 .map(|c| c.split('\0').nth(1) == Some("run"))
                 .unwrap_or(false)
         })
+        .collect();
+    let parent = |p: i32| -> Option<i32> {
+        let s = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+        s.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    let run_pid = *runs
+        .iter()
+        .find(|p| parent(**p).is_some_and(|pp| !runs.contains(&pp)))
         .expect("the germline run process");
     // The run's state file is written on a thread of its own after the call (engine::status):
     // right after the answer it may still tell of no call. Read until it tells of one.
