@@ -786,6 +786,7 @@ agent = ["hr", "finance"]
             },
             consumers: None,
             flows: Vec::new(),
+            read_only: false,
         }
     }
 
@@ -1540,6 +1541,7 @@ mod proptests {
                 destinations: Destinations { hosts: Some(vec![]), host_of_argument: None },
                 consumers: None,
                 flows: Vec::new(),
+                read_only: false,
             };
             let m = build(&policy, "t", &t, &args, None, &[])
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;

@@ -750,6 +750,7 @@ label = []
             },
             consumers: None,
             flows: Vec::new(),
+            read_only: false,
         };
         let args = serde_json::json!({ "doc": s });
         let e = crate::callmeta::build(&p, "t", &t, &args, None, &[]).expect_err("refused");

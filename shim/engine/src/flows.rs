@@ -127,6 +127,7 @@ mod tests {
             },
             consumers: None,
             flows,
+            read_only: false,
         }
     }
 

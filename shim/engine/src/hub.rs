@@ -56,6 +56,7 @@ enum Ask {
         copy: Box<Copy>,
         files: Files,
         tree: Vec<TreeEntry>,
+        writable: bool,
         reply: Sender<(Box<Copy>, SandboxResult<()>)>,
     },
     /// The copy's end, after its answer.
@@ -302,11 +303,12 @@ impl Serving {
                 mut copy,
                 files,
                 tree,
+                writable,
                 reply,
             } => {
                 let items: Vec<germline_sandbox::Item> =
                     files.iter().map(germline_sandbox::Item::from).collect();
-                let r = self.g.prepare_copy_view(&mut copy, &items, &tree);
+                let r = self.g.prepare_copy_view(&mut copy, &items, &tree, writable);
                 let _ = reply.send((copy, r));
             }
             Ask::Retire {
@@ -493,13 +495,14 @@ impl CopySource for HubSource {
         copy: &mut HubCopy,
         files: &[(String, Vec<u8>, bool)],
     ) -> SandboxResult<()> {
-        self.prepare_copy_view(copy, files, &[])
+        self.prepare_copy_view(copy, files, &[], false)
     }
     fn prepare_copy_view(
         &mut self,
         copy: &mut HubCopy,
         files: &[(String, Vec<u8>, bool)],
         tree: &[TreeEntry],
+        writable: bool,
     ) -> SandboxResult<()> {
         let hub = self.hub.clone().ok_or_else(gone)?;
         let taken = copy.0.take().ok_or_else(gone)?;
@@ -507,6 +510,7 @@ impl CopySource for HubSource {
             copy: Box::new(taken),
             files: files.to_vec(),
             tree: tree.to_vec(),
+            writable,
             reply,
         })?;
         copy.0 = Some(*back);

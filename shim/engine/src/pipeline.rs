@@ -75,11 +75,14 @@ pub trait CopySource {
     /// Like [`CopySource::prepare_copy`], with the entries of directory items in the copy's
     /// view, each mounted at its own path. A source that cannot mount them refuses the call
     /// rather than run it without them.
+    /// `writable`: the copy may write into its directory items (a layer of its own), if its
+    /// source gives writable ones at all; false for a read-only tool.
     fn prepare_copy_view(
         &mut self,
         copy: &mut Self::Copy,
         files: &[(String, Vec<u8>, bool)],
         tree: &[germline_sandbox::TreeEntry],
+        _writable: bool,
     ) -> SandboxResult<()> {
         if !tree.is_empty() {
             return Err(germline_sandbox::Error::Spec(
@@ -160,10 +163,11 @@ impl CopySource for Germline {
         copy: &mut Self::Copy,
         files: &[(String, Vec<u8>, bool)],
         tree: &[germline_sandbox::TreeEntry],
+        writable: bool,
     ) -> SandboxResult<()> {
         let items: Vec<germline_sandbox::Item> =
             files.iter().map(germline_sandbox::Item::from).collect();
-        Germline::prepare_copy_view(self, copy, &items, tree)
+        Germline::prepare_copy_view(self, copy, &items, tree, writable)
     }
     fn retire(&mut self, copy: Self::Copy, result: SandboxResult<Value>) -> SandboxResult<Value> {
         Germline::retire(self, copy, result)
@@ -578,6 +582,16 @@ impl<'x, S: CopySource, B: BrokerApi> Stages<'x, S, B> {
             .map_err(RunError::Suppressed)
     }
 
+    /// Whether the call's tool is one its release declares read-only (the manifest's
+    /// `read_only`): its copies get their directory items read-only and commit no write.
+    fn read_only(&self, meta: &CallMeta) -> bool {
+        self.release
+            .manifest
+            .tools
+            .get(&meta.tool)
+            .is_some_and(|t| t.read_only)
+    }
+
     /// Plan: the broker's `begin_call`, and what the later stages need of its answer.
     fn plan<'m>(
         &mut self,
@@ -588,10 +602,13 @@ impl<'x, S: CopySource, B: BrokerApi> Stages<'x, S, B> {
     ) -> Result<(CallCtx<'m>, Plan), RunError> {
         let mut c = begin_call(self.release, self.user, meta, plan_mode, false, None);
         c.concurrent = concurrent;
-        // Each workspace a write may be committed to is a consumer: Plan places it.
+        // Each workspace a write may be committed to is a consumer: Plan places it. A tool its
+        // publisher declares read-only writes nothing, so its call has none.
         let workspaces = match &self.writes.journal {
-            Some(_) => crate::workspaces::of_call(meta, &self.release.manifest.name),
-            None => Vec::new(),
+            Some(_) if !self.read_only(meta) => {
+                crate::workspaces::of_call(meta, &self.release.manifest.name)
+            }
+            _ => Vec::new(),
         };
         c.consumers
             .extend(workspaces.iter().map(|w| w.member.clone()));
@@ -837,6 +854,8 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
             copy: ahead,
             commits,
         } = job;
+        // A read-only tool's copy gets its directory items read-only (docs/policy.md "Writes").
+        let writable = !self.read_only(meta);
         let g = &mut *self.source;
         // Redacted before any copy runs (a copy taken ahead is dropped, so killed, on error).
         let args = meta
@@ -967,7 +986,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         phases.lap("copy.prepare", t);
         let r = (|| {
             let s = Instant::now();
-            g.prepare_copy_view(&mut copy, &files, &tree)?;
+            g.prepare_copy_view(&mut copy, &files, &tree, writable)?;
             if let Some(st) = &start_state {
                 let d = copy.state_dir()?;
                 d.fill(st)?;

@@ -39,7 +39,7 @@ impl CopySource for SpawnPool {
         copy: &mut Spawned,
         files: &[(String, Vec<u8>, bool)],
     ) -> SandboxResult<()> {
-        self.prepare_copy_view(copy, files, &[])
+        self.prepare_copy_view(copy, files, &[], false)
     }
     /// Items as files only: `/run/items/<name>` and directory entries at their own paths,
     /// mounted from the host (`germline_sandbox::spawn`, items.rs).
@@ -48,6 +48,8 @@ impl CopySource for SpawnPool {
         copy: &mut Spawned,
         files: &[(String, Vec<u8>, bool)],
         tree: &[TreeEntry],
+        // A spawned copy's directory items are read-only whatever the tool (SpawnPool).
+        _writable: bool,
     ) -> SandboxResult<()> {
         let items: Vec<Item> = files.iter().map(Item::from).collect();
         SpawnPool::prepare_copy_view(self, copy, &items, tree)

@@ -29,6 +29,7 @@ fn tool() -> Tool {
         },
         consumers: None,
         flows: Vec::new(),
+        read_only: false,
     }
 }
 
@@ -135,7 +136,7 @@ fn a_copy_sees_exactly_its_view_of_a_directory() {
     opts.pool = 1;
     let mut g = Germline::start(common::test_release("plain"), opts).expect("start");
     let mut copy = g.copy().expect("copy");
-    g.prepare_copy_view(&mut copy, &[], &entries)
+    g.prepare_copy_view(&mut copy, &[], &entries, true)
         .expect("prepare");
     copy.deliver_items(&[]).expect("deliver");
 
@@ -285,7 +286,7 @@ fn the_calling_thread_binds_a_pool_copys_view_and_comes_back() {
             matches!(copy.pool_state(), germline_sandbox::PoolState::Ready),
             "a pool copy"
         );
-        g.prepare_copy_view(&mut copy, &[], &entries)
+        g.prepare_copy_view(&mut copy, &[], &entries, true)
             .expect("prepare");
         assert_eq!(here(), before, "{round}: the thread came back");
         assert_eq!(g.trees_ahead(), (ahead, None), "{round}");

@@ -200,3 +200,136 @@ fn a_declared_workspace_no_argument_names_is_written_as_unprotected() {
     }
     assert!(!g[2].starts_with("ok=true"), "undeclared: {}", g[2]);
 }
+
+/// mcp-server-git's release repacked from its image with `tools` declared read-only in its
+/// manifest, signed with the example key: the bundle's path (in `dir`).
+fn repacked_read_only(dir: &Path, tools: &[&str]) -> PathBuf {
+    let src = root().join("bundles/servers/mcp-server-git/manifest.json");
+    let mut m: Value =
+        serde_json::from_str(&std::fs::read_to_string(src).expect("manifest")).expect("JSON");
+    for t in tools {
+        m["tools"][*t]["read_only"] = json!(true);
+    }
+    let mp = dir.join("manifest.json");
+    std::fs::write(&mp, m.to_string()).expect("manifest");
+    let bundle = dir.join("bundle");
+    let out = Command::new(germline())
+        .args(["release", "pack", "--manifest"])
+        .arg(&mp)
+        .arg("--from-image")
+        .arg(bundle_image("mcp-server-git"))
+        .arg("--key")
+        .arg(root().join("bundles/out/keys/cosign.key"))
+        .arg("--out")
+        .arg(&bundle)
+        .arg("--image")
+        .arg(dir.join("image"))
+        .env("COSIGN_PASSWORD", "germline-example-test-key")
+        .output()
+        .expect("germline release pack");
+    assert!(out.status.success(), "pack: {out:?}");
+    bundle
+}
+
+/// The image beside a built example's bundle.
+fn bundle_image(name: &str) -> PathBuf {
+    bundle(name).with_file_name("image")
+}
+
+/// A tool its publisher declares read-only (the manifest's `read_only`, MCP's `readOnlyHint`
+/// that pack drafts) gets its directory items read-only: mcp-server-git's `git_add` declared
+/// so fails with git's own "Read-only file system" and nothing reaches the host, while the
+/// shipped release (whose `git_add` is not read-only) stages the file as unprotected. The
+/// shipped `git_status` is read-only: it answers as unprotected and no write of its copy is
+/// read back.
+#[test]
+fn a_tool_declared_read_only_gets_its_directory_read_only() {
+    if !ready() {
+        return;
+    }
+    let d = tmp("germline-ro-");
+    let calls = |r: &str| {
+        json!([
+            {"tool": "git_add", "arguments": {"repo_path": r, "files": ["src/main.rs"]}},
+            {"tool": "git_status", "arguments": {"repo_path": r}},
+        ])
+    };
+    let staged = |repo: &Path| git(repo, &["diff", "--cached", "--name-only"]);
+    // The shipped release: git_add writes (committed for the agent's workspace).
+    let shipped_dir = d.path().join("shipped");
+    std::fs::create_dir_all(&shipped_dir).expect("mkdir");
+    let repo = repository(&shipped_dir);
+    let r = repo.display().to_string();
+    // Cleared for finance only, the agent's copy does not see hr/: its writes are public and
+    // commit to the agent's workspace, the repository (docs/policy.md "Writes").
+    let pol = policy(&shipped_dir, &repo, r#"["finance"]"#, None);
+    let germ = run_agent(
+        &shipped_dir,
+        &calls(&r),
+        &run_cmd(&pol, "germline", "mcp-server-git", &shipped_dir, &[]),
+    );
+    let twin_dir = tmp("germline-ro-twin-");
+    let twin = repository(twin_dir.path());
+    let t = twin.display().to_string();
+    let plain = run_agent(twin_dir.path(), &calls(&t), &unprotected(&t));
+    assert_eq!((germ.len(), plain.len()), (2, 2), "{germ:?} {plain:?}");
+    let (g, p): (Vec<String>, Vec<String>) = (
+        germ.iter().map(answer).collect(),
+        plain.iter().map(answer).collect(),
+    );
+    assert_eq!(
+        g[0], p[0],
+        "the shipped release's git_add answers as unprotected"
+    );
+    // The agent is not cleared for hr: its view of the repository lacks hr/ (untracked on
+    // the unprotected server), and the rest of the status is the same.
+    let untracked = "Untracked files:\n  (use \"git add <file>...\" to include in what will be \
+                     committed)\n\thr/\n";
+    assert!(p[1].contains(untracked), "{}", p[1]);
+    assert_eq!(g[1].trim_end(), p[1].replace(untracked, "").trim_end());
+    assert!(
+        committed(&germ[0]).contains(&format!("{r}/.git/index")),
+        "git_add's copy's writes commit: {}",
+        germ[0]["meta"]
+    );
+    assert_eq!(staged(&repo), "src/main.rs");
+    assert_eq!(
+        germ[1]["meta"]["germline"].get("writes"),
+        None,
+        "git_status is read-only: nothing of its copy is read back: {}",
+        germ[1]["meta"]
+    );
+
+    // The same calls, git_add declared read-only: git cannot take its index lock.
+    let ro_dir = d.path().join("read-only");
+    std::fs::create_dir_all(&ro_dir).expect("mkdir");
+    let repo = repository(&ro_dir);
+    let r = repo.display().to_string();
+    let index = std::fs::read(repo.join(".git/index")).expect("index");
+    let pol = policy(&ro_dir, &repo, r#"["finance"]"#, None);
+    let bundle = repacked_read_only(&ro_dir, &["git_add"]);
+    let mut cmd = run_cmd(&pol, "germline", "mcp-server-git", &ro_dir, &[]);
+    if let Some(last) = cmd.last_mut() {
+        *last = bundle.display().to_string();
+    }
+    let germ = run_agent(&ro_dir, &calls(&r), &cmd);
+    assert_eq!(germ.len(), 2, "{germ:?}");
+    let g0 = answer(&germ[0]);
+    assert!(
+        !g0.starts_with("ok=true") && g0.contains("Read-only file system"),
+        "{g0}"
+    );
+    assert!(committed(&germ[0]).is_empty(), "{}", germ[0]["meta"]);
+    assert_eq!(staged(&repo), "", "nothing was staged on the host");
+    assert_eq!(
+        std::fs::read(repo.join(".git/index")).expect("index"),
+        index,
+        "the host's index is untouched"
+    );
+    // git_status sees the unstaged change, as the unprotected server would before any add.
+    assert!(
+        answer(&germ[1]).contains("modified:   src/main.rs"),
+        "{}",
+        answer(&germ[1])
+    );
+}

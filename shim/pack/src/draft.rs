@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
+use crate::probe::Listed;
 use crate::source::{semver_of, Installed};
 use crate::{Error, Result};
 
@@ -53,17 +54,18 @@ impl Draft {
         }
     }
 
-    /// The manifest, with `tools` and the publisher's `destinations` (TOOL, HOST).
-    pub fn manifest(&self, tools: &[String], destinations: &[(String, String)]) -> Result<Value> {
-        let mut hosts: BTreeMap<&str, Vec<&str>> =
-            tools.iter().map(|t| (t.as_str(), Vec::new())).collect();
+    /// The manifest, with `tools` (each `read_only` where the server said so) and the
+    /// publisher's `destinations` (TOOL, HOST).
+    pub fn manifest(&self, tools: &[Listed], destinations: &[(String, String)]) -> Result<Value> {
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        let mut hosts: BTreeMap<&str, Vec<&str>> = names.iter().map(|t| (*t, Vec::new())).collect();
         for (tool, host) in destinations {
             let list = hosts
                 .get_mut(tool.as_str())
                 .ok_or_else(|| Error::UnknownTool {
                     tool: tool.clone(),
                     host: host.clone(),
-                    tools: tools.join(", "),
+                    tools: names.join(", "),
                 })?;
             if !list.contains(&host.as_str()) {
                 list.push(host);
@@ -71,7 +73,14 @@ impl Draft {
         }
         let tools: serde_json::Map<String, Value> = hosts
             .into_iter()
-            .map(|(t, h)| (t.to_string(), json!({"destinations": {"hosts": h}})))
+            .map(|(t, h)| {
+                let mut tool = json!({"destinations": {"hosts": h}});
+                // The server's own annotation, for the publisher to review like the rest.
+                if tools.iter().any(|l| l.name == t && l.read_only) {
+                    tool["read_only"] = json!(true);
+                }
+                (t.to_string(), tool)
+            })
             .collect();
         let mut entry = vec![INTERPRETER.to_string()];
         entry.extend(self.entry.iter().cloned());
@@ -117,11 +126,17 @@ mod tests {
     fn destinations_only_from_flags() {
         let d = draft();
         assert_eq!(d.module(), "mcp_server_git");
-        let tools = vec!["git_status".to_string(), "git_log".to_string()];
+        let tools = [("git_status", true), ("git_log", false)].map(|(n, r)| Listed {
+            name: n.into(),
+            read_only: r,
+        });
         let m = d
             .manifest(&tools, &[("git_log".into(), "example.org".into())])
             .expect("manifest");
         assert_eq!(m["tools"]["git_status"]["destinations"]["hosts"], json!([]));
+        // The server's readOnlyHint, and nothing where it gave none.
+        assert_eq!(m["tools"]["git_status"]["read_only"], json!(true));
+        assert_eq!(m["tools"]["git_log"].get("read_only"), None);
         assert_eq!(
             m["tools"]["git_log"]["destinations"]["hosts"],
             json!(["example.org"])

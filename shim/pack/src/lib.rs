@@ -410,7 +410,7 @@ pub fn pack_from(p: &PackFrom) -> Result<Packed> {
     Ok(Packed {
         release,
         manifest_path: p.manifest_out.clone(),
-        tools: probed.tools,
+        tools: probed.tools.into_iter().map(|t| t.name).collect(),
         distributions: installed.distributions,
         steps,
         memory: probed.memory,

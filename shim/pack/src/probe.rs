@@ -15,10 +15,34 @@ use crate::{Error, Result};
 /// What the probe learnt.
 #[derive(Debug, Clone)]
 pub struct Probed {
-    /// Tool names, as `tools/list` gave them (every page).
-    pub tools: Vec<String>,
+    /// The tools, as `tools/list` gave them (every page).
+    pub tools: Vec<Listed>,
     /// One finding per `--probe-call` ([`crate::memory`]).
     pub memory: Vec<crate::memory::Finding>,
+}
+
+/// A tool as `tools/list` gave it: its name, and whether it says it changes nothing it is
+/// given (MCP's `annotations.readOnlyHint`, `true` exactly), which the draft copies into the
+/// manifest's `read_only` for the publisher's review: the server's own word, never guessed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub name: String,
+    pub read_only: bool,
+}
+
+/// The tools of a `tools/list` result (one page).
+pub(crate) fn listed(page: &Value) -> Vec<Listed> {
+    page.get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            Some(Listed {
+                name: t.get("name")?.as_str()?.to_string(),
+                read_only: t.pointer("/annotations/readOnlyHint") == Some(&Value::Bool(true)),
+            })
+        })
+        .collect()
 }
 
 /// The launch of the draft release from `root` (the germline's environment of `germline run`,
@@ -105,7 +129,7 @@ pub fn probe(root: &Path, draft: &Draft, calls: &[ProbeCall], initial: &Path) ->
                     None => json!({}),
                 };
                 let page = copy.mcp_call_method("tools/list", params)?;
-                tools.extend(names(&page));
+                tools.extend(listed(&page));
                 cursor = page.get("nextCursor").filter(|c| !c.is_null()).cloned();
                 if cursor.is_none() {
                     break;
@@ -126,25 +150,16 @@ pub fn probe(root: &Path, draft: &Draft, calls: &[ProbeCall], initial: &Path) ->
     if tools.is_empty() {
         return Err(Error::Probe(format!("{} listed no tools", draft.name)));
     }
-    if let Some(c) = calls.iter().find(|c| !tools.contains(&c.tool)) {
+    if let Some(c) = calls
+        .iter()
+        .find(|c| !tools.iter().any(|t| t.name == c.tool))
+    {
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
         return Err(Error::ProbeCall(format!(
             "{}: the server has no such tool (it lists: {})",
             c.tool,
-            tools.join(", ")
+            names.join(", ")
         )));
     }
     Ok(Probed { tools, memory })
-}
-
-/// The tool names of a `tools/list` result.
-fn names(page: &Value) -> Vec<String> {
-    page.get("tools")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|t| t.get("name").and_then(Value::as_str))
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
 }

@@ -58,7 +58,7 @@ fn the_insights_memo_is_state_in_memory_and_a_query_is_not() {
     let initial = tempfile::tempdir().expect("tempdir");
     let probed = germline_pack::probe::probe(&rootfs, &draft, &calls, initial.path())
         .expect("the probe runs the server");
-    assert!(probed.tools.iter().any(|t| t == "append_insight"));
+    assert!(probed.tools.iter().any(|t| t.name == "append_insight"));
     assert_eq!(probed.memory.len(), 2, "{:?}", probed.memory);
     let memo = &probed.memory[0];
     assert!(

@@ -167,6 +167,13 @@ pub struct Tool {
     /// (docs/release.md, docs/evidence.md). Absent: none declared.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flows: Vec<Flow>,
+    /// The publisher's claim that the tool changes nothing it is given (MCP's `readOnlyHint`,
+    /// which `germline release pack` copies into the draft for review): its copies get every
+    /// directory item and workspace read-only, and no write of theirs is read back or
+    /// committed (docs/policy.md, "Writes"). A write the tool tries fails in the copy
+    /// (`EROFS`) instead of reaching the host. Absent: false, and the canonical bytes omit it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
 }
 
 /// "The value of argument `argument` is sent to `to`" (or to the host of argument
@@ -625,6 +632,23 @@ mod tests {
             let e = parse(&v).expect_err("refused").to_string();
             assert!(e.contains(field), "{e}");
         }
+    }
+
+    #[test]
+    fn read_only_is_a_boolean_absent_from_the_canonical_bytes_when_false() {
+        let mut v = base();
+        let m = parse(&v).expect("valid");
+        assert!(!m.tools["fetch"].read_only);
+        assert!(!String::from_utf8_lossy(&m.to_bytes().expect("bytes")).contains("read_only"));
+        v["tools"]["fetch"]["read_only"] = serde_json::json!(true);
+        let m = parse(&v).expect("valid");
+        assert!(m.tools["fetch"].read_only);
+        assert!(
+            String::from_utf8_lossy(&m.to_bytes().expect("bytes")).contains("\"read_only\": true")
+        );
+        v["tools"]["fetch"]["read_only"] = serde_json::json!("yes");
+        let e = parse(&v).expect_err("not a boolean").to_string();
+        assert!(e.contains("read_only"), "{e}");
     }
 
     #[test]

@@ -1366,18 +1366,22 @@ impl Germline {
     /// if it names a path, at that path too, readable under the copy's Landlock and mounted in
     /// this copy's mount namespace only (items outside the view as empty files, A5).
     pub fn prepare_copy_items(&self, copy: &mut Copy, items: &[Item]) -> Result<()> {
-        self.prepare_copy_view(copy, items, &[])
+        self.prepare_copy_view(copy, items, &[], false)
     }
 
     /// Like [`Germline::prepare_copy_items`], with the entries of directory items in this
     /// copy's view, each at its own path only (not under `/run/items`), owned by the copy's
     /// root (tree.rs). The caller passes only what the copy may see: what is not passed is
-    /// absent from the copy.
+    /// absent from the copy. `writable`: the copy may write into its directory items, in a
+    /// layer of its own, if the release's copies get writable ones at all
+    /// ([`LaunchSpec::writable_trees`](crate::LaunchSpec)); false for a tool its publisher
+    /// declares read-only.
     pub fn prepare_copy_view(
         &self,
         copy: &mut Copy,
         items: &[Item],
         tree: &[TreeEntry],
+        writable: bool,
     ) -> Result<()> {
         let mut held = Vec::new();
         let r = itemview::mount_view(
@@ -1387,7 +1391,7 @@ impl Germline {
                 store: &self.items,
                 pid: copy.pid(),
                 items_dir: copy.items_dir(),
-                writable: self.spec.writable_trees,
+                writable: self.spec.writable_trees && writable,
             },
             items,
             tree,

@@ -100,7 +100,7 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
     /// (a lazy plan's scout decides which copies run, so it must end first), and the release
     /// keeps no state in files (a copy's files are committed after its end, in group order),
     /// and the call has no directory item whose writes may be committed (the agent's copy's
-    /// layer is read by the sequential path only, [`crate::writes`]).
+    /// layer is read by the sequential path only, [`crate::writes`]) or its tool is read-only.
     pub(super) fn concurrent_call(
         &self,
         plan_mode: PlanMode,
@@ -109,7 +109,9 @@ impl<S: CopySource, B: BrokerApi> Stages<'_, S, B> {
         self.concurrent
             && plan_mode == PlanMode::Split
             && self.state.is_none()
-            && (self.writes.journal.is_none() || crate::writes::dirs(meta).is_empty())
+            && (self.writes.journal.is_none()
+                || crate::writes::dirs(meta).is_empty()
+                || self.read_only(meta))
     }
 }
 
@@ -180,7 +182,10 @@ where
             let s = Instant::now();
             let files = super::view_files(meta, &in_view);
             let tree = crate::treeitem::view_entries(&meta.items, &in_view);
-            let prepared = self.source.prepare_copy_view(&mut copy, &files, &tree);
+            let writable = !self.read_only(meta);
+            let prepared = self
+                .source
+                .prepare_copy_view(&mut copy, &files, &tree, writable);
             got.laps.lap("copies.prepare.mounts", s);
             let is_agent = Some(gi) == cx.agent_group;
             jobs.push(Job {

@@ -161,7 +161,7 @@ pub fn pack_from(p: &NpmPack) -> Result<Packed> {
     Ok(Packed {
         release,
         manifest_path: f.manifest_out.clone(),
-        tools,
+        tools: tools.into_iter().map(|t| t.name).collect(),
         distributions: installed.packages,
         steps,
         // --probe-call is refused for npm: before anything runs (see pack_from).

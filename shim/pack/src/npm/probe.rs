@@ -68,7 +68,7 @@ pub fn reachable(root: &Path) -> Result<()> {
 }
 
 /// Spawns one copy of the draft, lists its tools (every page), kills it.
-pub fn list_tools(spec: LaunchSpec, name: &str) -> Result<Vec<String>> {
+pub fn list_tools(spec: LaunchSpec, name: &str) -> Result<Vec<crate::probe::Listed>> {
     reachable(&spec.rootfs)?;
     let id = format!("pack-{}-{name}", std::process::id());
     // No pool: the one copy `start` spawns is the probe.
@@ -92,13 +92,7 @@ pub fn list_tools(spec: LaunchSpec, name: &str) -> Result<Vec<String>> {
                     None => json!({}),
                 };
                 let page = copy.mcp_call_method("tools/list", params)?;
-                tools.extend(
-                    page["tools"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|t| t["name"].as_str().map(str::to_string)),
-                );
+                tools.extend(crate::probe::listed(&page));
                 cursor = page.get("nextCursor").filter(|c| !c.is_null()).cloned();
                 if cursor.is_none() {
                     break;
