@@ -14,7 +14,10 @@
 //! repository whose index is not racy: each answer is the unprotected server's, no call's
 //! `_meta.germline.writes` commits anything, and the host's `.git/index` keeps its bytes and
 //! its modification time. A release without the gitconfig fails it (every call commits
-//! `.git/index`).
+//! `.git/index`). The shipped manifest declares `git_status` read-only (its copies cannot
+//! write at all), so the test runs the release repacked with `git_status` writable, as any
+//! tool that writes is: what it shows is the gitconfig's, which every writing tool's call
+//! (`git_add`, `git_commit`) relies on.
 
 mod run_common;
 
@@ -97,15 +100,25 @@ fn a_pooled_git_status_on_an_unchanged_repository_commits_nothing() {
             .and_then(|m| m.modified())
             .expect("mtime"),
     );
+    let writable = d.path().join("writable");
+    std::fs::create_dir_all(&writable).expect("mkdir");
+    let bundle = repacked(&writable, |m| {
+        if let Some(t) = m["tools"]["git_status"].as_object_mut() {
+            t.remove("read_only");
+        }
+    });
     let germ = run_agent(
         d.path(),
         &script,
-        &run_cmd(
-            &policy,
-            "germline",
-            "mcp-server-git",
-            d.path(),
-            &["--pool", "2"],
+        &with_bundle(
+            run_cmd(
+                &policy,
+                "germline",
+                "mcp-server-git",
+                d.path(),
+                &["--pool", "2"],
+            ),
+            &bundle,
         ),
     );
     assert_eq!(germ.len(), 3, "{germ:?}");

@@ -201,41 +201,6 @@ fn a_declared_workspace_no_argument_names_is_written_as_unprotected() {
     assert!(!g[2].starts_with("ok=true"), "undeclared: {}", g[2]);
 }
 
-/// mcp-server-git's release repacked from its image with `tools` declared read-only in its
-/// manifest, signed with the example key: the bundle's path (in `dir`).
-fn repacked_read_only(dir: &Path, tools: &[&str]) -> PathBuf {
-    let src = root().join("bundles/servers/mcp-server-git/manifest.json");
-    let mut m: Value =
-        serde_json::from_str(&std::fs::read_to_string(src).expect("manifest")).expect("JSON");
-    for t in tools {
-        m["tools"][*t]["read_only"] = json!(true);
-    }
-    let mp = dir.join("manifest.json");
-    std::fs::write(&mp, m.to_string()).expect("manifest");
-    let bundle = dir.join("bundle");
-    let out = Command::new(germline())
-        .args(["release", "pack", "--manifest"])
-        .arg(&mp)
-        .arg("--from-image")
-        .arg(bundle_image("mcp-server-git"))
-        .arg("--key")
-        .arg(root().join("bundles/out/keys/cosign.key"))
-        .arg("--out")
-        .arg(&bundle)
-        .arg("--image")
-        .arg(dir.join("image"))
-        .env("COSIGN_PASSWORD", "germline-example-test-key")
-        .output()
-        .expect("germline release pack");
-    assert!(out.status.success(), "pack: {out:?}");
-    bundle
-}
-
-/// The image beside a built example's bundle.
-fn bundle_image(name: &str) -> PathBuf {
-    bundle(name).with_file_name("image")
-}
-
 /// A tool its publisher declares read-only (the manifest's `read_only`, MCP's `readOnlyHint`
 /// that pack drafts) gets its directory items read-only: mcp-server-git's `git_add` declared
 /// so fails with git's own "Read-only file system" and nothing reaches the host, while the
@@ -307,11 +272,13 @@ fn a_tool_declared_read_only_gets_its_directory_read_only() {
     let r = repo.display().to_string();
     let index = std::fs::read(repo.join(".git/index")).expect("index");
     let pol = policy(&ro_dir, &repo, r#"["finance"]"#, None);
-    let bundle = repacked_read_only(&ro_dir, &["git_add"]);
-    let mut cmd = run_cmd(&pol, "germline", "mcp-server-git", &ro_dir, &[]);
-    if let Some(last) = cmd.last_mut() {
-        *last = bundle.display().to_string();
-    }
+    let bundle = repacked(&ro_dir, |m| {
+        m["tools"]["git_add"]["read_only"] = json!(true)
+    });
+    let cmd = with_bundle(
+        run_cmd(&pol, "germline", "mcp-server-git", &ro_dir, &[]),
+        &bundle,
+    );
     let germ = run_agent(&ro_dir, &calls(&r), &cmd);
     assert_eq!(germ.len(), 2, "{germ:?}");
     let g0 = answer(&germ[0]);

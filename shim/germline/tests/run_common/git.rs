@@ -7,7 +7,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use super::{bundle, can_run, rand_u64, text};
+use super::{bundle, can_run, germline, rand_u64, root, text};
 
 /// Runs `git -C repo args` at a fixed date (so twins hash alike); its trimmed stdout.
 pub fn git(repo: &Path, args: &[&str]) -> String {
@@ -134,4 +134,40 @@ pub fn ready() -> bool {
         return false;
     }
     true
+}
+
+/// mcp-server-git's release repacked from its image with `edit` applied to its reviewed
+/// manifest (bundles/servers), signed with the example key: the bundle's path (in `dir`).
+pub fn repacked(dir: &Path, edit: impl FnOnce(&mut Value)) -> PathBuf {
+    let src = root().join("bundles/servers/mcp-server-git/manifest.json");
+    let mut m: Value =
+        serde_json::from_str(&std::fs::read_to_string(src).expect("manifest")).expect("JSON");
+    edit(&mut m);
+    let mp = dir.join("manifest.json");
+    std::fs::write(&mp, m.to_string()).expect("manifest");
+    let out_dir = dir.join("bundle");
+    let out = Command::new(germline())
+        .args(["release", "pack", "--manifest"])
+        .arg(&mp)
+        .arg("--from-image")
+        .arg(bundle("mcp-server-git").with_file_name("image"))
+        .arg("--key")
+        .arg(root().join("bundles/out/keys/cosign.key"))
+        .arg("--out")
+        .arg(&out_dir)
+        .arg("--image")
+        .arg(dir.join("image"))
+        .env("COSIGN_PASSWORD", "germline-example-test-key")
+        .output()
+        .expect("germline release pack");
+    assert!(out.status.success(), "pack: {out:?}");
+    out_dir
+}
+
+/// A `run_common::run_cmd` command line with its release replaced by the bundle `at`.
+pub fn with_bundle(mut cmd: Vec<String>, at: &Path) -> Vec<String> {
+    if let Some(last) = cmd.last_mut() {
+        *last = at.display().to_string();
+    }
+    cmd
 }
