@@ -336,7 +336,13 @@ pub(crate) fn read_opened(
     if st.st_dev != r.stat.st_dev || st.st_ino != r.stat.st_ino {
         return Ok(None);
     }
-    let mut out = Vec::with_capacity((st.st_size as u64).min(max) as usize);
+    read_all(fd, st.st_size as u64, max).map(Some)
+}
+
+/// Reads `fd`, open for reading and `size` bytes long when it was last looked at, to its end
+/// but at most `max` bytes (an error past that).
+pub(crate) fn read_all(fd: OwnedFd, size: u64, max: u64) -> Result<Vec<u8>, FileItemError> {
+    let mut out = Vec::with_capacity(size.min(max) as usize);
     File::from(fd)
         .take(max + 1)
         .read_to_end(&mut out)
@@ -344,7 +350,7 @@ pub(crate) fn read_opened(
     if out.len() as u64 > max {
         return Err(FileItemError::TooLarge(out.len() as u64));
     }
-    Ok(Some(out))
+    Ok(out)
 }
 
 /// The file item `s` names, or `Ok(None)` if `s` names no regular file here (it is then an
