@@ -152,20 +152,6 @@ fn script_calls(script: &Value) -> usize {
     script.as_array().map_or(0, Vec::len)
 }
 
-/// The clock fields of mcp-server-time's answers.
-fn without_clock(s: &str) -> String {
-    s.lines()
-        .map(|l| {
-            if l.trim_start().starts_with("\"datetime\"") {
-                "<clock>"
-            } else {
-                l
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 #[test]
 fn servers_packed_from_pypi_answer_as_unprotected_on_every_sdk_generation() {
     if !can_run() {

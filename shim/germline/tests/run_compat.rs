@@ -7,20 +7,6 @@ mod run_common;
 use run_common::*;
 use serde_json::{json, Value};
 
-/// The datetime fields of mcp-server-time change between calls; everything else must match.
-fn without_clock(v: &str) -> String {
-    let mut out = String::new();
-    for line in v.lines() {
-        if line.trim_start().starts_with("\"datetime\"") {
-            out.push_str("  \"datetime\": <clock>\n");
-        } else {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    out
-}
-
 /// Equal, or a failure naming the first call that differs (not 200 calls of output).
 fn assert_same(what: &str, a: &[String], b: &[String]) {
     assert_eq!(a.len(), b.len(), "{what}: {} vs {} calls", a.len(), b.len());

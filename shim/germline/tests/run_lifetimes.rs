@@ -24,17 +24,7 @@ fn convert() -> Value {
 
 /// A call's text with mcp-server-time's clock fields masked.
 fn masked(r: &Value) -> String {
-    let t = text(r);
-    let mut out = format!("ok={} ", r["ok"]);
-    for line in t.lines() {
-        if line.trim_start().starts_with("\"datetime\"") {
-            out.push_str("<clock>\n");
-        } else {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    out
+    format!("ok={} {}", r["ok"], without_clock(&text(r)))
 }
 
 fn plain(w: &World) -> Vec<String> {
