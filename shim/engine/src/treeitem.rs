@@ -266,20 +266,11 @@ impl<'a> Walk<'a> {
         let unreadable = |what: &str, e: &dyn std::fmt::Display| {
             FileItemError::Unreadable(format!("{what} {}: {e}", self.root.join(rel).display()))
         };
-        let open = |flags: OFlag| {
-            let how = OpenHow::new()
-                .flags(flags | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
-                .resolve(
-                    ResolveFlag::RESOLVE_BENEATH
-                        | ResolveFlag::RESOLVE_NO_SYMLINKS
-                        | ResolveFlag::RESOLVE_NO_MAGICLINKS,
-                );
-            openat2(dir.fd.as_fd(), name, how)
-        };
+        let open = |flags: OFlag| open_beneath(dir, name, flags);
         let for_reading = match d_type {
             _ if self.each_file => None,
             libc::DT_DIR => Some(OFlag::O_RDONLY | OFlag::O_DIRECTORY),
-            libc::DT_REG => Some(OFlag::O_RDONLY | OFlag::O_NOCTTY | OFlag::O_NONBLOCK),
+            libc::DT_REG => Some(READ_FILE),
             _ => None,
         };
         let opened = match for_reading.map(open) {
@@ -349,15 +340,14 @@ impl<'a> Walk<'a> {
         let spelled = self.root.join(&rel);
         let stat = r.stat;
         let by_walk = self.by_walk(&stat, &spelled);
-        let (identity, contents) = if by_walk {
-            (
-                Identity::Path(spelled.clone()),
-                fileitem::read_all(r.fd, stat.st_size as u64, max)?,
-            )
+        let identity = if by_walk {
+            Identity::Path(spelled.clone())
         } else {
             // Labelled as a file argument would be: by the kernel's name for the file.
-            (fileitem::identify(&r), fileitem::read_bounded(&r, max)?)
+            fileitem::identify(&r)
         };
+        // Read from the descriptor the walk opened (the inode it labelled).
+        let contents = fileitem::read_all(r.fd, stat.st_size as u64, max)?;
         self.keep(rel, spelled, identity, &stat, contents);
         Ok(by_walk)
     }
@@ -378,20 +368,7 @@ impl<'a> Walk<'a> {
         // Opened for reading from its directory's descriptor (one component, no symlink),
         // and read only if that is the inode the walk resolved.
         let opened = if by_walk {
-            let how = OpenHow::new()
-                .flags(
-                    OFlag::O_RDONLY
-                        | OFlag::O_CLOEXEC
-                        | OFlag::O_NOCTTY
-                        | OFlag::O_NONBLOCK
-                        | OFlag::O_NOFOLLOW,
-                )
-                .resolve(
-                    ResolveFlag::RESOLVE_BENEATH
-                        | ResolveFlag::RESOLVE_NO_SYMLINKS
-                        | ResolveFlag::RESOLVE_NO_MAGICLINKS,
-                );
-            match openat2(dir.fd.as_fd(), name, how) {
+            match open_beneath(dir, name, READ_FILE) {
                 Ok(fd) => fileitem::read_opened(fd, r, max)?,
                 // Renamed or replaced since it was resolved: as below.
                 Err(Errno::ENOENT | Errno::ELOOP) => None,
@@ -413,6 +390,30 @@ impl<'a> Walk<'a> {
         self.keep(rel, spelled, identity, &r.stat, contents);
         Ok(by_walk)
     }
+}
+
+/// How a regular file of the tree is opened for reading (never blocking on what is swapped
+/// in for it, never becoming a controlling terminal).
+const READ_FILE: OFlag = OFlag::O_RDONLY
+    .union(OFlag::O_NOCTTY)
+    .union(OFlag::O_NONBLOCK);
+
+/// Opens `name`, one component of the directory `dir`, with `flags`: beneath it, no symlink
+/// followed (`RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`, `O_NOFOLLOW`),
+/// close-on-exec.
+fn open_beneath(
+    dir: &Resolved,
+    name: &std::ffi::OsStr,
+    flags: OFlag,
+) -> nix::Result<std::os::fd::OwnedFd> {
+    let how = OpenHow::new()
+        .flags(flags | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
+        .resolve(
+            ResolveFlag::RESOLVE_BENEATH
+                | ResolveFlag::RESOLVE_NO_SYMLINKS
+                | ResolveFlag::RESOLVE_NO_MAGICLINKS,
+        );
+    openat2(dir.fd.as_fd(), name, how)
 }
 
 /// What of the call's directory items one copy gets (`in_view` says which items its view
